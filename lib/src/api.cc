@@ -1,0 +1,468 @@
+// The C API: argument checks, routing between the CPU engine and a plugin, and the conversion of internal
+// Status values and C++ exceptions into status codes + the thread-local message. Nothing escapes as an
+// exception and nothing is printed.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "context.h"
+#include "engine.h"
+#include "file_io.h"
+#include "maxsim/maxsim.h"
+#include "packed.h"
+#include "packed_handle.h"
+#include "packer.h"
+#include "status.h"
+
+using maxsim::Error;
+using maxsim::Report;
+using maxsim::Status;
+
+namespace maxsim {
+
+uint64_t NextPackedUid() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
+namespace {
+
+template <typename F>
+maxsim_status Guard(F&& body) {
+  try {
+    return Report(body());
+  } catch (const std::bad_alloc&) {
+    return Report(Error(MAXSIM_ERR_OUT_OF_MEMORY, "out of host memory"));
+  } catch (const std::exception& e) {
+    return Report(Error(MAXSIM_ERR_INTERNAL, "internal error: %s", e.what()));
+  } catch (...) {
+    return Report(Error(MAXSIM_ERR_INTERNAL, "internal error: unknown exception"));
+  }
+}
+
+Status CheckContext(const maxsim_context* ctx) {
+  if (ctx == nullptr) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "context is NULL (create one with maxsim_context_create)");
+  return Status::Ok();
+}
+
+Status ReadScoreOptions(const maxsim_score_options* o, ScoreRequest* req, maxsim_stats** stats, void** stream) {
+  maxsim_score_options def;
+  maxsim_score_options_init(&def);
+  if (o) {
+    if (o->struct_size < offsetof(maxsim_score_options, cuda_stream) + sizeof(void*)) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT,
+                   "maxsim_score_options.struct_size is %u; call maxsim_score_options_init first", o->struct_size);
+    }
+    def = *o;
+  }
+  if (def.metric != MAXSIM_METRIC_DOT && def.metric != MAXSIM_METRIC_COSINE) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "metric %d is not DOT (0) or COSINE (1)", static_cast<int>(def.metric));
+  }
+  if (def.mode != MAXSIM_MODE_EXACT && def.mode != MAXSIM_MODE_CERTIFIED && def.mode != MAXSIM_MODE_APPROXIMATE) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "mode %d is not EXACT (0), CERTIFIED (1) or APPROXIMATE (2)",
+                 static_cast<int>(def.mode));
+  }
+  req->metric = def.metric;
+  req->mode = def.mode;
+  *stats = def.stats;
+  *stream = def.cuda_stream;
+  return Status::Ok();
+}
+
+// 2 * dim * (query tokens) * (document tokens) summed over the scored pairs (saturating).
+uint64_t MatrixWork(const SetsRef& q, const SetsRef& d) {
+  auto tokens = [](const SetsRef& s) {
+    return s.is_packed ? s.packed.n_vectors : s.dense.n_rows;
+  };
+  unsigned __int128 w = static_cast<unsigned __int128>(2) * q.dim() * tokens(q) * tokens(d);
+  return w > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(w);
+}
+
+Status ScoreCandidatesImpl(maxsim_context* ctx, const maxsim_sets* queries, const maxsim_sets* documents,
+                           const uint64_t* cand_offsets, const uint64_t* candidates,
+                           const maxsim_score_options* options, float* scores, int32_t* argmax, bool pairs) {
+  MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
+  ScoreRequest req;
+  maxsim_stats* stats = nullptr;
+  void* stream = nullptr;
+  MAXSIM_RETURN_IF_ERROR(ReadScoreOptions(options, &req, &stats, &stream));
+  SetsRef q, d;
+  MAXSIM_RETURN_IF_ERROR(ResolveSets(queries, "queries", &q));
+  MAXSIM_RETURN_IF_ERROR(ResolveSets(documents, "documents", &d));
+  std::vector<uint64_t> pair_offsets, pair_docs;
+  if (pairs) {
+    if (q.n_sets() != d.n_sets()) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "pairs need as many query sets (%llu) as document sets (%llu)",
+                   static_cast<unsigned long long>(q.n_sets()), static_cast<unsigned long long>(d.n_sets()));
+    }
+    pair_offsets.resize(q.n_sets() + 1);
+    pair_docs.resize(q.n_sets());
+    for (uint64_t i = 0; i <= q.n_sets(); ++i) pair_offsets[i] = i;
+    for (uint64_t i = 0; i < q.n_sets(); ++i) pair_docs[i] = i;
+    cand_offsets = pair_offsets.data();
+    candidates = pair_docs.data();
+  }
+  uint64_t total = 0;
+  MAXSIM_RETURN_IF_ERROR(CheckCandidates(cand_offsets, candidates, q.n_sets(), d.n_sets(), &total));
+  Route route;
+  const uint64_t nd = std::max<uint64_t>(1, d.n_sets());
+  const uint64_t work = MatrixWork(q, d) / nd * std::max<uint64_t>(1, total / std::max<uint64_t>(1, q.n_sets()));
+  MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, q, d, work, &route));
+  if (route == Route::kPlugin) {
+    PluginCall call;
+    call.op = PluginOp::kCandidates;
+    call.req = req;
+    call.cand_offsets = cand_offsets;
+    call.candidates = candidates;
+    call.scores = scores;
+    call.argmax = argmax;
+    call.stats = stats;
+    call.stream = stream;
+    return RunOnPlugin(*ctx, q, d, call);
+  }
+  return ctx->engine->ScoreCandidates(q, d, cand_offsets, candidates, req, scores, argmax, stats);
+}
+
+}  // namespace
+}  // namespace maxsim
+
+using namespace maxsim;  // NOLINT: this file only implements the C API
+
+extern "C" {
+
+MAXSIM_API const char* maxsim_status_name(maxsim_status status) {
+  switch (status) {
+    case MAXSIM_OK: return "MAXSIM_OK";
+    case MAXSIM_ERR_INVALID_ARGUMENT: return "MAXSIM_ERR_INVALID_ARGUMENT";
+    case MAXSIM_ERR_INVALID_BUFFER: return "MAXSIM_ERR_INVALID_BUFFER";
+    case MAXSIM_ERR_NON_FINITE: return "MAXSIM_ERR_NON_FINITE";
+    case MAXSIM_ERR_DIM_MISMATCH: return "MAXSIM_ERR_DIM_MISMATCH";
+    case MAXSIM_ERR_IO: return "MAXSIM_ERR_IO";
+    case MAXSIM_ERR_OUT_OF_MEMORY: return "MAXSIM_ERR_OUT_OF_MEMORY";
+    case MAXSIM_ERR_UNSUPPORTED: return "MAXSIM_ERR_UNSUPPORTED";
+    case MAXSIM_ERR_BACKEND_UNAVAILABLE: return "MAXSIM_ERR_BACKEND_UNAVAILABLE";
+    case MAXSIM_ERR_BUFFER_TOO_SMALL: return "MAXSIM_ERR_BUFFER_TOO_SMALL";
+    case MAXSIM_ERR_PLUGIN: return "MAXSIM_ERR_PLUGIN";
+    case MAXSIM_ERR_INTERNAL: return "MAXSIM_ERR_INTERNAL";
+  }
+  return "MAXSIM_ERR_UNKNOWN";
+}
+
+MAXSIM_API uint32_t maxsim_version(void) {
+  return MAXSIM_VERSION_MAJOR * 10000 + MAXSIM_VERSION_MINOR * 100 + MAXSIM_VERSION_PATCH;
+}
+
+#define MAXSIM_STR2(x) #x
+#define MAXSIM_STR(x) MAXSIM_STR2(x)
+MAXSIM_API const char* maxsim_version_string(void) {
+  return MAXSIM_STR(MAXSIM_VERSION_MAJOR) "." MAXSIM_STR(MAXSIM_VERSION_MINOR) "." MAXSIM_STR(MAXSIM_VERSION_PATCH);
+}
+
+MAXSIM_API void maxsim_options_init(maxsim_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(*o);
+  o->load_plugins = 1;
+}
+
+MAXSIM_API maxsim_status maxsim_context_create(const maxsim_options* options, maxsim_context** out) {
+  try {
+    return CreateContext(options, out);
+  } catch (const std::bad_alloc&) {
+    return Report(Error(MAXSIM_ERR_OUT_OF_MEMORY, "out of host memory creating the context"));
+  } catch (...) {
+    return Report(Error(MAXSIM_ERR_INTERNAL, "internal error creating the context"));
+  }
+}
+
+MAXSIM_API void maxsim_context_destroy(maxsim_context* ctx) { delete ctx; }
+
+MAXSIM_API maxsim_status maxsim_context_report(const maxsim_context* ctx, char* text, size_t capacity,
+                                               size_t* needed) {
+  return Guard([&]() -> Status {
+    MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
+    const std::string r = ContextReport(*ctx);
+    if (needed) *needed = r.size() + 1;
+    if (text == nullptr || capacity < r.size() + 1) {
+      if (text && capacity > 0) {
+        std::memcpy(text, r.data(), capacity - 1);
+        text[capacity - 1] = '\0';
+      }
+      return Error(MAXSIM_ERR_BUFFER_TOO_SMALL, "report needs %zu bytes, capacity is %zu", r.size() + 1, capacity);
+    }
+    std::memcpy(text, r.c_str(), r.size() + 1);
+    return Status::Ok();
+  });
+}
+
+MAXSIM_API const char* maxsim_context_kernel(const maxsim_context* ctx) { return ctx ? ctx->kernel->name : ""; }
+
+MAXSIM_API const char* maxsim_context_backend(const maxsim_context* ctx) {
+  if (!ctx) return "";
+  return ctx->accel ? ctx->accel->name.c_str() : "cpu";
+}
+
+MAXSIM_API int32_t maxsim_context_num_threads(const maxsim_context* ctx) { return ctx ? ctx->threads : 0; }
+
+MAXSIM_API size_t maxsim_kernel_count(void) {
+  size_t n = 0;
+  KernelList(&n);
+  return n;
+}
+
+MAXSIM_API const char* maxsim_kernel_name(size_t i) {
+  size_t n = 0;
+  const KernelInfo* list = KernelList(&n);
+  return i < n ? list[i].name : nullptr;
+}
+
+MAXSIM_API int maxsim_kernel_available(size_t i, const char** reason) {
+  size_t n = 0;
+  const KernelInfo* list = KernelList(&n);
+  if (i >= n) {
+    if (reason) *reason = "no such kernel index";
+    return 0;
+  }
+  static thread_local std::string why;
+  why.clear();
+  const bool ok = KernelAvailable(list[i], &why);
+  if (reason) *reason = ok ? "" : why.c_str();
+  return ok ? 1 : 0;
+}
+
+// ---- packing -----------------------------------------------------------------------------------------------
+
+MAXSIM_API maxsim_status maxsim_pack_size(const maxsim_dense_sets* sets, int with_ids, uint64_t* size) {
+  return Guard([&]() -> Status {
+    if (!size) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "size output is NULL");
+    DenseView v;
+    MAXSIM_RETURN_IF_ERROR(ResolveDense(sets, "sets", &v));
+    return pack::PackedSize(v, with_ids != 0, size);
+  });
+}
+
+MAXSIM_API maxsim_status maxsim_pack_into(maxsim_context* ctx, const maxsim_dense_sets* sets, const uint64_t* ids,
+                                          void* out, uint64_t capacity, uint64_t* written) {
+  return Guard([&]() -> Status {
+    DenseView v;
+    MAXSIM_RETURN_IF_ERROR(ResolveDense(sets, "sets", &v));
+    return pack::PackInto(v, ids, out, capacity, ctx ? ctx->threads : 1, "sets", written);
+  });
+}
+
+MAXSIM_API maxsim_status maxsim_pack(maxsim_context* ctx, const maxsim_dense_sets* sets, const uint64_t* ids,
+                                     maxsim_packed** out) {
+  return Guard([&]() -> Status {
+    if (!out) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = nullptr;
+    DenseView v;
+    MAXSIM_RETURN_IF_ERROR(ResolveDense(sets, "sets", &v));
+    uint64_t size = 0;
+    MAXSIM_RETURN_IF_ERROR(pack::PackedSize(v, ids != nullptr, &size));
+    void* memory = std::aligned_alloc(MAXSIM_PACK_ALIGN, RoundUp(size, MAXSIM_PACK_ALIGN));
+    if (!memory) {
+      return Error(MAXSIM_ERR_OUT_OF_MEMORY, "cannot allocate %llu bytes for the packed buffer",
+                   static_cast<unsigned long long>(size));
+    }
+    Status st = pack::PackInto(v, ids, memory, size, ctx ? ctx->threads : 1, "sets", &size);
+    pack::PackedView view;
+    if (st.ok()) st = pack::Validate(memory, size, MAXSIM_VALIDATE_FAST, &view);
+    if (!st.ok()) {
+      std::free(memory);
+      return st;
+    }
+    auto* p = new maxsim_packed;
+    p->view = view;
+    p->storage = maxsim_packed::Storage::kOwned;
+    p->memory = memory;
+    p->uid = NextPackedUid();
+    *out = p;
+    return Status::Ok();
+  });
+}
+
+MAXSIM_API maxsim_status maxsim_validate(const void* buffer, uint64_t size, maxsim_validation level) {
+  return Guard([&]() -> Status { return pack::Validate(buffer, size, level, nullptr); });
+}
+
+MAXSIM_API maxsim_status maxsim_packed_open(const void* buffer, uint64_t size, maxsim_validation level,
+                                            maxsim_packed** out) {
+  return Guard([&]() -> Status {
+    if (!out) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = nullptr;
+    pack::PackedView view;
+    MAXSIM_RETURN_IF_ERROR(pack::Validate(buffer, size, level, &view));
+    auto* p = new maxsim_packed;
+    p->view = view;
+    p->uid = NextPackedUid();
+    *out = p;
+    return Status::Ok();
+  });
+}
+
+MAXSIM_API maxsim_status maxsim_packed_load(const char* path, maxsim_validation level, maxsim_packed** out) {
+  return Guard([&]() -> Status {
+    if (!out) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = nullptr;
+    return LoadPackedFile(path, level, out);
+  });
+}
+
+MAXSIM_API maxsim_status maxsim_packed_save(const maxsim_packed* packed, const char* path) {
+  return Guard([&]() -> Status {
+    if (!packed) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "packed is NULL");
+    return SavePackedFile(packed->view, path);
+  });
+}
+
+MAXSIM_API void maxsim_packed_release(maxsim_packed* packed) {
+  if (!packed) return;
+  ForgetPacked(packed);
+  ReleasePackedStorage(packed);
+  delete packed;
+}
+
+MAXSIM_API maxsim_status maxsim_packed_describe(const maxsim_packed* packed, maxsim_packed_desc* desc) {
+  return Guard([&]() -> Status {
+    if (!packed || !desc) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "packed or desc is NULL");
+    const pack::PackedView& v = packed->view;
+    desc->n_sets = v.n_sets;
+    desc->n_vectors = v.n_vectors;
+    desc->dim = v.dim;
+    desc->dtype = v.dtype;
+    desc->has_ids = v.ids != nullptr;
+    desc->size = v.size;
+    desc->data = v.base;
+    desc->offsets = v.offsets;
+    desc->ids = v.ids;
+    return Status::Ok();
+  });
+}
+
+// ---- scoring -----------------------------------------------------------------------------------------------
+
+MAXSIM_API void maxsim_score_options_init(maxsim_score_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(*o);
+  o->metric = MAXSIM_METRIC_DOT;
+  o->mode = MAXSIM_MODE_EXACT;
+}
+
+MAXSIM_API maxsim_status maxsim_score_matrix(maxsim_context* ctx, const maxsim_sets* queries,
+                                             const maxsim_sets* documents, const maxsim_score_options* options,
+                                             float* scores, int32_t* argmax) {
+  return Guard([&]() -> Status {
+    MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
+    ScoreRequest req;
+    maxsim_stats* stats = nullptr;
+    void* stream = nullptr;
+    MAXSIM_RETURN_IF_ERROR(ReadScoreOptions(options, &req, &stats, &stream));
+    SetsRef q, d;
+    MAXSIM_RETURN_IF_ERROR(ResolveSets(queries, "queries", &q));
+    MAXSIM_RETURN_IF_ERROR(ResolveSets(documents, "documents", &d));
+    Route route;
+    MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, q, d, MatrixWork(q, d), &route));
+    if (route == Route::kPlugin) {
+      if (q.dim() != d.dim()) {
+        return Error(MAXSIM_ERR_DIM_MISMATCH, "queries have dim %u but documents have dim %u", q.dim(), d.dim());
+      }
+      PluginCall call;
+      call.op = PluginOp::kMatrix;
+      call.req = req;
+      call.scores = scores;
+      call.argmax = argmax;
+      call.stats = stats;
+      call.stream = stream;
+      return RunOnPlugin(*ctx, q, d, call);
+    }
+    return ctx->engine->ScoreMatrix(q, d, req, scores, argmax, stats);
+  });
+}
+
+MAXSIM_API maxsim_status maxsim_score_pairs(maxsim_context* ctx, const maxsim_sets* queries,
+                                            const maxsim_sets* documents, const maxsim_score_options* options,
+                                            float* scores, int32_t* argmax) {
+  return Guard([&]() -> Status {
+    return ScoreCandidatesImpl(ctx, queries, documents, nullptr, nullptr, options, scores, argmax, true);
+  });
+}
+
+MAXSIM_API maxsim_status maxsim_score_candidates(maxsim_context* ctx, const maxsim_sets* queries,
+                                                 const maxsim_sets* documents, const uint64_t* cand_offsets,
+                                                 const uint64_t* candidates, const maxsim_score_options* options,
+                                                 float* scores, int32_t* argmax) {
+  return Guard([&]() -> Status {
+    return ScoreCandidatesImpl(ctx, queries, documents, cand_offsets, candidates, options, scores, argmax, false);
+  });
+}
+
+MAXSIM_API maxsim_status maxsim_topk(maxsim_context* ctx, const maxsim_sets* queries, const maxsim_sets* documents,
+                                     uint64_t k, const maxsim_score_options* options, float* scores,
+                                     uint64_t* doc_index, uint64_t* ids) {
+  return Guard([&]() -> Status {
+    MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
+    ScoreRequest req;
+    maxsim_stats* stats = nullptr;
+    void* stream = nullptr;
+    MAXSIM_RETURN_IF_ERROR(ReadScoreOptions(options, &req, &stats, &stream));
+    SetsRef q, d;
+    MAXSIM_RETURN_IF_ERROR(ResolveSets(queries, "queries", &q));
+    MAXSIM_RETURN_IF_ERROR(ResolveSets(documents, "documents", &d));
+    Route route;
+    MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, q, d, MatrixWork(q, d), &route));
+    if (route == Route::kPlugin) {
+      if (k == 0) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "k is 0 (ask for at least one document)");
+      if (!scores || !doc_index) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "top-k outputs must not be NULL");
+      if (ids && !(d.is_packed && d.packed.ids)) {
+        return Error(MAXSIM_ERR_INVALID_ARGUMENT,
+                     "ids were requested but the documents carry none (pack them with ids, or pass ids = NULL)");
+      }
+      if (q.dim() != d.dim()) {
+        return Error(MAXSIM_ERR_DIM_MISMATCH, "queries have dim %u but documents have dim %u", q.dim(), d.dim());
+      }
+      PluginCall call;
+      call.op = PluginOp::kTopK;
+      call.req = req;
+      call.k = k;
+      call.scores = scores;
+      call.topk_index = doc_index;
+      call.ids = ids;
+      call.stats = stats;
+      call.stream = stream;
+      return RunOnPlugin(*ctx, q, d, call);
+    }
+    return ctx->engine->TopK(q, d, k, req, scores, doc_index, ids, stats);
+  });
+}
+
+MAXSIM_API maxsim_status maxsim_backward(maxsim_context* ctx, const maxsim_dense_sets* queries,
+                                         const maxsim_dense_sets* documents, const maxsim_backward_args* args) {
+  return Guard([&]() -> Status {
+    MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
+    if (!args) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "backward args are NULL");
+    if (args->struct_size < offsetof(maxsim_backward_args, cuda_stream) + sizeof(void*)) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "maxsim_backward_args.struct_size is %u, expected %zu",
+                   args->struct_size, sizeof(maxsim_backward_args));
+    }
+    DenseView q, d;
+    MAXSIM_RETURN_IF_ERROR(ResolveDense(queries, "queries", &q));
+    MAXSIM_RETURN_IF_ERROR(ResolveDense(documents, "documents", &d));
+    // Host tensors always take the CPU backward (the reference); device tensors need the plugin.
+    if (q.memory == MAXSIM_MEMORY_CUDA || d.memory == MAXSIM_MEMORY_CUDA) {
+      if (q.memory != d.memory) {
+        return Error(MAXSIM_ERR_INVALID_ARGUMENT, "queries and documents must be in the same memory kind");
+      }
+      if (!ctx->accel) {
+        return Error(MAXSIM_ERR_BACKEND_UNAVAILABLE,
+                     "inputs are in CUDA memory but no accelerator backend is active (%s)", ctx->backend_note.c_str());
+      }
+      return BackwardOnPlugin(*ctx, queries, documents, *args);
+    }
+    return ctx->engine->Backward(q, d, *args);
+  });
+}
+
+}  // extern "C"

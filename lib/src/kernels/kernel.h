@@ -1,0 +1,104 @@
+// The contract between the scoring engine and the CPU kernels.
+//
+// A kernel scores one prepared query set against one document set and returns, for every query token, the
+// best "key" over the document tokens and its index:
+//   key(q, d) = E(q, d)                   (dot)
+//   key(q, d) = fl(E(q, d) * inv_norm(d)) (cosine; inv_norm = 1/||d|| in f32, 0 for a zero vector)
+// where E(q, d) is THE canonical similarity: the sequential f32 fused multiply-add chain
+//   acc = +0; for k in 0..dim-1: acc = fma(q[k], d[k], acc)
+// on inputs widened exactly to f32. Every kernel must compute exactly this value for every pair it reports
+// (vectorise across tokens, never across k), so exact results are bit-identical across kernels, ISAs and
+// thread counts, and certified refinement reproduces the exact path bit for bit. Ties: the lowest document
+// index wins (strict > while scanning in index order). The engine turns keys into scores (cosine: times the
+// query token's inverse norm) and sums them.
+//
+// Assumptions every kernel may rely on (the engine guarantees them):
+//   - the document has >= 1 token; the query has >= 1 token;
+//   - every value is finite and every vector's norm <= 1e19 (validated), so no dot product overflows;
+//   - for CERTIFIED/APPROXIMATE, codes and metadata are present and consistent with the originals (packed by
+//     this library, or validated);
+//   - q.qt has q.n_padded (a multiple of 16) lanes per k; lanes >= n_tokens are zero.
+#ifndef MAXSIM_SRC_KERNELS_KERNEL_H_
+#define MAXSIM_SRC_KERNELS_KERNEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "maxsim/maxsim.h"
+#include "maxsim/packed_format.h"
+
+namespace maxsim {
+
+// One query set, prepared once per call in layouts every kernel can read.
+struct PreparedQuery {
+  uint32_t n_tokens = 0;     // kept (unmasked) tokens
+  uint32_t n_padded = 0;     // n_tokens rounded up to 16
+  uint32_t dim = 0;
+  uint32_t padded_dim = 0;   // code row bytes (multiple of 64)
+  const float* qt = nullptr;               // [dim][n_padded] f32, transposed, zero padding lanes
+  const float* rows = nullptr;             // [n_tokens][dim] f32, row-major
+  const int8_t* codes = nullptr;           // [n_tokens][padded_dim], present for CERTIFIED/APPROXIMATE
+  const maxsim_vector_meta* meta = nullptr;  // [n_tokens]: norm always; scale/resid/code_sum with codes
+};
+
+// One document set as a kernel sees it.
+struct DocRef {
+  uint32_t n_tokens = 0;
+  uint32_t dim = 0;
+  maxsim_dtype dtype = MAXSIM_F32;
+  const uint8_t* originals = nullptr;  // row t at originals + t * orig_row_bytes, dim values of dtype
+  uint64_t orig_row_bytes = 0;
+  const int8_t* codes = nullptr;       // row t at codes + t * padded_dim (CERTIFIED/APPROXIMATE)
+  uint32_t padded_dim = 0;
+  const maxsim_vector_meta* meta = nullptr;  // norms (cosine) and quantisation metadata (screening)
+};
+
+// Per-thread scratch memory a kernel may grow and reuse across calls.
+struct KernelScratch {
+  std::vector<float> rows;     // document rows widened to f32
+  std::vector<float> inv;      // per document token 1/||d|| (cosine)
+  std::vector<float> work;     // kernel-specific (screening keys and margins, tiles)
+  std::vector<int32_t> i32;    // kernel-specific
+  template <typename T>
+  static T* Grow(std::vector<T>& v, size_t n) {
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
+};
+
+// Counters for certified/approximate runs (per thread, summed by the engine).
+struct ScreenCounters {
+  uint64_t refined = 0;          // document tokens whose exact similarity was computed
+  uint64_t multi_candidate = 0;  // query tokens whose candidate set had more than one token
+};
+
+struct KernelOps {
+  // best_key[s], best_index[s] for s < q.n_tokens.
+  void (*exact)(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key,
+                int32_t* best_index, KernelScratch& scratch);
+  // CERTIFIED: identical output to exact(). APPROXIMATE: i8 argmax (scales applied), that token refined.
+  void (*screened)(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode,
+                   float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters);
+};
+
+// One entry of the kernel list (kernels/kernel_list.inc).
+struct KernelInfo {
+  const char* name;          // what MAXSIM_ISA takes
+  uint64_t required;         // CpuFeature bits
+  int priority;              // higher wins
+  const char* description;
+  const KernelOps* ops;
+};
+
+// The kernel list, highest priority first, including kernels this machine cannot run.
+const KernelInfo* KernelList(size_t* count);
+// Whether this machine runs kernel k; if not, why ("needs avx512vnni, which this CPU lacks").
+bool KernelAvailable(const KernelInfo& k, std::string* reason);
+
+// 1/||d|| as the cosine key uses it (0 for a zero vector, whose cosine with anything is defined as 0).
+inline float InvNorm(float norm) { return norm > 0.0f ? 1.0f / norm : 0.0f; }
+
+}  // namespace maxsim
+
+#endif  // MAXSIM_SRC_KERNELS_KERNEL_H_

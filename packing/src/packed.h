@@ -1,0 +1,93 @@
+// Internal interface of the packed format: layout arithmetic, checksum, quantisation, validation, views.
+#ifndef MAXSIM_PACKING_PACKED_H_
+#define MAXSIM_PACKING_PACKED_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "maxsim/maxsim.h"
+#include "maxsim/packed_format.h"
+#include "status.h"
+
+namespace maxsim::pack {
+
+inline uint32_t DtypeBytes(maxsim_dtype dtype) { return dtype == MAXSIM_F32 ? 4u : 2u; }
+inline bool DtypeValid(uint32_t dtype) { return dtype >= MAXSIM_F32 && dtype <= MAXSIM_BF16; }
+const char* DtypeName(maxsim_dtype dtype);
+
+// Where every region of a canonical buffer lies. Fully determined by (dim, dtype, n_vectors, n_sets, has_ids).
+struct Layout {
+  uint32_t dim = 0;
+  uint32_t padded_dim = 0;
+  uint32_t orig_row_bytes = 0;
+  maxsim_dtype dtype = MAXSIM_F32;
+  uint64_t n_vectors = 0;
+  uint64_t n_sets = 0;
+  bool has_ids = false;
+  maxsim_pack_region regions[MAXSIM_REGION_COUNT] = {};
+  uint64_t total_size = 0;
+};
+
+// Overflow-checked; fails with MAXSIM_ERR_INVALID_ARGUMENT (or the given code) naming the field that overflows.
+Status ComputeLayout(uint32_t dim, maxsim_dtype dtype, uint64_t n_vectors, uint64_t n_sets, bool has_ids,
+                     Layout* layout, maxsim_status code = MAXSIM_ERR_INVALID_ARGUMENT);
+
+// 64-bit checksum (four independent multiply-rotate lanes, then an avalanche): detects corruption, not an
+// adversary. About 10 GB/s on one core.
+uint64_t Checksum64(const void* data, uint64_t size);
+
+// A validated buffer, as kernels see it. Pointers are into the buffer; nothing is owned.
+struct PackedView {
+  const uint8_t* base = nullptr;
+  uint64_t size = 0;
+  uint32_t dim = 0;
+  uint32_t padded_dim = 0;
+  uint32_t orig_row_bytes = 0;
+  maxsim_dtype dtype = MAXSIM_F32;
+  uint64_t n_vectors = 0;
+  uint64_t n_sets = 0;
+  const int8_t* codes = nullptr;
+  const maxsim_vector_meta* meta = nullptr;
+  const uint8_t* originals = nullptr;
+  const uint64_t* offsets = nullptr;
+  const uint64_t* ids = nullptr;  // null when the buffer has none
+};
+
+Status Validate(const void* buffer, uint64_t size, maxsim_validation level, PackedView* view);
+
+// ---- Quantisation (the canonical definition lives in quantize_ref.cc; docs/packed-format.md states it) ----
+
+// Pass 1 over one f32 vector: finiteness, max |v|, and the canonical double sum of squares.
+struct RowStats {
+  float maxabs = 0;
+  double norm_sq = 0;
+  bool finite = true;
+};
+// Pass 2: codes (padded_dim bytes, zero padding) and metadata; meta->norm comes from the pass-1 sum.
+// `codes` may be null to compute only the metadata.
+void QuantizeRowRef(const float* v, uint32_t dim, uint32_t padded_dim, const RowStats& stats, int8_t* codes,
+                    maxsim_vector_meta* meta);
+RowStats AnalyzeRowRef(const float* v, uint32_t dim);
+
+// Vectorised (Highway, run-time dispatch); bit-identical to the reference.
+RowStats AnalyzeRow(const float* v, uint32_t dim);
+void QuantizeRow(const float* v, uint32_t dim, uint32_t padded_dim, const RowStats& stats, int8_t* codes,
+                 maxsim_vector_meta* meta);
+// Widens one row of f16/bf16/f32 to f32 (exact).
+void WidenRow(const void* row, maxsim_dtype dtype, uint32_t dim, float* out);
+// For tests: how many Highway targets were compiled and can run here, and forcing one of them.
+size_t QuantizeTargetCount();
+const char* QuantizeTargetName(size_t i);
+void QuantizeForceTarget(size_t i);  // SIZE_MAX: restore automatic choice
+
+// The canonical combination of the 8 lane sums and the f32 roundings of the norms.
+double CombineLanes(const double lanes[8]);
+float NormFromSquares(double norm_sq);      // round to nearest
+float ResidFromSquares(double resid_sq);    // round up: an upper bound
+
+// Accepted vector: finite and ||v|| <= MAXSIM_PACK_MAX_NORM.
+inline bool NormAccepted(double norm_sq) { return norm_sq <= MAXSIM_PACK_MAX_NORM * MAXSIM_PACK_MAX_NORM; }
+
+}  // namespace maxsim::pack
+
+#endif  // MAXSIM_PACKING_PACKED_H_

@@ -1,0 +1,21 @@
+#ifndef MAXSIM_PACKING_PACKER_H_
+#define MAXSIM_PACKING_PACKER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "dense.h"
+#include "status.h"
+
+namespace maxsim::pack {
+
+// Token offsets of the packed collection (masked rows dropped).
+Status PackedOffsets(const DenseView& in, std::vector<uint64_t>* offsets);
+Status PackedSize(const DenseView& in, bool with_ids, uint64_t* size);
+// Packs host-memory sets into `out` (64-byte aligned, `capacity` bytes). On any error nothing is written.
+Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t capacity, int threads,
+                const char* role, uint64_t* written);
+
+}  // namespace maxsim::pack
+
+#endif  // MAXSIM_PACKING_PACKER_H_

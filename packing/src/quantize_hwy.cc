@@ -1,0 +1,226 @@
+// Vectorised quantisation (Highway, one source compiled per target, chosen at run time). Reproduces
+// quantize_ref.cc bit for bit: the order-sensitive double sums use the same 8 lanes (lane = k mod 8) whatever
+// the vector width, by keeping 8 / N accumulators of N double lanes; everything else is order-independent.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "quantize_hwy.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "half.h"
+#include "packed.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace maxsim::pack {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Up to 4 double lanes per vector (N = 1, 2 or 4), so that 8 / N accumulators hold the 8 canonical lanes.
+using DD = hn::CappedTag<double, 4>;
+using DF_HALF = hn::Rebind<float, DD>;
+using DI32_HALF = hn::Rebind<int32_t, DD>;
+using DI8_HALF = hn::Rebind<int8_t, DD>;
+
+struct LaneSums {
+  hn::Vec<DD> acc[8];
+};
+
+HWY_INLINE void ZeroSums(LaneSums& s) {
+  const DD dd;
+  for (auto& a : s.acc) a = hn::Zero(dd);
+}
+
+HWY_INLINE double FinishSums(const LaneSums& s) {
+  const DD dd;
+  const size_t n = hn::Lanes(dd);
+  HWY_ALIGN double tmp[4];
+  double lanes[8];
+  for (size_t a = 0; a < 8 / n; ++a) {
+    hn::Store(s.acc[a], dd, tmp);
+    for (size_t i = 0; i < n; ++i) lanes[a * n + i] = tmp[i];
+  }
+  return CombineLanes(lanes);
+}
+
+// Adds the squares of one block of 8 values (x8 points at 8 floats) to the 8 lane sums.
+HWY_INLINE void AddSquares8(LaneSums& s, const float* HWY_RESTRICT x8) {
+  const DD dd;
+  const DF_HALF df;
+  const size_t n = hn::Lanes(dd);
+  for (size_t a = 0; a < 8 / n; ++a) {
+    const auto x = hn::PromoteTo(dd, hn::LoadU(df, x8 + a * n));
+    s.acc[a] = hn::MulAdd(x, x, s.acc[a]);
+  }
+}
+
+// Adds (v - scale * code)^2 for one block of 8 values.
+HWY_INLINE void AddResiduals8(LaneSums& s, const float* HWY_RESTRICT v8, const int8_t* HWY_RESTRICT c8,
+                              double scale) {
+  const DD dd;
+  const DF_HALF df;
+  const DI32_HALF di32;
+  const DI8_HALF di8;
+  const size_t n = hn::Lanes(dd);
+  const auto vscale = hn::Set(dd, scale);
+  for (size_t a = 0; a < 8 / n; ++a) {
+    const auto x = hn::PromoteTo(dd, hn::LoadU(df, v8 + a * n));
+    const auto c = hn::PromoteTo(dd, hn::PromoteTo(di32, hn::LoadU(di8, c8 + a * n)));
+    const auto e = hn::Sub(x, hn::Mul(vscale, c));  // scale * code is exact in double
+    s.acc[a] = hn::MulAdd(e, e, s.acc[a]);
+  }
+}
+
+RowStats AnalyzeRowImpl(const float* HWY_RESTRICT v, uint32_t dim) {
+  const hn::ScalableTag<float> df;
+  const size_t nf = hn::Lanes(df);
+  auto vmax = hn::Zero(df);
+  auto all_finite = hn::FirstN(df, nf);  // all true
+  const auto limit = hn::Set(df, std::numeric_limits<float>::max());
+  size_t k = 0;
+  for (; k + nf <= dim; k += nf) {
+    const auto a = hn::Abs(hn::LoadU(df, v + k));
+    all_finite = hn::And(all_finite, a <= limit);  // false for NaN and Inf
+    vmax = hn::Max(vmax, a);
+  }
+  RowStats stats;
+  stats.finite = hn::AllTrue(df, all_finite);
+  float maxabs = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  for (; k < dim; ++k) {
+    if (!std::isfinite(v[k])) stats.finite = false;
+    maxabs = std::fmax(maxabs, std::fabs(v[k]));
+  }
+  if (!stats.finite) {
+    stats.maxabs = std::numeric_limits<float>::infinity();
+    return stats;  // the caller rejects the vector; its norm is not needed
+  }
+  stats.maxabs = maxabs;
+
+  LaneSums sums;
+  ZeroSums(sums);
+  uint32_t j = 0;
+  for (; j + 8 <= dim; j += 8) AddSquares8(sums, v + j);
+  if (j < dim) {
+    HWY_ALIGN float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::memcpy(tail, v + j, (dim - j) * sizeof(float));
+    AddSquares8(sums, tail);  // +0.0 leaves a non-negative lane sum unchanged
+  }
+  stats.norm_sq = FinishSums(sums);
+  return stats;
+}
+
+void QuantizeRowImpl(const float* HWY_RESTRICT v, uint32_t dim, uint32_t padded_dim, const RowStats& stats,
+                     int8_t* HWY_RESTRICT codes, maxsim_vector_meta* meta) {
+  const float maxabs = stats.maxabs;
+  const float scale = maxabs / 127.0f;
+  const bool tiny = maxabs < 0x1p-100f;
+  if (tiny || codes == nullptr) {
+    // Zero and tiny vectors (127 / maxabs would overflow f32) and metadata-only requests are rare: the
+    // reference handles them, and is by definition identical.
+    QuantizeRowRef(v, dim, padded_dim, stats, codes, meta);
+    return;
+  }
+  const float inv = 127.0f / maxabs;
+
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<int32_t, decltype(df)> di32;
+  const hn::Rebind<int8_t, decltype(df)> di8;
+  const size_t nf = hn::Lanes(df);
+  const auto vinv = hn::Set(df, inv);
+  const auto lo = hn::Set(di32, -127);
+  const auto hi = hn::Set(di32, 127);
+  auto vsum = hn::Zero(di32);
+  uint32_t k = 0;
+  for (; k + nf <= dim; k += nf) {
+    const auto q = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, v + k), vinv)), lo), hi);
+    vsum = hn::Add(vsum, q);
+    hn::StoreU(hn::DemoteTo(di8, q), di8, codes + k);
+  }
+  int32_t code_sum = hn::GetLane(hn::SumOfLanes(di32, vsum));
+  for (; k < dim; ++k) {
+    const int32_t code = static_cast<int32_t>(std::fmin(127.0f, std::fmax(-127.0f, std::nearbyint(v[k] * inv))));
+    codes[k] = static_cast<int8_t>(code);
+    code_sum += code;
+  }
+  std::memset(codes + dim, 0, padded_dim - dim);
+
+  LaneSums sums;
+  ZeroSums(sums);
+  uint32_t j = 0;
+  for (; j + 8 <= dim; j += 8) AddResiduals8(sums, v + j, codes + j, scale);
+  if (j < dim) {
+    HWY_ALIGN float vt[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int8_t ct[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::memcpy(vt, v + j, (dim - j) * sizeof(float));
+    std::memcpy(ct, codes + j, dim - j);
+    AddResiduals8(sums, vt, ct, scale);
+  }
+  meta->scale = scale;
+  meta->norm = NormFromSquares(stats.norm_sq);
+  meta->resid_norm = ResidFromSquares(FinishSums(sums));
+  meta->code_sum = code_sum;
+}
+
+void WidenRowImpl(const void* HWY_RESTRICT row, maxsim_dtype dtype, uint32_t dim, float* HWY_RESTRICT out) {
+  if (dtype == MAXSIM_F32) {
+    std::memcpy(out, row, dim * sizeof(float));
+    return;
+  }
+  const hn::ScalableTag<float> df;
+  const size_t nf = hn::Lanes(df);
+  uint32_t k = 0;
+  if (dtype == MAXSIM_F16) {
+    const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+    const auto* in = static_cast<const hwy::float16_t*>(row);
+    for (; k + nf <= dim; k += nf) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, in + k)), df, out + k);
+    const auto* bits = static_cast<const uint16_t*>(row);
+    for (; k < dim; ++k) out[k] = F16ToF32(bits[k]);
+  } else {
+    const hn::Rebind<hwy::bfloat16_t, decltype(df)> dbf;
+    const auto* in = static_cast<const hwy::bfloat16_t*>(row);
+    for (; k + nf <= dim; k += nf) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dbf, in + k)), df, out + k);
+    const auto* bits = static_cast<const uint16_t*>(row);
+    for (; k < dim; ++k) out[k] = Bf16ToF32(bits[k]);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace maxsim::pack
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <vector>
+
+namespace maxsim::pack {
+HWY_EXPORT(AnalyzeRowImpl);
+HWY_EXPORT(QuantizeRowImpl);
+HWY_EXPORT(WidenRowImpl);
+
+RowStats AnalyzeRow(const float* v, uint32_t dim) { return HWY_DYNAMIC_DISPATCH(AnalyzeRowImpl)(v, dim); }
+
+void QuantizeRow(const float* v, uint32_t dim, uint32_t padded_dim, const RowStats& stats, int8_t* codes,
+                 maxsim_vector_meta* meta) {
+  HWY_DYNAMIC_DISPATCH(QuantizeRowImpl)(v, dim, padded_dim, stats, codes, meta);
+}
+
+void WidenRow(const void* row, maxsim_dtype dtype, uint32_t dim, float* out) {
+  HWY_DYNAMIC_DISPATCH(WidenRowImpl)(row, dtype, dim, out);
+}
+
+size_t QuantizeTargetCount() { return hwy::SupportedAndGeneratedTargets().size(); }
+const char* QuantizeTargetName(size_t i) {
+  const auto targets = hwy::SupportedAndGeneratedTargets();
+  return i < targets.size() ? hwy::TargetName(targets[i]) : "?";
+}
+void QuantizeForceTarget(size_t i) {
+  if (i == SIZE_MAX) {
+    hwy::SetSupportedTargetsForTest(0);
+    return;
+  }
+  const auto targets = hwy::SupportedAndGeneratedTargets();
+  if (i < targets.size()) hwy::SetSupportedTargetsForTest(targets[i]);
+}
+
+}  // namespace maxsim::pack
+#endif  // HWY_ONCE

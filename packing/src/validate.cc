@@ -1,0 +1,262 @@
+// Validation of packed buffers from outside. Order: header fields (each checked before anything derived from
+// it is used), header checksum, region table against the layout recomputed with overflow checks, offsets, then
+// (STANDARD) the payload checksum and every record, code and original, then (DEEP) a re-quantisation.
+// Messages name the field, the value found and the value expected.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "half.h"
+#include "packed.h"
+
+namespace maxsim::pack {
+namespace {
+
+using ull = unsigned long long;
+
+Status Bad(const char* format, ...) __attribute__((format(printf, 1, 2)));
+Status Bad(const char* format, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof(buf), format, args);
+  va_end(args);
+  return Status(MAXSIM_ERR_INVALID_BUFFER, std::string("invalid packed buffer: ") + buf);
+}
+
+const char* kRegionNames[MAXSIM_REGION_COUNT] = {"codes", "metadata", "originals", "offsets", "ids"};
+
+bool AllZero(const uint8_t* p, uint64_t n) {
+  uint8_t acc = 0;
+  for (uint64_t i = 0; i < n; ++i) acc |= p[i];
+  return acc == 0;
+}
+
+// Codes must be in [-127, 127] (-128 would break sign-trick kernels) with zero padding.
+Status CheckCodes(const PackedView& v) {
+  const uint32_t dim = v.dim;
+  for (uint64_t r = 0; r < v.n_vectors; ++r) {
+    const int8_t* row = v.codes + r * v.padded_dim;
+    uint8_t bad = 0;
+    for (uint32_t k = 0; k < dim; ++k) bad |= static_cast<uint8_t>(row[k] == -128);
+    if (bad) return Bad("vector %llu has code -128 (codes must lie in [-127, 127])", static_cast<ull>(r));
+    if (!AllZero(reinterpret_cast<const uint8_t*>(row) + dim, v.padded_dim - dim)) {
+      return Bad("vector %llu has non-zero code padding", static_cast<ull>(r));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckMeta(const PackedView& v) {
+  const double max_norm = MAXSIM_PACK_MAX_NORM;
+  const int64_t max_sum = 127ll * v.dim;
+  for (uint64_t r = 0; r < v.n_vectors; ++r) {
+    const maxsim_vector_meta& m = v.meta[r];
+    if (!(std::isfinite(m.scale) && m.scale >= 0.0f)) {
+      return Bad("vector %llu has scale %g (must be finite and >= 0)", static_cast<ull>(r), m.scale);
+    }
+    if (!(std::isfinite(m.norm) && m.norm >= 0.0f && m.norm <= max_norm)) {
+      return Bad("vector %llu has norm %g (must be finite, >= 0 and <= 1e19)", static_cast<ull>(r), m.norm);
+    }
+    if (!(std::isfinite(m.resid_norm) && m.resid_norm >= 0.0f)) {
+      return Bad("vector %llu has residual norm %g (must be finite and >= 0)", static_cast<ull>(r), m.resid_norm);
+    }
+    if (m.code_sum > max_sum || m.code_sum < -max_sum) {
+      return Bad("vector %llu has code sum %d, impossible for dim %u", static_cast<ull>(r), m.code_sum, v.dim);
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckOriginals(const PackedView& v) {
+  const uint32_t elem = DtypeBytes(v.dtype);
+  const uint64_t used = static_cast<uint64_t>(v.dim) * elem;
+  for (uint64_t r = 0; r < v.n_vectors; ++r) {
+    const uint8_t* row = v.originals + r * v.orig_row_bytes;
+    bool finite = true;
+    if (v.dtype == MAXSIM_F32) {
+      uint32_t all_exp = 0;
+      for (uint32_t k = 0; k < v.dim; ++k) {
+        uint32_t bits;
+        std::memcpy(&bits, row + 4 * k, 4);
+        all_exp |= static_cast<uint32_t>((bits & 0x7F800000u) == 0x7F800000u);
+      }
+      finite = all_exp == 0;
+    } else {
+      const uint16_t exp_mask = v.dtype == MAXSIM_F16 ? 0x7C00u : 0x7F80u;
+      uint32_t all_exp = 0;
+      for (uint32_t k = 0; k < v.dim; ++k) {
+        uint16_t bits;
+        std::memcpy(&bits, row + 2 * k, 2);
+        all_exp |= static_cast<uint32_t>((bits & exp_mask) == exp_mask);
+      }
+      finite = all_exp == 0;
+    }
+    if (!finite) return Bad("vector %llu has a non-finite original value", static_cast<ull>(r));
+    if (!AllZero(row + used, v.orig_row_bytes - used)) {
+      return Bad("vector %llu has non-zero padding after its originals", static_cast<ull>(r));
+    }
+  }
+  return Status::Ok();
+}
+
+// Re-quantises every vector and requires codes and metadata to match bit for bit.
+Status CheckDeep(const PackedView& v) {
+  std::vector<float> row(v.dim);
+  std::vector<int8_t> codes(v.padded_dim);
+  for (uint64_t r = 0; r < v.n_vectors; ++r) {
+    WidenRow(v.originals + r * v.orig_row_bytes, v.dtype, v.dim, row.data());
+    const RowStats stats = AnalyzeRow(row.data(), v.dim);
+    if (!stats.finite || !NormAccepted(stats.norm_sq)) {
+      return Bad("vector %llu has norm %g, above the supported 1e19", static_cast<ull>(r), std::sqrt(stats.norm_sq));
+    }
+    maxsim_vector_meta meta;
+    QuantizeRow(row.data(), v.dim, v.padded_dim, stats, codes.data(), &meta);
+    if (std::memcmp(&meta, &v.meta[r], sizeof(meta)) != 0) {
+      return Bad("vector %llu: metadata does not match its originals (stored scale %g norm %g resid %g sum %d; "
+                 "recomputed %g %g %g %d)",
+                 static_cast<ull>(r), v.meta[r].scale, v.meta[r].norm, v.meta[r].resid_norm, v.meta[r].code_sum,
+                 meta.scale, meta.norm, meta.resid_norm, meta.code_sum);
+    }
+    if (std::memcmp(codes.data(), v.codes + r * v.padded_dim, v.padded_dim) != 0) {
+      return Bad("vector %llu: codes do not match its originals", static_cast<ull>(r));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Validate(const void* buffer, uint64_t size, maxsim_validation level, PackedView* view) {
+  if (buffer == nullptr) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "packed buffer pointer is NULL");
+  if (level != MAXSIM_VALIDATE_STANDARD && level != MAXSIM_VALIDATE_DEEP && level != MAXSIM_VALIDATE_FAST) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "validation level %d is not STANDARD (0), DEEP (1) or FAST (2)",
+                 static_cast<int>(level));
+  }
+  if (reinterpret_cast<uintptr_t>(buffer) % MAXSIM_PACK_ALIGN != 0) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT,
+                 "packed buffer at %p is not 64-byte aligned (allocate it with aligned_alloc(64, size) or load the "
+                 "file with maxsim_packed_load)", buffer);
+  }
+  if (size < MAXSIM_PACK_HEADER_SIZE) {
+    return Bad("%llu bytes is smaller than the %u-byte header (truncated?)", static_cast<ull>(size),
+               MAXSIM_PACK_HEADER_SIZE);
+  }
+  const auto* base = static_cast<const uint8_t*>(buffer);
+  maxsim_pack_header h;
+  std::memcpy(&h, base, sizeof(h));
+
+  if (std::memcmp(h.magic, MAXSIM_PACK_MAGIC, 8) != 0) {
+    return Bad("magic is not \"MAXSIMPK\" (not a libmaxsim packed buffer)");
+  }
+  if (h.endian_tag != MAXSIM_PACK_ENDIAN_TAG) {
+    if (h.endian_tag == 0x04030201u) return Bad("buffer was written with the other byte order (big-endian)");
+    return Bad("endianness tag is 0x%08x, expected 0x01020304", h.endian_tag);
+  }
+  if (h.version_major != MAXSIM_PACK_VERSION_MAJOR) {
+    return Bad("format version %u.%u is not supported by this reader (%u.%u): repack the data with this version",
+               h.version_major, h.version_minor, MAXSIM_PACK_VERSION_MAJOR, MAXSIM_PACK_VERSION_MINOR);
+  }
+  if (h.header_size != MAXSIM_PACK_HEADER_SIZE) {
+    return Bad("header_size is %u, expected %u", h.header_size, MAXSIM_PACK_HEADER_SIZE);
+  }
+  const uint64_t header_sum = Checksum64(base, offsetof(maxsim_pack_header, header_checksum));
+  if (header_sum != h.header_checksum) {
+    return Bad("header checksum mismatch (stored 0x%016llx, computed 0x%016llx): the header is corrupted",
+               static_cast<ull>(h.header_checksum), static_cast<ull>(header_sum));
+  }
+  if (h.layout != MAXSIM_PACK_LAYOUT_CANONICAL) return Bad("layout id %u is unknown (expected 1)", h.layout);
+  if (!DtypeValid(h.orig_dtype)) return Bad("originals dtype %u is not f32 (1), f16 (2) or bf16 (3)", h.orig_dtype);
+  if (h.region_count != MAXSIM_REGION_COUNT) {
+    return Bad("region_count is %u, expected %u", h.region_count, MAXSIM_REGION_COUNT);
+  }
+  if (h.quant_range != MAXSIM_PACK_QUANT_RANGE) {
+    return Bad("quantisation range is %u, expected %u", h.quant_range, MAXSIM_PACK_QUANT_RANGE);
+  }
+  if (h.meta_record_bytes != sizeof(maxsim_vector_meta)) {
+    return Bad("metadata record size is %u, expected %zu", h.meta_record_bytes, sizeof(maxsim_vector_meta));
+  }
+  if (h.dim == 0 || h.dim > MAXSIM_PACK_MAX_DIM) return Bad("dim %u is outside 1..%u", h.dim, MAXSIM_PACK_MAX_DIM);
+  if ((h.flags & ~MAXSIM_PACK_FLAG_HAS_IDS) != 0) {
+    return Bad("unknown flag bits 0x%llx", static_cast<ull>(h.flags & ~MAXSIM_PACK_FLAG_HAS_IDS));
+  }
+  if (h.version_minor <= MAXSIM_PACK_VERSION_MINOR && !AllZero(h.reserved, sizeof(h.reserved))) {
+    return Bad("reserved header bytes are not zero");
+  }
+
+  const auto dtype = static_cast<maxsim_dtype>(h.orig_dtype);
+  const bool has_ids = (h.flags & MAXSIM_PACK_FLAG_HAS_IDS) != 0;
+  Layout l;
+  MAXSIM_RETURN_IF_ERROR(ComputeLayout(h.dim, dtype, h.n_vectors, h.n_sets, has_ids, &l, MAXSIM_ERR_INVALID_BUFFER));
+  if (h.padded_dim != l.padded_dim) return Bad("padded_dim is %u, expected %u", h.padded_dim, l.padded_dim);
+  if (h.orig_row_bytes != l.orig_row_bytes) {
+    return Bad("orig_row_bytes is %u, expected %u", h.orig_row_bytes, l.orig_row_bytes);
+  }
+  for (int r = 0; r < MAXSIM_REGION_SLOTS; ++r) {
+    const maxsim_pack_region expected = r < MAXSIM_REGION_COUNT ? l.regions[r] : maxsim_pack_region{0, 0};
+    if (h.regions[r].offset != expected.offset || h.regions[r].size != expected.size) {
+      return Bad("region %d (%s) is at offset %llu size %llu, expected offset %llu size %llu", r,
+                 r < MAXSIM_REGION_COUNT ? kRegionNames[r] : "unused", static_cast<ull>(h.regions[r].offset),
+                 static_cast<ull>(h.regions[r].size), static_cast<ull>(expected.offset),
+                 static_cast<ull>(expected.size));
+    }
+  }
+  if (h.total_size != l.total_size) {
+    return Bad("total_size is %llu, expected %llu for %llu vectors in %llu sets", static_cast<ull>(h.total_size),
+               static_cast<ull>(l.total_size), static_cast<ull>(h.n_vectors), static_cast<ull>(h.n_sets));
+  }
+  if (size != h.total_size) {
+    return Bad("buffer is %llu bytes but its header says %llu (truncated or padded?)", static_cast<ull>(size),
+               static_cast<ull>(h.total_size));
+  }
+
+  PackedView v;
+  v.base = base;
+  v.size = size;
+  v.dim = h.dim;
+  v.padded_dim = h.padded_dim;
+  v.orig_row_bytes = h.orig_row_bytes;
+  v.dtype = dtype;
+  v.n_vectors = h.n_vectors;
+  v.n_sets = h.n_sets;
+  v.codes = reinterpret_cast<const int8_t*>(base + l.regions[MAXSIM_REGION_CODES].offset);
+  v.meta = reinterpret_cast<const maxsim_vector_meta*>(base + l.regions[MAXSIM_REGION_META].offset);
+  v.originals = base + l.regions[MAXSIM_REGION_ORIGINALS].offset;
+  v.offsets = reinterpret_cast<const uint64_t*>(base + l.regions[MAXSIM_REGION_OFFSETS].offset);
+  v.ids = has_ids ? reinterpret_cast<const uint64_t*>(base + l.regions[MAXSIM_REGION_IDS].offset) : nullptr;
+
+  if (v.offsets[0] != 0) return Bad("offsets[0] is %llu, expected 0", static_cast<ull>(v.offsets[0]));
+  for (uint64_t i = 0; i < v.n_sets; ++i) {
+    if (v.offsets[i + 1] < v.offsets[i]) {
+      return Bad("offsets decrease at set %llu (%llu then %llu)", static_cast<ull>(i), static_cast<ull>(v.offsets[i]),
+                 static_cast<ull>(v.offsets[i + 1]));
+    }
+  }
+  if (v.offsets[v.n_sets] != v.n_vectors) {
+    return Bad("last offset is %llu but the buffer holds %llu vectors", static_cast<ull>(v.offsets[v.n_sets]),
+               static_cast<ull>(v.n_vectors));
+  }
+
+  if (level != MAXSIM_VALIDATE_FAST) {
+    const uint64_t payload_sum = Checksum64(base + MAXSIM_PACK_HEADER_SIZE, size - MAXSIM_PACK_HEADER_SIZE);
+    if (payload_sum != h.payload_checksum) {
+      return Bad("payload checksum mismatch (stored 0x%016llx, computed 0x%016llx): the data is corrupted",
+                 static_cast<ull>(h.payload_checksum), static_cast<ull>(payload_sum));
+    }
+    // Gaps between regions are zero in a canonical buffer.
+    for (int r = 0; r < MAXSIM_REGION_COUNT; ++r) {
+      const uint64_t end = l.regions[r].offset + l.regions[r].size;
+      const uint64_t next = r + 1 < MAXSIM_REGION_COUNT ? l.regions[r + 1].offset : l.total_size;
+      if (!AllZero(base + end, next - end)) return Bad("non-zero bytes after the %s region", kRegionNames[r]);
+    }
+    MAXSIM_RETURN_IF_ERROR(CheckMeta(v));
+    MAXSIM_RETURN_IF_ERROR(CheckCodes(v));
+    MAXSIM_RETURN_IF_ERROR(CheckOriginals(v));
+  }
+  if (level == MAXSIM_VALIDATE_DEEP) MAXSIM_RETURN_IF_ERROR(CheckDeep(v));
+  if (view) *view = v;
+  return Status::Ok();
+}
+
+}  // namespace maxsim::pack

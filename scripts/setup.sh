@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what libmaxsim needs to build and test on Debian 12 (bookworm). Idempotent: when everything is
+# present it only asks dpkg and exits in well under a second.
+#   scripts/setup.sh            core build + tests (g++, Highway, oneDNN, OpenMP, GoogleTest, Benchmark, OpenBLAS)
+#   scripts/setup.sh --clang    also clang-19 (sanitizer build, libFuzzer, AVX-512/AMX intrinsics)
+set -euo pipefail
+
+want=(cmake ninja-build g++ libhwy-dev libdnnl-dev libgtest-dev libbenchmark-dev libopenblas-dev python3)
+for arg in "$@"; do
+  case "$arg" in
+    --clang) want+=(clang-19 lld-19 libomp-19-dev libclang-rt-19-dev) ;;
+    *) echo "setup.sh: unknown option '$arg' (known: --clang)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${want[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "setup.sh: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "setup.sh: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+echo "setup.sh: done"

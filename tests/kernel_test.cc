@@ -1,0 +1,216 @@
+// Every kernel in the kernel list, on every input shape the issue names, against the float64 reference; and
+// the two exactness contracts: certified == exact bit for bit, and exact results identical across kernels.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel.h"
+#include "maxsim/maxsim.hpp"
+#include "test_util.h"
+
+namespace maxsim::test {
+namespace {
+
+std::vector<size_t> AllKernels() {
+  std::vector<size_t> ids;
+  for (size_t i = 0; i < maxsim_kernel_count(); ++i) ids.push_back(i);
+  return ids;
+}
+
+Context ContextFor(const char* kernel, int threads = 2) {
+  maxsim_options o;
+  maxsim_options_init(&o);
+  o.isa = kernel;
+  o.num_threads = threads;
+  o.load_plugins = 0;
+  o.backend = "cpu";
+  return Context(o);
+}
+
+struct Result {
+  std::vector<float> scores;
+  std::vector<int32_t> argmax;
+};
+
+Result Matrix(Context& ctx, const TokenSets& q, const TokenSets& d, maxsim_metric metric, maxsim_mode mode,
+              bool pack_docs, maxsim_stats* stats = nullptr) {
+  Result r;
+  const uint64_t nq = q.n_sets(), nd = d.n_sets();
+  r.scores.assign(nq * nd, std::nanf(""));
+  r.argmax.assign(nd * q.rows(), -7);
+  ScoreOptions o;
+  o.metric = metric;
+  o.mode = mode;
+  o.stats = stats;
+  const DenseSets qd = q.Dense(), dd = d.Dense();
+  if (pack_docs) {
+    Packed pd = Packed::Pack(ctx, dd);
+    ctx.ScoreMatrix(qd, pd, r.scores, o, r.argmax.data());
+  } else {
+    ctx.ScoreMatrix(qd, dd, r.scores, o, r.argmax.data());
+  }
+  return r;
+}
+
+void ExpectMatchesReference(const TokenSets& q, const TokenSets& d, maxsim_metric metric, const Result& r,
+                            const std::string& what) {
+  const uint64_t nd = d.n_sets();
+  for (uint64_t i = 0; i < q.n_sets(); ++i) {
+    for (uint64_t j = 0; j < nd; ++j) {
+      const int32_t* am = r.argmax.data() + nd * q.offsets[i] + j * q.length(i);
+      const std::string err = CheckPair(q, i, d, j, metric, r.scores[i * nd + j], am);
+      ASSERT_TRUE(err.empty()) << what << " query " << i << " doc " << j << ": " << err;
+    }
+  }
+}
+
+void ExpectIdentical(const Result& a, const Result& b, const std::string& what) {
+  ASSERT_EQ(a.scores.size(), b.scores.size());
+  for (size_t i = 0; i < a.scores.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&a.scores[i], &b.scores[i], sizeof(float)), 0)
+        << what << ": score " << i << " differs: " << a.scores[i] << " vs " << b.scores[i];
+  }
+  ASSERT_EQ(a.argmax, b.argmax) << what << ": argmax differs";
+}
+
+class KernelTest : public ::testing::TestWithParam<size_t> {
+ protected:
+  void SetUp() override {
+    const char* reason = nullptr;
+    name_ = maxsim_kernel_name(GetParam());
+    if (!maxsim_kernel_available(GetParam(), &reason)) {
+      GTEST_SKIP() << "kernel " << name_ << " unavailable here: " << reason;
+    }
+  }
+  std::string name_;
+};
+
+const uint32_t kDims[] = {1, 7, 48, 64, 96, 128, 200, 768};
+const maxsim_dtype kDtypes[] = {MAXSIM_F32, MAXSIM_F16, MAXSIM_BF16};
+const maxsim_metric kMetrics[] = {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE};
+
+TEST_P(KernelTest, ExactAndCertifiedMatchReferenceAcrossDimsAndDtypes) {
+  Context ctx = ContextFor(name_.c_str());
+  std::mt19937_64 rng(1234 + GetParam());
+  for (uint32_t dim : kDims) {
+    for (maxsim_dtype dtype : kDtypes) {
+      const uint64_t max_len = dim >= 200 ? 24 : 40;
+      TokenSets q = Generate(rng, Shape::kUnitGaussian, 3, 1, 33, dim);
+      TokenSets d = Generate(rng, Shape::kGaussian, 7, 0, max_len, dim);  // ragged, some empty
+      q.Encode(dtype);
+      d.Encode(dtype);
+      for (maxsim_metric metric : kMetrics) {
+        const std::string what = "kernel " + name_ + " dim " + std::to_string(dim) + " dtype " +
+                                 std::to_string(dtype) + " metric " + std::to_string(metric);
+        const Result exact = Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, false);
+        ExpectMatchesReference(q, d, metric, exact, what + " exact/dense");
+        const Result exact_packed = Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
+        ExpectIdentical(exact, exact_packed, what + " exact dense vs packed");
+        const Result certified = Matrix(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, true);
+        ExpectIdentical(exact, certified, what + " certified vs exact");
+        const Result certified_dense = Matrix(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, false);
+        ExpectIdentical(exact, certified_dense, what + " certified(dense) vs exact");
+      }
+    }
+  }
+}
+
+TEST_P(KernelTest, AdversarialShapes) {
+  Context ctx = ContextFor(name_.c_str());
+  std::mt19937_64 rng(99 + GetParam());
+  const Shape shapes[] = {Shape::kGaussian,  Shape::kUnitGaussian, Shape::kClustered, Shape::kLargeNorm,
+                          Shape::kTinyNorm, Shape::kNearTies,     Shape::kDuplicates};
+  for (Shape shape : shapes) {
+    for (uint32_t dim : {5u, 64u, 128u}) {
+      TokenSets q = Generate(rng, shape, 4, 0, 40, dim);
+      TokenSets d = Generate(rng, shape, 9, 0, 70, dim);
+      for (maxsim_metric metric : kMetrics) {
+        const std::string what = std::string("kernel ") + name_ + " shape " + ShapeName(shape) + " dim " +
+                                 std::to_string(dim) + " metric " + std::to_string(metric);
+        const Result exact = Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
+        ExpectMatchesReference(q, d, metric, exact, what);
+        const Result certified = Matrix(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, true);
+        ExpectIdentical(exact, certified, what + " certified vs exact");
+      }
+    }
+  }
+}
+
+TEST_P(KernelTest, NearTieDocumentsBuiltAroundTheQuery) {
+  // Document tokens are perturbed copies of query tokens, so several document tokens compete for each query
+  // token at every scale from 1e-3 down to below f32 resolution.
+  Context ctx = ContextFor(name_.c_str());
+  std::mt19937_64 rng(7 + GetParam());
+  for (double spread : {1e-3, 1e-5, 1e-7, 1e-9}) {
+    TokenSets q = Generate(rng, Shape::kUnitGaussian, 3, 8, 32, 128);
+    TokenSets d = NearTieDocuments(rng, q, 6, 64, spread);
+    for (maxsim_metric metric : kMetrics) {
+      const std::string what = "kernel " + name_ + " spread " + std::to_string(spread);
+      maxsim_stats stats{};
+      const Result exact = Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
+      ExpectMatchesReference(q, d, metric, exact, what);
+      const Result certified = Matrix(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, true, &stats);
+      ExpectIdentical(exact, certified, what + " certified vs exact");
+      EXPECT_GT(stats.multi_candidate, 0u) << what << ": near ties should leave several candidates";
+    }
+  }
+}
+
+TEST_P(KernelTest, ApproximateRefinesItsOwnChoice) {
+  // Approximate mode is allowed to pick a worse token, but the value it reports is that token's exact
+  // similarity: never above the exact maximum, and close to it.
+  Context ctx = ContextFor(name_.c_str());
+  std::mt19937_64 rng(5 + GetParam());
+  TokenSets q = Generate(rng, Shape::kUnitGaussian, 4, 1, 32, 128);
+  TokenSets d = Generate(rng, Shape::kClustered, 20, 1, 120, 128);
+  for (maxsim_metric metric : kMetrics) {
+    const Result exact = Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
+    const Result approx = Matrix(ctx, q, d, metric, MAXSIM_MODE_APPROXIMATE, true);
+    for (size_t p = 0; p < exact.scores.size(); ++p) {
+      EXPECT_LE(approx.scores[p], exact.scores[p]);
+      EXPECT_GE(approx.scores[p], exact.scores[p] - 0.05f * std::fabs(exact.scores[p]) - 0.05f);
+    }
+    for (size_t a = 0; a < exact.argmax.size(); ++a) {
+      EXPECT_GE(approx.argmax[a], exact.argmax[a] < 0 ? -1 : 0);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKernels, KernelTest, ::testing::ValuesIn(AllKernels()),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           std::string n = maxsim_kernel_name(info.param);
+                           for (char& c : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return n;
+                         });
+
+TEST(KernelsAgree, ExactResultsAreBitIdenticalAcrossKernelsAndThreadCounts) {
+  std::mt19937_64 rng(2024);
+  TokenSets q = Generate(rng, Shape::kUnitGaussian, 5, 0, 40, 96);
+  TokenSets d = Generate(rng, Shape::kClustered, 40, 0, 90, 96);
+  std::vector<Result> results;
+  std::vector<std::string> names;
+  for (size_t k = 0; k < maxsim_kernel_count(); ++k) {
+    if (!maxsim_kernel_available(k, nullptr)) continue;
+    for (int threads : {1, 2, 3}) {
+      Context ctx = ContextFor(maxsim_kernel_name(k), threads);
+      for (maxsim_metric metric : kMetrics) {
+        results.push_back(Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, true));
+        names.push_back(std::string(maxsim_kernel_name(k)) + "/" + std::to_string(threads) + "t/m" +
+                        std::to_string(metric));
+      }
+    }
+  }
+  for (size_t r = 2; r < results.size(); ++r) {
+    ExpectIdentical(results[r % 2], results[r], names[r % 2] + " vs " + names[r]);
+  }
+}
+
+}  // namespace
+}  // namespace maxsim::test

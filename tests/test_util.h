@@ -1,0 +1,71 @@
+// Test data and the float64 reference every kernel and backend is checked against.
+#ifndef MAXSIM_TESTS_TEST_UTIL_H_
+#define MAXSIM_TESTS_TEST_UTIL_H_
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "maxsim/maxsim.h"
+#include "maxsim/maxsim.hpp"
+
+namespace maxsim::test {
+
+// Token sets held as f32 values that are exactly representable in `dtype` (so the f32 reference sees exactly
+// what the library sees), plus their encoding in that dtype.
+struct TokenSets {
+  uint32_t dim = 0;
+  maxsim_dtype dtype = MAXSIM_F32;
+  std::vector<float> values;       // [rows, dim]
+  std::vector<uint64_t> offsets;   // n_sets + 1
+  std::vector<uint8_t> mask;       // empty, or one byte per row
+  std::vector<uint8_t> encoded;    // values in dtype
+  uint64_t n_sets() const { return offsets.empty() ? 0 : offsets.size() - 1; }
+  uint64_t rows() const { return offsets.empty() ? 0 : offsets.back(); }
+  uint64_t length(uint64_t i) const { return offsets[i + 1] - offsets[i]; }
+  const float* row(uint64_t r) const { return values.data() + r * dim; }
+  bool kept(uint64_t r) const { return mask.empty() || mask[r] != 0; }
+  // Rounds values to dtype and fills `encoded`.
+  void Encode(maxsim_dtype d);
+  DenseSets Dense() const;
+};
+
+enum class Shape { kGaussian, kUnitGaussian, kClustered, kLargeNorm, kTinyNorm, kNearTies, kDuplicates };
+const char* ShapeName(Shape s);
+
+// n sets with lengths uniform in [min_len, max_len] (0 allowed), dimension dim.
+TokenSets Generate(std::mt19937_64& rng, Shape shape, uint64_t n_sets, uint64_t min_len, uint64_t max_len,
+                   uint32_t dim);
+// Documents built to sit near a query: many document tokens with nearly equal similarity to query tokens.
+TokenSets NearTieDocuments(std::mt19937_64& rng, const TokenSets& queries, uint64_t n_sets, uint64_t len,
+                           double spread);
+
+// ---- float64 reference ----------------------------------------------------------------------------------
+
+struct RefPair {
+  double score = 0;                // -inf for an empty document
+  double tolerance = 0;            // how far an f32 exact result may lie from `score` (see reference.cc)
+  std::vector<int32_t> argmax;     // per query position (-1 for masked tokens / empty documents)
+  std::vector<double> token_best;  // per query position: the float64 max similarity
+  std::vector<double> token_tol;   // per query position: the f32 error bound of one similarity
+};
+RefPair Reference(const TokenSets& q, uint64_t qi, const TokenSets& d, uint64_t dj, maxsim_metric metric);
+// float64 similarity of query position s of set qi with document position t of set dj.
+double RefSim(const TokenSets& q, uint64_t qi, uint64_t s, const TokenSets& d, uint64_t dj, uint64_t t,
+              maxsim_metric metric);
+
+// Checks a library result (score, argmax for this pair) against the reference; returns "" or what is wrong.
+std::string CheckPair(const TokenSets& q, uint64_t qi, const TokenSets& d, uint64_t dj, maxsim_metric metric,
+                      float score, const int32_t* argmax);
+
+// ---- real embeddings --------------------------------------------------------------------------------------
+
+// ../shared/data/colbert-nanofiqa next to the source tree (or MAXSIM_SHARED_DIR). "" if absent.
+std::string SharedDataDir();
+bool LoadNanoFiqa(TokenSets* queries, TokenSets* docs, std::vector<std::string>* query_ids,
+                  std::vector<std::string>* doc_ids, std::string* error);
+
+}  // namespace maxsim::test
+
+#endif  // MAXSIM_TESTS_TEST_UTIL_H_
