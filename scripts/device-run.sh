@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The one command for the device machine (NVIDIA H100 + Intel Sapphire Rapids CPU). From this machine:
+#   bash scripts/make-carry.sh                         # once: .carry/ with what the device lacks
+#   device run: command "bash scripts/device-run.sh [section ...]", carry [".carry"]
+# Sections (default: all, in this order), each a file scripts/device/<section>.sh:
+#   build       configure + build everything (library, tests, benchmarks, CUDA plugin) with g++ 13 / nvcc
+#   cpu-tests   the whole CTest suite on the device CPU (every kernel the CPU supports: AVX-512, VNNI, AMX)
+#   cpu-bench   CPU benchmarks (1/4/16 threads) with in-run baselines
+#   gpu-tests   the GPU conformance suite against the CPU reference (+ compute-sanitizer on a small case)
+#   gpu-bench   GPU benchmarks against in-run cuBLAS / copy-bandwidth / PyTorch baselines
+# Full logs and JSON go under $OUT; the summaries of all sections are printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+source scripts/device/env.sh
+sections=("$@")
+[ ${#sections[@]} -eq 0 ] && sections=(build cpu-tests cpu-bench gpu-tests gpu-bench)
+status=0
+for s in "${sections[@]}"; do
+  f=scripts/device/$s.sh
+  if [ ! -f "$f" ]; then echo "device-run: no section '$s' ($f)"; status=1; continue; fi
+  echo "=== $s ==="
+  start=$(date +%s)
+  if bash "$f" > "$OUT/$s.log" 2>&1; then r=ok; else r="FAILED (rc $?)"; status=1; fi
+  echo "=== $s: $r in $(( $(date +%s) - start )) s (log: $s.log) ==="
+  [ "$r" != ok ] && tail -n 40 "$OUT/$s.log"
+done
+echo
+echo "################ summary ################"
+for s in "${sections[@]}"; do
+  [ -f "$OUT/summary-$s.txt" ] && { echo "--- $s"; cat "$OUT/summary-$s.txt"; }
+done
+exit $status

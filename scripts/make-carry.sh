@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds .carry/ (git-ignored): what the device machine lacks, copied from this machine's Debian packages,
+# for `run(carry=[".carry"])`. The device has g++ 13, nvcc, CMake, ninja and PyTorch but no Debian -dev
+# packages and no network.
+#   .carry/prefix/   Highway, GoogleTest, Google Benchmark headers + libraries + CMake configs (CMAKE_PREFIX_PATH)
+#   .carry/blas.tar.xz  oneDNN + OpenBLAS shared libraries and their runtime deps (benchmark baselines)
+#   .carry/include-blas/ their headers
+#   .carry/shared/   the real ColBERT embeddings from ../shared/data
+# Idempotent; about 40 s the first time (xz), instant afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+C=.carry
+ML=/usr/lib/x86_64-linux-gnu
+mkdir -p $C/prefix/include $C/prefix/lib/x86_64-linux-gnu/cmake $C/include-blas
+for d in hwy gtest gmock benchmark; do
+  [ -d /usr/include/$d ] && { rm -rf $C/prefix/include/$d; cp -a /usr/include/$d $C/prefix/include/; }
+done
+cp -a $ML/libhwy*.so* $ML/libgtest*.a $ML/libgmock*.a $ML/libbenchmark* $C/prefix/lib/x86_64-linux-gnu/ 2>/dev/null || true
+for d in hwy GTest benchmark; do rm -rf $C/prefix/lib/x86_64-linux-gnu/cmake/$d; cp -a $ML/cmake/$d $C/prefix/lib/x86_64-linux-gnu/cmake/; done
+rm -rf $C/include-blas/oneapi && cp -a /usr/include/oneapi $C/include-blas/ 2>/dev/null || true
+cp -a /usr/include/dnnl*.h* /usr/include/x86_64-linux-gnu/openblas-pthread/*.h $C/include-blas/ 2>/dev/null || true
+if [ ! -f $C/blas.tar.xz ]; then
+  tmp=$(mktemp -d)
+  cp -L $ML/libdnnl.so.2 $ML/openblas-pthread/libopenblas.so.0 $ML/libgfortran.so.5 $ML/libquadmath.so.0 \
+        $ML/libOpenCL.so.1 "$tmp"/
+  ln -s libdnnl.so.2 "$tmp"/libdnnl.so
+  ln -s libopenblas.so.0 "$tmp"/libopenblas.so
+  tar -cJf $C/blas.tar.xz -C "$tmp" .
+  rm -rf "$tmp"
+fi
+if [ -d ../shared/data/colbert-nanofiqa ]; then
+  mkdir -p $C/shared/data && rm -rf $C/shared/data/colbert-nanofiqa
+  cp -a ../shared/data/colbert-nanofiqa $C/shared/data/
+fi
+du -sh $C
