@@ -1,0 +1,191 @@
+// Shared pieces of the `maxsim` command-line tool: option parsing, errors, progress display, input loading,
+// the synthetic ColBERT-like corpus used by `demo` and `bench`, and a naive reference scorer.
+//
+// The tool talks to libmaxsim only through the public C API (maxsim.h / maxsim.hpp); it is an example of
+// how an application uses the library as much as a tool.
+#ifndef MAXSIM_CLI_CLI_H_
+#define MAXSIM_CLI_CLI_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "maxsim/maxsim.h"
+
+namespace maxsim::cli {
+
+// Exit codes (docs/cli.md lists them).
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;   // bad input data, I/O or library error
+constexpr int kExitUsage = 2;     // bad command line
+constexpr int kExitCheck = 3;     // `demo`: certified differed from exact
+
+// A bad command line: printed with a pointer to --help, exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Anything else that stops a command (bad file, library error): exit code 1.
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Throws Failure with "<what>: MAXSIM_ERR_...: <library message>" if status is not MAXSIM_OK.
+void Check(maxsim_status status, const std::string& what);
+
+// ---- options ----------------------------------------------------------------------------------------------
+
+struct OptionSpec {
+  const char* name;        // long name without "--" ("threads")
+  char short_name;         // 0 if none ('k' for -k)
+  const char* value_name;  // nullptr for a flag, else shown in the help ("N")
+  const char* help;
+};
+
+struct CommandSpec {
+  const char* name;        // "search"
+  const char* usage;       // "CORPUS.maxsim QUERIES.npy QUERY_OFFSETS.npy [options]"
+  const char* summary;     // one line
+  const char* details;     // paragraphs after the usage (may be "")
+  std::vector<OptionSpec> options;
+  size_t min_positional = 0;
+  size_t max_positional = 0;
+};
+
+// Parsed command line of one subcommand. Accepts "--name value", "--name=value", "-k value", "-kVALUE",
+// and "--" to end the options. Unknown options, missing values and a wrong number of positional arguments
+// throw UsageError naming the problem.
+class Args {
+ public:
+  // Returns false (after printing the help to stdout) if --help/-h was given.
+  bool Parse(const CommandSpec& spec, int argc, char** argv);
+  const std::vector<std::string>& positional() const { return positional_; }
+  bool Has(const std::string& name) const;
+  std::string Str(const std::string& name, const std::string& fallback) const;
+  // Strict integer parsing within [lo, hi]; the message names the option and the accepted range.
+  int64_t Int(const std::string& name, int64_t fallback, int64_t lo, int64_t hi) const;
+  double Real(const std::string& name, double fallback, double lo, double hi) const;
+  // One of `choices` (the message lists them).
+  std::string Choice(const std::string& name, const std::string& fallback,
+                     const std::vector<std::string>& choices) const;
+
+ private:
+  const CommandSpec* spec_ = nullptr;
+  std::vector<std::string> positional_;
+  std::vector<std::pair<std::string, std::string>> values_;
+};
+
+void PrintHelp(const CommandSpec& spec);
+
+// Options every scoring command shares: --threads, --isa, --backend, --no-progress.
+std::vector<OptionSpec> ContextOptions();
+// Creates a context from those options (plugins loaded unless --backend cpu). Throws Failure.
+maxsim_context* MakeContext(const Args& args, int default_threads = 0);
+
+maxsim_mode ParseMode(const std::string& s);
+maxsim_metric ParseMetric(const std::string& s);
+const char* ModeName(maxsim_mode m);
+const char* MetricName(maxsim_metric m);
+const char* DtypeName(maxsim_dtype d);
+
+// ---- progress ---------------------------------------------------------------------------------------------
+
+// A one-line progress display on stderr, redrawn by a background thread every 100 ms, only when stderr is a
+// terminal (and neither --no-progress nor MAXSIM_NO_PROGRESS is set). With total == 0 it shows the stage
+// name and the elapsed time (for single long library calls); otherwise a bar, counts, rate and ETA.
+class Progress {
+ public:
+  static void Disable();               // --no-progress
+  static bool Enabled();               // stderr is a terminal and not disabled
+  Progress(std::string label, uint64_t total, const char* unit = "");
+  ~Progress();                          // clears the line
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  void Add(uint64_t n) { done_.fetch_add(n, std::memory_order_relaxed); }
+  void Stage(const std::string& label);  // changes the label (stage displays)
+
+ private:
+  void Loop();
+  void Draw();
+  std::string label_;
+  uint64_t total_;
+  const char* unit_;
+  std::atomic<uint64_t> done_{0};
+  std::atomic<bool> stop_{false};
+  std::chrono::steady_clock::time_point start_;
+  std::thread thread_;
+  bool active_ = false;
+  std::mutex mu_;  // guards label_
+};
+
+// ---- timing and formatting --------------------------------------------------------------------------------
+
+inline double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+std::string HumanCount(double v);      // 12.3K, 4.56M
+std::string HumanSeconds(double s);    // "12.3 ms"
+std::string HumanBytes(double bytes);  // "1.23 GB"
+std::string JsonEscape(const std::string& s);
+std::string FloatText(float v);        // shortest round-trip text ("%.9g"); "-inf" for -infinity
+
+// ---- input files ------------------------------------------------------------------------------------------
+
+// A token matrix [n, dim] read from .npy (f32, f16 or bf16 kept as read).
+struct Tokens {
+  maxsim_dtype dtype = MAXSIM_F32;
+  uint32_t dim = 0;
+  uint64_t rows = 0;
+  std::vector<uint8_t> data;
+};
+Tokens ReadTokens(const std::string& path);
+// Offsets [n_sets + 1] (int64 or uint64 .npy): must start at 0, never decrease and end at `rows`.
+std::vector<uint64_t> ReadOffsets(const std::string& path, uint64_t rows, const std::string& tokens_path);
+// External ids, one per set: an int64/uint64 .npy [n_sets], or a text file of unsigned integers, one per line.
+std::vector<uint64_t> ReadIds(const std::string& path, uint64_t n_sets);
+// Converts tokens to f16 or bf16 (round to nearest even); a value outside the f16 range is an error naming it.
+void ConvertTokens(Tokens* t, maxsim_dtype to, const std::string& path);
+
+// ---- synthetic data and the naive scorer ------------------------------------------------------------------
+
+// A deterministic ColBERT-like corpus: unit-norm tokens clustered around `n_topics` directions; each document
+// draws its tokens from a few topics; each query is built from one "source" document's tokens plus noise, so
+// that document should rank first. Identical for a given seed on every machine and thread count.
+struct SynthSpec {
+  uint64_t n_docs = 2000;
+  uint32_t min_len = 60, max_len = 300;  // document lengths, uniform
+  uint32_t dim = 128;
+  uint64_t n_queries = 8;
+  uint32_t query_len = 32;
+  uint64_t seed = 42;
+  uint32_t n_topics = 256;
+  bool fixed_len = false;                // every document has exactly max_len tokens
+};
+struct SynthData {
+  uint32_t dim = 0;
+  std::vector<float> docs, queries;      // row-major f32
+  std::vector<uint64_t> doc_offsets, query_offsets;
+  std::vector<uint64_t> query_source;    // the document each query was drawn from
+};
+SynthData MakeSynthetic(const SynthSpec& spec, Progress* progress = nullptr);
+
+// The textbook loops: for each query token, for each document token, a dot product, keep the max, sum.
+// Used as the baseline that `bench` reports ratios against. Splits documents over `threads` std::threads.
+void NaiveScores(const float* q, uint64_t lq, const float* docs, const uint64_t* offsets, uint64_t n_docs,
+                 uint32_t dim, int threads, float* scores);
+
+// ---- subcommands ------------------------------------------------------------------------------------------
+
+int RunInfo(int argc, char** argv);
+int RunPack(int argc, char** argv);
+int RunSearch(int argc, char** argv);
+int RunDemo(int argc, char** argv);
+int RunBench(int argc, char** argv);
+
+}  // namespace maxsim::cli
+
+#endif  // MAXSIM_CLI_CLI_H_
