@@ -244,6 +244,15 @@ std::string CheckPair(const TokenSets& q, uint64_t qi, const TokenSets& d, uint6
   return err.str();
 }
 
+AlignedBytes::AlignedBytes(size_t size, uint8_t fill) : size_(size) {
+  data_ = static_cast<uint8_t*>(std::aligned_alloc(64, (size + 63) / 64 * 64 + 64));
+  std::memset(data_, fill, (size + 63) / 64 * 64 + 64);
+}
+AlignedBytes::AlignedBytes(const std::vector<uint8_t>& bytes) : AlignedBytes(bytes.size()) {
+  if (!bytes.empty()) std::memcpy(data_, bytes.data(), bytes.size());
+}
+AlignedBytes::~AlignedBytes() { std::free(data_); }
+
 // ---- real embeddings ----------------------------------------------------------------------------------------------
 
 std::string SharedDataDir() {

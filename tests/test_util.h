@@ -59,6 +59,23 @@ double RefSim(const TokenSets& q, uint64_t qi, uint64_t s, const TokenSets& d, u
 std::string CheckPair(const TokenSets& q, uint64_t qi, const TokenSets& d, uint64_t dj, maxsim_metric metric,
                       float score, const int32_t* argmax);
 
+// A 64-byte aligned copy of some bytes (packed buffers must be 64-byte aligned to be opened).
+class AlignedBytes {
+ public:
+  AlignedBytes() = default;
+  explicit AlignedBytes(size_t size, uint8_t fill = 0);
+  explicit AlignedBytes(const std::vector<uint8_t>& bytes);
+  AlignedBytes(const AlignedBytes&) = delete;
+  AlignedBytes& operator=(const AlignedBytes&) = delete;
+  ~AlignedBytes();
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 // ---- real embeddings --------------------------------------------------------------------------------------
 
 // ../shared/data/colbert-nanofiqa next to the source tree (or MAXSIM_SHARED_DIR). "" if absent.

@@ -118,14 +118,12 @@ Status SelectBackend(const maxsim_options& o, maxsim_context* ctx) {
     ctx->backend_note = "cpu (" + source + ")";
     return Status::Ok();
   }
+  std::vector<const LoadedPlugin*> candidates;
   if (want == "auto") {
     for (const LoadedPlugin& p : ctx->plugins.plugins()) {
-      if (p.available) {
-        ctx->accel = &p;
-        break;
-      }
+      if (p.available) candidates.push_back(&p);
     }
-    if (!ctx->accel) {
+    if (candidates.empty()) {
       ctx->backend_note = o.load_plugins ? "auto -> cpu (no available accelerator plugin)"
                                          : "auto -> cpu (plugin loading disabled)";
       return Status::Ok();
@@ -137,10 +135,10 @@ Status SelectBackend(const maxsim_options& o, maxsim_context* ctx) {
           return Error(MAXSIM_ERR_BACKEND_UNAVAILABLE, "backend '%s' (%s) is unavailable: %s", want.c_str(),
                        source.c_str(), p.info.c_str());
         }
-        ctx->accel = &p;
+        candidates.push_back(&p);
       }
     }
-    if (!ctx->accel) {
+    if (candidates.empty()) {
       std::string names = "auto, cpu";
       for (const LoadedPlugin& p : ctx->plugins.plugins()) names += ", " + p.name;
       std::string where;
@@ -154,16 +152,25 @@ Status SelectBackend(const maxsim_options& o, maxsim_context* ctx) {
     }
     ctx->accel_forced = true;
   }
-  char err[1024] = {};
-  const maxsim_status st = ctx->accel->api->create(&ctx->host_iface, &ctx->accel_backend, err, sizeof(err));
-  err[sizeof(err) - 1] = '\0';
-  if (st != MAXSIM_OK || ctx->accel_backend == nullptr) {
-    const std::string why = Format("plugin %s failed to start: %s", ctx->accel->name.c_str(), err[0] ? err : maxsim_status_name(st));
+  // Start the first candidate that agrees to (auto: the next one if a plugin fails to start).
+  std::string failures;
+  for (const LoadedPlugin* p : candidates) {
+    char err[1024] = {};
+    maxsim_plugin_backend* backend = nullptr;
+    const maxsim_status st = p->api->create(&ctx->host_iface, &backend, err, sizeof(err));
+    err[sizeof(err) - 1] = '\0';
+    if (st == MAXSIM_OK && backend != nullptr) {
+      ctx->accel = p;
+      ctx->accel_backend = backend;
+      break;
+    }
+    const std::string why = Format("plugin %s failed to start: %s", p->name.c_str(), err[0] ? err : maxsim_status_name(st));
     if (ctx->accel_forced) return Error(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", why.c_str());
-    ctx->Log(MAXSIM_LOG_WARNING, why + "; using the CPU");
-    ctx->accel = nullptr;
-    ctx->accel_backend = nullptr;
-    ctx->backend_note = "auto -> cpu (" + why + ")";
+    ctx->Log(MAXSIM_LOG_WARNING, why + "; trying the next backend");
+    failures += (failures.empty() ? "" : "; ") + why;
+  }
+  if (!ctx->accel) {
+    ctx->backend_note = "auto -> cpu (" + failures + ")";
     return Status::Ok();
   }
   ctx->backend_note = ctx->accel_forced

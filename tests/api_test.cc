@@ -1,0 +1,433 @@
+// The public API: operations and their layouts (matrix, pairs, candidates, top-k) agree with each other and
+// with the reference; conventions (empty sets, masks, ties); thread-count invariance for every mode; context
+// options and the environment; and bad input giving a status and a message, never a crash.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "maxsim/maxsim.hpp"
+#include "test_util.h"
+
+namespace maxsim::test {
+namespace {
+
+Context CpuContext(int threads = 2, const char* isa = nullptr) {
+  maxsim_options o;
+  maxsim_options_init(&o);
+  o.num_threads = threads;
+  o.load_plugins = 0;
+  o.backend = "cpu";
+  o.isa = isa;
+  return Context(o);
+}
+
+const maxsim_mode kModes[] = {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE};
+const maxsim_metric kMetrics[] = {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE};
+
+struct Fixture {
+  TokenSets q, d;
+  Fixture(uint64_t seed, uint64_t nq = 4, uint64_t nd = 30, uint32_t dim = 64) {
+    std::mt19937_64 rng(seed);
+    q = Generate(rng, Shape::kUnitGaussian, nq, 0, 20, dim);
+    d = Generate(rng, Shape::kClustered, nd, 0, 50, dim);
+  }
+};
+
+TEST(Api, MatrixPairsCandidatesAndTopKAgree) {
+  Fixture f(31, 5, 40);
+  Context ctx = CpuContext();
+  Packed pd = Packed::Pack(ctx, f.d.Dense());
+  const uint64_t nq = f.q.n_sets(), nd = f.d.n_sets();
+  for (maxsim_metric metric : kMetrics) {
+    for (maxsim_mode mode : kModes) {
+      ScoreOptions o{metric, mode};
+      std::vector<int32_t> am(nd * f.q.rows());
+      const auto matrix = ctx.ScoreMatrix(f.q.Dense(), nq, pd, nd, o, am.data());
+      // Candidates: each query gets a different list with repeats; scores and argmax equal the matrix entries.
+      std::vector<uint64_t> off{0}, cand;
+      for (uint64_t i = 0; i < nq; ++i) {
+        for (uint64_t c = 0; c < 3 + i; ++c) cand.push_back((7 * i + 3 * c) % nd);
+        cand.push_back(cand.back());  // a repeat
+        off.push_back(cand.size());
+      }
+      std::vector<float> cs(cand.size());
+      uint64_t cam_size = 0;
+      for (uint64_t i = 0; i < nq; ++i) cam_size += (off[i + 1] - off[i]) * f.q.length(i);
+      std::vector<int32_t> cam(cam_size, -9);
+      ctx.ScoreCandidates(f.q.Dense(), pd, off, cand, cs, o, cam.data());
+      uint64_t base = 0;
+      for (uint64_t i = 0; i < nq; ++i) {
+        const uint64_t lq = f.q.length(i);
+        for (uint64_t c = off[i]; c < off[i + 1]; ++c) {
+          const uint64_t j = cand[c];
+          EXPECT_EQ(std::memcmp(&cs[c], &matrix[i * nd + j], 4), 0);
+          for (uint64_t s = 0; s < lq; ++s) {
+            EXPECT_EQ(cam[base + (c - off[i]) * lq + s], am[nd * f.q.offsets[i] + j * lq + s]);
+          }
+        }
+        base += (off[i + 1] - off[i]) * lq;
+      }
+      // Pairs: query i with document i.
+      TokenSets d5 = f.d;
+      d5.offsets.resize(nq + 1);
+      d5.values.resize(d5.offsets.back() * d5.dim);
+      d5.Encode(MAXSIM_F32);
+      std::vector<float> ps(nq);
+      std::vector<int32_t> pam(f.q.rows());
+      ctx.ScorePairs(f.q.Dense(), d5.Dense(), ps, o, pam.data());
+      for (uint64_t i = 0; i < nq; ++i) {
+        EXPECT_EQ(std::memcmp(&ps[i], &matrix[i * nd + i], 4), 0);
+        for (uint64_t s = 0; s < f.q.length(i); ++s) {
+          EXPECT_EQ(pam[f.q.offsets[i] + s], am[nd * f.q.offsets[i] + i * f.q.length(i) + s]);
+        }
+      }
+      // Top-k: the matrix rows sorted by (score desc, index asc).
+      for (uint64_t k : {uint64_t{1}, uint64_t{7}, nd, nd + 5}) {
+        const TopKResult top = ctx.TopK(f.q.Dense(), nq, pd, k, o);
+        for (uint64_t i = 0; i < nq; ++i) {
+          std::vector<uint64_t> order(nd);
+          std::iota(order.begin(), order.end(), 0);
+          std::stable_sort(order.begin(), order.end(),
+                           [&](uint64_t a, uint64_t b) { return matrix[i * nd + a] > matrix[i * nd + b]; });
+          for (uint64_t r = 0; r < k; ++r) {
+            if (r < nd) {
+              EXPECT_EQ(top.index[i * k + r], order[r]) << "query " << i << " rank " << r;
+              EXPECT_EQ(top.scores[i * k + r], matrix[i * nd + order[r]]);
+            } else {
+              EXPECT_EQ(top.index[i * k + r], UINT64_MAX);
+              EXPECT_EQ(top.scores[i * k + r], -std::numeric_limits<float>::infinity());
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Api, ResultsAreBitIdenticalWhateverTheThreadCount) {
+  Fixture f(32, 6, 150, 96);
+  Context one = CpuContext(1);
+  Packed pd = Packed::Pack(one, f.d.Dense());
+  const uint64_t nq = f.q.n_sets(), nd = f.d.n_sets();
+  for (maxsim_mode mode : kModes) {
+    ScoreOptions o{MAXSIM_METRIC_DOT, mode};
+    std::vector<int32_t> am1(nd * f.q.rows());
+    const auto s1 = one.ScoreMatrix(f.q.Dense(), nq, pd, nd, o, am1.data());
+    const TopKResult t1 = one.TopK(f.q.Dense(), nq, pd, 10, o);
+    for (int threads : {2, 3, 8}) {
+      Context ctx = CpuContext(threads);
+      std::vector<int32_t> am(nd * f.q.rows());
+      const auto s = ctx.ScoreMatrix(f.q.Dense(), nq, pd, nd, o, am.data());
+      EXPECT_EQ(std::memcmp(s.data(), s1.data(), s.size() * 4), 0) << threads << " threads, mode " << mode;
+      EXPECT_EQ(am, am1);
+      const TopKResult t = ctx.TopK(f.q.Dense(), nq, pd, 10, o);
+      EXPECT_EQ(t.index, t1.index);
+      EXPECT_EQ(std::memcmp(t.scores.data(), t1.scores.data(), t.scores.size() * 4), 0);
+    }
+  }
+}
+
+TEST(Api, EmptySetsFollowTheConventions) {
+  // Queries: [2 tokens], [0 tokens]; documents: [0 tokens], [3 tokens].
+  TokenSets q, d;
+  q.dim = d.dim = 3;
+  q.values = {1, 0, 0, 0, -1, 0};
+  q.offsets = {0, 2, 2};
+  d.values = {-1, -1, -1, -2, -2, -2, 0.5f, -3, 0};
+  d.offsets = {0, 0, 3};
+  q.Encode(MAXSIM_F32);
+  d.Encode(MAXSIM_F32);
+  Context ctx = CpuContext();
+  Packed pd = Packed::Pack(ctx, d.Dense());
+  for (maxsim_mode mode : kModes) {
+    for (maxsim_metric metric : kMetrics) {
+      std::vector<int32_t> am(2 * 2, 77);
+      const auto s = ctx.ScoreMatrix(q.Dense(), 2, pd, 2, {metric, mode}, am.data());
+      EXPECT_EQ(s[0], -std::numeric_limits<float>::infinity()) << "empty document scores -inf";
+      EXPECT_EQ(am[0], -1);
+      EXPECT_EQ(am[1], -1);
+      // Token (1,0,0): best is doc token 2 (0.5); token (0,-1,0): best is doc token 2 (3). All negative
+      // similarities elsewhere must not be beaten by a 0 from padding.
+      EXPECT_EQ(am[2], 2);
+      EXPECT_EQ(am[3], 2);
+      if (metric == MAXSIM_METRIC_DOT) EXPECT_FLOAT_EQ(s[1], 3.5f);
+      EXPECT_EQ(s[2], -std::numeric_limits<float>::infinity()) << "empty doc beats nothing, even for an empty query";
+      EXPECT_EQ(s[3], 0.0f) << "an empty query scores 0";
+    }
+  }
+  // Nq = 0 or Nd = 0: nothing to do, success.
+  TokenSets none;
+  none.dim = 3;
+  none.offsets = {0};
+  none.Encode(MAXSIM_F32);
+  std::vector<float> out(1, 5.0f);
+  ctx.ScoreMatrix(none.Dense(), pd, out);
+  ctx.ScoreMatrix(q.Dense(), none.Dense(), out);
+  EXPECT_EQ(out[0], 5.0f);
+}
+
+TEST(Api, AllNegativeSimilaritiesAreNotBeatenByPadding) {
+  // ColBERT issue #62: padding must be excluded as -inf, never scored as 0.
+  TokenSets q, d;
+  q.dim = d.dim = 2;
+  q.values = {1, 0};
+  q.offsets = {0, 1};
+  d.values = {-1, 0, 0, 0, -2, 0};  // the middle (padding) row is masked
+  d.offsets = {0, 3};
+  d.mask = {1, 0, 1};
+  q.Encode(MAXSIM_F32);
+  d.Encode(MAXSIM_F32);
+  Context ctx = CpuContext();
+  for (maxsim_mode mode : kModes) {
+    int32_t am = 9;
+    float s = 0;
+    ctx.ScoreMatrix(q.Dense(), d.Dense(), Span<float>(&s, 1), {MAXSIM_METRIC_DOT, mode}, &am);
+    EXPECT_EQ(s, -1.0f);
+    EXPECT_EQ(am, 0);
+  }
+}
+
+TEST(Api, MasksEqualCompaction) {
+  std::mt19937_64 rng(33);
+  TokenSets q = Generate(rng, Shape::kUnitGaussian, 3, 5, 12, 32);
+  TokenSets d = Generate(rng, Shape::kUnitGaussian, 8, 0, 30, 32);
+  q.mask.resize(q.rows());
+  d.mask.resize(d.rows());
+  for (auto& m : q.mask) m = rng() % 4 != 0;
+  for (auto& m : d.mask) m = rng() % 3 != 0;
+  auto compact = [](const TokenSets& t, std::vector<std::vector<uint32_t>>* pos) {
+    TokenSets c;
+    c.dim = t.dim;
+    c.offsets.push_back(0);
+    pos->assign(t.n_sets(), {});
+    for (uint64_t i = 0; i < t.n_sets(); ++i) {
+      for (uint64_t r = t.offsets[i]; r < t.offsets[i + 1]; ++r) {
+        if (!t.mask[r]) continue;
+        c.values.insert(c.values.end(), t.row(r), t.row(r) + t.dim);
+        (*pos)[i].push_back(static_cast<uint32_t>(r - t.offsets[i]));
+      }
+      c.offsets.push_back(c.values.size() / t.dim);
+    }
+    c.Encode(MAXSIM_F32);
+    return c;
+  };
+  std::vector<std::vector<uint32_t>> qpos, dpos;
+  const TokenSets qc = compact(q, &qpos), dc = compact(d, &dpos);
+  Context ctx = CpuContext();
+  const uint64_t nq = q.n_sets(), nd = d.n_sets();
+  for (maxsim_metric metric : kMetrics) {
+    for (maxsim_mode mode : kModes) {
+      std::vector<int32_t> am(nd * q.rows()), amc(nd * qc.rows());
+      const auto s = ctx.ScoreMatrix(q.Dense(), nq, d.Dense(), nd, {metric, mode}, am.data());
+      const auto sc = ctx.ScoreMatrix(qc.Dense(), nq, dc.Dense(), nd, {metric, mode}, amc.data());
+      EXPECT_EQ(std::memcmp(s.data(), sc.data(), s.size() * 4), 0);
+      for (uint64_t i = 0; i < nq; ++i) {
+        for (uint64_t j = 0; j < nd; ++j) {
+          const int32_t* a = am.data() + nd * q.offsets[i] + j * q.length(i);
+          const int32_t* ac = amc.data() + nd * qc.offsets[i] + j * qc.length(i);
+          size_t kept = 0;
+          for (uint64_t s_ = 0; s_ < q.length(i); ++s_) {
+            if (!q.mask[q.offsets[i] + s_]) {
+              EXPECT_EQ(a[s_], -1) << "masked query token";
+              continue;
+            }
+            const int32_t want = ac[kept++];
+            EXPECT_EQ(a[s_], want < 0 ? -1 : static_cast<int32_t>(dpos[j][static_cast<size_t>(want)]));
+          }
+        }
+      }
+      // And the masked result matches the float64 reference (which honours masks itself).
+      for (uint64_t i = 0; i < nq; ++i) {
+        for (uint64_t j = 0; j < nd; ++j) {
+          if (mode == MAXSIM_MODE_APPROXIMATE) continue;
+          const std::string err =
+              CheckPair(q, i, d, j, metric, s[i * nd + j], am.data() + nd * q.offsets[i] + j * q.length(i));
+          EXPECT_TRUE(err.empty()) << err;
+        }
+      }
+    }
+  }
+}
+
+TEST(Api, UniformSetsRowStrideAndDtypes) {
+  // A padded batch [N, L, dim] with a row stride wider than dim, in bf16.
+  std::mt19937_64 rng(34);
+  const uint32_t dim = 24, stride = 40, L = 7, N = 3;
+  std::vector<float> wide(N * L * stride, 0.0f);
+  std::normal_distribution<float> g;
+  for (float& x : wide) x = g(rng);
+  TokenSets dense;
+  dense.dim = dim;
+  dense.offsets = {0};
+  for (uint32_t i = 0; i < N; ++i) dense.offsets.push_back((i + 1) * L);
+  for (uint32_t r = 0; r < N * L; ++r) dense.values.insert(dense.values.end(), &wide[r * stride], &wide[r * stride] + dim);
+  dense.Encode(MAXSIM_BF16);
+  std::vector<uint16_t> wide_bf16(wide.size(), 0);
+  for (uint32_t r = 0; r < N * L; ++r) {
+    std::memcpy(&wide_bf16[r * stride], dense.encoded.data() + r * dim * 2, dim * 2);
+  }
+  DenseSets strided = DenseSets::Uniform(wide_bf16.data(), MAXSIM_BF16, dim, N, L).WithRowStride(stride);
+  Context ctx = CpuContext();
+  const auto a = ctx.ScoreMatrix(strided, N, strided, N);
+  const auto b = ctx.ScoreMatrix(dense.Dense(), N, dense.Dense(), N);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+}
+
+TEST(Api, StatsAreReported) {
+  Fixture f(35, 3, 20, 128);
+  Context ctx = CpuContext();
+  Packed pd = Packed::Pack(ctx, f.d.Dense());
+  maxsim_stats st{};
+  ctx.ScoreMatrix(f.q.Dense(), f.q.n_sets(), pd, f.d.n_sets(), {MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED, &st});
+  EXPECT_EQ(st.pairs, f.q.n_sets() * f.d.n_sets());
+  EXPECT_GT(st.query_tokens, 0u);
+  EXPECT_GE(st.refined, st.multi_candidate);
+  EXPECT_GT(st.refined, 0u);
+}
+
+TEST(Api, BadInputGivesStatusAndMessage) {
+  Fixture f(36);
+  Context ctx = CpuContext();
+  const DenseSets q = f.q.Dense(), d = f.d.Dense();
+  maxsim_sets qs{nullptr, q.get()}, ds{nullptr, d.get()};
+  std::vector<float> out(f.q.n_sets() * f.d.n_sets());
+  auto expect = [](maxsim_status got, maxsim_status want, const char* part) {
+    EXPECT_EQ(got, want) << maxsim_last_error();
+    EXPECT_NE(std::string(maxsim_last_error()).find(part), std::string::npos) << maxsim_last_error();
+  };
+  expect(maxsim_score_matrix(nullptr, &qs, &ds, nullptr, out.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT, "context");
+  expect(maxsim_score_matrix(ctx.get(), nullptr, &ds, nullptr, out.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT, "queries");
+  expect(maxsim_score_matrix(ctx.get(), &qs, &ds, nullptr, nullptr, nullptr), MAXSIM_ERR_INVALID_ARGUMENT, "scores");
+  maxsim_sets both{nullptr, nullptr};
+  expect(maxsim_score_matrix(ctx.get(), &both, &ds, nullptr, out.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT, "exactly one");
+  maxsim_score_options o;
+  maxsim_score_options_init(&o);
+  o.mode = static_cast<maxsim_mode>(5);
+  expect(maxsim_score_matrix(ctx.get(), &qs, &ds, &o, out.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT, "mode");
+  o.mode = MAXSIM_MODE_EXACT;
+  o.metric = static_cast<maxsim_metric>(-1);
+  expect(maxsim_score_matrix(ctx.get(), &qs, &ds, &o, out.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT, "metric");
+  o.metric = MAXSIM_METRIC_DOT;
+  o.struct_size = 3;
+  expect(maxsim_score_matrix(ctx.get(), &qs, &ds, &o, out.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT, "struct_size");
+  o.struct_size = sizeof(o);
+  // Dimension mismatch.
+  std::mt19937_64 rng(1);
+  TokenSets other = Generate(rng, Shape::kGaussian, 2, 1, 3, 63);
+  const DenseSets od = other.Dense();
+  maxsim_sets os{nullptr, od.get()};
+  expect(maxsim_score_matrix(ctx.get(), &qs, &os, nullptr, out.data(), nullptr), MAXSIM_ERR_DIM_MISMATCH, "dim 63");
+  // NaN in the documents and in the queries: named by set and token.
+  for (bool in_queries : {false, true}) {
+    TokenSets bad = in_queries ? f.q : f.d;
+    uint64_t set = 0;
+    while (bad.length(set) < 2) ++set;
+    bad.values[(bad.offsets[set] + 1) * bad.dim + 3] = std::numeric_limits<float>::quiet_NaN();
+    bad.Encode(MAXSIM_F32);
+    const DenseSets bd = bad.Dense();
+    maxsim_sets bs{nullptr, bd.get()};
+    const std::string where = "set " + std::to_string(set) + " token 1";
+    for (maxsim_mode mode : kModes) {
+      o.mode = mode;
+      expect(maxsim_score_matrix(ctx.get(), in_queries ? &bs : &qs, in_queries ? &ds : &bs, &o, out.data(), nullptr),
+             MAXSIM_ERR_NON_FINITE, where.c_str());
+    }
+    o.mode = MAXSIM_MODE_EXACT;
+  }
+  // Candidates out of range, bad offsets.
+  std::vector<uint64_t> coff(f.q.n_sets() + 1, 0), cand{999};
+  coff.back() = 1;
+  expect(maxsim_score_candidates(ctx.get(), &qs, &ds, coff.data(), cand.data(), nullptr, out.data(), nullptr),
+         MAXSIM_ERR_INVALID_ARGUMENT, "candidates[0] = 999");
+  coff[0] = 1;
+  expect(maxsim_score_candidates(ctx.get(), &qs, &ds, coff.data(), cand.data(), nullptr, out.data(), nullptr),
+         MAXSIM_ERR_INVALID_ARGUMENT, "cand_offsets[0]");
+  // Pairs need equal counts; top-k needs k > 0 and ids only from packed corpora with ids.
+  expect(maxsim_score_pairs(ctx.get(), &qs, &ds, nullptr, out.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT, "pairs");
+  std::vector<uint64_t> idx(100), ids(100);
+  expect(maxsim_topk(ctx.get(), &qs, &ds, 0, nullptr, out.data(), idx.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT, "k is 0");
+  expect(maxsim_topk(ctx.get(), &qs, &ds, 2, nullptr, out.data(), idx.data(), ids.data()), MAXSIM_ERR_INVALID_ARGUMENT, "ids");
+  // Device memory without a GPU backend.
+  maxsim_dense_sets dev = *q.get();
+  dev.memory = MAXSIM_MEMORY_CUDA;
+  maxsim_sets devs{nullptr, &dev};
+  expect(maxsim_score_matrix(ctx.get(), &devs, &ds, nullptr, out.data(), nullptr), MAXSIM_ERR_BACKEND_UNAVAILABLE, "CUDA");
+  // The C++ wrapper turns statuses into exceptions carrying them.
+  try {
+    ctx.ScoreMatrix(f.q.Dense(), od, out);
+    FAIL() << "expected an exception";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), MAXSIM_ERR_DIM_MISMATCH);
+    EXPECT_NE(std::string(e.what()).find("MAXSIM_ERR_DIM_MISMATCH"), std::string::npos);
+  }
+}
+
+TEST(Api, ContextOptionsAndEnvironment) {
+  maxsim_options o;
+  maxsim_options_init(&o);
+  o.load_plugins = 0;
+  maxsim_context* ctx = nullptr;
+  o.isa = "no-such-kernel";
+  EXPECT_EQ(maxsim_context_create(&o, &ctx), MAXSIM_ERR_INVALID_ARGUMENT);
+  std::string msg = maxsim_last_error();
+  EXPECT_NE(msg.find("no-such-kernel"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("scalar"), std::string::npos) << "the message lists the known kernels: " << msg;
+  EXPECT_EQ(ctx, nullptr);
+  for (size_t k = 0; k < maxsim_kernel_count(); ++k) {
+    const char* reason = nullptr;
+    o.isa = maxsim_kernel_name(k);
+    const maxsim_status st = maxsim_context_create(&o, &ctx);
+    if (maxsim_kernel_available(k, &reason)) {
+      ASSERT_EQ(st, MAXSIM_OK) << maxsim_last_error();
+      EXPECT_STREQ(maxsim_context_kernel(ctx), maxsim_kernel_name(k));
+      maxsim_context_destroy(ctx);
+    } else {
+      EXPECT_EQ(st, MAXSIM_ERR_BACKEND_UNAVAILABLE);
+      EXPECT_NE(std::string(maxsim_last_error()).find(reason), std::string::npos);
+    }
+  }
+  o.isa = nullptr;
+  o.num_threads = -2;
+  EXPECT_EQ(maxsim_context_create(&o, &ctx), MAXSIM_ERR_INVALID_ARGUMENT);
+  o.num_threads = 0;
+  setenv("MAXSIM_NUM_THREADS", "three", 1);
+  EXPECT_EQ(maxsim_context_create(&o, &ctx), MAXSIM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(maxsim_last_error()).find("MAXSIM_NUM_THREADS='three'"), std::string::npos);
+  setenv("MAXSIM_NUM_THREADS", "3", 1);
+  ASSERT_EQ(maxsim_context_create(&o, &ctx), MAXSIM_OK);
+  EXPECT_EQ(maxsim_context_num_threads(ctx), 3);
+  maxsim_context_destroy(ctx);
+  unsetenv("MAXSIM_NUM_THREADS");
+  setenv("MAXSIM_ISA", "scalar", 1);
+  ASSERT_EQ(maxsim_context_create(&o, &ctx), MAXSIM_OK);
+  EXPECT_STREQ(maxsim_context_kernel(ctx), "scalar");
+  size_t needed = 0;
+  EXPECT_EQ(maxsim_context_report(ctx, nullptr, 0, &needed), MAXSIM_ERR_BUFFER_TOO_SMALL);
+  std::string report(needed, '\0');
+  ASSERT_EQ(maxsim_context_report(ctx, report.data(), report.size(), nullptr), MAXSIM_OK);
+  EXPECT_NE(report.find("forced (set by MAXSIM_ISA=scalar)"), std::string::npos) << report;
+  EXPECT_NE(report.find("selected"), std::string::npos);
+  maxsim_context_destroy(ctx);
+  unsetenv("MAXSIM_ISA");
+  setenv("MAXSIM_BACKEND", "cuda", 1);
+  EXPECT_EQ(maxsim_context_create(&o, &ctx), MAXSIM_ERR_BACKEND_UNAVAILABLE);
+  EXPECT_NE(std::string(maxsim_last_error()).find("cuda"), std::string::npos);
+  unsetenv("MAXSIM_BACKEND");
+  o.struct_size = 8;
+  EXPECT_EQ(maxsim_context_create(&o, &ctx), MAXSIM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(maxsim_context_create(nullptr, nullptr), MAXSIM_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(maxsim_status_name(MAXSIM_ERR_NON_FINITE), "MAXSIM_ERR_NON_FINITE");
+  EXPECT_EQ(maxsim_version(), 100u);
+  EXPECT_STREQ(maxsim_version_string(), "0.1.0");
+}
+
+}  // namespace
+}  // namespace maxsim::test
