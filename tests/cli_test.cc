@@ -1,0 +1,635 @@
+// End-to-end tests of the `maxsim` command-line tool: the real binary is run as a child process, its output
+// parsed and compared with the library's own top-k computed here; every documented error is provoked and must
+// give a non-zero exit code and a message naming the problem. Also direct tests of the strict .npy reader.
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "maxsim/maxsim.hpp"
+#include "npy.h"
+#include "test_util.h"
+
+#ifndef MAXSIM_CLI_PATH
+#error "MAXSIM_CLI_PATH must name the maxsim executable"
+#endif
+
+namespace maxsim::test {
+namespace {
+
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/maxsim-cli-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::system(("rm -rf '" + dir_ + "'").c_str());
+  }
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+
+  // Runs the tool with stdout/stderr captured in files (never a terminal, so no progress line is expected).
+  CliResult Run(const std::vector<std::string>& args) {
+    const std::string out = Path("stdout.txt"), err = Path("stderr.txt");
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int fo = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int fe = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fo, 1);
+      dup2(fe, 2);
+      std::vector<char*> argv;
+      std::string exe = MAXSIM_CLI_PATH;
+      argv.push_back(exe.data());
+      std::vector<std::string> copy = args;
+      for (std::string& a : copy) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(exe.c_str(), argv.data());
+      _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CliResult r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = ReadFile(out);
+    r.err = ReadFile(err);
+    return r;
+  }
+
+  // Writes token sets as tokens/offsets .npy files (f32 or the sets' dtype) and returns their paths.
+  std::pair<std::string, std::string> WriteSets(const TokenSets& s, const std::string& stem) {
+    npy::Array tok, off;
+    tok.dtype = s.dtype == MAXSIM_F32 ? npy::Dtype::kF32 : s.dtype == MAXSIM_F16 ? npy::Dtype::kF16 : npy::Dtype::kBF16;
+    tok.shape = {s.rows(), s.dim};
+    tok.data = s.encoded;
+    off.dtype = npy::Dtype::kI64;
+    off.shape = {s.offsets.size()};
+    off.data.resize(s.offsets.size() * 8);
+    std::memcpy(off.data.data(), s.offsets.data(), off.data.size());
+    const std::string tp = Path(stem + "_tokens.npy"), op = Path(stem + "_offsets.npy");
+    EXPECT_EQ(npy::Write(tp, tok), "");
+    EXPECT_EQ(npy::Write(op, off), "");
+    return {tp, op};
+  }
+
+  std::string dir_;
+};
+
+struct Hit {
+  uint64_t query, rank, doc, id;
+  float score;
+};
+
+std::vector<Hit> ParseTsv(const std::string& text) {
+  std::vector<Hit> hits;
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "query\trank\tdoc\tid\tscore");
+  while (std::getline(in, line)) {
+    Hit h{};
+    char score[64] = {0};
+    unsigned long long q, r, d, i;
+    EXPECT_EQ(std::sscanf(line.c_str(), "%llu\t%llu\t%llu\t%llu\t%63s", &q, &r, &d, &i, score), 5) << line;
+    h.query = q;
+    h.rank = r;
+    h.doc = d;
+    h.id = i;
+    h.score = std::string(score) == "-inf" ? -INFINITY : std::strtof(score, nullptr);
+    hits.push_back(h);
+  }
+  return hits;
+}
+
+std::vector<Hit> ParseJson(const std::string& text) {
+  std::vector<Hit> hits;
+  const std::regex query_re("\\{\"query\": (\\d+), \"hits\": \\[([^\\]]*)\\]\\}");
+  const std::regex hit_re("\\{\"rank\": (\\d+), \"doc\": (\\d+), \"id\": (\\d+), \"score\": ([^}]+)\\}");
+  for (auto q = std::sregex_iterator(text.begin(), text.end(), query_re); q != std::sregex_iterator(); ++q) {
+    const std::string body = (*q)[2];
+    for (auto h = std::sregex_iterator(body.begin(), body.end(), hit_re); h != std::sregex_iterator(); ++h) {
+      const std::string score = (*h)[4];
+      hits.push_back({std::stoull((*q)[1]), std::stoull((*h)[1]), std::stoull((*h)[2]), std::stoull((*h)[3]),
+                      score == "null" ? -INFINITY : std::strtof(score.c_str(), nullptr)});
+    }
+  }
+  return hits;
+}
+
+// The library's answer, flattened like the tool prints it (tail entries for k > documents left out).
+std::vector<Hit> LibraryTopK(const std::string& corpus_file, const TokenSets& queries, uint64_t k, maxsim_metric metric,
+                             maxsim_mode mode) {
+  maxsim_options o;
+  maxsim_options_init(&o);
+  o.load_plugins = 0;
+  Context ctx(o);
+  Packed corpus = Packed::Load(corpus_file);
+  const maxsim_packed_desc desc = corpus.Describe();
+  const uint64_t nq = queries.n_sets();
+  TopKResult r = ctx.TopK(queries.Dense(), nq, corpus, k, {metric, mode}, desc.has_ids != 0);
+  std::vector<Hit> hits;
+  for (uint64_t i = 0; i < nq; ++i) {
+    for (uint64_t j = 0; j < k; ++j) {
+      const uint64_t x = i * k + j;
+      if (r.index[x] == UINT64_MAX) break;
+      hits.push_back({i, j + 1, r.index[x], desc.has_ids ? r.ids[x] : r.index[x], r.scores[x]});
+    }
+  }
+  return hits;
+}
+
+void ExpectSameHits(const std::vector<Hit>& got, const std::vector<Hit>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].query, want[i].query) << what << " hit " << i;
+    EXPECT_EQ(got[i].rank, want[i].rank) << what << " hit " << i;
+    EXPECT_EQ(got[i].doc, want[i].doc) << what << " hit " << i;
+    EXPECT_EQ(got[i].id, want[i].id) << what << " hit " << i;
+    // Bit-identical: the tool prints round-trip decimals.
+    uint32_t a, b;
+    std::memcpy(&a, &got[i].score, 4);
+    std::memcpy(&b, &want[i].score, 4);
+    EXPECT_EQ(a, b) << what << " hit " << i << ": " << got[i].score << " vs " << want[i].score;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+TEST_F(Cli, PackThenSearchMatchesTheLibraryInEveryModeMetricAndFormat) {
+  std::mt19937_64 rng(11);
+  TokenSets docs = Generate(rng, Shape::kClustered, 40, 0, 30, 48);  // includes empty documents
+  docs.Encode(MAXSIM_F32);
+  TokenSets queries = Generate(rng, Shape::kClustered, 5, 1, 12, 48);
+  queries.Encode(MAXSIM_F32);
+  const auto [dt, doff] = WriteSets(docs, "docs");
+  const auto [qt, qoff] = WriteSets(queries, "queries");
+  npy::Array ids;
+  ids.dtype = npy::Dtype::kU64;
+  ids.shape = {docs.n_sets()};
+  for (uint64_t j = 0; j < docs.n_sets(); ++j) {
+    const uint64_t id = 5000000000ull + 7 * j;  // above 2^32: ids are 64-bit end to end
+    ids.data.insert(ids.data.end(), reinterpret_cast<const uint8_t*>(&id), reinterpret_cast<const uint8_t*>(&id) + 8);
+  }
+  ASSERT_EQ(npy::Write(Path("ids.npy"), ids), "");
+  const std::string corpus = Path("corpus.maxsim");
+  CliResult p = Run({"pack", dt, doff, "--ids", Path("ids.npy"), "-o", corpus});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_NE(p.out.find("packed 40 sets"), std::string::npos) << p.out;
+  EXPECT_EQ(p.err, "");
+  {
+    Packed loaded = Packed::Load(corpus, MAXSIM_VALIDATE_DEEP);
+    const maxsim_packed_desc d = loaded.Describe();
+    EXPECT_EQ(d.n_sets, docs.n_sets());
+    EXPECT_EQ(d.n_vectors, docs.rows());
+    ASSERT_TRUE(d.has_ids);
+    EXPECT_EQ(d.ids[39], 5000000000ull + 7 * 39);
+  }
+  for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+    for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+      const std::string m = mode == MAXSIM_MODE_EXACT ? "exact" : mode == MAXSIM_MODE_CERTIFIED ? "certified" : "approximate";
+      const std::string met = metric == MAXSIM_METRIC_DOT ? "dot" : "cosine";
+      const std::vector<Hit> want = LibraryTopK(corpus, queries, 7, metric, mode);
+      ASSERT_EQ(want.size(), 5u * 7u);
+      CliResult tsv = Run({"search", corpus, qt, qoff, "-k", "7", "--mode", m, "--metric", met});
+      ASSERT_EQ(tsv.code, 0) << tsv.err;
+      EXPECT_EQ(tsv.err, "") << "nothing on stderr (no progress line when stderr is not a terminal)";
+      ExpectSameHits(ParseTsv(tsv.out), want, "tsv " + m + " " + met);
+      CliResult json = Run({"search", corpus, qt, qoff, "-k=7", "--mode=" + m, "--metric", met, "--format", "json"});
+      ASSERT_EQ(json.code, 0) << json.err;
+      ExpectSameHits(ParseJson(json.out), want, "json " + m + " " + met);
+      EXPECT_NE(json.out.find("\"mode\": \"" + m + "\""), std::string::npos);
+    }
+  }
+  // Certified prints exactly what exact prints.
+  EXPECT_EQ(Run({"search", corpus, qt, qoff, "--mode", "certified", "-k", "40"}).out,
+            Run({"search", corpus, qt, qoff, "--mode", "exact", "-k", "40"}).out);
+}
+
+TEST_F(Cli, KLargerThanTheCorpusListsEveryDocumentOnceAndEmptyDocumentsLast) {
+  std::mt19937_64 rng(12);
+  TokenSets docs = Generate(rng, Shape::kGaussian, 6, 0, 5, 16);
+  docs.offsets = {0, 3, 3, 8, 10, 10, 14};  // documents 1 and 4 are empty
+  docs.values.resize(14 * 16);
+  docs.Encode(MAXSIM_F32);
+  TokenSets queries = Generate(rng, Shape::kGaussian, 2, 3, 3, 16);
+  queries.Encode(MAXSIM_F32);
+  const auto [dt, doff] = WriteSets(docs, "docs");
+  const auto [qt, qoff] = WriteSets(queries, "queries");
+  ASSERT_EQ(Run({"pack", dt, doff, "-o", Path("c.maxsim")}).code, 0);
+  CliResult r = Run({"search", Path("c.maxsim"), qt, qoff, "-k", "50"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<Hit> hits = ParseTsv(r.out);
+  ASSERT_EQ(hits.size(), 12u);
+  ExpectSameHits(hits, LibraryTopK(Path("c.maxsim"), queries, 50, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), "k=50");
+  for (uint64_t q = 0; q < 2; ++q) {
+    std::set<uint64_t> seen;
+    for (int r2 = 0; r2 < 6; ++r2) seen.insert(hits[q * 6 + r2].doc);
+    EXPECT_EQ(seen.size(), 6u);
+    EXPECT_TRUE(std::isinf(hits[q * 6 + 4].score) && hits[q * 6 + 4].doc == 1);  // -inf, lower index first
+    EXPECT_TRUE(std::isinf(hits[q * 6 + 5].score) && hits[q * 6 + 5].doc == 4);
+    EXPECT_EQ(hits[q * 6].id, hits[q * 6].doc) << "without ids the id column is the document index";
+  }
+  EXPECT_NE(r.out.find("\t-inf\n"), std::string::npos);
+  CliResult j = Run({"search", Path("c.maxsim"), qt, qoff, "-k", "50", "--format", "json"});
+  EXPECT_NE(j.out.find("\"score\": null"), std::string::npos) << "-inf is not JSON: printed as null";
+}
+
+TEST_F(Cli, TextIdsAndHalfPrecisionOriginals) {
+  std::mt19937_64 rng(13);
+  TokenSets docs = Generate(rng, Shape::kUnitGaussian, 9, 1, 9, 32);
+  docs.Encode(MAXSIM_F32);
+  TokenSets queries = Generate(rng, Shape::kUnitGaussian, 3, 4, 4, 32);
+  queries.Encode(MAXSIM_F16);  // f16 queries are read as they are
+  const auto [dt, doff] = WriteSets(docs, "docs");
+  const auto [qt, qoff] = WriteSets(queries, "queries");
+  WriteBytes(Path("ids.txt"), "10\n11\n  12 \n13\n14\r\n15\n\n16\n17\n18\n");
+  for (const std::string dtype : {"f16", "bf16", "keep"}) {
+    const std::string c = Path("c-" + dtype + ".maxsim");
+    CliResult p = Run({"pack", dt, doff, "--ids", Path("ids.txt"), "--dtype", dtype, "-o", c});
+    ASSERT_EQ(p.code, 0) << p.err;
+    Packed loaded = Packed::Load(c);
+    const maxsim_packed_desc d = loaded.Describe();
+    EXPECT_EQ(d.dtype, dtype == "f16" ? MAXSIM_F16 : dtype == "bf16" ? MAXSIM_BF16 : MAXSIM_F32);
+    ASSERT_TRUE(d.has_ids);
+    EXPECT_EQ(d.ids[0], 10u);
+    EXPECT_EQ(d.ids[8], 18u);
+    CliResult s = Run({"search", c, qt, qoff, "-k", "3", "--mode", "certified"});
+    ASSERT_EQ(s.code, 0) << s.err;
+    ExpectSameHits(ParseTsv(s.out), LibraryTopK(c, queries, 3, MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED), dtype);
+  }
+  // f16 conversion of values beyond its range is refused with the offending element named.
+  TokenSets big = docs;
+  big.values[5 * 32 + 3] = 1e6f;
+  big.Encode(MAXSIM_F32);
+  const auto [bt, boff] = WriteSets(big, "big");
+  CliResult r = Run({"pack", bt, boff, "--dtype", "f16", "-o", Path("big.maxsim")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("row 5 element 3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("outside the f16 range"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, DemoPassesItsCertifiedCheck) {
+  CliResult r = Run({"demo", "--docs", "300", "--queries", "3", "--threads", "2"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("check certified == exact:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(": PASS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("3/3 queries"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << "no progress line when stderr is not a terminal";
+  // Deterministic: the same seed gives the same corpus (the saved files are byte-identical).
+  ASSERT_EQ(Run({"demo", "--docs", "50", "--queries", "2", "--seed", "5", "--save", Path("a")}).code, 0);
+  ASSERT_EQ(Run({"demo", "--docs", "50", "--queries", "2", "--seed", "5", "--threads", "1", "--save", Path("b")}).code, 0);
+  for (const char* f : {"docs_tokens.npy", "docs_offsets.npy", "queries_tokens.npy", "corpus.maxsim"}) {
+    const std::string a = ReadFile(Path(std::string("a/") + f)), b = ReadFile(Path(std::string("b/") + f));
+    EXPECT_FALSE(a.empty()) << f;
+    EXPECT_EQ(a, b) << f;
+  }
+  // The saved files feed pack and search.
+  CliResult s = Run({"search", Path("a/corpus.maxsim"), Path("a/queries_tokens.npy"), Path("a/queries_offsets.npy"),
+                     "-k", "1"});
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_EQ(ParseTsv(s.out).size(), 2u);
+}
+
+TEST_F(Cli, InfoBenchAndHelp) {
+  CliResult info = Run({"info"});
+  ASSERT_EQ(info.code, 0) << info.err;
+  for (size_t i = 0; i < maxsim_kernel_count(); ++i) {
+    EXPECT_NE(info.out.find(maxsim_kernel_name(i)), std::string::npos) << "info lists kernel " << maxsim_kernel_name(i);
+  }
+  EXPECT_NE(info.out.find("selected"), std::string::npos);
+  CliResult forced = Run({"info", "--isa", "scalar", "--threads", "3"});
+  EXPECT_NE(forced.out.find("Selected kernel: scalar (forced"), std::string::npos) << forced.out;
+  EXPECT_NE(forced.out.find("Threads: 3 (set by the options)"), std::string::npos) << forced.out;
+  CliResult bench = Run({"bench", "--docs", "20", "--reps", "1"});
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  for (const char* m : {"naive loops", "exact (", "certified (", "approximate ("}) {
+    EXPECT_NE(bench.out.find(m), std::string::npos) << m << "\n" << bench.out;
+  }
+  EXPECT_EQ(Run({"search", "--help"}).code, 0);
+  EXPECT_NE(Run({"help", "pack"}).out.find("Usage: maxsim pack"), std::string::npos);
+  EXPECT_EQ(Run({"--version"}).code, 0);
+  CliResult none = Run({});
+  EXPECT_EQ(none.code, 2);
+  CliResult unknown = Run({"serach"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("unknown command 'serach'"), std::string::npos);
+}
+
+// ---- errors ---------------------------------------------------------------------------------------------
+
+class CliErrors : public Cli {
+ protected:
+  void SetUp() override {
+    Cli::SetUp();
+    std::mt19937_64 rng(21);
+    docs_ = Generate(rng, Shape::kUnitGaussian, 8, 1, 10, 24);
+    docs_.Encode(MAXSIM_F32);
+    queries_ = Generate(rng, Shape::kUnitGaussian, 2, 4, 4, 24);
+    queries_.Encode(MAXSIM_F32);
+    std::tie(dt_, doff_) = WriteSets(docs_, "docs");
+    std::tie(qt_, qoff_) = WriteSets(queries_, "queries");
+    corpus_ = Path("corpus.maxsim");
+    ASSERT_EQ(Run({"pack", dt_, doff_, "-o", corpus_}).code, 0);
+  }
+  // Runs and expects a failure with `code` whose stderr contains every fragment.
+  void ExpectError(const std::vector<std::string>& args, int code, const std::vector<std::string>& fragments) {
+    CliResult r = Run(args);
+    std::string cmd;
+    for (const std::string& a : args) cmd += a + " ";
+    EXPECT_EQ(r.code, code) << cmd << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << cmd << ": nothing on stdout on failure";
+    EXPECT_NE(r.err.find("error: "), std::string::npos) << cmd;
+    for (const std::string& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << cmd << "\n" << r.err;
+  }
+  // A .npy image with the given header dict and data bytes.
+  static std::string Npy(const std::string& dict, const std::string& data, uint8_t major = 1) {
+    std::string header = dict;
+    const size_t prefix = major == 1 ? 10 : 12;
+    while ((prefix + header.size() + 1) % 64) header += ' ';
+    header += '\n';
+    std::string b = "\x93NUMPY";
+    b += static_cast<char>(major);
+    b += '\0';
+    b += static_cast<char>(header.size() & 0xFF);
+    b += static_cast<char>((header.size() >> 8) & 0xFF);
+    if (major != 1) b += std::string(2, '\0');
+    return b + header + data;
+  }
+  std::string QueryBytes() const { return std::string(queries_.encoded.begin(), queries_.encoded.end()); }
+
+  TokenSets docs_, queries_;
+  std::string dt_, doff_, qt_, qoff_, corpus_;
+};
+
+TEST_F(CliErrors, MissingFiles) {
+  ExpectError({"search", Path("nope.maxsim"), qt_, qoff_}, 1, {"nope.maxsim", "No such file"});
+  ExpectError({"search", corpus_, Path("nope.npy"), qoff_}, 1, {"nope.npy", "cannot open"});
+  ExpectError({"pack", Path("nope.npy"), doff_, "-o", Path("x.maxsim")}, 1, {"nope.npy", "cannot open"});
+  ExpectError({"pack", dt_, doff_, "--ids", Path("nope.txt"), "-o", Path("x.maxsim")}, 1, {"nope.txt", "cannot open"});
+  ExpectError({"pack", dt_, doff_, "-o", Path("no-such-dir/x.maxsim")}, 1, {"no-such-dir/x.maxsim"});
+  struct stat st;
+  EXPECT_NE(stat(Path("x.maxsim").c_str(), &st), 0) << "no output file after a failure";
+}
+
+TEST_F(CliErrors, PickledMalformedTruncatedAndFortranNpy) {
+  const std::string shape = "'shape': (8, 24), ";
+  const std::string data = QueryBytes();
+  WriteBytes(Path("pickled.npy"), Npy("{'descr': '|O', 'fortran_order': False, " + shape + "}", std::string(64, '\0')));
+  ExpectError({"search", corpus_, Path("pickled.npy"), qoff_}, 1, {"pickled.npy", "object (pickled) array: refused"});
+  WriteBytes(Path("structured.npy"),
+             Npy("{'descr': [('a', '<f4')], 'fortran_order': False, " + shape + "}", data));
+  ExpectError({"search", corpus_, Path("structured.npy"), qoff_}, 1, {"structured or object arrays"});
+  WriteBytes(Path("fortran.npy"), Npy("{'descr': '<f4', 'fortran_order': True, " + shape + "}", data));
+  ExpectError({"search", corpus_, Path("fortran.npy"), qoff_}, 1, {"fortran.npy", "Fortran-ordered", "ascontiguousarray"});
+  WriteBytes(Path("truncated.npy"), Npy("{'descr': '<f4', 'fortran_order': False, " + shape + "}", data.substr(0, 100)));
+  ExpectError({"search", corpus_, Path("truncated.npy"), qoff_}, 1, {"truncated.npy", "truncated or trailing bytes"});
+  WriteBytes(Path("nodict.npy"), Npy("['descr', '<f4']", data));
+  ExpectError({"search", corpus_, Path("nodict.npy"), qoff_}, 1, {"nodict.npy", "not a Python dict"});
+  WriteBytes(Path("noshape.npy"), Npy("{'descr': '<f4', 'fortran_order': False}", data));
+  ExpectError({"search", corpus_, Path("noshape.npy"), qoff_}, 1, {"lacks descr, fortran_order or shape"});
+  WriteBytes(Path("badkey.npy"), Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (8, 24), 'x': 1}", data));
+  ExpectError({"search", corpus_, Path("badkey.npy"), qoff_}, 1, {"unknown key 'x'"});
+  WriteBytes(Path("badshape.npy"), Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (8, -24), }", data));
+  ExpectError({"search", corpus_, Path("badshape.npy"), qoff_}, 1, {"shape holds something other than"});
+  WriteBytes(Path("bigendian.npy"), Npy("{'descr': '>f4', 'fortran_order': False, " + shape + "}", data));
+  ExpectError({"search", corpus_, Path("bigendian.npy"), qoff_}, 1, {"big-endian"});
+  WriteBytes(Path("magic.npy"), "PK\x03\x04 this is a zip file, not .npy");
+  ExpectError({"search", corpus_, Path("magic.npy"), qoff_}, 1, {"magic.npy", "bad magic"});
+  std::string hdr_overrun = Npy("{'descr': '<f4', 'fortran_order': False, " + shape + "}", data);
+  hdr_overrun[8] = '\xff';
+  hdr_overrun[9] = '\x7f';
+  WriteBytes(Path("overrun.npy"), hdr_overrun);
+  ExpectError({"search", corpus_, Path("overrun.npy"), qoff_}, 1, {"header length exceeds the file"});
+  WriteBytes(Path("f64.npy"), Npy("{'descr': '<f8', 'fortran_order': False, 'shape': (8, 24), }", data + data));
+  ExpectError({"search", corpus_, Path("f64.npy"), qoff_}, 1, {"float64", "astype(np.float32)"});
+  // The offsets file is read just as strictly.
+  WriteBytes(Path("off-f32.npy"), Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", std::string(12, '\0')));
+  ExpectError({"search", corpus_, qt_, Path("off-f32.npy")}, 1, {"offsets must be int64 or uint64"});
+}
+
+TEST_F(CliErrors, DimensionMismatchBetweenQueriesAndCorpus) {
+  std::mt19937_64 rng(5);
+  TokenSets q = Generate(rng, Shape::kUnitGaussian, 2, 3, 3, 16);
+  q.Encode(MAXSIM_F32);
+  const auto [t, o] = WriteSets(q, "q16");
+  ExpectError({"search", corpus_, t, o}, 1, {"dimension 16", "dimension 24", "same embedding model"});
+}
+
+TEST_F(CliErrors, BadOffsets) {
+  auto write = [&](const std::string& name, std::vector<int64_t> v) {
+    npy::Array a;
+    a.dtype = npy::Dtype::kI64;
+    a.shape = {v.size()};
+    a.data.resize(v.size() * 8);
+    std::memcpy(a.data.data(), v.data(), a.data.size());
+    EXPECT_EQ(npy::Write(Path(name), a), "");
+    return Path(name);
+  };
+  ExpectError({"search", corpus_, qt_, write("dec.npy", {0, 5, 3, 8})}, 1, {"decrease at index 2", "non-decreasing"});
+  ExpectError({"search", corpus_, qt_, write("short.npy", {0, 4, 7})}, 1, {"last offset is 7", "has 8 rows"});
+  ExpectError({"search", corpus_, qt_, write("start.npy", {2, 4, 8})}, 1, {"offsets[0] is 2"});
+  ExpectError({"search", corpus_, qt_, write("neg.npy", {0, -4, 8})}, 1, {"offsets[1] is -4", "negative"});
+  ExpectError({"search", corpus_, qt_, write("empty.npy", {})}, 1, {"offsets is empty"});
+  ExpectError({"pack", dt_, write("past.npy", {0, 4, 1000}), "-o", Path("x.maxsim")}, 1, {"last offset is 1000"});
+  npy::Array two_d;
+  two_d.dtype = npy::Dtype::kI64;
+  two_d.shape = {1, 3};
+  two_d.data.assign(24, 0);
+  ASSERT_EQ(npy::Write(Path("2d.npy"), two_d), "");
+  ExpectError({"search", corpus_, qt_, Path("2d.npy")}, 1, {"1-D array"});
+}
+
+TEST_F(CliErrors, BadIds) {
+  WriteBytes(Path("few.txt"), "1\n2\n3\n");
+  ExpectError({"pack", dt_, doff_, "--ids", Path("few.txt"), "-o", Path("x.maxsim")}, 1, {"has 3 ids", "8 sets"});
+  WriteBytes(Path("words.txt"), "1\n2\ndoc-3\n");
+  ExpectError({"pack", dt_, doff_, "--ids", Path("words.txt"), "-o", Path("x.maxsim")}, 1,
+              {"words.txt:3", "'doc-3' is not an unsigned 64-bit integer"});
+  WriteBytes(Path("neg.txt"), "1\n-2\n");
+  ExpectError({"pack", dt_, doff_, "--ids", Path("neg.txt"), "-o", Path("x.maxsim")}, 1, {"neg.txt:2"});
+}
+
+TEST_F(CliErrors, CommandLineMistakes) {
+  ExpectError({"search", corpus_, qt_, qoff_, "--bogus"}, 2, {"unknown option '--bogus'", "maxsim search --help"});
+  ExpectError({"search", corpus_, qt_, qoff_, "-x"}, 2, {"unknown option '-x'"});
+  ExpectError({"search", corpus_, qt_, qoff_, "--mode", "fast"}, 2, {"--mode 'fast'", "exact|certified|approximate"});
+  ExpectError({"search", corpus_, qt_, qoff_, "--metric", "l2"}, 2, {"--metric 'l2'", "dot|cosine"});
+  ExpectError({"search", corpus_, qt_, qoff_, "--format", "csv"}, 2, {"tsv|json"});
+  ExpectError({"search", corpus_, qt_, qoff_, "-k", "0"}, 2, {"'0' is not an integer from 1"});
+  ExpectError({"search", corpus_, qt_, qoff_, "-k", "ten"}, 2, {"'ten'"});
+  ExpectError({"search", corpus_, qt_, qoff_, "--threads", "-3"}, 2, {"--threads '-3'"});
+  ExpectError({"search", corpus_, qt_, qoff_, "--mode"}, 2, {"--mode needs a value"});
+  ExpectError({"search", corpus_, qt_}, 2, {"takes 3 file arguments but got 2"});
+  ExpectError({"search", corpus_, qt_, qoff_, "extra"}, 2, {"'extra' is extra"});
+  ExpectError({"pack", dt_, doff_}, 2, {"-o OUT.maxsim"});
+  ExpectError({"pack", dt_, doff_, "-o", Path("x.maxsim"), "--dtype", "f8"}, 2, {"--dtype 'f8'"});
+  ExpectError({"demo", "--docs", "0"}, 2, {"--docs '0'"});
+  ExpectError({"info", "--no-progress=1"}, 2, {"takes no value"});
+  ExpectError({"info", "--isa", "no-such-kernel"}, 1, {"'no-such-kernel'", "is not a CPU kernel name"});
+}
+
+TEST_F(CliErrors, CorruptPackedFileIsRejectedByValidation) {
+  std::string bytes = ReadFile(corpus_);
+  ASSERT_GT(bytes.size(), 1024u);
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x5A;
+  WriteBytes(Path("flipped.maxsim"), flipped);
+  ExpectError({"search", Path("flipped.maxsim"), qt_, qoff_}, 1, {"flipped.maxsim", "MAXSIM_ERR_INVALID_BUFFER"});
+  WriteBytes(Path("cut.maxsim"), bytes.substr(0, bytes.size() - 64));
+  ExpectError({"search", Path("cut.maxsim"), qt_, qoff_}, 1, {"cut.maxsim", "MAXSIM_ERR_INVALID_BUFFER"});
+  WriteBytes(Path("npy-as-corpus.maxsim"), ReadFile(qt_));
+  ExpectError({"search", Path("npy-as-corpus.maxsim"), qt_, qoff_}, 1, {"MAXSIM_ERR_INVALID_BUFFER"});
+}
+
+TEST_F(CliErrors, NonFiniteTokensAreRefusedAtPackTime) {
+  TokenSets bad = docs_;
+  uint64_t set = 0;
+  while (bad.length(set) < 2) ++set;
+  bad.values[(docs_.offsets[set] + 1) * 24 + 5] = NAN;  // token 1 of the first set with two tokens
+  bad.Encode(MAXSIM_F32);
+  const auto [t, o] = WriteSets(bad, "bad");
+  ExpectError({"pack", t, o, "-o", Path("bad.maxsim")}, 1,
+              {"MAXSIM_ERR_NON_FINITE", "set " + std::to_string(set) + " token 1"});
+  struct stat st;
+  EXPECT_NE(stat(Path("bad.maxsim").c_str(), &st), 0) << "nothing written";
+}
+
+// ---- the .npy reader directly ---------------------------------------------------------------------------
+
+TEST(NpyReader, AcceptsVersions1To3AndRoundTrips) {
+  npy::Array a;
+  a.dtype = npy::Dtype::kF32;
+  a.shape = {2, 3};
+  const float v[6] = {1, 2, 3, 4, 5, 6};
+  a.data.assign(reinterpret_cast<const uint8_t*>(v), reinterpret_cast<const uint8_t*>(v) + 24);
+  char tmpl[] = "/tmp/maxsim-npy-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/a.npy";
+  ASSERT_EQ(npy::Write(path, a), "");
+  npy::Array b;
+  ASSERT_EQ(npy::Read(path, &b), "");
+  EXPECT_EQ(b.shape, a.shape);
+  EXPECT_EQ(b.data, a.data);
+  std::system(("rm -rf '" + std::string(tmpl) + "'").c_str());
+  // Version 2.0 (4-byte header length) with a Python-2 long suffix and a one-element tuple.
+  std::string h = "{'descr': '<i8', 'fortran_order': False, 'shape': (2L,), }";
+  while ((12 + h.size() + 1) % 64) h += ' ';
+  h += '\n';
+  std::string img = std::string("\x93NUMPY\x02\x00", 8) + static_cast<char>(h.size()) + std::string(3, '\0') + h +
+                    std::string(16, '\x01');
+  npy::Array c;
+  ASSERT_EQ(npy::Parse(reinterpret_cast<const uint8_t*>(img.data()), img.size(), &c), "");
+  EXPECT_EQ(c.dtype, npy::Dtype::kI64);
+  EXPECT_EQ(c.shape, std::vector<uint64_t>{2});
+}
+
+TEST(NpyReader, RejectsWhatItCannotRepresentExactly) {
+  auto parse = [](const std::string& dict, size_t data_bytes) {
+    std::string h = dict;
+    while ((10 + h.size() + 1) % 64) h += ' ';
+    h += '\n';
+    std::string img = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(h.size() & 0xFF) +
+                      static_cast<char>(h.size() >> 8) + h + std::string(data_bytes, '\0');
+    npy::Array a;
+    return npy::Parse(reinterpret_cast<const uint8_t*>(img.data()), img.size(), &a);
+  };
+  EXPECT_EQ(parse("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }", 16), "");
+  EXPECT_NE(parse("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", 16).find("pickled"), std::string::npos);
+  EXPECT_NE(parse("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", 16).find("not supported"),
+            std::string::npos);
+  EXPECT_NE(parse("{'descr': '<f4', 'fortran_order': maybe, 'shape': (2,), }", 8).find("neither True nor False"),
+            std::string::npos);
+  EXPECT_NE(parse("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999, 99999999999), }", 8)
+                .find("overflows"),
+            std::string::npos);
+  EXPECT_NE(parse("{'descr': '<f4', 'fortran_order': False, 'shape': (184467440737095516160,), }", 8).find("overflows"),
+            std::string::npos);
+  EXPECT_NE(parse("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 12).find("trailing"), std::string::npos);
+  EXPECT_NE(parse("{'descr': '<f\\4', 'fortran_order': False, 'shape': (2,), }", 8).find("descr"), std::string::npos);
+  EXPECT_NE(parse("{'descr: '<f4', 'fortran_order': False, 'shape': (2,), }", 8), "");
+  const std::string v9("\x93NUMPY\x09\x00\x10\x00{}", 12);
+  npy::Array a;
+  EXPECT_NE(npy::Parse(reinterpret_cast<const uint8_t*>(v9.data()), v9.size(), &a).find("version 9"), std::string::npos);
+  EXPECT_NE(npy::Parse(reinterpret_cast<const uint8_t*>("\x93NUMPY"), 6, &a).find("bad magic"), std::string::npos);
+}
+
+// ---- real embeddings --------------------------------------------------------------------------------------
+
+TEST_F(Cli, RealColbertEmbeddingsPackSearchAndRankRelevantDocumentsFirst) {
+  const std::string data = SharedDataDir();
+  if (data.empty()) {
+    GTEST_SKIP() << "../shared/data/colbert-nanofiqa not found next to the source tree (set MAXSIM_SHARED_DIR to the "
+                    "folder holding data/colbert-nanofiqa to run this test)";
+  }
+  const std::string corpus = Path("fiqa.maxsim");
+  CliResult p = Run({"pack", data + "/docs_tokens.npy", data + "/docs_offsets.npy", "--ids", data + "/docs_ids.txt",
+                     "-o", corpus});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_NE(p.out.find("packed 35 sets, 4430 vectors, dim 128"), std::string::npos) << p.out;
+  TokenSets q, d;
+  std::vector<std::string> qids, dids;
+  std::string error;
+  ASSERT_TRUE(LoadNanoFiqa(&q, &d, &qids, &dids, &error)) << error;
+  q.Encode(MAXSIM_F32);
+  const std::string qt = data + "/queries_tokens.npy", qo = data + "/queries_offsets.npy";
+  CliResult exact = Run({"search", corpus, qt, qo, "-k", "35"});
+  ASSERT_EQ(exact.code, 0) << exact.err;
+  const std::vector<Hit> hits = ParseTsv(exact.out);
+  ExpectSameHits(hits, LibraryTopK(corpus, q, 35, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), "real exact");
+  for (const char* metric : {"dot", "cosine"}) {
+    EXPECT_EQ(Run({"search", corpus, qt, qo, "-k", "35", "--mode", "certified", "--metric", metric}).out,
+              Run({"search", corpus, qt, qo, "-k", "35", "--mode", "exact", "--metric", metric}).out)
+        << "certified must print exactly what exact prints (" << metric << ")";
+  }
+  // The ids column carries the corpus ids, and each query's best document is one the qrels mark relevant.
+  std::map<std::string, std::set<std::string>> qrels;
+  std::istringstream in(ReadFile(data + "/qrels.tsv"));
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string qid, did;
+    f >> qid >> did;
+    qrels[qid].insert(did);
+  }
+  ASSERT_EQ(qids.size(), 5u);
+  for (const Hit& h : hits) {
+    EXPECT_EQ(std::to_string(h.id), dids[h.doc]);
+    if (h.rank == 1) {
+      EXPECT_TRUE(qrels[qids[h.query]].count(std::to_string(h.id))) << "query " << qids[h.query] << " top-1 " << h.id;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace maxsim::test

@@ -1,0 +1,8 @@
+# End-to-end tests of the `maxsim` tool (lib/cli): included from tests/CMakeLists.txt.
+if(TARGET maxsim_cli)
+  add_executable(maxsim_cli_tests cli_test.cc)
+  target_link_libraries(maxsim_cli_tests PRIVATE maxsim_testutil GTest::gtest_main)
+  target_compile_definitions(maxsim_cli_tests PRIVATE MAXSIM_CLI_PATH="$<TARGET_FILE:maxsim_cli>")
+  add_dependencies(maxsim_cli_tests maxsim_cli)
+  gtest_discover_tests(maxsim_cli_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300 LABELS cli)
+endif()
