@@ -451,7 +451,7 @@ TEST_F(CliErrors, BadOffsets) {
     a.dtype = npy::Dtype::kI64;
     a.shape = {v.size()};
     a.data.resize(v.size() * 8);
-    std::memcpy(a.data.data(), v.data(), a.data.size());
+    if (!v.empty()) std::memcpy(a.data.data(), v.data(), a.data.size());
     EXPECT_EQ(npy::Write(Path(name), a), "");
     return Path(name);
   };

@@ -18,7 +18,7 @@ void TokenSets::Encode(maxsim_dtype d) {
   const size_t n = values.size();
   if (d == MAXSIM_F32) {
     encoded.resize(n * 4);
-    std::memcpy(encoded.data(), values.data(), n * 4);
+    if (n > 0) std::memcpy(encoded.data(), values.data(), n * 4);
     return;
   }
   encoded.resize(n * 2);

@@ -57,12 +57,12 @@ Status ReadScoreOptions(const maxsim_score_options* o, ScoreRequest* req, maxsim
     }
     def = *o;
   }
-  if (def.metric != MAXSIM_METRIC_DOT && def.metric != MAXSIM_METRIC_COSINE) {
-    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "metric %d is not DOT (0) or COSINE (1)", static_cast<int>(def.metric));
+  const int32_t metric = RawEnum(def.metric), mode = RawEnum(def.mode);
+  if (metric != MAXSIM_METRIC_DOT && metric != MAXSIM_METRIC_COSINE) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "metric %d is not DOT (0) or COSINE (1)", metric);
   }
-  if (def.mode != MAXSIM_MODE_EXACT && def.mode != MAXSIM_MODE_CERTIFIED && def.mode != MAXSIM_MODE_APPROXIMATE) {
-    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "mode %d is not EXACT (0), CERTIFIED (1) or APPROXIMATE (2)",
-                 static_cast<int>(def.mode));
+  if (mode != MAXSIM_MODE_EXACT && mode != MAXSIM_MODE_CERTIFIED && mode != MAXSIM_MODE_APPROXIMATE) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "mode %d is not EXACT (0), CERTIFIED (1) or APPROXIMATE (2)", mode);
   }
   req->metric = def.metric;
   req->mode = def.mode;
@@ -132,8 +132,8 @@ using namespace maxsim;  // NOLINT: this file only implements the C API
 
 extern "C" {
 
-MAXSIM_API const char* maxsim_status_name(maxsim_status status) {
-  switch (status) {
+MAXSIM_API const char* maxsim_status_name(maxsim_status status_in) {
+  switch (RawEnum(status_in)) {
     case MAXSIM_OK: return "MAXSIM_OK";
     case MAXSIM_ERR_INVALID_ARGUMENT: return "MAXSIM_ERR_INVALID_ARGUMENT";
     case MAXSIM_ERR_INVALID_BUFFER: return "MAXSIM_ERR_INVALID_BUFFER";
@@ -283,8 +283,21 @@ MAXSIM_API maxsim_status maxsim_pack(maxsim_context* ctx, const maxsim_dense_set
   });
 }
 
+namespace {
+Status CheckLevel(const maxsim_validation& level) {
+  const int32_t v = RawEnum(level);
+  if (v != MAXSIM_VALIDATE_STANDARD && v != MAXSIM_VALIDATE_DEEP && v != MAXSIM_VALIDATE_FAST) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "validation level %d is not STANDARD (0), DEEP (1) or FAST (2)", v);
+  }
+  return Status::Ok();
+}
+}  // namespace
+
 MAXSIM_API maxsim_status maxsim_validate(const void* buffer, uint64_t size, maxsim_validation level) {
-  return Guard([&]() -> Status { return pack::Validate(buffer, size, level, nullptr); });
+  return Guard([&]() -> Status {
+    MAXSIM_RETURN_IF_ERROR(CheckLevel(level));
+    return pack::Validate(buffer, size, level, nullptr);
+  });
 }
 
 MAXSIM_API maxsim_status maxsim_packed_open(const void* buffer, uint64_t size, maxsim_validation level,
@@ -292,6 +305,7 @@ MAXSIM_API maxsim_status maxsim_packed_open(const void* buffer, uint64_t size, m
   return Guard([&]() -> Status {
     if (!out) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = nullptr;
+    MAXSIM_RETURN_IF_ERROR(CheckLevel(level));
     pack::PackedView view;
     MAXSIM_RETURN_IF_ERROR(pack::Validate(buffer, size, level, &view));
     auto* p = new maxsim_packed;
@@ -306,6 +320,7 @@ MAXSIM_API maxsim_status maxsim_packed_load(const char* path, maxsim_validation 
   return Guard([&]() -> Status {
     if (!out) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = nullptr;
+    MAXSIM_RETURN_IF_ERROR(CheckLevel(level));
     return LoadPackedFile(path, level, out);
   });
 }
@@ -446,6 +461,10 @@ MAXSIM_API maxsim_status maxsim_backward(maxsim_context* ctx, const maxsim_dense
     if (args->struct_size < offsetof(maxsim_backward_args, cuda_stream) + sizeof(void*)) {
       return Error(MAXSIM_ERR_INVALID_ARGUMENT, "maxsim_backward_args.struct_size is %u, expected %zu",
                    args->struct_size, sizeof(maxsim_backward_args));
+    }
+    const int32_t layout = RawEnum(args->layout);
+    if (layout != MAXSIM_LAYOUT_MATRIX && layout != MAXSIM_LAYOUT_PAIRS && layout != MAXSIM_LAYOUT_CANDIDATES) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "layout %d is not MATRIX (0), PAIRS (1) or CANDIDATES (2)", layout);
     }
     DenseView q, d;
     MAXSIM_RETURN_IF_ERROR(ResolveDense(queries, "queries", &q));

@@ -15,13 +15,13 @@ Status ResolveDense(const maxsim_dense_sets* s, const char* role, DenseView* vie
                  "%s: maxsim_dense_sets.struct_size is %u, expected %zu (set it to sizeof(maxsim_dense_sets))", role,
                  s->struct_size, sizeof(maxsim_dense_sets));
   }
-  if (s->memory != MAXSIM_MEMORY_HOST && s->memory != MAXSIM_MEMORY_CUDA) {
-    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: memory kind %d is not HOST (0) or CUDA (1)", role,
-                 static_cast<int>(s->memory));
+  const int32_t memory = RawEnum(s->memory), dtype = RawEnum(s->dtype);
+  if (memory != MAXSIM_MEMORY_HOST && memory != MAXSIM_MEMORY_CUDA) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: memory kind %d is not HOST (0) or CUDA (1)", role, memory);
   }
-  if (s->dtype != MAXSIM_F32 && s->dtype != MAXSIM_F16 && s->dtype != MAXSIM_BF16) {
+  if (dtype != MAXSIM_F32 && dtype != MAXSIM_F16 && dtype != MAXSIM_BF16) {
     return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: dtype %d is not MAXSIM_F32 (1), MAXSIM_F16 (2) or MAXSIM_BF16 (3)",
-                 role, static_cast<int>(s->dtype));
+                 role, dtype);
   }
   if (s->dim == 0 || s->dim > MAXSIM_PACK_MAX_DIM) {
     return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: dim %u is outside the supported range 1..%u", role, s->dim,

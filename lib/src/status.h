@@ -4,6 +4,8 @@
 #define MAXSIM_SRC_STATUS_H_
 
 #include <cstdarg>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -39,6 +41,17 @@ void SetLastError(const std::string& message);
     ::maxsim::Status status_ = (expr);   \
     if (!status_.ok()) return status_;   \
   } while (0)
+
+// Reads an enum that came from a caller as the integer it holds. C callers may store any value in an enum field,
+// and loading an out-of-range value through the enum type is undefined behaviour in C++ (UBSan flags it), so
+// every enum from outside is read this way and range-checked before it is used as an enum.
+template <typename E>
+inline int32_t RawEnum(const E& e) {
+  static_assert(sizeof(E) == sizeof(int32_t), "public enums are 32-bit");
+  int32_t v;
+  std::memcpy(&v, &e, sizeof(v));
+  return v;
+}
 
 // Overflow-checked arithmetic for sizes from outside.
 inline bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }

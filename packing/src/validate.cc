@@ -130,9 +130,10 @@ Status CheckDeep(const PackedView& v) {
 
 Status Validate(const void* buffer, uint64_t size, maxsim_validation level, PackedView* view) {
   if (buffer == nullptr) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "packed buffer pointer is NULL");
-  if (level != MAXSIM_VALIDATE_STANDARD && level != MAXSIM_VALIDATE_DEEP && level != MAXSIM_VALIDATE_FAST) {
+  const int32_t raw_level = RawEnum(level);
+  if (raw_level != MAXSIM_VALIDATE_STANDARD && raw_level != MAXSIM_VALIDATE_DEEP && raw_level != MAXSIM_VALIDATE_FAST) {
     return Error(MAXSIM_ERR_INVALID_ARGUMENT, "validation level %d is not STANDARD (0), DEEP (1) or FAST (2)",
-                 static_cast<int>(level));
+                 raw_level);
   }
   if (reinterpret_cast<uintptr_t>(buffer) % MAXSIM_PACK_ALIGN != 0) {
     return Error(MAXSIM_ERR_INVALID_ARGUMENT,

@@ -62,7 +62,8 @@ typedef enum maxsim_status {
   MAXSIM_ERR_BACKEND_UNAVAILABLE = 8,/* a named backend or ISA is not available on this machine */
   MAXSIM_ERR_BUFFER_TOO_SMALL = 9,   /* an output capacity is too small; the needed size is reported */
   MAXSIM_ERR_PLUGIN = 10,            /* a plugin reported a failure (launch failure, device error) */
-  MAXSIM_ERR_INTERNAL = 11           /* a bug in libmaxsim: please report it with the message */
+  MAXSIM_ERR_INTERNAL = 11,          /* a bug in libmaxsim: please report it with the message */
+  MAXSIM_STATUS_FORCE_INT32 = 0x7FFFFFFF /* keeps the enum 32-bit; never returned */
 } maxsim_status;
 
 /* Message of the last failed call on this thread ("" if none). Valid until the next failing call on this
@@ -76,22 +77,33 @@ MAXSIM_API uint32_t maxsim_version(void);
 MAXSIM_API const char* maxsim_version_string(void);
 
 /* ----------------------------------------------------------------------------------------------------- */
-/* Enumerations                                                                                          */
+/* Enumerations (each ends with a *_FORCE_INT32 member that keeps it 32-bit; the library reads enum fields  */
+/* as plain integers and rejects values it does not know, with a message)                                */
 /* ----------------------------------------------------------------------------------------------------- */
 
-typedef enum maxsim_dtype { MAXSIM_F32 = 1, MAXSIM_F16 = 2, MAXSIM_BF16 = 3 } maxsim_dtype;
-typedef enum maxsim_metric { MAXSIM_METRIC_DOT = 0, MAXSIM_METRIC_COSINE = 1 } maxsim_metric;
+typedef enum maxsim_dtype { MAXSIM_F32 = 1, MAXSIM_F16 = 2, MAXSIM_BF16 = 3, MAXSIM_DTYPE_FORCE_INT32 = 0x7FFFFFFF } maxsim_dtype;
+typedef enum maxsim_metric {
+  MAXSIM_METRIC_DOT = 0,
+  MAXSIM_METRIC_COSINE = 1,
+  MAXSIM_METRIC_FORCE_INT32 = 0x7FFFFFFF
+} maxsim_metric;
 typedef enum maxsim_mode {
   MAXSIM_MODE_EXACT = 0,
   MAXSIM_MODE_CERTIFIED = 1,
-  MAXSIM_MODE_APPROXIMATE = 2
+  MAXSIM_MODE_APPROXIMATE = 2,
+  MAXSIM_MODE_FORCE_INT32 = 0x7FFFFFFF
 } maxsim_mode;
-typedef enum maxsim_memory { MAXSIM_MEMORY_HOST = 0, MAXSIM_MEMORY_CUDA = 1 } maxsim_memory;
+typedef enum maxsim_memory {
+  MAXSIM_MEMORY_HOST = 0,
+  MAXSIM_MEMORY_CUDA = 1,
+  MAXSIM_MEMORY_FORCE_INT32 = 0x7FFFFFFF
+} maxsim_memory;
 typedef enum maxsim_log_level {
   MAXSIM_LOG_DEBUG = 0,
   MAXSIM_LOG_INFO = 1,
   MAXSIM_LOG_WARNING = 2,
-  MAXSIM_LOG_ERROR = 3
+  MAXSIM_LOG_ERROR = 3,
+  MAXSIM_LOG_FORCE_INT32 = 0x7FFFFFFF
 } maxsim_log_level;
 
 /* Log sink for the few events a user may want to see (a plugin skipped, the backend chosen). The library
@@ -179,7 +191,8 @@ typedef struct maxsim_packed maxsim_packed;
 typedef enum maxsim_validation {
   MAXSIM_VALIDATE_STANDARD = 0,
   MAXSIM_VALIDATE_DEEP = 1,
-  MAXSIM_VALIDATE_FAST = 2
+  MAXSIM_VALIDATE_FAST = 2,
+  MAXSIM_VALIDATE_FORCE_INT32 = 0x7FFFFFFF
 } maxsim_validation;
 
 /* Bytes a packed buffer of these sets needs (depends only on counts, dim and dtype). */
@@ -289,7 +302,8 @@ MAXSIM_API maxsim_status maxsim_topk(maxsim_context* ctx, const maxsim_sets* que
 typedef enum maxsim_layout {
   MAXSIM_LAYOUT_MATRIX = 0,     /* scores [Nq, Nd] (in-batch) */
   MAXSIM_LAYOUT_PAIRS = 1,      /* scores [B] */
-  MAXSIM_LAYOUT_CANDIDATES = 2  /* scores [total candidates] (KD) */
+  MAXSIM_LAYOUT_CANDIDATES = 2, /* scores [total candidates] (KD) */
+  MAXSIM_LAYOUT_FORCE_INT32 = 0x7FFFFFFF
 } maxsim_layout;
 
 typedef struct maxsim_backward_args {
