@@ -176,7 +176,12 @@ Status SelectBackend(const maxsim_options& o, maxsim_context* ctx) {
   ctx->backend_note = ctx->accel_forced
                           ? ctx->accel->name + " (" + source + "; every call runs on it)"
                           : "auto -> " + ctx->accel->name +
-                                " for packed corpora and device tensors when the work is large enough, else cpu";
+                                " for packed corpora and device tensors when the work is large enough (" +
+                                (ctx->accel->api->min_auto_ops
+                                     ? Format("%llu", static_cast<ull>(ctx->accel->api->min_auto_ops(ctx->accel_backend))) +
+                                           " operations = 2*Lq*Ld*dim summed over pairs, or more"
+                                     : std::string("never: the plugin gives no threshold")) +
+                                "), else cpu";
   ctx->Log(MAXSIM_LOG_INFO, "backend: " + ctx->backend_note);
   return Status::Ok();
 }
@@ -326,6 +331,63 @@ Status PackTemporary(const SetsRef& s, const char* role, int threads, AlignedBuf
   return pack::PackInto(s.dense, nullptr, buf->p, *size, threads, role, size);
 }
 
+// Dense host sets with a mask are packed without their masked rows, so a plugin reports argmax in compacted
+// coordinates (query tokens and document tokens both renumbered without the masked rows). This maps such a
+// plugin argmax (matrix or candidates layout over kept query tokens) to maxsim.h's layout over positions.
+std::vector<uint32_t> KeptPositions(const SetsRef& s, uint64_t i) {
+  std::vector<uint32_t> kept;
+  for (uint64_t r = s.dense.begin(i); r < s.dense.end(i); ++r) {
+    if (s.dense.kept(r)) kept.push_back(static_cast<uint32_t>(r - s.dense.begin(i)));
+  }
+  return kept;
+}
+
+struct ArgmaxRemap {
+  bool active = false;
+  std::vector<int32_t> compact;  // the plugin's output
+};
+
+uint64_t KeptCount(const SetsRef& s, uint64_t i) {
+  if (s.is_packed || !s.dense.mask) return s.positions(i);
+  uint64_t n = 0;
+  for (uint64_t r = s.dense.begin(i); r < s.dense.end(i); ++r) n += s.dense.kept(r);
+  return n;
+}
+
+void RemapArgmax(const SetsRef& q, const SetsRef& d, const PluginCall& call, const std::vector<int32_t>& compact) {
+  const uint64_t nq = q.n_sets(), nd = d.n_sets();
+  const bool qmask = !q.is_packed && q.dense.mask, dmask = !d.is_packed && d.dense.mask;
+  std::vector<std::vector<uint32_t>> dmap(dmask ? nd : 0);
+  for (uint64_t j = 0; j < dmap.size(); ++j) dmap[j] = KeptPositions(d, j);
+  uint64_t cbase = 0, pbase_pos = 0;  // compacted and positional bases of query i
+  for (uint64_t i = 0; i < nq; ++i) {
+    const uint64_t lq = q.positions(i);
+    std::vector<uint32_t> qk;
+    if (qmask) qk = KeptPositions(q, i);
+    const uint64_t lk = qmask ? qk.size() : lq;
+    const uint64_t n_docs = call.op == PluginOp::kMatrix ? nd : call.cand_offsets[i + 1] - call.cand_offsets[i];
+    for (uint64_t c = 0; c < n_docs; ++c) {
+      const uint64_t j = call.op == PluginOp::kMatrix ? c : call.candidates[call.cand_offsets[i] + c];
+      const uint64_t src = call.op == PluginOp::kMatrix ? nd * cbase + c * lk : cbase + c * lk;
+      const uint64_t dst = call.op == PluginOp::kMatrix ? nd * pbase_pos + c * lq : pbase_pos + c * lq;
+      int32_t* out = call.argmax + dst;
+      if (qmask) std::fill(out, out + lq, -1);
+      for (uint64_t s = 0; s < lk; ++s) {
+        int32_t t = compact[src + s];
+        if (t >= 0 && dmask) t = static_cast<int32_t>(dmap[j][static_cast<size_t>(t)]);
+        out[qmask ? qk[s] : s] = t;
+      }
+    }
+    if (call.op == PluginOp::kMatrix) {
+      cbase += lk;
+      pbase_pos += lq;
+    } else {
+      cbase += n_docs * lk;
+      pbase_pos += n_docs * lq;
+    }
+  }
+}
+
 Status PluginError(const maxsim_context& ctx, maxsim_status code, const char* err) {
   return Error(code == MAXSIM_OK ? MAXSIM_ERR_PLUGIN : code, "backend %s: %s", ctx.accel->name.c_str(),
                err[0] ? err : maxsim_status_name(code));
@@ -394,6 +456,17 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
     if (st != MAXSIM_OK) return PluginError(ctx, st, err);
     temporary_corpus = true;
   }
+  // Masked dense host inputs lose their masked rows in packing: collect the plugin's argmax and remap it.
+  ArgmaxRemap remap;
+  if (call.argmax && ((!q.is_packed && q.dense.mask) || (!d.is_packed && d.dense.mask))) {
+    remap.active = true;
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < q.n_sets(); ++i) {
+      const uint64_t docs = call.op == PluginOp::kMatrix ? d.n_sets() : call.cand_offsets[i + 1] - call.cand_offsets[i];
+      n += docs * KeptCount(q, i);
+    }
+    remap.compact.assign(n, -1);
+  }
   maxsim_plugin_score_args a{};
   a.struct_size = sizeof(a);
   a.metric = call.req.metric;
@@ -405,7 +478,7 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
   a.candidates = call.candidates;
   a.k = call.k;
   a.scores = call.scores;
-  a.argmax = call.argmax;
+  a.argmax = remap.active ? remap.compact.data() : call.argmax;
   a.topk_index = call.topk_index;
   a.stats = call.stats;
   maxsim_status st = MAXSIM_OK;
@@ -416,6 +489,7 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
   }
   if (temporary_corpus) api->corpus_free(ctx.accel_backend, corpus);
   if (st != MAXSIM_OK) return PluginError(ctx, st, err);
+  if (remap.active) RemapArgmax(q, d, call, remap.compact);
   if (call.op == PluginOp::kTopK && call.ids) {
     const uint64_t n = q.n_sets() * call.k;
     for (uint64_t r = 0; r < n; ++r) {

@@ -1,0 +1,132 @@
+// The CUDA plugin's backend object and its operations (host code). plugin_entry.cc wraps these into the C
+// plugin ABI (maxsim/plugin.h); the GPU benchmark links them directly to time device-resident work.
+#ifndef MAXSIM_PLUGINS_CUDA_BACKEND_H_
+#define MAXSIM_PLUGINS_CUDA_BACKEND_H_
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+#include "maxsim/plugin.h"
+
+namespace mscuda {
+
+struct Status {
+  maxsim_status code = MAXSIM_OK;
+  std::string message;
+  bool ok() const { return code == MAXSIM_OK; }
+  static Status Ok() { return Status(); }
+};
+Status Fail(maxsim_status code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// A grow-only device allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+  Status Reserve(uint64_t bytes, const char* what);
+  uint8_t* data() const { return ptr_; }
+  uint64_t capacity() const { return size_; }
+  void Release();
+
+ private:
+  uint8_t* ptr_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// A grow-only pinned host allocation.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+  Status Reserve(uint64_t bytes, const char* what);
+  uint8_t* data() const { return ptr_; }
+  void Release();
+
+ private:
+  uint8_t* ptr_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// Where the regions of a (host-validated) packed buffer lie.
+struct PackedInfo {
+  uint32_t dim = 0, padded_dim = 0, orig_row_bytes = 0;
+  int dtype = kF32;
+  uint64_t n_vectors = 0, n_sets = 0, total_size = 0;
+  uint64_t off_codes = 0, off_meta = 0, off_orig = 0, off_offsets = 0;
+  const uint64_t* host_offsets = nullptr;  // into the host buffer
+};
+Status ParsePacked(const void* buffer, uint64_t size, const char* role, PackedInfo* info);
+
+// A packed collection on the device: resident (one copy of the whole buffer) or streamed (a pinned host copy,
+// documents copied to the device in chunks while the previous chunk is scored).
+struct Corpus {
+  PackedInfo info;
+  std::vector<uint64_t> offsets;  // host copy
+  uint64_t max_len = 0;
+  bool streamed = false;
+  DeviceBuffer dev;               // resident: the whole buffer; streamed: the offsets only
+  PinnedBuffer host;              // streamed: the whole buffer
+  SetsView View() const;          // resident only
+};
+
+// Queries on the device (a packed buffer copied to device memory) + what the host needs to schedule.
+struct DeviceQueries {
+  PackedInfo info;
+  SetsView view;
+  const uint64_t* host_offsets = nullptr;
+  uint64_t max_len = 0;
+};
+
+struct Backend {
+  const maxsim_plugin_host* host = nullptr;
+  int device = 0;
+  cudaDeviceProp prop{};
+  cudaStream_t stream = nullptr;    // inference work
+  cudaStream_t copy = nullptr;      // streamed corpora: host -> device copies
+  cudaEvent_t copied[2] = {nullptr, nullptr}, done[2] = {nullptr, nullptr};
+  DeviceBuffer scratch;             // per-call scratch (grow-only)
+  DeviceBuffer qbuf;                // the current call's queries
+  DeviceBuffer chunk[2];            // streamed corpora: double-buffered document chunks
+  PinnedBuffer stage;               // host staging for uploads and results
+  PinnedBuffer flags_host;
+  uint64_t min_ops = 0;
+  uint64_t resident_limit = 0;      // corpora larger than this are streamed (0: 80% of free memory)
+  bool force_stream = false;
+  uint64_t chunk_bytes = 0;         // streaming chunk size
+  bool sync_calls = true;           // training calls wait for their stream (false: benchmarks only)
+
+  void Log(maxsim_log_level level, const std::string& m) const;
+};
+
+Status Probe(std::string* info);
+Status CreateBackend(const maxsim_plugin_host* host, Backend** out);
+void DestroyBackend(Backend* b);
+
+Status UploadCorpus(Backend& b, const void* packed, uint64_t size, Corpus** out);
+void FreeCorpus(Backend& b, Corpus* c);
+
+// Copies a (host-validated) packed query buffer into `dst` (grow-only) and describes it.
+Status UploadQueriesTo(Backend& b, const void* packed, uint64_t size, DeviceBuffer& dst, DeviceQueries* out);
+
+// Scores device queries against a corpus: the matrix (d_scores [Nq, Nd] and d_argmax in maxsim.h's layout,
+// device memory, argmax optional). Resident corpora only (streamed corpora go through ScoreMatrix).
+Status ScoreMatrixDevice(Backend& b, const DeviceQueries& q, const Corpus& c, int metric, int mode,
+                         float* d_scores, int32_t* d_argmax, unsigned long long* d_counters, cudaStream_t stream);
+
+Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a);
+Status ScoreCandidates(Backend& b, const maxsim_plugin_score_args& a);
+Status TopK(Backend& b, const maxsim_plugin_score_args& a);
+Status TrainForward(Backend& b, const maxsim_plugin_train_args& a);
+Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a);
+
+}  // namespace mscuda
+
+#endif  // MAXSIM_PLUGINS_CUDA_BACKEND_H_

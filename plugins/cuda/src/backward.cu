@@ -1,0 +1,244 @@
+// Training backward from the forward's argmax (dot metric):
+//   grad_Q[i, s]  = sum over pairs (i, j) of g[i, j] * D[j, argmax[i, j, s]]    (gather: one warp per query row,
+//                   pairs in order, f32 FMA: deterministic)
+//   grad_D[j, t] += g[i, j] * Q[i, s]  for every (i, s) whose argmax is (j, t)   (scatter), two ways:
+//     atomic:        one warp per pair, f32 atomics (vector atomics on sm_90); fast, order not fixed.
+//     deterministic: destination-owned. One warp owns 32 destination rows x 128 dims of one document in
+//                    shared memory and walks that document's contributions in canonical (pair, token) order
+//                    (pairs of a document in ascending order: the host sorts candidate lists by document),
+//                    so every destination element is one fixed sequence of f32 adds: bit-identical across runs.
+// Extra memory: none beyond the small per-call index arrays of the host (no Nq*Nd*Lq*Ld or Nq*Lq*d scratch).
+#include <math.h>
+
+#include "device_common.cuh"
+
+namespace mscuda {
+namespace {
+
+__device__ __forceinline__ uint64_t SetOfRow(const SetsView& s, uint64_t row) {
+  if (s.offsets == nullptr) return s.set_length ? row / s.set_length : 0;
+  uint64_t lo = 0, hi = s.n_sets;  // find the last i with offsets[i] <= row (sets may be empty)
+  while (hi - lo > 1) {
+    const uint64_t mid = (lo + hi) / 2;
+    if (s.offsets[mid] <= row) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ void PairRange(const BackwardArgs& a, uint64_t i, uint64_t* p0, uint64_t* p1) {
+  if (a.pairs.layout == kPairsMatrix) {
+    *p0 = i * a.pairs.nd;
+    *p1 = *p0 + a.pairs.nd;
+  } else if (a.pairs.layout == kPairsDiagonal) {
+    *p0 = i;
+    *p1 = i + 1;
+  } else {
+    *p0 = a.q_pair_start[i];
+    *p1 = a.q_pair_start[i + 1];
+  }
+}
+
+__global__ void BackwardCheckKernel(const BackwardArgs a) {
+  const int lane = threadIdx.x & 31;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * (blockDim.x >> 5);
+  for (uint64_t p = static_cast<uint64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       p < a.pairs.n_pairs; p += warps) {
+    uint64_t i, j;
+    a.pairs.Resolve(p, &i, &j);
+    if (lane == 0 && !isfinite(a.grad[p])) atomicMin(&a.flag[1], static_cast<unsigned long long>(p) + 1);
+    const uint64_t qb = a.q.Begin(i), lq = a.q.End(i) - qb;
+    const uint64_t db = a.d.Begin(j), ld = a.d.End(j) - db;
+    const int32_t* am = a.pairs.ArgmaxPtr(p, i, j, qb - a.q.Begin(0), lq);
+    for (uint64_t s = lane; s < lq; s += 32) {
+      const int32_t t = am[s];
+      const bool ok = t == -1 || (t >= 0 && static_cast<uint64_t>(t) < ld && a.d.Kept(db + t));
+      if (!ok) atomicMin(&a.flag[0], static_cast<unsigned long long>(am - a.pairs.argmax) + s + 1);
+    }
+  }
+}
+
+// One warp per query row; lanes own 4 consecutive dims of a 128-dim chunk.
+__global__ void GradQKernel(const BackwardArgs a, uint64_t row_begin, uint64_t row_end) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t dim = a.q.dim;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * (blockDim.x >> 5);
+  for (uint64_t r = row_begin + static_cast<uint64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       r < row_end; r += warps) {
+    float* out = a.grad_q + r * dim;
+    if (!a.q.Kept(r)) {
+      for (uint32_t k = lane; k < dim; k += 32) out[k] = 0.0f;
+      continue;
+    }
+    const uint64_t i = SetOfRow(a.q, r);
+    const uint64_t qb = a.q.Begin(i), lq = a.q.End(i) - qb, s = r - qb, o_i = qb - a.q.Begin(0);
+    uint64_t p0, p1;
+    PairRange(a, i, &p0, &p1);
+    for (uint32_t k0 = 0; k0 < dim; k0 += 128) {
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (uint64_t p = p0; p < p1; ++p) {
+        uint64_t ii, j;
+        a.pairs.Resolve(p, &ii, &j);
+        const int32_t t = a.pairs.ArgmaxPtr(p, i, j, o_i, lq)[s];
+        const uint64_t dbj = a.d.Begin(j), ldj = a.d.End(j) - dbj;
+        if (t < 0 || static_cast<uint64_t>(t) >= ldj || !a.d.Kept(dbj + t)) continue;  // reported by the check
+        const float g = a.grad[p];
+        const uint8_t* drow = a.d.orig + (dbj + t) * a.d.row_bytes;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const uint32_t k = k0 + lane * 4 + u;
+          if (k < dim) acc[u] = fmaf(g, LoadElem(drow, k, a.d.dtype), acc[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const uint32_t k = k0 + lane * 4 + u;
+        if (k < dim) out[k] = acc[u];
+      }
+    }
+  }
+}
+
+// One warp per pair: for every query token, scatter g * Q[i, s] into grad_D[j, argmax] with atomics.
+__global__ void GradDAtomicKernel(const BackwardArgs a, int vec4) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t dim = a.q.dim;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * (blockDim.x >> 5);
+  for (uint64_t p = static_cast<uint64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       p < a.pairs.n_pairs; p += warps) {
+    uint64_t i, j;
+    a.pairs.Resolve(p, &i, &j);
+    const uint64_t qb = a.q.Begin(i), lq = a.q.End(i) - qb;
+    const uint64_t db = a.d.Begin(j), ld = a.d.End(j) - db;
+    const int32_t* am = a.pairs.ArgmaxPtr(p, i, j, qb - a.q.Begin(0), lq);
+    const float g = a.grad[p];
+    for (uint64_t s = 0; s < lq; ++s) {
+      const int32_t t = am[s];
+      if (t < 0 || static_cast<uint64_t>(t) >= ld || !a.d.Kept(db + t) || !a.q.Kept(qb + s)) continue;
+      const uint8_t* qrow = a.q.orig + (qb + s) * a.q.row_bytes;
+      float* out = a.grad_d + (db + t) * dim;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if (vec4) {
+        for (uint32_t k = lane * 4; k < dim; k += 128) {
+          const float4 v = make_float4(g * LoadElem(qrow, k, a.q.dtype), g * LoadElem(qrow, k + 1, a.q.dtype),
+                                       g * LoadElem(qrow, k + 2, a.q.dtype), g * LoadElem(qrow, k + 3, a.q.dtype));
+          atomicAdd(reinterpret_cast<float4*>(out + k), v);
+        }
+        continue;
+      }
+#endif
+      for (uint32_t k = lane; k < dim; k += 32) atomicAdd(out + k, g * LoadElem(qrow, k, a.q.dtype));
+    }
+  }
+}
+
+constexpr int kDetWarps = 2;
+constexpr int kDetRows = 32;
+
+// One warp per (document j, block of 32 destination rows, 128-dim chunk).
+__global__ void __launch_bounds__(kDetWarps * 32) GradDDeterministicKernel(const BackwardArgs a, uint64_t n_row_blocks,
+                                                                          uint64_t n_dim_chunks) {
+  __shared__ float4 acc_all[kDetWarps][kDetRows][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float4 (*acc)[32] = acc_all[warp];
+  const uint32_t dim = a.q.dim;
+  const uint64_t per_doc = n_row_blocks * n_dim_chunks;
+  const uint64_t total = a.d.n_sets * per_doc;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kDetWarps;
+  for (uint64_t task = static_cast<uint64_t>(blockIdx.x) * kDetWarps + warp; task < total; task += warps) {
+    const uint64_t j = task / per_doc;
+    const uint64_t rb = (task - j * per_doc) / n_dim_chunks;
+    const uint64_t dc = task - j * per_doc - rb * n_dim_chunks;
+    const uint64_t db = a.d.Begin(j), ld = a.d.End(j) - db;
+    const uint64_t t0 = rb * kDetRows;
+    if (t0 >= ld) continue;
+    const uint32_t k0 = static_cast<uint32_t>(dc) * 128 + lane * 4;
+    for (int r = 0; r < kDetRows; ++r) acc[r][lane] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    uint64_t e0, e1;
+    if (a.pairs.layout == kPairsMatrix) {
+      e0 = 0;
+      e1 = a.q.n_sets;
+    } else if (a.pairs.layout == kPairsDiagonal) {
+      e0 = j;
+      e1 = j + 1;
+    } else {
+      e0 = a.d_pair_start[j];
+      e1 = a.d_pair_start[j + 1];
+    }
+    for (uint64_t e = e0; e < e1; ++e) {
+      const uint64_t p = a.pairs.layout == kPairsMatrix ? e * a.pairs.nd + j : a.pairs.layout == kPairsDiagonal ? e : a.d_pairs[e];
+      uint64_t i, jj;
+      a.pairs.Resolve(p, &i, &jj);
+      const uint64_t qb = a.q.Begin(i), lq = a.q.End(i) - qb;
+      const int32_t* am = a.pairs.ArgmaxPtr(p, i, j, qb - a.q.Begin(0), lq);
+      const float g = a.grad[p];
+      for (uint64_t s0 = 0; s0 < lq; s0 += 32) {
+        const uint64_t s = s0 + lane;
+        const int32_t tv = s < lq ? am[s] : -1;
+        const bool hit = tv >= 0 && static_cast<uint64_t>(tv) >= t0 && static_cast<uint64_t>(tv) < t0 + kDetRows &&
+                         static_cast<uint64_t>(tv) < ld && a.d.Kept(db + tv) && a.q.Kept(qb + s);
+        unsigned mask = __ballot_sync(kFull, hit);
+        while (mask) {
+          const int l = __ffs(mask) - 1;
+          mask &= mask - 1;
+          const int t = __shfl_sync(kFull, tv, l);
+          const uint8_t* qrow = a.q.orig + (qb + s0 + l) * a.q.row_bytes;
+          float4 v = acc[t - t0][lane];
+          if (k0 + 0 < dim) v.x += g * LoadElem(qrow, k0 + 0, a.q.dtype);
+          if (k0 + 1 < dim) v.y += g * LoadElem(qrow, k0 + 1, a.q.dtype);
+          if (k0 + 2 < dim) v.z += g * LoadElem(qrow, k0 + 2, a.q.dtype);
+          if (k0 + 3 < dim) v.w += g * LoadElem(qrow, k0 + 3, a.q.dtype);
+          acc[t - t0][lane] = v;
+        }
+      }
+    }
+    __syncwarp();
+    const uint64_t rows = ld - t0 < kDetRows ? ld - t0 : kDetRows;
+    for (uint64_t r = 0; r < rows; ++r) {
+      float* out = a.grad_d + (db + t0 + r) * dim;
+      const float4 v = acc[r][lane];
+      if (k0 + 0 < dim) out[k0 + 0] = v.x;
+      if (k0 + 1 < dim) out[k0 + 1] = v.y;
+      if (k0 + 2 < dim) out[k0 + 2] = v.z;
+      if (k0 + 3 < dim) out[k0 + 3] = v.w;
+    }
+    __syncwarp();
+  }
+}
+
+unsigned Grid(uint64_t items, unsigned per_block, unsigned cap) {
+  const uint64_t b = (items + per_block - 1) / per_block;
+  return static_cast<unsigned>(b == 0 ? 1 : (b > cap ? cap : b));
+}
+
+}  // namespace
+
+cudaError_t LaunchBackwardCheck(const BackwardArgs& a, cudaStream_t stream) {
+  if (a.pairs.n_pairs == 0) return cudaSuccess;
+  BackwardCheckKernel<<<Grid(a.pairs.n_pairs, 8, 1u << 16), 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGradQ(const BackwardArgs& a, uint64_t row_begin, uint64_t row_end, cudaStream_t stream) {
+  if (row_end <= row_begin) return cudaSuccess;
+  GradQKernel<<<Grid(row_end - row_begin, 8, 1u << 16), 256, 0, stream>>>(a, row_begin, row_end);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGradDAtomic(const BackwardArgs& a, cudaStream_t stream) {
+  if (a.pairs.n_pairs == 0) return cudaSuccess;
+  const int vec4 = a.q.dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.grad_d) % 16 == 0;
+  GradDAtomicKernel<<<Grid(a.pairs.n_pairs, 8, 1u << 16), 256, 0, stream>>>(a, vec4);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGradDDeterministic(const BackwardArgs& a, uint64_t max_ld, cudaStream_t stream) {
+  const uint64_t row_blocks = (max_ld + kDetRows - 1) / kDetRows;
+  const uint64_t dim_chunks = (a.q.dim + 127) / 128;
+  const uint64_t tasks = a.d.n_sets * row_blocks * dim_chunks;
+  if (tasks == 0) return cudaSuccess;
+  GradDDeterministicKernel<<<Grid(tasks, kDetWarps, 1u << 20), kDetWarps * 32, 0, stream>>>(a, row_blocks,
+                                                                                            dim_chunks);
+  return cudaGetLastError();
+}
+
+}  // namespace mscuda

@@ -1,0 +1,131 @@
+// Device helpers shared by the kernels: tensor-core fragments, the fixed k order, (value, index) keys.
+#ifndef MAXSIM_PLUGINS_CUDA_DEVICE_COMMON_CUH_
+#define MAXSIM_PLUGINS_CUDA_DEVICE_COMMON_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "kernels.h"
+
+namespace mscuda {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+// ---- the fixed k order of the 16-bit tensor-core dot product ------------------------------------------
+//
+// mma.sync.m16n8k16 takes, in lane (g = lane / 4, t = lane % 4), A elements of rows g and g+8 at logical k
+// {2t, 2t+1} (a0/a1) and {2t+8, 2t+9} (a2/a3), and B elements of column g at the same logical k. Any bijection
+// of physical dimensions onto logical k applied to both A and B gives the same dot product, so we pick the
+// one that lets every lane fetch 16 contiguous bytes straight from a row: in 32-dimension chunk c, lane t
+// loads dims [32c + 8t, 32c + 8t + 8) as one uint4 {x, y, z, w}; k step 2c uses (x, y) and k step 2c + 1
+// uses (z, w). No shared memory, no ldmatrix, no transposes; every kernel that computes a 16-bit similarity
+// uses this order and steps c = 0, 1, ... in sequence from a zero accumulator.
+//
+// The int8 kernel (m16n8k32) uses the same idea on 64-byte chunks: lane t loads bytes [64c + 16t, +16).
+
+template <typename T>
+struct Mma16;
+
+template <>
+struct Mma16<__nv_bfloat16> {
+  static __device__ __forceinline__ void Run(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+
+template <>
+struct Mma16<__half> {
+  static __device__ __forceinline__ void Run(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+
+// One 32-dimension chunk: two k16 steps. qa = row g's uint4, qb = row g+8's, b = column g's.
+template <typename T>
+__device__ __forceinline__ void MmaChunk16(float* c, const uint4& qa, const uint4& qb, const uint4& b) {
+  Mma16<T>::Run(c, qa.x, qb.x, qa.y, qb.y, b.x, b.y);
+  Mma16<T>::Run(c, qa.z, qb.z, qa.w, qb.w, b.z, b.w);
+}
+
+__device__ __forceinline__ void MmaI8(int* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                      uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One 64-byte code chunk: two k32 steps.
+__device__ __forceinline__ void MmaChunkI8(int* c, const uint4& qa, const uint4& qb, const uint4& b) {
+  MmaI8(c, qa.x, qb.x, qa.y, qb.y, b.x, b.y);
+  MmaI8(c, qa.z, qb.z, qa.w, qb.w, b.z, b.w);
+}
+
+__device__ __forceinline__ uint4 Zero4() { return make_uint4(0u, 0u, 0u, 0u); }
+
+// 16-byte read-only load (the data is never written while a kernel runs).
+__device__ __forceinline__ uint4 Ld16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+// Streamed 16-byte load: read once, do not keep in L1.
+__device__ __forceinline__ uint4 Ld16Stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// ---- element conversion ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ float LoadElem(const uint8_t* row, uint32_t k, int dtype) {
+  if (dtype == kF32) return __ldg(reinterpret_cast<const float*>(row) + k);
+  const unsigned short bits = __ldg(reinterpret_cast<const unsigned short*>(row) + k);
+  if (dtype == kBF16) return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+  return __half2float(__ushort_as_half(bits));
+}
+
+// ---- (value, index) keys: larger = higher value, then lower index ----------------------------------------
+
+__device__ __forceinline__ uint32_t OrderedBits(float v) {
+  const uint32_t b = __float_as_uint(v + 0.0f);  // -0 -> +0: equal values must tie
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float FromOrderedBits(uint32_t o) {
+  return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
+}
+__device__ __forceinline__ unsigned long long PackKey(float v, uint32_t index) {
+  return (static_cast<unsigned long long>(OrderedBits(v)) << 32) | (0xffffffffu - index);
+}
+__device__ __forceinline__ float KeyValue(unsigned long long k) { return FromOrderedBits(static_cast<uint32_t>(k >> 32)); }
+__device__ __forceinline__ uint32_t KeyIndex(unsigned long long k) { return 0xffffffffu - static_cast<uint32_t>(k); }
+
+// Merge (v, i) with the value of a lane xor `off` away: higher value wins, ties to the lower index (-1 loses).
+__device__ __forceinline__ void MergeBest(float& v, int& i, int off) {
+  const float ov = __shfl_xor_sync(kFull, v, off);
+  const int oi = __shfl_xor_sync(kFull, i, off);
+  if (ov > v || (ov == v && static_cast<unsigned>(oi) < static_cast<unsigned>(i))) {
+    v = ov;
+    i = oi;
+  }
+}
+
+__device__ __forceinline__ float InvNorm(float n) { return n > 0.0f ? 1.0f / n : 0.0f; }
+
+__device__ __forceinline__ float RowNorm(const SetsView& s, uint64_t row) {
+  return s.norms ? s.norms[row] : s.meta[row].norm;
+}
+
+}  // namespace mscuda
+
+#endif  // MAXSIM_PLUGINS_CUDA_DEVICE_COMMON_CUH_

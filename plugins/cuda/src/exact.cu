@@ -1,0 +1,391 @@
+// Exact forward kernels.
+//
+// ExactTcKernel (16-bit originals, tensor cores): one warp per (pair, group of 16*MT query rows). The warp holds
+// its query rows as mma A fragments in registers (KC 32-dimension chunks, dims <= 128) and streams the
+// document's rows straight from global memory into B fragments (16-byte loads in the k order of
+// device_common.cuh, 32 tokens per step, the next step's loads in flight while the current one computes).
+// Each 16x8 tile of similarities is folded into a per-row running max in registers (strict >, tokens in
+// increasing order per lane, then a quad merge with ties to the lower index), so nothing of size Lq x Ld ever
+// leaves the register file. KC = 0 is the any-dimension variant: A and B are reloaded per 32-dim chunk.
+// Ragged sets cost nothing beyond rounding each document up to 8 tokens; masked or padding tokens are
+// excluded in the epilogue.
+//
+// ExactFfmaKernel (f32, mixed dtypes, unaligned dense tensors): a 256-thread block per (pair, 32 query rows),
+// 64-token tiles and 32-dimension chunks through shared memory; each thread runs the CPU's canonical
+// sequential f32 FMA chain for 1 row x 8 tokens, so results are bit-identical to the CPU's exact path.
+#include <math.h>
+
+#include "forward_common.cuh"
+
+namespace mscuda {
+namespace {
+
+constexpr int kTcWarps = 8;
+constexpr int kTcTiles = 4;  // n8 tiles per pipeline step (32 tokens)
+
+// Folds one 16x8 accumulator tile per m tile into the running max. n0 = first of this lane's two columns.
+template <int MT, typename Acc>
+__device__ __forceinline__ void FoldTile(const ForwardArgs& a, uint64_t db, uint64_t ld, uint64_t n0,
+                                         Acc (&c)[MT][4], Best<MT>& b, bool& saw_kept) {
+  const uint64_t n1 = n0 + 1;
+  bool v0 = n0 < ld, v1 = n1 < ld;
+  if (a.d.mask) {
+    v0 = v0 && a.d.mask[db + n0];
+    v1 = v1 && a.d.mask[db + n1];
+  }
+  saw_kept |= v0 | v1;
+  float w0 = 1.0f, w1 = 1.0f;
+  if (a.cosine) {
+    w0 = v0 ? InvNorm(RowNorm(a.d, db + n0)) : 0.0f;
+    w1 = v1 ? InvNorm(RowNorm(a.d, db + n1)) : 0.0f;
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float k0 = c[mt][2 * h], k1 = c[mt][2 * h + 1];
+      if (a.cosine) {
+        k0 *= w0;
+        k1 *= w1;
+      }
+      if (v0 && k0 > b.v[mt][h]) {
+        b.v[mt][h] = k0;
+        b.i[mt][h] = static_cast<int>(n0);
+      }
+      if (v1 && k1 > b.v[mt][h]) {
+        b.v[mt][h] = k1;
+        b.i[mt][h] = static_cast<int>(n1);
+      }
+    }
+  }
+}
+
+template <typename T, int MT, int KC>
+__global__ void __launch_bounds__(kTcWarps * 32, 1) ExactTcKernel(const ForwardArgs a) {
+  __shared__ float s_term[kTcWarps][MT * 16];
+  __shared__ int s_arg[kTcWarps][MT * 16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const uint32_t G = a.part.groups;
+  const uint64_t task = static_cast<uint64_t>(blockIdx.x) * kTcWarps + warp;
+  if (task >= a.pairs.n_pairs * G) return;
+  const uint64_t p = task / G;
+  const uint32_t grp = static_cast<uint32_t>(task - p * G);
+  uint64_t qi, dj;
+  a.pairs.Resolve(p, &qi, &dj);
+  const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+  const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
+  const uint32_t r0 = grp * MT * 16;
+  if (grp > 0 && r0 >= lq) return;
+  const uint32_t dim = a.q.dim;
+  const uint8_t* qbase = a.q.orig + qb * a.q.row_bytes;
+  const uint8_t* dbase = a.d.orig + db * a.d.row_bytes;
+  const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
+
+  Best<MT> best;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    best.v[mt][0] = best.v[mt][1] = -INFINITY;
+    best.i[mt][0] = best.i[mt][1] = -1;
+  }
+  bool saw_kept = false;
+
+  if constexpr (KC > 0) {
+    uint4 qa[MT][KC], qc[MT][KC];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const uint64_t ra = r0 + mt * 16 + g, rb = ra + 8;
+#pragma unroll
+      for (int c = 0; c < KC; ++c) {
+        const uint32_t off = 32 * c + 8 * t;
+        qa[mt][c] = (ra < lq && off < dim) ? Ld16(qbase + ra * qrb + off * 2) : Zero4();
+        qc[mt][c] = (rb < lq && off < dim) ? Ld16(qbase + rb * qrb + off * 2) : Zero4();
+      }
+    }
+    uint4 cur[kTcTiles][KC];
+    auto load = [&](uint4 (&buf)[kTcTiles][KC], uint64_t base) {
+#pragma unroll
+      for (int u = 0; u < kTcTiles; ++u) {
+        const uint64_t n = base + u * 8 + g;
+        const uint8_t* row = dbase + n * drb;
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+          const uint32_t off = 32 * c + 8 * t;
+          buf[u][c] = (n < ld && off < dim) ? Ld16Stream(row + off * 2) : Zero4();
+        }
+      }
+    };
+    if (ld > 0) load(cur, 0);
+    for (uint64_t base = 0; base < ld; base += 32) {
+      uint4 nxt[kTcTiles][KC];
+      const bool more = base + 32 < ld;
+      if (more) load(nxt, base + 32);
+#pragma unroll
+      for (int u = 0; u < kTcTiles; ++u) {
+        if (base + u * 8 < ld) {
+          float acc[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+#pragma unroll
+          for (int c = 0; c < KC; ++c) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) MmaChunk16<T>(acc[mt], qa[mt][c], qc[mt][c], cur[u][c]);
+          }
+          FoldTile<MT>(a, db, ld, base + u * 8 + 2 * t, acc, best, saw_kept);
+        }
+      }
+      if (more) {
+#pragma unroll
+        for (int u = 0; u < kTcTiles; ++u) {
+#pragma unroll
+          for (int c = 0; c < KC; ++c) cur[u][c] = nxt[u][c];
+        }
+      }
+    }
+  } else {
+    const uint32_t nchunks = (dim + 31) / 32;
+    for (uint64_t base = 0; base < ld; base += 32) {
+      float acc[kTcTiles][MT][4];
+#pragma unroll
+      for (int u = 0; u < kTcTiles; ++u) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) acc[u][mt][0] = acc[u][mt][1] = acc[u][mt][2] = acc[u][mt][3] = 0.0f;
+      }
+      for (uint32_t c = 0; c < nchunks; ++c) {
+        const uint32_t off = 32 * c + 8 * t;
+        uint4 qa[MT], qc[MT], bv[kTcTiles];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const uint64_t ra = r0 + mt * 16 + g, rb = ra + 8;
+          qa[mt] = (ra < lq && off < dim) ? Ld16(qbase + ra * qrb + off * 2) : Zero4();
+          qc[mt] = (rb < lq && off < dim) ? Ld16(qbase + rb * qrb + off * 2) : Zero4();
+        }
+#pragma unroll
+        for (int u = 0; u < kTcTiles; ++u) {
+          const uint64_t n = base + u * 8 + g;
+          bv[u] = (n < ld && off < dim) ? Ld16(dbase + n * drb + off * 2) : Zero4();
+        }
+#pragma unroll
+        for (int u = 0; u < kTcTiles; ++u) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) MmaChunk16<T>(acc[u][mt], qa[mt], qc[mt], bv[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kTcTiles; ++u) {
+        if (base + u * 8 < ld) FoldTile<MT>(a, db, ld, base + u * 8 + 2 * t, acc[u], best, saw_kept);
+      }
+    }
+  }
+  const bool doc_nonempty = a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
+  WriteRows<MT>(a, p, qi, dj, grp, qb, lq, doc_nonempty, best, s_term[warp], s_arg[warp]);
+}
+
+template <typename T, int MT>
+cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
+  const uint64_t tasks = a.pairs.n_pairs * a.part.groups;
+  const uint64_t blocks = (tasks + kTcWarps - 1) / kTcWarps;
+  if (blocks == 0) return cudaSuccess;
+  if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(blocks)), block(kTcWarps * 32);
+  const uint32_t chunks = (a.q.dim + 31) / 32;
+  switch (chunks) {
+    case 1: ExactTcKernel<T, MT, 1><<<grid, block, 0, stream>>>(a); break;
+    case 2: ExactTcKernel<T, MT, 2><<<grid, block, 0, stream>>>(a); break;
+    case 3: ExactTcKernel<T, MT, 3><<<grid, block, 0, stream>>>(a); break;
+    case 4: ExactTcKernel<T, MT, 4><<<grid, block, 0, stream>>>(a); break;
+    default: ExactTcKernel<T, MT, 0><<<grid, block, 0, stream>>>(a); break;
+  }
+  return cudaGetLastError();
+}
+
+// ---- FFMA ---------------------------------------------------------------------------------------------
+
+constexpr int kFfmaTile = 64;
+
+__global__ void __launch_bounds__(256) ExactFfmaKernel(const ForwardArgs a) {
+  __shared__ float sq[32][33];
+  __shared__ float sd[kFfmaTile][33];
+  const int tid = threadIdx.x, r = tid >> 3, tl = tid & 7;
+  const uint32_t G = a.part.groups;
+  const uint64_t total = a.pairs.n_pairs * G;
+  const uint32_t dim = a.q.dim;
+  for (uint64_t task = blockIdx.x; task < total; task += gridDim.x) {
+    const uint64_t p = task / G;
+    const uint32_t grp = static_cast<uint32_t>(task - p * G);
+    uint64_t qi, dj;
+    a.pairs.Resolve(p, &qi, &dj);
+    const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+    const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
+    const uint64_t r0 = static_cast<uint64_t>(grp) * 32;
+    if (grp > 0 && r0 >= lq) continue;
+    const uint8_t* qbase = a.q.orig + (qb + r0) * a.q.row_bytes;
+    const uint8_t* dbase = a.d.orig + db * a.d.row_bytes;
+    float best = -INFINITY;
+    int idx = -1;
+    for (uint64_t tile = 0; tile < ld; tile += kFfmaTile) {
+      float acc[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
+      for (uint32_t k0 = 0; k0 < dim; k0 += 32) {
+        const uint32_t kn = min(32u, dim - k0);
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const int e = tid + 256 * m, rr = e >> 5, kk = e & 31;
+          sq[rr][kk] = (r0 + rr < lq && static_cast<uint32_t>(kk) < kn)
+                           ? LoadElem(qbase + rr * a.q.row_bytes, k0 + kk, a.q.dtype)
+                           : 0.0f;
+        }
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+          const int e = tid + 256 * m, rr = e >> 5, kk = e & 31;
+          sd[rr][kk] = (tile + rr < ld && static_cast<uint32_t>(kk) < kn)
+                           ? LoadElem(dbase + (tile + rr) * a.d.row_bytes, k0 + kk, a.d.dtype)
+                           : 0.0f;
+        }
+        __syncthreads();
+        for (uint32_t kk = 0; kk < kn; ++kk) {
+          const float qv = sq[r][kk];
+#pragma unroll
+          for (int u = 0; u < 8; ++u) acc[u] = fmaf(qv, sd[tl + 8 * u][kk], acc[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const uint64_t n = tile + tl + 8 * u;
+        if (n < ld && a.d.Kept(db + n)) {
+          const float key = a.cosine ? acc[u] * InvNorm(RowNorm(a.d, db + n)) : acc[u];
+          if (key > best) {
+            best = key;
+            idx = static_cast<int>(n);
+          }
+        }
+      }
+    }
+    MergeBest(best, idx, 1);
+    MergeBest(best, idx, 2);
+    MergeBest(best, idx, 4);
+    const uint64_t row = r0 + r;
+    if (tl == 0 && row < lq) {
+      float term = 0.0f;
+      int arg = -1;
+      if (a.q.Kept(qb + row)) {
+        term = a.cosine ? best * InvNorm(RowNorm(a.q, qb + row)) : best;
+        arg = idx;
+      }
+      const uint64_t slot = (p * G + grp) * a.part.group_rows + r;
+      a.part.term[slot] = term;
+      a.part.arg[slot] = arg;
+    }
+  }
+}
+
+// ---- finalize: partials -> scores, argmax ---------------------------------------------------------------
+
+__global__ void FinalizeKernel(const ForwardArgs a) {
+  const int lane = threadIdx.x & 31;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * (blockDim.x >> 5);
+  for (uint64_t p = static_cast<uint64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       p < a.pairs.n_pairs; p += warps) {
+    uint64_t qi, dj;
+    a.pairs.Resolve(p, &qi, &dj);
+    const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+    const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
+    bool nonempty = ld > 0;
+    if (nonempty && a.d.mask) {
+      bool any = false;
+      for (uint64_t r = lane; r < ld && !any; r += 32) any = a.d.mask[db + r] != 0;
+      nonempty = __any_sync(kFull, any);
+    }
+    const uint64_t slot0 = p * a.part.groups * a.part.group_rows;
+    double sum = 0.0;
+    for (uint64_t s0 = 0; s0 < lq; s0 += 32) {
+      const float v = s0 + lane < lq ? a.part.term[slot0 + s0 + lane] : 0.0f;
+      const int n = static_cast<int>(lq - s0 < 32 ? lq - s0 : 32);
+      for (int k = 0; k < n; ++k) sum += static_cast<double>(__shfl_sync(kFull, v, k));
+    }
+    if (lane == 0) *a.pairs.ScorePtr(p, qi, dj) = nonempty ? static_cast<float>(sum) : -INFINITY;
+    int32_t* am = a.pairs.ArgmaxPtr(p, qi, dj, qb - a.q.Begin(0), lq);
+    if (am) {
+      for (uint64_t s = lane; s < lq; s += 32) am[s] = nonempty ? a.part.arg[slot0 + s] : -1;
+    }
+  }
+}
+
+// ---- dense row check + norms --------------------------------------------------------------------------
+
+__global__ void RowCheckKernel(const SetsView s, uint64_t row_begin, uint64_t row_end, float* norms,
+                               unsigned long long* flag) {
+  const int lane = threadIdx.x & 31;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * (blockDim.x >> 5);
+  for (uint64_t r = row_begin + static_cast<uint64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       r < row_end; r += warps) {
+    if (!s.Kept(r)) {
+      if (norms && lane == 0) norms[r] = 0.0f;
+      continue;
+    }
+    const uint8_t* row = s.orig + r * s.row_bytes;
+    double sq = 0.0;
+    bool finite = true;
+    for (uint32_t k = lane; k < s.dim; k += 32) {
+      const float v = LoadElem(row, k, s.dtype);
+      finite = finite && isfinite(v);
+      sq += static_cast<double>(v) * v;
+    }
+    for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(kFull, sq, off);
+    finite = __all_sync(kFull, finite);
+    if (lane == 0) {
+      if (!finite || !(sq <= 1e38)) atomicMin(flag, static_cast<unsigned long long>(r) + 1);
+      if (norms) norms[r] = static_cast<float>(sqrt(sq));
+    }
+  }
+}
+
+unsigned GridFor(uint64_t items, unsigned per_block, unsigned cap = 65535u * 4) {
+  const uint64_t b = (items + per_block - 1) / per_block;
+  return static_cast<unsigned>(b == 0 ? 1 : (b > cap ? cap : b));
+}
+
+}  // namespace
+
+bool TcSupported(const SetsView& q, const SetsView& d) {
+  if (q.dtype != d.dtype || q.dtype == kF32 || q.dim != d.dim || q.dim % 8 != 0) return false;
+  auto aligned = [](const SetsView& s) {
+    return (reinterpret_cast<uintptr_t>(s.orig) % 16) == 0 && s.row_bytes % 16 == 0;
+  };
+  return aligned(q) && aligned(d);
+}
+
+uint32_t TcGroupRows(uint64_t max_lq) { return max_lq <= 16 ? 16 : 32; }
+
+cudaError_t LaunchExactTc(const ForwardArgs& a, cudaStream_t stream) {
+  const bool bf16 = a.q.dtype == kBF16;
+  if (a.part.group_rows == 16) {
+    return bf16 ? LaunchTcMt<__nv_bfloat16, 1>(a, stream) : LaunchTcMt<__half, 1>(a, stream);
+  }
+  return bf16 ? LaunchTcMt<__nv_bfloat16, 2>(a, stream) : LaunchTcMt<__half, 2>(a, stream);
+}
+
+cudaError_t LaunchExactFfma(const ForwardArgs& a, cudaStream_t stream) {
+  const uint64_t tasks = a.pairs.n_pairs * a.part.groups;
+  if (tasks == 0) return cudaSuccess;
+  ExactFfmaKernel<<<GridFor(tasks, 1, 1u << 20), 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFinalize(const ForwardArgs& a, cudaStream_t stream) {
+  if (a.pairs.n_pairs == 0) return cudaSuccess;
+  FinalizeKernel<<<GridFor(a.pairs.n_pairs, 8, 1u << 20), 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRowCheck(const SetsView& s, uint64_t row_begin, uint64_t row_end, float* norms,
+                           unsigned long long* flag, cudaStream_t stream) {
+  if (row_end <= row_begin) return cudaSuccess;
+  RowCheckKernel<<<GridFor(row_end - row_begin, 8, 1u << 16), 256, 0, stream>>>(s, row_begin, row_end, norms,
+                                                                                flag);
+  return cudaGetLastError();
+}
+
+}  // namespace mscuda

@@ -1,0 +1,73 @@
+// Per-row results of the forward kernels: the running best and how a warp writes its rows.
+#ifndef MAXSIM_PLUGINS_CUDA_FORWARD_COMMON_CUH_
+#define MAXSIM_PLUGINS_CUDA_FORWARD_COMMON_CUH_
+
+#include <math.h>
+
+#include "device_common.cuh"
+
+namespace mscuda {
+
+template <int MT>
+struct Best {
+  float v[MT][2];
+  int i[MT][2];
+};
+
+// After the quad merge, lane t == 0 of group g holds rows mt*16 + g (+8). Writes the warp's rows: directly into
+// scores/argmax when one group covers the query (G == 1), else into the partials.
+template <int MT>
+__device__ __forceinline__ void WriteRows(const ForwardArgs& a, uint64_t p, uint64_t qi, uint64_t dj,
+                                          uint32_t grp, uint64_t qb, uint64_t lq, bool doc_nonempty,
+                                          Best<MT>& b, float* s_term, int* s_arg) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const uint32_t r0 = grp * MT * 16;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      MergeBest(b.v[mt][h], b.i[mt][h], 1);
+      MergeBest(b.v[mt][h], b.i[mt][h], 2);
+    }
+  }
+  if (t == 0) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t rl = mt * 16 + g + 8 * h;
+        const uint64_t r = r0 + rl;
+        float term = 0.0f;
+        int arg = -1;
+        if (r < lq && a.q.Kept(qb + r)) {
+          term = a.cosine ? b.v[mt][h] * InvNorm(RowNorm(a.q, qb + r)) : b.v[mt][h];
+          arg = b.i[mt][h];
+        }
+        if (a.part.groups == 1) {
+          s_term[rl] = term;
+          s_arg[rl] = arg;
+        } else if (r < lq) {
+          const uint64_t slot = (p * a.part.groups + grp) * a.part.group_rows + rl;
+          a.part.term[slot] = term;
+          a.part.arg[slot] = arg;
+        }
+      }
+    }
+  }
+  if (a.part.groups != 1) return;
+  __syncwarp();
+  const uint64_t o_i = qb - a.q.Begin(0);
+  if (lane == 0) {
+    double sum = 0.0;
+    for (uint64_t r = 0; r < lq; ++r) sum += static_cast<double>(s_term[r]);
+    *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? static_cast<float>(sum) : -INFINITY;
+  }
+  int32_t* am = a.pairs.ArgmaxPtr(p, qi, dj, o_i, lq);
+  if (am) {
+    for (uint64_t r = lane; r < lq; r += 32) am[r] = doc_nonempty ? s_arg[r] : -1;
+  }
+}
+
+}  // namespace mscuda
+
+#endif  // MAXSIM_PLUGINS_CUDA_FORWARD_COMMON_CUH_

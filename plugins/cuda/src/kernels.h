@@ -1,0 +1,176 @@
+// Internal interface between the CUDA plugin's host code (backend.cu) and its kernels (*.cu). Plain structs
+// passed by value to kernels; every pointer in them is device memory unless its comment says otherwise.
+//
+// Conventions shared by every kernel (they implement maxsim.h's contract):
+//  - A "pair" is (query set i, document set j). Per query token s the kernels find the best key over the
+//    document's kept tokens (ties: lowest token index) and its index; key = sim (dot) or fl(sim * inv|d|)
+//    (cosine), term = key (dot) or fl(key * inv|q|) (cosine); score = sum of terms over kept query tokens in
+//    token order, in double, rounded once to f32. No kept document token: score -inf, every argmax -1.
+//    Masked query tokens: term 0, argmax -1.
+//  - sim for 16-bit inputs is computed on tensor cores (mma.sync m16n8k16, f32 accumulation) with one fixed
+//    k order (kTcDimOrder below) in every kernel that computes it, so certified refinement reproduces the
+//    exact kernel's value bit for bit. sim for f32 (or unaligned) inputs is the CPU's canonical sequential f32
+//    FMA chain over k from +0 (bit-identical to the CPU).
+#ifndef MAXSIM_PLUGINS_CUDA_KERNELS_H_
+#define MAXSIM_PLUGINS_CUDA_KERNELS_H_
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "maxsim/packed_format.h"
+
+namespace mscuda {
+
+enum Dtype : int { kF32 = 1, kF16 = 2, kBF16 = 3 };
+
+// A collection of token sets in device memory (a packed buffer's regions, a streamed chunk of one, or dense
+// tensors). Set i owns rows [Begin(i), End(i)).
+struct SetsView {
+  const uint8_t* orig = nullptr;             // originals: row r at orig + r * row_bytes
+  uint64_t row_bytes = 0;
+  int dtype = kBF16;
+  uint32_t dim = 0;
+  const int8_t* codes = nullptr;             // packed: row r at codes + r * code_bytes (else null)
+  uint32_t code_bytes = 0;                   // padded_dim (multiple of 64)
+  const maxsim_vector_meta* meta = nullptr;  // packed: per row (else null)
+  const float* norms = nullptr;              // dense + cosine: per row L2 norm (else null: meta->norm)
+  const uint64_t* offsets = nullptr;         // n_sets + 1 (null: uniform set_length)
+  uint64_t set_length = 0;
+  uint64_t row_base = 0;                     // subtracted from offsets (a chunk of a larger collection)
+  const uint8_t* mask = nullptr;             // dense: per row, 0 = padding token (else null)
+  uint64_t n_sets = 0;
+
+  __host__ __device__ uint64_t Begin(uint64_t i) const {
+    return (offsets ? offsets[i] : i * set_length) - row_base;
+  }
+  __host__ __device__ uint64_t End(uint64_t i) const {
+    return (offsets ? offsets[i + 1] : (i + 1) * set_length) - row_base;
+  }
+  __host__ __device__ bool Kept(uint64_t row) const { return mask == nullptr || mask[row] != 0; }
+};
+
+enum PairLayout : int {
+  kPairsMatrix = 0,  // pair p = (query p / nd, doc p % nd)
+  kPairsDiagonal = 1,  // pair p = (query p, doc p)
+  kPairsList = 2     // pair p = (query pq[p], doc pd[p])
+};
+
+// Which pairs to score and where results go.
+struct PairSpec {
+  int layout = kPairsMatrix;
+  uint64_t n_pairs = 0;
+  uint64_t nd = 0;                 // matrix: documents in this launch
+  const uint32_t* pq = nullptr;    // list
+  const uint32_t* pd = nullptr;    // list
+  // Scores: matrix: scores[i * score_stride + score_col0 + j]; diagonal / list: scores[score_col0 + p]
+  float* scores = nullptr;
+  uint64_t score_stride = 0;
+  uint64_t score_col0 = 0;
+  // Argmax (optional): matrix: argmax[am_rows * o_i + (am_col0 + j) * Lq_i + s] with o_i the query positions
+  // before set i; diagonal: argmax[o_i + s]; list: argmax[am_base[p] + s].
+  int32_t* argmax = nullptr;
+  uint64_t am_rows = 0;
+  uint64_t am_col0 = 0;
+  const uint64_t* am_base = nullptr;
+  const uint64_t* pslot = nullptr;  // list (optional): score slot of pair p (default score_col0 + p)
+
+  __device__ void Resolve(uint64_t p, uint64_t* i, uint64_t* j) const {
+    if (layout == kPairsMatrix) {
+      *i = p / nd;
+      *j = p - *i * nd;
+    } else if (layout == kPairsDiagonal) {
+      *i = p;
+      *j = p;
+    } else {
+      *i = pq[p];
+      *j = pd[p];
+    }
+  }
+  __device__ float* ScorePtr(uint64_t p, uint64_t i, uint64_t j) const {
+    if (layout == kPairsMatrix) return scores + i * score_stride + score_col0 + j;
+    return scores + (pslot ? pslot[p] : score_col0 + p);
+  }
+  // o_i: query positions (masked included) before set i.
+  __device__ int32_t* ArgmaxPtr(uint64_t p, uint64_t i, uint64_t j, uint64_t o_i, uint64_t lq) const {
+    if (argmax == nullptr) return nullptr;
+    if (layout == kPairsMatrix) return argmax + am_rows * o_i + (am_col0 + j) * lq;
+    if (layout == kPairsDiagonal) return argmax + o_i;
+    return argmax + am_base[p];
+  }
+};
+
+// Per-row partial results when a query set is split over several warps/blocks (G row groups of RG rows):
+// slot (p * G + g) * RG + r. finalize turns them into scores and argmax.
+struct Partials {
+  float* term = nullptr;
+  int32_t* arg = nullptr;
+  uint32_t groups = 1;       // G
+  uint32_t group_rows = 0;   // RG
+};
+
+struct ForwardArgs {
+  SetsView q, d;
+  PairSpec pairs;
+  Partials part;             // used when part.groups > 1 (tensor-core kernel) and always by the FFMA kernel
+  int cosine = 0;
+  int mode = 0;              // maxsim_mode (screening kernel)
+  unsigned long long* counters = nullptr;  // optional [2]: refined, multi_candidate (screening)
+};
+
+// ---- launchers (return the launch error; all work is enqueued on `stream`) ----------------------------
+
+// Tensor-core exact forward: q and d 16-bit of the same dtype, rows 16-byte aligned, dim % 8 == 0.
+bool TcSupported(const SetsView& q, const SetsView& d);
+// Rows per group the tensor-core kernel uses for queries of at most max_lq tokens (16 or 32).
+uint32_t TcGroupRows(uint64_t max_lq);
+cudaError_t LaunchExactTc(const ForwardArgs& a, cudaStream_t stream);
+// FFMA exact forward (any dtype / layout): always writes partials with group_rows = kFfmaGroupRows.
+constexpr uint32_t kFfmaGroupRows = 32;
+cudaError_t LaunchExactFfma(const ForwardArgs& a, cudaStream_t stream);
+// i8 screening (CERTIFIED / APPROXIMATE) on packed q and d; refinement with the exact kernels' arithmetic.
+uint32_t ScreenGroupRows(uint64_t max_lq);
+cudaError_t LaunchScreen(const ForwardArgs& a, cudaStream_t stream);
+// Partials -> scores + argmax.
+cudaError_t LaunchFinalize(const ForwardArgs& a, cudaStream_t stream);
+
+// Per-row L2 norms (double accumulation, rounded to f32) of dense sets, and the value check of maxsim.h
+// (finite, norm <= 1e19) of rows [row_begin, row_end) (masked rows skipped, norm 0): flag[0] = min over
+// offending rows of 1 + row (atomicMin; the caller initialises it to ~0).
+cudaError_t LaunchRowCheck(const SetsView& s, uint64_t row_begin, uint64_t row_end, float* norms,
+                           unsigned long long* flag, cudaStream_t stream);
+
+// ---- training backward ------------------------------------------------------------------------------
+
+struct BackwardArgs {
+  SetsView q, d;             // dense
+  PairSpec pairs;            // layout + pair lists; argmax addressing as in the forward
+  const int32_t* argmax = nullptr;
+  const float* grad = nullptr;              // per pair (score index: matrix i*nd+j, else p)
+  float* grad_q = nullptr;                  // [q rows, dim] or null
+  float* grad_d = nullptr;                  // [d rows, dim] or null
+  const uint64_t* q_pair_start = nullptr;   // list layout: pairs of query i are [start[i], start[i+1])
+  const uint64_t* d_pair_start = nullptr;   // list layout: CSR by document (deterministic grad_D)
+  const uint64_t* d_pairs = nullptr;        //   pair ids of document j, ascending
+  unsigned long long* flag = nullptr;       // [2]: bad argmax (1 + flat index), bad grad (1 + pair)
+};
+
+cudaError_t LaunchBackwardCheck(const BackwardArgs& a, cudaStream_t stream);
+// grad_Q rows [row_begin, row_end) (every kept row written, masked rows zeroed).
+cudaError_t LaunchGradQ(const BackwardArgs& a, uint64_t row_begin, uint64_t row_end, cudaStream_t stream);
+// grad_D must be zeroed first.
+cudaError_t LaunchGradDAtomic(const BackwardArgs& a, cudaStream_t stream);
+// Writes every row of every document set (max_ld: the longest document).
+cudaError_t LaunchGradDDeterministic(const BackwardArgs& a, uint64_t max_ld, cudaStream_t stream);
+
+// ---- top-k --------------------------------------------------------------------------------------------
+
+// For each query i: the k best of running_in[i*k .. i*k + have) and scores[i * stride + c] (c < n, document
+// index doc0 + c) are written to running_out[i*k ..] (unordered, min(k, have + n) entries). Keys are
+// (ordered score bits << 32) | (0xFFFFFFFF - doc index): larger key = better (higher score, lower index).
+cudaError_t LaunchTopkMerge(const float* scores, uint64_t stride, uint64_t n, uint64_t doc0, uint64_t nq,
+                            const unsigned long long* running_in, unsigned long long* running_out, uint64_t have,
+                            uint64_t k, cudaStream_t stream);
+
+}  // namespace mscuda
+
+#endif  // MAXSIM_PLUGINS_CUDA_KERNELS_H_

@@ -1,0 +1,183 @@
+// The CUDA plugin's one exported symbol: maxsim_plugin_entry() returns the ABI table (maxsim/plugin.h).
+// Everything else in the shared library is hidden (-fvisibility=hidden plus a linker version script, which
+// also hides the statically linked CUDA runtime). No function here throws, prints or aborts: C++ exceptions
+// (std::bad_alloc from host vectors) become status codes with messages.
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "backend.h"
+#include "maxsim/plugin.h"
+
+namespace {
+
+using mscuda::Backend;
+using mscuda::Status;
+
+void CopyMessage(const std::string& m, char* out, size_t cap) {
+  if (!out || cap == 0) return;
+  const size_t n = m.size() < cap - 1 ? m.size() : cap - 1;
+  std::memcpy(out, m.data(), n);
+  out[n] = '\0';
+}
+
+template <typename F>
+maxsim_status Guard(char* err, size_t err_cap, F&& body) {
+  try {
+    const Status s = body();
+    if (!s.ok()) CopyMessage(s.message, err, err_cap);
+    return s.code;
+  } catch (const std::bad_alloc&) {
+    CopyMessage("out of host memory in the CUDA plugin", err, err_cap);
+    return MAXSIM_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    CopyMessage(std::string("internal error in the CUDA plugin: ") + e.what(), err, err_cap);
+    return MAXSIM_ERR_INTERNAL;
+  } catch (...) {
+    CopyMessage("internal error in the CUDA plugin", err, err_cap);
+    return MAXSIM_ERR_INTERNAL;
+  }
+}
+
+Backend* B(maxsim_plugin_backend* b) { return reinterpret_cast<Backend*>(b); }
+
+maxsim_status Probe(const maxsim_plugin_host* host, char* info, size_t info_cap) {
+  (void)host;
+  try {
+    std::string text;
+    const Status s = mscuda::Probe(&text);
+    CopyMessage(text, info, info_cap);
+    return s.ok() ? MAXSIM_OK : MAXSIM_ERR_BACKEND_UNAVAILABLE;
+  } catch (...) {
+    CopyMessage("probe failed (out of host memory)", info, info_cap);
+    return MAXSIM_ERR_BACKEND_UNAVAILABLE;
+  }
+}
+
+maxsim_status Create(const maxsim_plugin_host* host, maxsim_plugin_backend** out, char* err, size_t err_cap) {
+  return Guard(err, err_cap, [&]() -> Status {
+    if (!out) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "create: out is NULL");
+    Backend* b = nullptr;
+    Status s = mscuda::CreateBackend(host, &b);
+    if (s.ok()) *out = reinterpret_cast<maxsim_plugin_backend*>(b);
+    return s;
+  });
+}
+
+void Destroy(maxsim_plugin_backend* b) { mscuda::DestroyBackend(B(b)); }
+
+uint64_t MinAutoOps(maxsim_plugin_backend* b) { return b ? B(b)->min_ops : UINT64_MAX; }
+
+maxsim_status CorpusUpload(maxsim_plugin_backend* b, const void* packed, uint64_t size, maxsim_plugin_corpus** out,
+                           char* err, size_t err_cap) {
+  return Guard(err, err_cap, [&]() -> Status {
+    if (!b || !out) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "corpus_upload: NULL argument");
+    mscuda::Corpus* c = nullptr;
+    Status s = mscuda::UploadCorpus(*B(b), packed, size, &c);
+    if (s.ok()) *out = reinterpret_cast<maxsim_plugin_corpus*>(c);
+    return s;
+  });
+}
+
+void CorpusFree(maxsim_plugin_backend* b, maxsim_plugin_corpus* c) {
+  if (b) mscuda::FreeCorpus(*B(b), reinterpret_cast<mscuda::Corpus*>(c));
+}
+
+Status CheckScoreArgs(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a) {
+  if (!b || !a || !a->corpus || !a->queries) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "NULL argument");
+  if (a->struct_size < offsetof(maxsim_plugin_score_args, stats) + sizeof(void*)) {
+    return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "maxsim_plugin_score_args.struct_size %u is too small",
+                        a->struct_size);
+  }
+  if (a->metric != MAXSIM_METRIC_DOT && a->metric != MAXSIM_METRIC_COSINE) {
+    return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "unknown metric %d", static_cast<int>(a->metric));
+  }
+  if (a->mode != MAXSIM_MODE_EXACT && a->mode != MAXSIM_MODE_CERTIFIED && a->mode != MAXSIM_MODE_APPROXIMATE) {
+    return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "unknown mode %d", static_cast<int>(a->mode));
+  }
+  return Status::Ok();
+}
+
+maxsim_status ScoreMatrix(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a, char* err, size_t err_cap) {
+  return Guard(err, err_cap, [&]() -> Status {
+    Status s = CheckScoreArgs(b, a);
+    if (!s.ok()) return s;
+    if (!a->scores) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
+    return mscuda::ScoreMatrix(*B(b), *a);
+  });
+}
+
+maxsim_status ScoreCandidates(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a, char* err,
+                              size_t err_cap) {
+  return Guard(err, err_cap, [&]() -> Status {
+    Status s = CheckScoreArgs(b, a);
+    if (!s.ok()) return s;
+    if (!a->cand_offsets) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "cand_offsets is NULL");
+    return mscuda::ScoreCandidates(*B(b), *a);
+  });
+}
+
+maxsim_status TopK(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a, char* err, size_t err_cap) {
+  return Guard(err, err_cap, [&]() -> Status {
+    Status s = CheckScoreArgs(b, a);
+    if (!s.ok()) return s;
+    if (!a->scores || !a->topk_index) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "top-k outputs are NULL");
+    return mscuda::TopK(*B(b), *a);
+  });
+}
+
+Status CheckTrainArgs(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a) {
+  if (!b || !a || !a->queries || !a->documents) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "NULL argument");
+  if (a->struct_size < offsetof(maxsim_plugin_train_args, peak_extra_bytes) + sizeof(void*)) {
+    return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "maxsim_plugin_train_args.struct_size %u is too small",
+                        a->struct_size);
+  }
+  if (a->layout == MAXSIM_LAYOUT_CANDIDATES && !a->cand_offsets) {
+    return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "CANDIDATES layout needs cand_offsets");
+  }
+  return Status::Ok();
+}
+
+maxsim_status TrainForward(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a, char* err, size_t err_cap) {
+  return Guard(err, err_cap, [&]() -> Status {
+    Status s = CheckTrainArgs(b, a);
+    if (!s.ok()) return s;
+    return mscuda::TrainForward(*B(b), *a);
+  });
+}
+
+maxsim_status TrainBackward(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a, char* err,
+                            size_t err_cap) {
+  return Guard(err, err_cap, [&]() -> Status {
+    Status s = CheckTrainArgs(b, a);
+    if (!s.ok()) return s;
+    if (a->metric != MAXSIM_METRIC_DOT) {
+      return mscuda::Fail(MAXSIM_ERR_UNSUPPORTED, "the training backward supports the dot metric only");
+    }
+    return mscuda::TrainBackward(*B(b), *a);
+  });
+}
+
+const maxsim_plugin_api kApi = {
+    MAXSIM_PLUGIN_ABI_MAJOR,
+    MAXSIM_PLUGIN_ABI_MINOR,
+    static_cast<uint32_t>(sizeof(maxsim_plugin_api)),
+    "cuda",
+    "CUDA (sm_80, sm_90 + PTX; static cudart): tensor-core exact, int8 certified, training fwd/bwd",
+    &Probe,
+    &Create,
+    &Destroy,
+    &MinAutoOps,
+    &CorpusUpload,
+    &CorpusFree,
+    &ScoreMatrix,
+    &ScoreCandidates,
+    &TopK,
+    &TrainForward,
+    &TrainBackward,
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const maxsim_plugin_api* maxsim_plugin_entry(void) { return &kApi; }

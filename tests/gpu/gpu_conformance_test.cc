@@ -1,0 +1,826 @@
+// GPU conformance suite for the CUDA plugin (run on the device machine by scripts/device/gpu-tests.sh; not part
+// of the CPU CI, which has no GPU). Every GPU operation is checked against the CPU float64 reference
+// (tests/test_util.cc: the f32 error bound of every similarity, argmax up to true near-ties) and, for the
+// training backward, against the CPU backward (maxsim_backward on host copies). Also: certified == exact bit for
+// bit on the GPU, f32 inputs bit-identical to the CPU (same FMA chain), streamed corpora identical to resident
+// ones, deterministic backward bit-identical across runs, masks, ragged and empty sets, offsets[0] > 0 and row
+// strides, adversarial near-ties, the real ColBERT embeddings, and error statuses.
+//
+// Data are fresh random draws: the seed comes from MAXSIM_TEST_SEED or std::random_device and is printed.
+// Without a usable GPU every test is skipped (or fails, if MAXSIM_GPU_TESTS_REQUIRE=1, as on the device).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "maxsim/maxsim.hpp"
+#include "test_util.h"
+
+namespace maxsim::test {
+namespace {
+
+uint64_t Seed() {
+  static const uint64_t seed = [] {
+    if (const char* e = std::getenv("MAXSIM_TEST_SEED")) return static_cast<uint64_t>(std::strtoull(e, nullptr, 10));
+    std::random_device rd;
+    const uint64_t s = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    std::printf("gpu tests: MAXSIM_TEST_SEED=%llu\n", static_cast<unsigned long long>(s));
+    return s;
+  }();
+  return seed;
+}
+
+std::mt19937_64 Rng(uint64_t salt) { return std::mt19937_64(Seed() * 1000003ull + salt); }
+
+maxsim_options Options(const char* backend) {
+  maxsim_options o;
+  maxsim_options_init(&o);
+  o.backend = backend;
+  o.plugin_path = MAXSIM_CUDA_PLUGIN_PATH;
+  o.num_threads = 8;
+  if (std::strcmp(backend, "cpu") == 0) o.load_plugins = 0;
+  return o;
+}
+
+const std::string& GpuUnavailable() {
+  static const std::string why = [] {
+    maxsim_options o = Options("cuda");
+    maxsim_context* ctx = nullptr;
+    if (maxsim_context_create(&o, &ctx) != MAXSIM_OK) return std::string(maxsim_last_error());
+    maxsim_context_destroy(ctx);
+    return std::string();
+  }();
+  return why;
+}
+
+class Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Seed();
+    if (!GpuUnavailable().empty()) {
+      if (std::getenv("MAXSIM_GPU_TESTS_REQUIRE")) FAIL() << "the CUDA backend is required here: " << GpuUnavailable();
+      GTEST_SKIP() << "no usable GPU: " << GpuUnavailable();
+    }
+  }
+};
+
+#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x << ": " << cudaGetErrorString(cudaGetLastError())
+
+// ---- device memory ------------------------------------------------------------------------------------------
+
+template <typename T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  Dev() = default;
+  explicit Dev(size_t count) : n(count) {
+    if (cudaMalloc(&p, std::max<size_t>(1, count) * sizeof(T)) != cudaSuccess) p = nullptr;
+  }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  Dev& operator=(Dev&& o) noexcept {
+    std::swap(p, o.p);
+    std::swap(n, o.n);
+    return *this;
+  }
+  ~Dev() {
+    if (p) cudaFree(p);
+  }
+  void Up(const T* src) { cudaMemcpy(p, src, n * sizeof(T), cudaMemcpyHostToDevice); }
+  std::vector<T> Down() const {
+    std::vector<T> v(n);
+    cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+  }
+  void Fill(unsigned char byte) { cudaMemset(p, byte, std::max<size_t>(1, n) * sizeof(T)); }
+};
+
+// Token sets copied to device memory, optionally behind `lead` garbage rows (offsets[0] > 0) and with
+// `pad` garbage elements after each row (row_stride > dim). The garbage is NaN: reading it would show.
+struct DeviceSets {
+  Dev<uint8_t> data, mask;
+  std::vector<uint64_t> offsets;
+  maxsim_dense_sets s{};
+  uint64_t lead = 0;
+  DeviceSets(const TokenSets& t, uint64_t lead_rows = 0, uint32_t pad = 0) : lead(lead_rows) {
+    const uint32_t elem = t.dtype == MAXSIM_F32 ? 4 : 2;
+    const uint64_t stride = t.dim + pad, rows = t.rows() + lead_rows;
+    std::vector<uint8_t> host(std::max<uint64_t>(1, rows * stride * elem));
+    const float nan = std::nanf("");
+    for (uint64_t e = 0; e < rows * stride; ++e) {
+      if (elem == 4) std::memcpy(&host[e * 4], &nan, 4);
+      else { const uint16_t h = t.dtype == MAXSIM_BF16 ? 0x7fc0 : 0x7e00; std::memcpy(&host[e * 2], &h, 2); }
+    }
+    for (uint64_t r = 0; r < t.rows(); ++r) {
+      std::memcpy(&host[((r + lead_rows) * stride) * elem], &t.encoded[r * t.dim * elem], t.dim * elem);
+    }
+    data = Dev<uint8_t>(host.size());
+    data.Up(host.data());
+    offsets = t.offsets;
+    for (uint64_t& o : offsets) o += lead_rows;
+    s.struct_size = sizeof(s);
+    s.memory = MAXSIM_MEMORY_CUDA;
+    s.data = data.p;
+    s.dtype = t.dtype;
+    s.dim = t.dim;
+    s.row_stride = pad ? stride : 0;
+    s.n_sets = t.n_sets();
+    s.offsets = offsets.data();
+    if (!t.mask.empty()) {
+      std::vector<uint8_t> m(std::max<uint64_t>(1, rows), 0);
+      std::copy(t.mask.begin(), t.mask.end(), m.begin() + lead_rows);
+      mask = Dev<uint8_t>(m.size());
+      mask.Up(m.data());
+      s.mask = mask.p;
+    }
+  }
+};
+
+void RandomMask(std::mt19937_64& rng, TokenSets& t, double p_masked) {
+  std::bernoulli_distribution keep(1.0 - p_masked);
+  t.mask.resize(t.rows());
+  for (auto& m : t.mask) m = keep(rng) ? 1 : 0;
+}
+
+TokenSets Encoded(TokenSets t, maxsim_dtype dtype) {
+  t.Encode(dtype);
+  return t;
+}
+
+// ---- checks ---------------------------------------------------------------------------------------------------
+
+struct Matrix {
+  std::vector<float> scores;
+  std::vector<int32_t> argmax;
+};
+
+Matrix ScoreMatrix(Context& ctx, const Sets& q, uint64_t nq, uint64_t q_positions, const Sets& d, uint64_t nd,
+                   maxsim_metric metric, maxsim_mode mode, maxsim_stats* stats = nullptr) {
+  Matrix m;
+  m.scores.assign(nq * nd, std::nanf(""));
+  m.argmax.assign(nd * q_positions, -7);
+  ScoreOptions o;
+  o.metric = metric;
+  o.mode = mode;
+  o.stats = stats;
+  ctx.ScoreMatrix(q, d, m.scores, o, m.argmax.data());
+  return m;
+}
+
+void ExpectReference(const TokenSets& q, const TokenSets& d, maxsim_metric metric, const Matrix& m,
+                     const std::string& what, uint64_t max_pairs = UINT64_MAX) {
+  const uint64_t nd = d.n_sets();
+  uint64_t checked = 0;
+  for (uint64_t i = 0; i < q.n_sets(); ++i) {
+    for (uint64_t j = 0; j < nd && checked < max_pairs; ++j, ++checked) {
+      const int32_t* am = m.argmax.data() + nd * q.offsets[i] + j * q.length(i);
+      const std::string err = CheckPair(q, i, d, j, metric, m.scores[i * nd + j], am);
+      ASSERT_TRUE(err.empty()) << what << " query " << i << " doc " << j << ": " << err;
+    }
+  }
+}
+
+void ExpectIdentical(const Matrix& a, const Matrix& b, const std::string& what) {
+  ASSERT_EQ(a.scores.size(), b.scores.size());
+  for (size_t i = 0; i < a.scores.size(); ++i) {
+    ASSERT_EQ(0, std::memcmp(&a.scores[i], &b.scores[i], 4))
+        << what << ": score " << i << " differs: " << a.scores[i] << " vs " << b.scores[i];
+  }
+  for (size_t i = 0; i < a.argmax.size(); ++i) ASSERT_EQ(a.argmax[i], b.argmax[i]) << what << ": argmax " << i;
+}
+
+// Approximate mode: every argmax is a kept token (or -1 where exact has -1) and no score exceeds exact's by more
+// than the rounding bound.
+void ExpectApproximate(const TokenSets& q, const TokenSets& d, maxsim_metric metric, const Matrix& approx,
+                       const Matrix& exact, const std::string& what) {
+  const uint64_t nd = d.n_sets();
+  for (uint64_t i = 0; i < q.n_sets(); ++i) {
+    for (uint64_t j = 0; j < nd; ++j) {
+      const float a = approx.scores[i * nd + j], e = exact.scores[i * nd + j];
+      if (std::isinf(e)) {
+        ASSERT_TRUE(std::isinf(a) && a < 0) << what;
+        continue;
+      }
+      const RefPair ref = Reference(q, i, d, j, metric);
+      ASSERT_LE(static_cast<double>(a), ref.score + 2 * ref.tolerance) << what << " query " << i << " doc " << j;
+      for (uint64_t s = 0; s < q.length(i); ++s) {
+        const int32_t t = approx.argmax[nd * q.offsets[i] + j * q.length(i) + s];
+        ASSERT_TRUE(t >= 0 && static_cast<uint64_t>(t) < d.length(j)) << what;
+      }
+    }
+  }
+}
+
+// ---- scoring on packed corpora --------------------------------------------------------------------------
+
+struct Case {
+  maxsim_dtype dtype;
+  uint32_t dim;
+  Shape shape;
+};
+
+TEST_F(Gpu, PackedMatrixAllModesMatchReference) {
+  Context gpu(Options("cuda"));
+  const Case cases[] = {
+      {MAXSIM_BF16, 128, Shape::kUnitGaussian}, {MAXSIM_BF16, 128, Shape::kClustered},
+      {MAXSIM_F16, 128, Shape::kGaussian},      {MAXSIM_BF16, 64, Shape::kDuplicates},
+      {MAXSIM_BF16, 48, Shape::kNearTies},      {MAXSIM_F16, 96, Shape::kClustered},
+      {MAXSIM_BF16, 200, Shape::kGaussian},     {MAXSIM_BF16, 256, Shape::kUnitGaussian},
+      {MAXSIM_F16, 768, Shape::kUnitGaussian},  {MAXSIM_BF16, 1024, Shape::kClustered},
+      {MAXSIM_BF16, 8, Shape::kGaussian},       {MAXSIM_BF16, 7, Shape::kGaussian},
+      {MAXSIM_F32, 128, Shape::kUnitGaussian},  {MAXSIM_F32, 7, Shape::kGaussian},
+      {MAXSIM_F16, 64, Shape::kLargeNorm},      {MAXSIM_BF16, 96, Shape::kTinyNorm},
+  };
+  uint64_t salt = 0;
+  for (const Case& c : cases) {
+    for (int qlen : {12, 40}) {
+      auto rng = Rng(++salt);
+      const TokenSets q = Encoded(Generate(rng, c.shape, 4, 0, qlen, c.dim), c.dtype);
+      const TokenSets d = Encoded(Generate(rng, c.shape, 30, 0, 70, c.dim), c.dtype);
+      Packed pq = Packed::Pack(gpu, q.Dense());
+      Packed pd = Packed::Pack(gpu, d.Dense());
+      for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+        const std::string what = std::string("dtype ") + std::to_string(c.dtype) + " dim " + std::to_string(c.dim) +
+                                 " " + ShapeName(c.shape) + " Lq<=" + std::to_string(qlen) +
+                                 (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+        const Matrix exact = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+        ExpectReference(q, d, metric, exact, what + " exact");
+        maxsim_stats st{};
+        const Matrix cert =
+            ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED, &st);
+        ExpectIdentical(cert, exact, what + " certified vs exact");
+        EXPECT_EQ(st.pairs, q.n_sets() * d.n_sets());
+        // Dense host queries (packed temporarily by the library) give the same results.
+        const Matrix exact_dense =
+            ScoreMatrix(gpu, q.Dense(), q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+        ExpectIdentical(exact_dense, exact, what + " dense host queries");
+        const Matrix approx =
+            ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_APPROXIMATE);
+        ExpectApproximate(q, d, metric, approx, exact, what + " approximate");
+      }
+    }
+  }
+}
+
+TEST_F(Gpu, F32IsBitIdenticalToTheCpu) {
+  // f32 originals run the CPU's canonical sequential FMA chain on the GPU: same bits as the CPU's exact path.
+  Context gpu(Options("cuda"));
+  Context cpu(Options("cpu"));
+  for (uint32_t dim : {7u, 64u, 128u, 300u}) {
+    auto rng = Rng(100 + dim);
+    const TokenSets q = Generate(rng, Shape::kUnitGaussian, 3, 0, 40, dim);
+    const TokenSets d = Generate(rng, Shape::kClustered, 25, 0, 60, dim);
+    Packed pq = Packed::Pack(gpu, q.Dense());
+    Packed pd = Packed::Pack(gpu, d.Dense());
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED}) {
+        const Matrix g = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, mode);
+        const Matrix c = ScoreMatrix(cpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, mode);
+        ExpectIdentical(g, c, "f32 dim " + std::to_string(dim) + " GPU vs CPU");
+      }
+    }
+  }
+}
+
+TEST_F(Gpu, LongQueriesAndDocuments) {
+  Context gpu(Options("cuda"));
+  for (uint64_t lq : {300ull, 1024ull}) {
+    auto rng = Rng(200 + lq);
+    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 2, lq - 7, lq, 128), MAXSIM_BF16);
+    const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 5, 900, 2100, 128), MAXSIM_BF16);
+    Packed pq = Packed::Pack(gpu, q.Dense());
+    Packed pd = Packed::Pack(gpu, d.Dense());
+    const Matrix exact = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    ExpectReference(q, d, MAXSIM_METRIC_DOT, exact, "Lq " + std::to_string(lq));
+    const Matrix cert = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
+    ExpectIdentical(cert, exact, "Lq " + std::to_string(lq) + " certified vs exact");
+  }
+}
+
+TEST_F(Gpu, AdversarialNearTies) {
+  Context gpu(Options("cuda"));
+  for (double spread : {1e-2, 1e-4, 1e-6, 0.0}) {
+    for (maxsim_dtype dtype : {MAXSIM_BF16, MAXSIM_F16, MAXSIM_F32}) {
+      auto rng = Rng(300 + static_cast<uint64_t>(dtype) * 10 + static_cast<uint64_t>(-std::log10(spread + 1e-300)));
+      const TokenSets q0 = Generate(rng, Shape::kUnitGaussian, 3, 1, 32, 128);
+      const TokenSets q = Encoded(q0, dtype);
+      const TokenSets d = Encoded(NearTieDocuments(rng, q, 20, 150, spread), dtype);
+      Packed pq = Packed::Pack(gpu, q.Dense());
+      Packed pd = Packed::Pack(gpu, d.Dense());
+      const std::string what = "spread " + std::to_string(spread) + " dtype " + std::to_string(dtype);
+      for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+        const Matrix exact = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+        ExpectReference(q, d, metric, exact, what);
+        maxsim_stats st{};
+        const Matrix cert = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED, &st);
+        ExpectIdentical(cert, exact, what + " certified vs exact");
+        EXPECT_GT(st.refined, 0u);
+      }
+    }
+  }
+}
+
+TEST_F(Gpu, CandidatesPairsAndTopK) {
+  Context gpu(Options("cuda"));
+  auto rng = Rng(400);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 5, 0, 40, 128), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 60, 0, 90, 128), MAXSIM_BF16);
+  std::vector<uint64_t> ids(d.n_sets());
+  for (uint64_t j = 0; j < ids.size(); ++j) ids[j] = 1000 + 7 * j;
+  Packed pq = Packed::Pack(gpu, q.Dense());
+  Packed pd = Packed::Pack(gpu, d.Dense(), ids.data());
+  // Candidate lists with repeats and an empty list.
+  std::vector<uint64_t> off = {0}, cand;
+  std::uniform_int_distribution<uint64_t> pick(0, d.n_sets() - 1);
+  for (uint64_t i = 0; i < q.n_sets(); ++i) {
+    const uint64_t k = i == 2 ? 0 : 1 + rng() % 12;
+    for (uint64_t c = 0; c < k; ++c) cand.push_back(pick(rng));
+    off.push_back(cand.size());
+  }
+  for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+    const Matrix full = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+    for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED}) {
+      ScoreOptions o;
+      o.metric = metric;
+      o.mode = mode;
+      std::vector<float> sc(cand.size(), std::nanf(""));
+      uint64_t am_size = 0;
+      for (uint64_t i = 0; i < q.n_sets(); ++i) am_size += (off[i + 1] - off[i]) * q.length(i);
+      std::vector<int32_t> am(am_size, -7);
+      gpu.ScoreCandidates(pq, pd, off, cand, sc, o, am.data());
+      uint64_t base = 0;
+      for (uint64_t i = 0; i < q.n_sets(); ++i) {
+        for (uint64_t c = off[i]; c < off[i + 1]; ++c) {
+          const uint64_t j = cand[c];
+          // Same kernel arithmetic as the matrix: identical bits.
+          ASSERT_EQ(0, std::memcmp(&sc[c], &full.scores[i * d.n_sets() + j], 4)) << "candidate " << c;
+          const int32_t* a = am.data() + base + (c - off[i]) * q.length(i);
+          const int32_t* b = full.argmax.data() + d.n_sets() * q.offsets[i] + j * q.length(i);
+          for (uint64_t s = 0; s < q.length(i); ++s) ASSERT_EQ(a[s], b[s]);
+          const std::string err = CheckPair(q, i, d, j, metric, sc[c], a);
+          ASSERT_TRUE(err.empty()) << err;
+        }
+        base += (off[i + 1] - off[i]) * q.length(i);
+      }
+      // Top-k: the k best of the GPU's own matrix (score descending, ties to the lower index), same bits.
+      for (uint64_t k : {1ull, 7ull, 75ull}) {
+        TopKResult top = gpu.TopK(pq, q.n_sets(), pd, k, o, true);
+        for (uint64_t i = 0; i < q.n_sets(); ++i) {
+          std::vector<uint64_t> order(d.n_sets());
+          for (uint64_t j = 0; j < order.size(); ++j) order[j] = j;
+          const float* row = full.scores.data() + i * d.n_sets();
+          std::stable_sort(order.begin(), order.end(), [&](uint64_t x, uint64_t y) { return row[x] > row[y]; });
+          for (uint64_t r = 0; r < k; ++r) {
+            if (r < d.n_sets()) {
+              ASSERT_EQ(top.index[i * k + r], order[r]) << "query " << i << " rank " << r << " k " << k;
+              ASSERT_EQ(0, std::memcmp(&top.scores[i * k + r], &row[order[r]], 4));
+              ASSERT_EQ(top.ids[i * k + r], ids[order[r]]);
+            } else {
+              ASSERT_EQ(top.index[i * k + r], UINT64_MAX);
+              ASSERT_TRUE(std::isinf(top.scores[i * k + r]) && top.scores[i * k + r] < 0);
+            }
+          }
+        }
+      }
+    }
+  }
+  // Pairs (query i against document i).
+  const TokenSets d5 = Encoded(Generate(rng, Shape::kClustered, q.n_sets(), 0, 50, 128), MAXSIM_BF16);
+  Packed pd5 = Packed::Pack(gpu, d5.Dense());
+  std::vector<float> ps(q.n_sets());
+  std::vector<int32_t> pa(q.rows(), -7);
+  gpu.ScorePairs(pq, pd5, ps, {}, pa.data());
+  for (uint64_t i = 0; i < q.n_sets(); ++i) {
+    const std::string err = CheckPair(q, i, d5, i, MAXSIM_METRIC_DOT, ps[i], pa.data() + q.offsets[i]);
+    ASSERT_TRUE(err.empty()) << "pair " << i << ": " << err;
+  }
+}
+
+TEST_F(Gpu, MaskedDenseHostInputsKeepPositions) {
+  // Dense host inputs with masks are packed without the masked rows; the argmax must still be positions.
+  Context gpu(Options("cuda"));
+  auto rng = Rng(450);
+  TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 4, 0, 30, 64), MAXSIM_BF16);
+  TokenSets d = Encoded(Generate(rng, Shape::kGaussian, 20, 0, 60, 64), MAXSIM_BF16);
+  RandomMask(rng, q, 0.3);
+  RandomMask(rng, d, 0.4);
+  const Matrix m = ScoreMatrix(gpu, q.Dense(), q.n_sets(), q.rows(), d.Dense(), d.n_sets(), MAXSIM_METRIC_DOT,
+                               MAXSIM_MODE_EXACT);
+  ExpectReference(q, d, MAXSIM_METRIC_DOT, m, "masked dense host");
+}
+
+TEST_F(Gpu, StreamedCorpusEqualsResident) {
+  auto rng = Rng(500);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 0, 40, 128), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 300, 0, 120, 128), MAXSIM_BF16);
+  Context resident(Options("cuda"));
+  setenv("MAXSIM_CUDA_STREAM", "1", 1);
+  setenv("MAXSIM_CUDA_STREAM_CHUNK_BYTES", "65536", 1);
+  Context streamed(Options("cuda"));
+  unsetenv("MAXSIM_CUDA_STREAM");
+  unsetenv("MAXSIM_CUDA_STREAM_CHUNK_BYTES");
+  Packed pq = Packed::Pack(resident, q.Dense());
+  Packed pd = Packed::Pack(resident, d.Dense());
+  std::vector<uint64_t> off = {0, 5, 5, 17}, cand;
+  for (int c = 0; c < 17; ++c) cand.push_back(rng() % d.n_sets());
+  for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+    const Matrix a = ScoreMatrix(resident, pq, q.n_sets(), q.rows(), pd, d.n_sets(), MAXSIM_METRIC_DOT, mode);
+    const Matrix b = ScoreMatrix(streamed, pq, q.n_sets(), q.rows(), pd, d.n_sets(), MAXSIM_METRIC_DOT, mode);
+    ExpectIdentical(a, b, "streamed matrix mode " + std::to_string(mode));
+    if (mode == MAXSIM_MODE_EXACT) ExpectReference(q, d, MAXSIM_METRIC_DOT, b, "streamed");
+    ScoreOptions o;
+    o.mode = mode;
+    std::vector<float> ca(cand.size()), cb(cand.size());
+    resident.ScoreCandidates(pq, pd, off, cand, ca, o);
+    streamed.ScoreCandidates(pq, pd, off, cand, cb, o);
+    ASSERT_EQ(0, std::memcmp(ca.data(), cb.data(), ca.size() * 4));
+    TopKResult ta = resident.TopK(pq, q.n_sets(), pd, 9, o);
+    TopKResult tb = streamed.TopK(pq, q.n_sets(), pd, 9, o);
+    ASSERT_EQ(ta.index, tb.index);
+    ASSERT_EQ(0, std::memcmp(ta.scores.data(), tb.scores.data(), ta.scores.size() * 4));
+  }
+}
+
+// ---- dense device tensors: training forward and backward --------------------------------------------------
+
+struct DenseCase {
+  maxsim_dtype dtype;
+  uint32_t dim;
+  bool masks;
+  uint64_t lead;
+  uint32_t pad;
+};
+
+// Forward on device tensors in the given layout; returns scores and argmax (host copies).
+Matrix DeviceForward(Context& gpu, const DeviceSets& q, const DeviceSets& d, maxsim_layout layout,
+                     const std::vector<uint64_t>& off, const std::vector<uint64_t>& cand, uint64_t argmax_size,
+                     maxsim_metric metric, maxsim_status* status = nullptr) {
+  const uint64_t n_scores = layout == MAXSIM_LAYOUT_MATRIX ? q.s.n_sets * d.s.n_sets
+                          : layout == MAXSIM_LAYOUT_PAIRS  ? q.s.n_sets
+                                                           : cand.size();
+  Dev<float> sc(n_scores);
+  Dev<int32_t> am(argmax_size);
+  sc.Fill(0xff);
+  am.Fill(0xcd);
+  maxsim_score_options o;
+  maxsim_score_options_init(&o);
+  o.metric = metric;
+  maxsim_sets qs{nullptr, &q.s}, ds{nullptr, &d.s};
+  maxsim_status st;
+  if (layout == MAXSIM_LAYOUT_MATRIX) {
+    st = maxsim_score_matrix(gpu.get(), &qs, &ds, &o, sc.p, am.p);
+  } else if (layout == MAXSIM_LAYOUT_PAIRS) {
+    st = maxsim_score_pairs(gpu.get(), &qs, &ds, &o, sc.p, am.p);
+  } else {
+    st = maxsim_score_candidates(gpu.get(), &qs, &ds, off.data(), cand.data(), &o, sc.p, am.p);
+  }
+  if (status) *status = st;
+  else EXPECT_EQ(st, MAXSIM_OK) << maxsim_last_error();
+  Matrix m;
+  m.scores = sc.Down();
+  m.argmax = am.Down();
+  return m;
+}
+
+TEST_F(Gpu, DeviceTensorsForwardAllLayouts) {
+  Context gpu(Options("cuda"));
+  const DenseCase cases[] = {
+      {MAXSIM_BF16, 128, false, 0, 0}, {MAXSIM_F16, 128, true, 3, 0},  {MAXSIM_F32, 128, true, 0, 0},
+      {MAXSIM_BF16, 64, true, 2, 8},   {MAXSIM_BF16, 48, false, 0, 3}, {MAXSIM_F32, 33, false, 1, 1},
+      {MAXSIM_BF16, 384, true, 0, 0},
+  };
+  uint64_t salt = 600;
+  for (const DenseCase& c : cases) {
+    auto rng = Rng(++salt);
+    TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 6, 0, 40, c.dim), c.dtype);
+    TokenSets d = Encoded(Generate(rng, Shape::kClustered, 6, 0, 80, c.dim), c.dtype);
+    if (c.masks) {
+      RandomMask(rng, q, 0.25);
+      RandomMask(rng, d, 0.3);
+    }
+    const DeviceSets dq(q, c.lead, c.pad), dd(d, c.lead + 1, c.pad);
+    const std::string what = "dtype " + std::to_string(c.dtype) + " dim " + std::to_string(c.dim) +
+                             (c.masks ? " masked" : "") + " lead " + std::to_string(c.lead) + " pad " +
+                             std::to_string(c.pad);
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      const Matrix m = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), metric);
+      ExpectReference(q, d, metric, m, what + " matrix");
+      // KD candidates and pairs.
+      std::vector<uint64_t> off = {0}, cand;
+      for (uint64_t i = 0; i < q.n_sets(); ++i) {
+        for (int k = 0; k < 4; ++k) cand.push_back(rng() % d.n_sets());
+        off.push_back(cand.size());
+      }
+      uint64_t am_size = 0;
+      for (uint64_t i = 0; i < q.n_sets(); ++i) am_size += 4 * q.length(i);
+      const Matrix kd = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_CANDIDATES, off, cand, am_size, metric);
+      uint64_t base = 0;
+      for (uint64_t i = 0; i < q.n_sets(); ++i) {
+        for (uint64_t c2 = off[i]; c2 < off[i + 1]; ++c2) {
+          const std::string err = CheckPair(q, i, d, cand[c2], metric, kd.scores[c2],
+                                            kd.argmax.data() + base + (c2 - off[i]) * q.length(i));
+          ASSERT_TRUE(err.empty()) << what << " KD " << c2 << ": " << err;
+        }
+        base += (off[i + 1] - off[i]) * q.length(i);
+      }
+      const Matrix pr = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_PAIRS, {}, {}, q.rows(), metric);
+      for (uint64_t i = 0; i < q.n_sets(); ++i) {
+        const std::string err = CheckPair(q, i, d, i, metric, pr.scores[i], pr.argmax.data() + q.offsets[i]);
+        ASSERT_TRUE(err.empty()) << what << " pair " << i << ": " << err;
+      }
+    }
+  }
+}
+
+// Element-wise bound for an f32 accumulation of `terms` products against a double reference.
+struct GradRef {
+  std::vector<double> value, abs_sum;
+  std::vector<uint32_t> count;
+};
+
+// Reference gradients in double from argmax (the definition in maxsim.h), with abs sums for the tolerance.
+void ReferenceGrads(const TokenSets& q, const TokenSets& d, maxsim_layout layout, const std::vector<uint64_t>& off,
+                    const std::vector<uint64_t>& cand, const std::vector<int32_t>& argmax,
+                    const std::vector<float>& grad, GradRef* gq, GradRef* gd) {
+  const uint32_t dim = q.dim;
+  auto init = [&](GradRef* g, uint64_t rows) {
+    g->value.assign(rows * dim, 0.0);
+    g->abs_sum.assign(rows * dim, 0.0);
+    g->count.assign(rows * dim, 0);
+  };
+  init(gq, q.rows());
+  init(gd, d.rows());
+  uint64_t base = 0;
+  for (uint64_t i = 0; i < q.n_sets(); ++i) {
+    const uint64_t lq = q.length(i);
+    const uint64_t n = layout == MAXSIM_LAYOUT_MATRIX ? d.n_sets() : layout == MAXSIM_LAYOUT_PAIRS ? 1 : off[i + 1] - off[i];
+    for (uint64_t c = 0; c < n; ++c) {
+      const uint64_t j = layout == MAXSIM_LAYOUT_MATRIX ? c : layout == MAXSIM_LAYOUT_PAIRS ? i : cand[off[i] + c];
+      const uint64_t slot = layout == MAXSIM_LAYOUT_MATRIX ? i * d.n_sets() + c : layout == MAXSIM_LAYOUT_PAIRS ? i : off[i] + c;
+      const int32_t* am = layout == MAXSIM_LAYOUT_MATRIX ? argmax.data() + d.n_sets() * q.offsets[i] + c * lq
+                                                         : argmax.data() + base + c * lq;
+      const double g = grad[slot];
+      for (uint64_t s = 0; s < lq; ++s) {
+        const int32_t t = am[s];
+        if (t < 0 || !q.kept(q.offsets[i] + s)) continue;
+        const float* qr = q.row(q.offsets[i] + s);
+        const float* dr = d.row(d.offsets[j] + t);
+        for (uint32_t k = 0; k < dim; ++k) {
+          const uint64_t a = (q.offsets[i] + s) * dim + k, b = (d.offsets[j] + t) * dim + k;
+          gq->value[a] += g * dr[k];
+          gq->abs_sum[a] += std::fabs(g * dr[k]);
+          gq->count[a]++;
+          gd->value[b] += g * qr[k];
+          gd->abs_sum[b] += std::fabs(g * qr[k]);
+          gd->count[b]++;
+        }
+      }
+    }
+    if (layout != MAXSIM_LAYOUT_MATRIX) base += n * lq;
+  }
+}
+
+void ExpectGrad(const GradRef& ref, const std::vector<float>& got, uint64_t lead_rows, uint32_t dim,
+                const std::string& what) {
+  const uint64_t skip = lead_rows * dim;
+  for (uint64_t e = 0; e < skip; ++e) ASSERT_EQ(got[e], 0.0f) << what << ": leading row element " << e;
+  for (uint64_t e = 0; e < ref.value.size(); ++e) {
+    const double tol = (ref.count[e] + 4.0) * 0x1p-23 * ref.abs_sum[e] + 1e-30;
+    ASSERT_LE(std::fabs(got[skip + e] - ref.value[e]), tol)
+        << what << ": element " << e << " got " << got[skip + e] << " want " << ref.value[e];
+  }
+}
+
+TEST_F(Gpu, BackwardMatchesCpuAndIsDeterministic) {
+  Context gpu(Options("cuda"));
+  Context cpu(Options("cpu"));
+  const DenseCase cases[] = {
+      {MAXSIM_BF16, 128, false, 0, 0}, {MAXSIM_F16, 64, true, 2, 0}, {MAXSIM_F32, 96, true, 0, 4},
+      {MAXSIM_BF16, 160, false, 1, 0},
+  };
+  uint64_t salt = 700;
+  for (const DenseCase& c : cases) {
+    for (maxsim_layout layout : {MAXSIM_LAYOUT_MATRIX, MAXSIM_LAYOUT_CANDIDATES, MAXSIM_LAYOUT_PAIRS}) {
+      auto rng = Rng(++salt);
+      TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 8, 0, 36, c.dim), c.dtype);
+      TokenSets d = Encoded(Generate(rng, Shape::kClustered, 8, 0, 70, c.dim), c.dtype);
+      if (c.masks) {
+        RandomMask(rng, q, 0.2);
+        RandomMask(rng, d, 0.2);
+      }
+      const DeviceSets dq(q, c.lead, c.pad), dd(d, c.lead, c.pad);
+      std::vector<uint64_t> off = {0}, cand;
+      if (layout == MAXSIM_LAYOUT_CANDIDATES) {
+        for (uint64_t i = 0; i < q.n_sets(); ++i) {
+          for (int k = 0; k < 5; ++k) cand.push_back(rng() % d.n_sets());  // repeats: contended destinations
+          off.push_back(cand.size());
+        }
+      }
+      uint64_t n_scores = 0, am_size = 0;
+      for (uint64_t i = 0; i < q.n_sets(); ++i) {
+        const uint64_t n = layout == MAXSIM_LAYOUT_MATRIX ? d.n_sets() : layout == MAXSIM_LAYOUT_PAIRS ? 1 : off[i + 1] - off[i];
+        n_scores += n;
+        am_size += n * q.length(i);
+      }
+      const Matrix fwd = DeviceForward(gpu, dq, dd, layout, off, cand, am_size, MAXSIM_METRIC_DOT);
+      std::vector<float> grad(n_scores);
+      std::normal_distribution<float> gn(0.0f, 1.0f);
+      for (float& g : grad) g = gn(rng);
+      Dev<int32_t> d_am(am_size);
+      d_am.Up(fwd.argmax.data());
+      Dev<float> d_grad(n_scores);
+      d_grad.Up(grad.data());
+      const uint64_t qrows = dq.offsets.back(), drows = dd.offsets.back();
+      auto run = [&](int deterministic, std::vector<float>* gq, std::vector<float>* gd) {
+        Dev<float> o_q(qrows * c.dim), o_d(drows * c.dim);
+        o_q.Fill(0x7f);
+        o_d.Fill(0x7f);
+        maxsim_backward_args a{};
+        a.struct_size = sizeof(a);
+        a.layout = layout;
+        a.cand_offsets = layout == MAXSIM_LAYOUT_CANDIDATES ? off.data() : nullptr;
+        a.candidates = layout == MAXSIM_LAYOUT_CANDIDATES ? cand.data() : nullptr;
+        a.argmax = d_am.p;
+        a.grad_scores = d_grad.p;
+        a.grad_queries = o_q.p;
+        a.grad_documents = o_d.p;
+        a.deterministic = deterministic;
+        ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << maxsim_last_error();
+        *gq = o_q.Down();
+        *gd = o_d.Down();
+      };
+      const std::string what = "dtype " + std::to_string(c.dtype) + " dim " + std::to_string(c.dim) + " layout " +
+                               std::to_string(layout) + (c.masks ? " masked" : "");
+      std::vector<float> gq1, gd1, gq2, gd2, gqa, gda;
+      run(1, &gq1, &gd1);
+      run(1, &gq2, &gd2);
+      run(0, &gqa, &gda);
+      ASSERT_EQ(0, std::memcmp(gq1.data(), gq2.data(), gq1.size() * 4)) << what << ": grad_Q not deterministic";
+      ASSERT_EQ(0, std::memcmp(gd1.data(), gd2.data(), gd1.size() * 4)) << what << ": grad_D not deterministic";
+      GradRef rq, rd;
+      ReferenceGrads(q, d, layout, off, cand, fwd.argmax, grad, &rq, &rd);
+      ExpectGrad(rq, gq1, c.lead, c.dim, what + " grad_Q");
+      ExpectGrad(rd, gd1, c.lead, c.dim, what + " grad_D deterministic");
+      ExpectGrad(rd, gda, c.lead, c.dim, what + " grad_D atomic");
+      // The CPU backward on host copies agrees within the same bounds.
+      std::vector<float> cq(q.rows() * c.dim), cd(d.rows() * c.dim);
+      maxsim_backward_args ca{};
+      ca.struct_size = sizeof(ca);
+      ca.layout = layout;
+      ca.cand_offsets = layout == MAXSIM_LAYOUT_CANDIDATES ? off.data() : nullptr;
+      ca.candidates = layout == MAXSIM_LAYOUT_CANDIDATES ? cand.data() : nullptr;
+      ca.argmax = fwd.argmax.data();
+      ca.grad_scores = grad.data();
+      ca.grad_queries = cq.data();
+      ca.grad_documents = cd.data();
+      ca.deterministic = 1;
+      const DenseSets hq = q.Dense(), hd = d.Dense();
+      ASSERT_EQ(maxsim_backward(cpu.get(), hq.get(), hd.get(), &ca), MAXSIM_OK) << maxsim_last_error();
+      ExpectGrad(rq, cq, 0, c.dim, what + " CPU grad_Q");
+      ExpectGrad(rd, cd, 0, c.dim, what + " CPU grad_D");
+    }
+  }
+}
+
+TEST_F(Gpu, ErrorsAreStatuses) {
+  Context gpu(Options("cuda"));
+  auto rng = Rng(800);
+  TokenSets q = Encoded(Generate(rng, Shape::kGaussian, 2, 1, 8, 64), MAXSIM_BF16);
+  TokenSets d = Encoded(Generate(rng, Shape::kGaussian, 2, 1, 8, 64), MAXSIM_BF16);
+  TokenSets d32 = Encoded(Generate(rng, Shape::kGaussian, 2, 1, 8, 32), MAXSIM_BF16);
+  // Dimension mismatch.
+  Packed pq = Packed::Pack(gpu, q.Dense());
+  Packed p32 = Packed::Pack(gpu, d32.Dense());
+  std::vector<float> sc(4);
+  maxsim_score_options o;
+  maxsim_score_options_init(&o);
+  maxsim_sets qs{pq.get(), nullptr}, ds{p32.get(), nullptr};
+  EXPECT_EQ(maxsim_score_matrix(gpu.get(), &qs, &ds, &o, sc.data(), nullptr), MAXSIM_ERR_DIM_MISMATCH);
+  // A NaN in a device tensor.
+  TokenSets bad = q;
+  bad.values[3] = std::nanf("");
+  bad.Encode(MAXSIM_BF16);
+  const DeviceSets dbad(bad), dd(d);
+  maxsim_status st = MAXSIM_OK;
+  DeviceForward(gpu, dbad, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), MAXSIM_METRIC_DOT, &st);
+  EXPECT_EQ(st, MAXSIM_ERR_NON_FINITE) << maxsim_last_error();
+  // A corrupted argmax in the backward.
+  const DeviceSets dq(q);
+  const Matrix fwd = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), MAXSIM_METRIC_DOT);
+  std::vector<int32_t> am = fwd.argmax;
+  am[0] = 1000;
+  Dev<int32_t> d_am(am.size());
+  d_am.Up(am.data());
+  std::vector<float> grad(q.n_sets() * d.n_sets(), 1.0f);
+  Dev<float> d_grad(grad.size()), o_q(q.rows() * 64), o_d(d.rows() * 64);
+  d_grad.Up(grad.data());
+  maxsim_backward_args a{};
+  a.struct_size = sizeof(a);
+  a.layout = MAXSIM_LAYOUT_MATRIX;
+  a.argmax = d_am.p;
+  a.grad_scores = d_grad.p;
+  a.grad_queries = o_q.p;
+  a.grad_documents = o_d.p;
+  EXPECT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), MAXSIM_ERR_INVALID_ARGUMENT) << maxsim_last_error();
+  // The context still works after the errors.
+  const Matrix again = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), MAXSIM_METRIC_DOT);
+  ExpectReference(q, d, MAXSIM_METRIC_DOT, again, "after errors");
+}
+
+// ---- real embeddings ----------------------------------------------------------------------------------------
+
+TEST_F(Gpu, RealEmbeddings) {
+  TokenSets q, d;
+  std::string error;
+  if (!LoadNanoFiqa(&q, &d, nullptr, nullptr, &error)) GTEST_SKIP() << error;
+  Context gpu(Options("cuda"));
+  Context cpu(Options("cpu"));
+  for (maxsim_dtype dtype : {MAXSIM_BF16, MAXSIM_F16, MAXSIM_F32}) {
+    const TokenSets qe = Encoded(q, dtype), de = Encoded(d, dtype);
+    Packed pq = Packed::Pack(gpu, qe.Dense());
+    Packed pd = Packed::Pack(gpu, de.Dense());
+    const std::string what = "nanofiqa dtype " + std::to_string(dtype);
+    const Matrix exact = ScoreMatrix(gpu, pq, qe.n_sets(), qe.rows(), pd, de.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    ExpectReference(qe, de, MAXSIM_METRIC_DOT, exact, what);
+    maxsim_stats st{};
+    const Matrix cert =
+        ScoreMatrix(gpu, pq, qe.n_sets(), qe.rows(), pd, de.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED, &st);
+    ExpectIdentical(cert, exact, what + " certified vs exact");
+    std::printf("%s: certified refined %.2f document tokens per query token and document (%llu evaluations)\n",
+                what.c_str(), static_cast<double>(st.refined) / std::max<uint64_t>(1, st.query_tokens),
+                static_cast<unsigned long long>(st.query_tokens));
+    if (dtype == MAXSIM_F32) {
+      const Matrix c = ScoreMatrix(cpu, pq, qe.n_sets(), qe.rows(), pd, de.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+      ExpectIdentical(exact, c, what + " GPU vs CPU");
+    }
+    // The exact top-10 ranking equals the float64 ranking wherever the float64 scores are separated by more
+    // than their tolerance.
+    ScoreOptions o;
+    TopKResult top = gpu.TopK(pq, qe.n_sets(), pd, 10, o);
+    for (uint64_t i = 0; i < qe.n_sets(); ++i) {
+      std::vector<std::pair<double, uint64_t>> ref;
+      double tol = 0;
+      for (uint64_t j = 0; j < de.n_sets(); ++j) {
+        const RefPair r = Reference(qe, i, de, j, MAXSIM_METRIC_DOT);
+        ref.push_back({r.score, j});
+        tol = std::max(tol, r.tolerance);
+      }
+      std::stable_sort(ref.begin(), ref.end(), [](auto& x, auto& y) { return x.first > y.first; });
+      for (uint64_t r = 0; r < 10 && r < ref.size(); ++r) {
+        if (top.index[i * 10 + r] == ref[r].second) continue;
+        const double other = Reference(qe, i, de, top.index[i * 10 + r], MAXSIM_METRIC_DOT).score;
+        ASSERT_LE(std::fabs(other - ref[r].first), 2 * tol) << what << " query " << i << " rank " << r;
+      }
+    }
+  }
+}
+
+// ---- a small case of every operation, for compute-sanitizer ----------------------------------------------------
+
+TEST_F(Gpu, SanitizeSmallEveryOperation) {
+  Context gpu(Options("cuda"));
+  auto rng = Rng(900);
+  TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 0, 20, 64), MAXSIM_BF16);
+  TokenSets d = Encoded(Generate(rng, Shape::kClustered, 9, 0, 40, 64), MAXSIM_BF16);
+  Packed pq = Packed::Pack(gpu, q.Dense());
+  Packed pd = Packed::Pack(gpu, d.Dense());
+  for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+    const Matrix m = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), MAXSIM_METRIC_COSINE, mode);
+    if (mode != MAXSIM_MODE_APPROXIMATE) ExpectReference(q, d, MAXSIM_METRIC_COSINE, m, "small");
+    ScoreOptions o;
+    o.mode = mode;
+    TopKResult t = gpu.TopK(pq, q.n_sets(), pd, 4, o);
+    (void)t;
+  }
+  RandomMask(rng, q, 0.2);
+  RandomMask(rng, d, 0.2);
+  const DeviceSets dq(q, 1, 0), dd(d, 0, 2);
+  const Matrix f = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), MAXSIM_METRIC_DOT);
+  ExpectReference(q, d, MAXSIM_METRIC_DOT, f, "small device");
+  Dev<int32_t> d_am(f.argmax.size());
+  d_am.Up(f.argmax.data());
+  std::vector<float> grad(q.n_sets() * d.n_sets(), 0.5f);
+  Dev<float> d_grad(grad.size()), o_q(dq.offsets.back() * 64), o_d(dd.offsets.back() * 64);
+  d_grad.Up(grad.data());
+  for (int det : {0, 1}) {
+    maxsim_backward_args a{};
+    a.struct_size = sizeof(a);
+    a.layout = MAXSIM_LAYOUT_MATRIX;
+    a.argmax = d_am.p;
+    a.grad_scores = d_grad.p;
+    a.grad_queries = o_q.p;
+    a.grad_documents = o_d.p;
+    a.deterministic = det;
+    ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << maxsim_last_error();
+  }
+}
+
+}  // namespace
+}  // namespace maxsim::test
