@@ -40,6 +40,8 @@ struct PreparedQuery {
   const float* rows = nullptr;             // [n_tokens][dim] f32, row-major
   const int8_t* codes = nullptr;           // [n_tokens][padded_dim], present for CERTIFIED/APPROXIMATE
   const maxsim_vector_meta* meta = nullptr;  // [n_tokens]: norm always; scale/resid/code_sum with codes
+  // The kernel's own query layout (KernelOps::prepare), 64-byte aligned; nullptr when it has no hook.
+  const void* layout = nullptr;
 };
 
 // One document set as a kernel sees it.
@@ -52,6 +54,9 @@ struct DocRef {
   const int8_t* codes = nullptr;       // row t at codes + t * padded_dim (CERTIFIED/APPROXIMATE)
   uint32_t padded_dim = 0;
   const maxsim_vector_meta* meta = nullptr;  // norms (cosine) and quantisation metadata (screening)
+  // Nonzero: identifies this document within one engine call (the engine sets document index + 1), so a
+  // kernel may reuse per-document work across consecutive calls (KernelScratch::cache_*). 0: no reuse.
+  uint64_t serial = 0;
 };
 
 // Per-thread scratch memory a kernel may grow and reuse across calls.
@@ -60,6 +65,13 @@ struct KernelScratch {
   std::vector<float> inv;      // per document token 1/||d|| (cosine)
   std::vector<float> work;     // kernel-specific (screening keys and margins, tiles)
   std::vector<int32_t> i32;    // kernel-specific
+  // Per-document cache: work derived from the document with DocRef::serial == cache_serial (widened rows,
+  // re-laid-out rows, facts such as a minimum exponent), valid only for the kernel code that wrote cache_kind.
+  // Scratch lives for one engine call, during which a document's bytes cannot change.
+  uint64_t cache_serial = 0;
+  uint32_t cache_kind = 0;
+  int32_t cache_i32 = 0;
+  std::vector<float> cache;
   template <typename T>
   static T* Grow(std::vector<T>& v, size_t n) {
     if (v.size() < n) v.resize(n);
@@ -80,6 +92,12 @@ struct KernelOps {
   // CERTIFIED: identical output to exact(). APPROXIMATE: i8 argmax (scales applied), that token refined.
   void (*screened)(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode,
                    float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters);
+  // Optional query-preparation hook, run once per query set and call (not per document): layout_bytes says
+  // how much memory the kernel wants for `mode` (0: none), prepare writes it (64-byte aligned, zero-filled
+  // beforehand) from the fields above; exact/screened then find it in PreparedQuery::layout. Kernels use it
+  // for interleaved i8 / pair-swapped bf16 query layouts. Both must be set, or neither.
+  size_t (*layout_bytes)(const PreparedQuery& q, maxsim_mode mode) = nullptr;
+  void (*prepare)(const PreparedQuery& q, maxsim_mode mode, void* layout) = nullptr;
 };
 
 // One entry of the kernel list (kernels/kernel_list.inc).

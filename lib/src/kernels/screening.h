@@ -6,8 +6,12 @@
 //                                                                                          (the f32 FMA chain)
 // and the approximation A = fl(fl(float(I) * s_d) * s_q) (I the exact integer dot) carries a few relative
 // roundings. The margin below adds a relative slack of 2^-20 on the bound, 2^-21 |A| for the roundings of A
-// and of the comparisons, and an absolute (dim + 16) 2^-124 for underflow (also under flush-to-zero). A token j
-// can hold the exact maximum only if  A_j + m_j >= max_k (A_k - m_k);  every such j is refined.
+// and of the comparisons, and an absolute (dim + 16) 2^-124 for underflow (also under flush-to-zero). Where
+// underflow sits matters: fl(float(I) * s_d) never underflows with loss (when s_d is subnormal it is an
+// integer times a multiple of 2^-149, else |I| s_d >= 2^-126), but A = fl(B * s_q) may be subnormal, an error
+// of up to 2^-150 (2^-126 when flushed to zero) that the cosine key then multiplies by 1/||d||, which can be
+// 2^126. So 2^-126 is added inside the part of the bound that is scaled by 1/||d||. A token j can hold the
+// exact maximum only if  A_j + m_j >= max_k (A_k - m_k);  every such j is refined.
 #ifndef MAXSIM_SRC_KERNELS_SCREENING_H_
 #define MAXSIM_SRC_KERNELS_SCREENING_H_
 
@@ -32,7 +36,7 @@ struct ScreenConstants {
 // (cosine), `inv` is 1 (dot) or inv_norm_d (cosine).
 inline float ScreenMargin(const ScreenConstants& c, const maxsim_vector_meta& q, const maxsim_vector_meta& d,
                           float approx_key, float inv) {
-  const float eps = q.resid_norm * (d.norm + d.resid_norm) + q.norm * d.resid_norm;
+  const float eps = q.resid_norm * (d.norm + d.resid_norm) + q.norm * d.resid_norm + 0x1p-126f;
   const float fp = c.gamma * q.norm * d.norm;
   return (eps + fp) * inv * (1.0f + 0x1p-20f) + std::fabs(approx_key) * 0x1p-21f + c.abs_slack;
 }

@@ -1,0 +1,28 @@
+// Query layouts shared by the x86 screening kernels (x86_kernels.h). Baseline ISA: this runs once per query
+// set and call, not per document.
+#include <cstring>
+
+#include "kernels/x86/x86_kernels.h"
+
+namespace maxsim {
+namespace x86 {
+
+void I8QueryLayout::Write(const PreparedQuery& q, uint8_t xor_bias, int8_t* out) {
+  const size_t groups = Groups4(q.dim);
+  const uint8_t pad = xor_bias;  // a zero code, biased
+  std::memset(out, pad, Bytes(q));
+  for (uint32_t s = 0; s < q.n_padded; ++s) {
+    const int8_t* codes = s < q.n_tokens ? q.codes + static_cast<size_t>(s) * q.padded_dim : nullptr;
+    for (size_t g = 0; g < groups; ++g) {
+      uint8_t* o = reinterpret_cast<uint8_t*>(out) + (g * q.n_padded + s) * 4;
+      for (size_t b = 0; b < 4; ++b) {
+        const size_t k = 4 * g + b;
+        const int8_t c = codes && k < q.dim ? codes[k] : 0;
+        o[b] = static_cast<uint8_t>(static_cast<uint8_t>(c) ^ xor_bias);
+      }
+    }
+  }
+}
+
+}  // namespace x86
+}  // namespace maxsim

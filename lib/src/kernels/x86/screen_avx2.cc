@@ -1,0 +1,144 @@
+// Kernel "avx2": exact path from exact_hwy.cc (Highway AVX2 target), i8 screening with hand-written AVX2.
+//
+// Instructions (per 4 code bytes of one document row x 8 query tokens): vpbroadcastd (the row's 4 codes),
+// vpabsb (|d|, once per row and k-group), then per query vector vpsignb (q with the sign of d), vpmaddubsw
+// (|d| as u8 x signed q: four products summed in pairs to i16), vpmaddwd with ones (pairs to i32), vpaddd.
+// Why the sign trick: vpmaddubsw saturates its i16 pair sums, and with a plain +128 bias the canonical codes
+// [-127, 127] reach 255 * 127 * 2 = 64770 > 32767. With |d| <= 127 and |sign(q, d)| <= 127 a pair sum is at
+// most 2 * 127 * 127 = 32258, so nothing ever saturates and I is the exact integer dot for any packed buffer.
+// Tile: 2 query vectors (16 tokens, interleaved layout [k/4][lane][4]) x 4 document rows = 8 ymm
+// accumulators + 2 query + ones + row broadcast and |row| + 2 temporaries = 15 of 16 registers; per k-group
+// 34 vector ops for 256 multiply-adds. After the k loop: vcvtdq2ps, vmulps by the row's scale (B), running
+// vmaxps per lane (topP), one store of B per row and query vector. The rest is screen_driver-inl.h.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/x86/screen_driver-inl.h"
+#include "kernels/x86/x86_kernels.h"
+
+#define MAXSIM_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace maxsim {
+namespace x86 {
+namespace {
+
+constexpr uint32_t kW = 8;
+
+template <int NQ, int R, bool kCos>
+MAXSIM_TARGET_AVX2 inline void Tile(const int8_t* ql, size_t qstride, uint32_t groups4, const int8_t* codes,
+                             uint32_t padded_dim, uint32_t j, const maxsim_vector_meta* meta, const float* inv,
+                             float* B, size_t group_stride, __m256* top) {
+  __m256i acc[NQ][R];
+  for (int i = 0; i < NQ; ++i) {
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_si256();
+  }
+  const int8_t* rp[R];
+  for (int r = 0; r < R; ++r) rp[r] = codes + static_cast<size_t>(j + r) * padded_dim;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (uint32_t g = 0; g < groups4; ++g) {
+    __m256i qv[NQ];
+    for (int i = 0; i < NQ; ++i) {
+      qv[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + g * qstride + i * 32));
+    }
+    for (int r = 0; r < R; ++r) {
+      int32_t dw;
+      std::memcpy(&dw, rp[r] + 4 * g, 4);
+      const __m256i dv = _mm256_set1_epi32(dw);
+      const __m256i da = _mm256_abs_epi8(dv);
+      for (int i = 0; i < NQ; ++i) {
+        const __m256i t = _mm256_sign_epi8(qv[i], dv);
+        const __m256i p = _mm256_maddubs_epi16(da, t);
+        acc[i][r] = _mm256_add_epi32(acc[i][r], _mm256_madd_epi16(p, ones));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m256 sd = _mm256_set1_ps(meta[j + r].scale);
+    for (int i = 0; i < NQ; ++i) {
+      const __m256 b = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][r]), sd);
+      _mm256_store_ps(B + i * group_stride + static_cast<size_t>(j + r) * kW, b);
+      const __m256 p = kCos ? _mm256_mul_ps(b, _mm256_set1_ps(inv[j + r])) : b;
+      top[i] = _mm256_max_ps(top[i], p);
+    }
+  }
+}
+
+template <int NQ, bool kCos>
+MAXSIM_TARGET_AVX2 void Rows(const int8_t* ql, size_t qstride, uint32_t groups4, const DocRef& d, const float* inv,
+                      float* B, size_t group_stride, float* top_p) {
+  __m256 top[NQ];
+  for (int i = 0; i < NQ; ++i) top[i] = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const uint32_t nd = d.n_tokens;
+  uint32_t j = 0;
+  for (; j + 4 <= nd; j += 4) {
+    Tile<NQ, 4, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+  }
+  if (j + 2 <= nd) {
+    Tile<NQ, 2, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+    j += 2;
+  }
+  if (j < nd) Tile<NQ, 1, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+  for (int i = 0; i < NQ; ++i) _mm256_storeu_ps(top_p + i * kW, top[i]);
+}
+
+template <bool kCos>
+MAXSIM_TARGET_AVX2 size_t ScanT(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
+                         uint32_t* masks) {
+  const __m256 t = _mm256_loadu_ps(tp);
+  size_t n = 0;
+  for (uint32_t j = 0; j < nd; ++j) {
+    __m256 p = _mm256_load_ps(Bg + static_cast<size_t>(j) * kW);
+    if (kCos) p = _mm256_mul_ps(p, _mm256_set1_ps(inv[j]));
+    const uint32_t m = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(p, t, _CMP_NLT_UQ)));
+    list[n] = j;
+    masks[n] = m;
+    n += m != 0;
+  }
+  return n;
+}
+
+struct Avx2Policy {
+  static constexpr uint32_t kLanes = kW;
+  static constexpr uint32_t kGroupsPerBlock = 2;
+  static const HwyExactOps& Exact() { return *HwyExactAvx2(); }
+  static void ComputeB(const ScreenJob& job, uint32_t g0, uint32_t ng, float* B, size_t nd_pad, float* top_p) {
+    const PreparedQuery& q = *job.q;
+    const size_t qstride = static_cast<size_t>(q.n_padded) * 4;
+    const int8_t* ql = static_cast<const int8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4;
+    const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
+    const size_t gs = nd_pad * kW;
+    if (ng == 2) {
+      job.cosine ? Rows<2, true>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p)
+                 : Rows<2, false>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p);
+    } else {
+      job.cosine ? Rows<1, true>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p)
+                 : Rows<1, false>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p);
+    }
+  }
+  static size_t Scan(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
+                     uint32_t* masks) {
+    return inv ? ScanT<true>(Bg, nd, inv, tp, list, masks) : ScanT<false>(Bg, nd, inv, tp, list, masks);
+  }
+};
+
+void Exact(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key, int32_t* best_index,
+           KernelScratch& scratch) {
+  ExactWithHwy(*HwyExactAvx2(), q, d, metric, best_key, best_index, scratch);
+}
+
+size_t LayoutBytes(const PreparedQuery& q, maxsim_mode mode) {
+  return mode == MAXSIM_MODE_EXACT ? 0 : I8QueryLayout::Bytes(q);
+}
+
+void Prepare(const PreparedQuery& q, maxsim_mode mode, void* out) {
+  if (mode != MAXSIM_MODE_EXACT) I8QueryLayout::Write(q, 0, static_cast<int8_t*>(out));
+}
+
+}  // namespace
+}  // namespace x86
+
+extern const KernelOps kOpsAvx2 = {&x86::Exact, &x86::ScreenedDriver<x86::Avx2Policy>, &x86::LayoutBytes,
+                                   &x86::Prepare};
+
+}  // namespace maxsim

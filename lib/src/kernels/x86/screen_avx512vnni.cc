@@ -1,0 +1,164 @@
+// Kernel "avx512-vnni": exact path from exact_hwy.cc (Highway AVX3 target), i8 screening with AVX-512 VNNI.
+//
+// Instructions: vpdpbusd zmm (16 lanes x 4 byte products, accumulated in i32 without saturation) with the
+// document's 4 codes as an embedded {1to16} broadcast memory operand, vmovdqu64 of the query. Highway 1.0.3
+// has no wrapper for vpdpbusd, hence hand intrinsics under target("...,avx512vnni").
+// Signs: vpdpbusd multiplies unsigned by signed bytes. The query is stored once per call with a +128 bias
+// (q8 xor 0x80 = q8 + 128 in [1, 255], I8QueryLayout); the document codes stay signed. Then
+// sum (q + 128) d = I + 128 * code_sum(d), and the accumulator starts at -128 * code_sum(d) (packed metadata)
+// so it ends at exactly I. Intermediate sums may wrap for huge dims, but the arithmetic is modulo 2^32 and
+// the final I fits in i32 (|I| <= 127^2 * 65536), so the result is exact for every packed buffer.
+// Tile: 2 query vectors (32 tokens) x 8 document rows = 16 zmm accumulators + 2 query = 18 of 32 registers;
+// 16 vpdpbusd per k-group of 4, 2 query loads, broadcasts folded into the vpdpbusd. 16 independent chains
+// cover vpdpbusd's 5-cycle latency. After the k loop: vcvtdq2ps, vmulps by the row scale (B), vmaxps (topP),
+// one 64-byte store of B per row and query vector. The rest is screen_driver-inl.h.
+#include <immintrin.h>
+
+#include <cstring>
+
+// GCC 12's avx512fintrin.h builds _mm512_cvtepi32_ps / _mm512_max_ps on _mm512_undefined_ps(), a
+// self-initialised variable that -Wmaybe-uninitialized reports wrongly once inlined (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include "kernels/x86/screen_driver-inl.h"
+#include "kernels/x86/x86_kernels.h"
+
+#define MAXSIM_TARGET_VNNI \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
+namespace maxsim {
+namespace x86 {
+namespace {
+
+constexpr uint32_t kW = 16;
+
+template <int NQ, int R, bool kCos>
+MAXSIM_TARGET_VNNI inline void Tile(const uint8_t* ql, size_t qstride, uint32_t groups4, const int8_t* codes,
+                             uint32_t padded_dim, uint32_t j, const maxsim_vector_meta* meta, const float* inv,
+                             float* B, size_t group_stride, __m512* top) {
+  __m512i acc[NQ][R];
+  const int8_t* rp[R];
+  for (int r = 0; r < R; ++r) {
+    const __m512i start = _mm512_set1_epi32(-128 * meta[j + r].code_sum);
+    for (int i = 0; i < NQ; ++i) acc[i][r] = start;
+    rp[r] = codes + static_cast<size_t>(j + r) * padded_dim;
+  }
+  for (uint32_t g = 0; g < groups4; ++g) {
+    __m512i qv[NQ];
+    for (int i = 0; i < NQ; ++i) qv[i] = _mm512_loadu_si512(ql + g * qstride + i * 64);
+    for (int r = 0; r < R; ++r) {
+      int32_t dw;
+      std::memcpy(&dw, rp[r] + 4 * g, 4);
+      const __m512i dv = _mm512_set1_epi32(dw);
+      for (int i = 0; i < NQ; ++i) acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], qv[i], dv);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m512 sd = _mm512_set1_ps(meta[j + r].scale);
+    for (int i = 0; i < NQ; ++i) {
+      const __m512 b = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][r]), sd);
+      _mm512_store_ps(B + i * group_stride + static_cast<size_t>(j + r) * kW, b);
+      const __m512 p = kCos ? _mm512_mul_ps(b, _mm512_set1_ps(inv[j + r])) : b;
+      top[i] = _mm512_max_ps(top[i], p);
+    }
+  }
+}
+
+template <int NQ, bool kCos>
+MAXSIM_TARGET_VNNI void Rows(const uint8_t* ql, size_t qstride, uint32_t groups4, const DocRef& d, const float* inv,
+                      float* B, size_t group_stride, float* top_p) {
+  __m512 top[NQ];
+  for (int i = 0; i < NQ; ++i) top[i] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const uint32_t nd = d.n_tokens;
+  uint32_t j = 0;
+  for (; j + 8 <= nd; j += 8) {
+    Tile<NQ, 8, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+  }
+  if (j + 4 <= nd) {
+    Tile<NQ, 4, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+    j += 4;
+  }
+  if (j + 2 <= nd) {
+    Tile<NQ, 2, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+    j += 2;
+  }
+  if (j < nd) Tile<NQ, 1, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+  for (int i = 0; i < NQ; ++i) _mm512_storeu_ps(top_p + i * kW, top[i]);
+}
+
+template <bool kCos>
+MAXSIM_TARGET_VNNI size_t ScanT(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
+                         uint32_t* masks) {
+  const __m512 t = _mm512_loadu_ps(tp);
+  size_t n = 0;
+  for (uint32_t j = 0; j < nd; ++j) {
+    __m512 p = _mm512_load_ps(Bg + static_cast<size_t>(j) * kW);
+    if (kCos) p = _mm512_mul_ps(p, _mm512_set1_ps(inv[j]));
+    const uint32_t m = _mm512_cmp_ps_mask(p, t, _CMP_NLT_UQ);
+    list[n] = j;
+    masks[n] = m;
+    n += m != 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+// Shared with the "avx512-bf16" and "amx" kernels (screen_amx.cc, exact_avx512bf16.cc use the scan).
+size_t ScanAvx512(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
+                  uint32_t* masks) {
+  return inv ? ScanT<true>(Bg, nd, inv, tp, list, masks) : ScanT<false>(Bg, nd, inv, tp, list, masks);
+}
+
+struct VnniPolicy {
+  static constexpr uint32_t kLanes = kW;
+  static constexpr uint32_t kGroupsPerBlock = 2;
+  static const HwyExactOps& Exact() { return *HwyExactAvx3(); }
+  static void ComputeB(const ScreenJob& job, uint32_t g0, uint32_t ng, float* B, size_t nd_pad, float* top_p) {
+    const PreparedQuery& q = *job.q;
+    const size_t qstride = static_cast<size_t>(q.n_padded) * 4;
+    const uint8_t* ql = static_cast<const uint8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4;
+    const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
+    const size_t gs = nd_pad * kW;
+    if (ng == 2) {
+      job.cosine ? Rows<2, true>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p)
+                 : Rows<2, false>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p);
+    } else {
+      job.cosine ? Rows<1, true>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p)
+                 : Rows<1, false>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p);
+    }
+  }
+  static size_t Scan(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
+                     uint32_t* masks) {
+    return ScanAvx512(Bg, nd, inv, tp, list, masks);
+  }
+};
+
+void ScreenedVnni(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode,
+                  float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters) {
+  ScreenedDriver<VnniPolicy>(q, d, metric, mode, best_key, best_index, scratch, counters);
+}
+
+size_t VnniLayoutBytes(const PreparedQuery& q, maxsim_mode mode) {
+  return mode == MAXSIM_MODE_EXACT ? 0 : I8QueryLayout::Bytes(q);
+}
+
+void VnniPrepare(const PreparedQuery& q, maxsim_mode mode, void* out) {
+  if (mode != MAXSIM_MODE_EXACT) I8QueryLayout::Write(q, 0x80, static_cast<int8_t*>(out));
+}
+
+namespace {
+void ExactAvx3(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key, int32_t* best_index,
+               KernelScratch& scratch) {
+  ExactWithHwy(*HwyExactAvx3(), q, d, metric, best_key, best_index, scratch);
+}
+}  // namespace
+
+}  // namespace x86
+
+extern const KernelOps kOpsAvx512Vnni = {&x86::ExactAvx3, &x86::ScreenedVnni, &x86::VnniLayoutBytes,
+                                         &x86::VnniPrepare};
+
+}  // namespace maxsim

@@ -1,0 +1,232 @@
+// The ISA-independent part of certified/approximate screening, shared by the AVX2, AVX-512 VNNI and AMX
+// kernels. It is a template over an ISA policy and carries no target attribute itself (it is compiled for the
+// baseline ISA and calls the policy's functions, which carry theirs, once per document or per query group).
+//
+// Per document and per block of query groups (a group = the policy's W query tokens, one vector of lanes):
+//   phase 1 (policy, SIMD): B[j][l] = fl(float(I) * s_d[j]) for every document row j, with I the exact i8 dot,
+//            and topP[l] = max_j P[j][l], P = B (dot) or fl(B * inv_j) (cosine). Since s_q > 0 is constant
+//            per lane, A = fl(B * s_q) (and the cosine key fl(A * inv_j)) is, up to 3 roundings, P * s_q.
+//   prefilter (here): per lane a threshold tp such that every row with P < tp provably is neither a candidate
+//            nor the row that fixes max_k (A_k - m_k) (derivation at Threshold below), so only the few rows
+//            that pass get the exact per-pair margin of screening.h.
+//   scan (policy, SIMD): the rows where some lane has !(P < tp) (NaN keys survive, as in the portable
+//            kernel), with their lane masks.
+//   exact candidate test (here, scalar, same formulas and order as the portable kernel): lower = max over
+//            the survivors of fl(A - m), candidates = survivors with A + m >= lower (approximate mode: the
+//            first row of maximal A). The candidate sets are therefore identical to the portable kernel's,
+//            so the counters agree across kernels (tests check this).
+//   refinement (Highway exact tiles, x86_kernels.h): the canonical chain for each candidate row against the
+//            group's query vector, folded lane-masked in row order: exactly the exact path's values.
+#ifndef MAXSIM_SRC_KERNELS_X86_SCREEN_DRIVER_INL_H_
+#define MAXSIM_SRC_KERNELS_X86_SCREEN_DRIVER_INL_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/kernel.h"
+#include "kernels/screening.h"
+#include "kernels/x86/x86_kernels.h"
+
+namespace maxsim {
+namespace x86 {
+
+// What a policy's phase 1 needs for one (query, document) pair.
+struct ScreenJob {
+  const PreparedQuery* q = nullptr;
+  const DocRef* d = nullptr;
+  const void* layout = nullptr;  // the kernel's query layout (PreparedQuery::layout)
+  const float* inv = nullptr;    // per document row 1/||d|| (cosine), else nullptr
+  bool cosine = false;
+};
+
+// Per-document maxima of the quantities in the margin (screening.h), for the prefilter bound.
+struct DocBound {
+  double max_dnr = 0, max_dr = 0, max_dn = 0, max_inv = 1;
+};
+
+inline DocBound ComputeDocBound(const DocRef& d, const float* inv) {
+  DocBound b;
+  float dnr = 0, dr = 0, dn = 0, iv = 0;
+  for (uint32_t j = 0; j < d.n_tokens; ++j) {
+    const maxsim_vector_meta& m = d.meta[j];
+    dnr = std::max(dnr, m.norm + m.resid_norm);
+    dr = std::max(dr, m.resid_norm);
+    dn = std::max(dn, m.norm);
+    if (inv) iv = std::max(iv, inv[j]);
+  }
+  b.max_dnr = dnr;
+  b.max_dr = dr;
+  b.max_dn = dn;
+  b.max_inv = inv ? iv : 1.0;
+  return b;
+}
+
+// Prefilter threshold in P units for one query token (s_q > 0). Notation: a_j the key the portable kernel
+// computes (A_j or A_j * inv_j in f32), m_j its margin, t = argmax a. With Mb >= every m_j - 2^-21 |a_j|
+// (the margin without its |a| term, from the per-document maxima, rounded up generously):
+//   lower >= fl(a_t - m_t) >= top_a - Mb - 2^-20.9 |top_a|            (m_t <= Mb + 2^-21 |a_t|, one rounding)
+//   fl(a_j + m_j) <= a_j + 2^-20 |a_j| + Mb                              (both signs of a_j)
+// so row j is not a candidate when a_j + 2^-20 |a_j| < top_a - 2 Mb - 2^-20.9 |top_a|, and then it cannot fix
+// lower either (fl(a_j - m_j) <= a_j < fl(a_t - m_t)). a_j is P_j s_q up to three f32 roundings (relative
+// 2^-22.4) plus, for subnormal intermediates, an absolute error below kAbs. Everything below is computed in
+// double with slack factors of 2^-17 and more, far above the f32 and double roundings they must absorb; the
+// threshold is finally rounded down to f32. A looser threshold only costs a few more exact margins, never a
+// wrong result.
+inline float Threshold(const ScreenConstants& c, const maxsim_vector_meta& qm, const DocBound& b, float top_p) {
+  const double sq = qm.scale;
+  if (!(sq > 0)) return -std::numeric_limits<float>::infinity();  // zero vector: test every row exactly
+  const double qn = qm.norm, qr = qm.resid_norm;
+  const double eps = qr * b.max_dnr + qn * b.max_dr + 0x1p-126;
+  const double fp = static_cast<double>(c.gamma) * qn * b.max_dn;
+  const double mb = ((eps + fp) * b.max_inv * (1.0 + 0x1p-20) + c.abs_slack) * (1.0 + 0x1p-16);
+  const double k_abs = 0x1p-146 * (1.0 + sq) * (1.0 + b.max_inv);
+  const double top = static_cast<double>(top_p) * sq;
+  const double t1 = top - 2.0 * mb - 0x1p-17 * (std::fabs(top) + mb) - 2.0 * k_abs;
+  const double t2 = t1 - 0x1p-17 * std::fabs(t1);  // the 2^-20 |a_j| term and the P -> a roundings
+  double tp = t2 / sq;
+  tp -= 0x1p-17 * std::fabs(tp);
+  // Not finite (a cosine key of a document whose 1/||d|| overflows f32 is +-inf or NaN; max() over NaN may
+  // have dropped values, but only ever downwards): no prefilter, every row gets the exact test.
+  if (!(std::fabs(tp) <= static_cast<double>(std::numeric_limits<float>::max()))) {
+    return -std::numeric_limits<float>::infinity();
+  }
+  float f = static_cast<float>(tp);
+  if (static_cast<double>(f) > tp) f = std::nextafter(f, -std::numeric_limits<float>::infinity());
+  return f;
+}
+
+// Scratch layout inside KernelScratch::work (floats) and ::i32.
+template <class Isa>
+void ScreenedDriver(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode,
+                    float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters) {
+  constexpr uint32_t W = Isa::kLanes;
+  const HwyExactOps& hwy = Isa::Exact();
+  const uint32_t nd = d.n_tokens;
+  const bool cosine = metric == MAXSIM_METRIC_COSINE;
+  const ScreenConstants consts(d.dim);
+
+  // Document rows in f32 for the refinement (the exact path widens the same way).
+  uint64_t stride = 0;
+  const float* rows = RowsF32(hwy, d, scratch, &stride);
+  const uint32_t n_groups = q.n_padded / W;
+  const uint32_t block_groups = std::min<uint32_t>(Isa::kGroupsPerBlock, n_groups);
+  // work: [inv nd][B block_groups*nd*W][topP block_groups*W][ak nd*W][m nd*W][tp W][best W]
+  const size_t nd_pad = (static_cast<size_t>(nd) + 15) / 16 * 16;
+  const size_t b_size = static_cast<size_t>(block_groups) * nd_pad * W;
+  float* work = KernelScratch::Grow(scratch.work, nd_pad + b_size + 4 * static_cast<size_t>(block_groups) * W +
+                                                      2 * nd_pad * W + 64 + 2 * W + 16);
+  // 64-byte align the B block for the SIMD stores.
+  float* inv = work;
+  float* B = inv + nd_pad;
+  B = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(B) + 63) & ~static_cast<uintptr_t>(63));
+  float* top_p = B + b_size;
+  float* ak = top_p + static_cast<size_t>(block_groups) * W;
+  float* mg = ak + nd_pad * W;
+  float* tp = mg + nd_pad * W;
+  float* best = tp + W;
+  int32_t* i32 = KernelScratch::Grow(scratch.i32, 3 * nd_pad + 2 * W);
+  uint32_t* list = reinterpret_cast<uint32_t*>(i32);
+  uint32_t* masks = list + nd_pad;
+  uint32_t* cand = masks + nd_pad;
+  int32_t* arg = reinterpret_cast<int32_t*>(cand + nd_pad);
+
+  if (cosine) {
+    for (uint32_t j = 0; j < nd; ++j) inv[j] = InvNorm(d.meta[j].norm);
+  }
+  const DocBound bound = ComputeDocBound(d, cosine ? inv : nullptr);
+  ScreenJob job;
+  job.q = &q;
+  job.d = &d;
+  job.layout = q.layout;
+  job.inv = cosine ? inv : nullptr;
+  job.cosine = cosine;
+
+  uint64_t refined = 0, multi = 0;
+  for (uint32_t g0 = 0; g0 < n_groups; g0 += block_groups) {
+    const uint32_t ng = std::min(block_groups, n_groups - g0);
+    Isa::ComputeB(job, g0, ng, B, nd_pad, top_p);
+    for (uint32_t gl = 0; gl < ng; ++gl) {
+      const uint32_t g = g0 + gl;
+      const uint32_t s0 = g * W;
+      if (s0 >= q.n_tokens) break;
+      const uint32_t lanes = std::min<uint32_t>(W, q.n_tokens - s0);
+      for (uint32_t l = 0; l < W; ++l) {
+        tp[l] = l < lanes ? Threshold(consts, q.meta[s0 + l], bound, top_p[gl * W + l])
+                          : std::numeric_limits<float>::infinity();
+      }
+      const float* Bg = B + static_cast<size_t>(gl) * nd_pad * W;
+      const size_t n_scan = Isa::Scan(Bg, nd, job.inv, tp, list, masks);
+      // Exact keys and margins of the survivors (same expressions as the portable kernel), then lower.
+      float lower[W];
+      float top[W];
+      uint32_t top_j[W];
+      for (uint32_t l = 0; l < W; ++l) {
+        lower[l] = -std::numeric_limits<float>::infinity();
+        top[l] = -std::numeric_limits<float>::infinity();
+        top_j[l] = 0;
+      }
+      for (size_t e = 0; e < n_scan; ++e) {
+        const uint32_t j = list[e];
+        const float w = cosine ? inv[j] : 1.0f;
+        for (uint32_t bits = masks[e]; bits; bits &= bits - 1) {
+          const uint32_t l = static_cast<uint32_t>(__builtin_ctz(bits));
+          const maxsim_vector_meta& qm = q.meta[s0 + l];
+          const float a = Bg[static_cast<size_t>(j) * W + l] * qm.scale;
+          const float key = cosine ? a * w : a;
+          const float m = ScreenMargin(consts, qm, d.meta[j], key, w);
+          ak[e * W + l] = key;
+          mg[e * W + l] = m;
+          lower[l] = std::fmax(lower[l], key - m);
+          if (key > top[l]) {
+            top[l] = key;
+            top_j[l] = j;
+          }
+        }
+      }
+      // Candidate masks per surviving row.
+      uint32_t per_lane[W] = {};
+      size_t n_ref = 0;
+      for (size_t e = 0; e < n_scan; ++e) {
+        const uint32_t j = list[e];
+        uint32_t keep = 0;
+        for (uint32_t bits = masks[e]; bits; bits &= bits - 1) {
+          const uint32_t l = static_cast<uint32_t>(__builtin_ctz(bits));
+          const bool is_cand = mode == MAXSIM_MODE_APPROXIMATE ? top_j[l] == j
+                                                                : !(ak[e * W + l] + mg[e * W + l] < lower[l]);
+          if (is_cand) {
+            keep |= 1u << l;
+            ++per_lane[l];
+          }
+        }
+        if (keep) {
+          list[n_ref] = j;
+          cand[n_ref] = keep;
+          ++n_ref;
+        }
+      }
+      for (uint32_t l = 0; l < W; ++l) {
+        best[l] = -std::numeric_limits<float>::infinity();
+        arg[l] = -1;
+      }
+      hwy.refine(q.qt + static_cast<size_t>(s0), q.n_padded, q.dim, rows, stride, list, cand, n_ref, job.inv, best,
+                 arg);
+      for (uint32_t l = 0; l < lanes; ++l) {
+        best_key[s0 + l] = best[l];
+        best_index[s0 + l] = arg[l];
+        refined += per_lane[l];
+        if (mode != MAXSIM_MODE_APPROXIMATE) multi += per_lane[l] > 1;
+      }
+    }
+  }
+  if (counters) {
+    counters->refined += refined;
+    counters->multi_candidate += multi;
+  }
+}
+
+}  // namespace x86
+}  // namespace maxsim
+
+#endif  // MAXSIM_SRC_KERNELS_X86_SCREEN_DRIVER_INL_H_

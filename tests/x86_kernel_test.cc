@@ -1,0 +1,318 @@
+// Tests for the x86 SIMD kernels (lib/src/kernels/x86/) beyond the generic kernel suite (kernel_test.cc):
+// cross-kernel bit identity on 16-bit inputs and on every tile/remainder shape, identical candidate sets
+// (counters) and approximate choices across kernels, the vdpbf16ps path (taken where it applies, identical to
+// the FMA path, including where its guard must refuse), and certified == exact at extreme scales.
+// Kernels this CPU cannot run are skipped with the registry's reason.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu_features.h"
+#include "half.h"
+#include "kernels/kernel.h"
+#include "kernels/x86/x86_kernels.h"
+#include "maxsim/maxsim.hpp"
+#include "test_util.h"
+
+namespace maxsim::test {
+namespace {
+
+Context Ctx(const std::string& kernel, int threads = 1) {
+  maxsim_options o;
+  maxsim_options_init(&o);
+  o.isa = kernel.c_str();
+  o.num_threads = threads;
+  o.load_plugins = 0;
+  o.backend = "cpu";
+  return Context(o);
+}
+
+std::vector<std::string> Available() {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < maxsim_kernel_count(); ++i) {
+    if (maxsim_kernel_available(i, nullptr)) names.push_back(maxsim_kernel_name(i));
+  }
+  return names;
+}
+
+bool Has(const std::string& name) {
+  for (const std::string& n : Available()) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+struct Outcome {
+  std::vector<float> scores;
+  std::vector<int32_t> argmax;
+  maxsim_stats stats{};
+};
+
+Outcome Score(Context& ctx, const TokenSets& q, const TokenSets& d, maxsim_metric metric, maxsim_mode mode,
+          bool packed = true) {
+  Outcome r;
+  r.scores.assign(q.n_sets() * d.n_sets(), std::nanf(""));
+  r.argmax.assign(d.n_sets() * q.rows(), -7);
+  ScoreOptions o;
+  o.metric = metric;
+  o.mode = mode;
+  o.stats = &r.stats;
+  const DenseSets qd = q.Dense(), dd = d.Dense();
+  if (packed) {
+    Packed pd = Packed::Pack(ctx, dd);
+    ctx.ScoreMatrix(qd, pd, r.scores, o, r.argmax.data());
+  } else {
+    ctx.ScoreMatrix(qd, dd, r.scores, o, r.argmax.data());
+  }
+  return r;
+}
+
+void ExpectSame(const Outcome& a, const Outcome& b, const std::string& what, bool counters) {
+  ASSERT_EQ(a.scores.size(), b.scores.size()) << what;
+  for (size_t i = 0; i < a.scores.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&a.scores[i], &b.scores[i], 4), 0)
+        << what << ": score " << i << ": " << a.scores[i] << " vs " << b.scores[i];
+  }
+  ASSERT_EQ(a.argmax, b.argmax) << what << ": argmax differs";
+  if (counters) {
+    EXPECT_EQ(a.stats.refined, b.stats.refined) << what << ": refined counters differ";
+    EXPECT_EQ(a.stats.multi_candidate, b.stats.multi_candidate) << what << ": multi-candidate counters differ";
+  }
+}
+
+// Every kernel against the scalar kernel, every mode: identical scores, argmaxes and screening counters. The
+// i8 dot is exact in every kernel and the keys, margins and candidate tests use the same f32 expressions, so
+// even the candidate sets (and the approximate choices) must agree.
+TEST(X86Kernels, EveryKernelMatchesScalarBitForBitOnEveryTileShape) {
+  std::mt19937_64 rng(31337);
+  // Query lengths around the 8/16/32-lane groups, document lengths around the 1/2/4/6/8/12/16/32-row tiles.
+  const uint64_t lq_lengths[] = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 64, 65, 100};
+  for (uint32_t dim : {5u, 48u, 64u, 96u, 128u, 130u}) {
+    for (maxsim_dtype dtype : {MAXSIM_F32, MAXSIM_BF16, MAXSIM_F16}) {
+      TokenSets q;
+      q.dim = dim;
+      q.offsets = {0};
+      for (uint64_t len : lq_lengths) q.offsets.push_back(q.offsets.back() + len);
+      {
+        TokenSets g = Generate(rng, Shape::kClustered, 1, q.offsets.back(), q.offsets.back(), dim);
+        q.values = g.values;
+      }
+      TokenSets d = Generate(rng, Shape::kClustered, 24, 0, 70, dim);
+      q.Encode(dtype);
+      d.Encode(dtype);
+      for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+        for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+          Context ref_ctx = Ctx("scalar");
+          const Outcome ref = Score(ref_ctx, q, d, metric, mode);
+          for (const std::string& k : Available()) {
+            if (k == "scalar") continue;
+            Context ctx = Ctx(k, 2);
+            const std::string what = k + " dim " + std::to_string(dim) + " dtype " + std::to_string(dtype) +
+                                     " metric " + std::to_string(metric) + " mode " + std::to_string(mode);
+            ExpectSame(ref, Score(ctx, q, d, metric, mode), what, true);
+            if (mode == MAXSIM_MODE_CERTIFIED) {
+              ExpectSame(ref, Score(ctx, q, d, metric, mode, false), what + " (dense documents)", true);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Many queries against the same documents (the engine reuses per-document work across queries: widened rows,
+// re-laid-out bf16 rows): results must not depend on which query came first.
+TEST(X86Kernels, PerDocumentCachesDoNotLeakAcrossQueriesOrDocuments) {
+  std::mt19937_64 rng(99);
+  TokenSets q = Generate(rng, Shape::kUnitGaussian, 9, 1, 40, 64);
+  TokenSets d = Generate(rng, Shape::kUnitGaussian, 30, 1, 50, 64);
+  // Every third query has a value that is not a bf16 number: the bf16 path must refuse it, the next query
+  // must take it again.
+  for (maxsim_dtype dtype : {MAXSIM_BF16, MAXSIM_F16}) {
+    TokenSets qq = q, dd = d;
+    qq.Encode(dtype);
+    dd.Encode(dtype);
+    TokenSets qf = qq;  // the same values as f32, with a few perturbed off the bf16 grid
+    qf.Encode(MAXSIM_F32);
+    for (uint64_t i = 0; i < qf.n_sets(); i += 3) qf.values[qf.offsets[i] * qf.dim] += 1e-6f;
+    qf.Encode(MAXSIM_F32);
+    for (const std::string& k : Available()) {
+      Context ctx = Ctx(k, 1);
+      Context ref_ctx = Ctx("scalar");
+      for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+        for (const TokenSets* qs : {&qq, &qf}) {
+          const Outcome all = Score(ctx, *qs, dd, metric, MAXSIM_MODE_EXACT);
+          ExpectSame(Score(ref_ctx, *qs, dd, metric, MAXSIM_MODE_EXACT), all, k + " batched", false);
+        }
+      }
+    }
+  }
+}
+
+// Build a PreparedQuery/DocRef pair by hand to call the vdpbf16ps path directly.
+struct Direct {
+  std::vector<float> rows, qt;
+  std::vector<maxsim_vector_meta> qmeta, dmeta;
+  std::vector<uint16_t> doc;  // bf16, rows padded to 64 bytes
+  std::vector<uint8_t> layout_storage;
+  PreparedQuery q;
+  DocRef d;
+  Direct(const std::vector<float>& qv, uint32_t lq, const std::vector<float>& dv, uint32_t ld, uint32_t dim) {
+    q.n_tokens = lq;
+    q.n_padded = (lq + 15) / 16 * 16;
+    q.dim = dim;
+    q.padded_dim = (dim + 63) / 64 * 64;
+    rows = qv;
+    qt.assign(static_cast<size_t>(q.n_padded) * dim, 0.0f);
+    for (uint32_t s = 0; s < lq; ++s) {
+      for (uint32_t k = 0; k < dim; ++k) qt[static_cast<size_t>(k) * q.n_padded + s] = qv[s * dim + k];
+    }
+    q.rows = rows.data();
+    q.qt = qt.data();
+    qmeta.assign(lq, maxsim_vector_meta{0, 1, 0, 0});
+    q.meta = qmeta.data();
+    const uint32_t row_elems = (dim * 2 + 63) / 64 * 32;
+    doc.assign(static_cast<size_t>(ld) * row_elems, 0);
+    for (uint32_t t = 0; t < ld; ++t) {
+      for (uint32_t k = 0; k < dim; ++k) doc[t * row_elems + k] = F32ToBf16(dv[t * dim + k]);
+    }
+    dmeta.assign(ld, maxsim_vector_meta{0, 1, 0, 0});
+    d.n_tokens = ld;
+    d.dim = dim;
+    d.dtype = MAXSIM_BF16;
+    d.originals = reinterpret_cast<const uint8_t*>(doc.data());
+    d.orig_row_bytes = row_elems * 2;
+    d.meta = dmeta.data();
+    layout_storage.assign(x86::Bf16LayoutBytes(q) + 64, 0);
+    uint8_t* base = layout_storage.data();
+    base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+    x86::Bf16Prepare(q, base);
+    q.layout = base;
+  }
+};
+
+std::vector<float> Bf16Values(std::mt19937_64& rng, size_t n, int emin, int emax) {
+  std::uniform_int_distribution<int> e(emin, emax), m(0, 127), s(0, 1);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    const uint32_t bits = (static_cast<uint32_t>(s(rng)) << 31) | (static_cast<uint32_t>(127 + e(rng)) << 23) |
+                          (static_cast<uint32_t>(m(rng)) << 16);
+    std::memcpy(&x, &bits, 4);
+  }
+  return v;
+}
+
+TEST(X86Kernels, VdpBf16PathIsTakenWhereItAppliesAndEqualsTheCanonicalChain) {
+  if (!Has("avx512-bf16")) GTEST_SKIP() << "kernel avx512-bf16 unavailable here";
+  std::printf("vdpbf16ps self-test on this CPU: %s\n", x86::Bf16DpVerdict());
+  std::mt19937_64 rng(5);
+  const uint32_t dim = 128, lq = 33, ld = 77;
+  for (int trial = 0; trial < 4; ++trial) {
+    // Exponents from 2^-40 to 2^3: every partial sum stays far from the denormals, so the path must apply.
+    Direct x(Bf16Values(rng, lq * dim, -40, 3), lq, Bf16Values(rng, ld * dim, -40, 3), ld, dim);
+    std::vector<float> key(lq), key_ref(lq);
+    std::vector<int32_t> arg(lq), arg_ref(lq);
+    KernelScratch scratch, scratch_ref;
+    const bool taken = x86::ExactBf16Dp(x.q, x.d, MAXSIM_METRIC_DOT, key.data(), arg.data(), scratch);
+    if (std::string(x86::Bf16DpVerdict()).find("neither") != std::string::npos) {
+      EXPECT_FALSE(taken);
+      continue;
+    }
+    ASSERT_TRUE(taken) << "the vdpbf16ps path refused a pair inside its guard";
+    x86::ExactWithHwy(*x86::HwyExactAvx3(), x.q, x.d, MAXSIM_METRIC_DOT, key_ref.data(), arg_ref.data(),
+                      scratch_ref);
+    for (uint32_t s = 0; s < lq; ++s) {
+      ASSERT_EQ(std::memcmp(&key[s], &key_ref[s], 4), 0) << "token " << s << ": " << key[s] << " vs " << key_ref[s];
+      ASSERT_EQ(arg[s], arg_ref[s]) << "token " << s;
+    }
+  }
+  // Outside the guard (products reach the denormal range): the path must refuse.
+  Direct tiny(Bf16Values(rng, lq * dim, -70, -50), lq, Bf16Values(rng, ld * dim, -70, -50), ld, dim);
+  std::vector<float> key(lq);
+  std::vector<int32_t> arg(lq);
+  KernelScratch scratch;
+  EXPECT_FALSE(x86::ExactBf16Dp(tiny.q, tiny.d, MAXSIM_METRIC_DOT, key.data(), arg.data(), scratch));
+  // A query that is not exactly bf16: refused too.
+  std::vector<float> qv = Bf16Values(rng, lq * dim, -10, 0);
+  qv[5] = std::nextafter(qv[5], 10.0f);
+  Direct off(qv, lq, Bf16Values(rng, ld * dim, -10, 0), ld, dim);
+  EXPECT_FALSE(x86::ExactBf16Dp(off.q, off.d, MAXSIM_METRIC_DOT, key.data(), arg.data(), scratch));
+}
+
+// Through the API: bf16 data with tiny and huge exponents, where products and partial sums hit the denormal
+// range for some pairs (the vdpbf16ps guard refuses those) and not for others.
+TEST(X86Kernels, Bf16ExtremeExponentsGiveIdenticalResultsOnEveryKernel) {
+  std::mt19937_64 rng(8);
+  for (int lo : {-60, -40, -20}) {
+    TokenSets q, d;
+    q.dim = d.dim = 64;
+    q.offsets = {0, 16, 40};
+    d.offsets = {0, 10, 30, 31, 60};
+    q.values = Bf16Values(rng, q.offsets.back() * 64, lo, lo + 8);
+    d.values = Bf16Values(rng, d.offsets.back() * 64, lo, lo + 8);
+    q.Encode(MAXSIM_BF16);
+    d.Encode(MAXSIM_BF16);
+    Context ref_ctx = Ctx("scalar");
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      const Outcome ref = Score(ref_ctx, q, d, metric, MAXSIM_MODE_EXACT);
+      for (const std::string& k : Available()) {
+        Context ctx = Ctx(k, 2);
+        ExpectSame(ref, Score(ctx, q, d, metric, MAXSIM_MODE_EXACT), k + " exponents from " + std::to_string(lo),
+                   false);
+        ExpectSame(ref, Score(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED),
+                   k + " certified, exponents from " + std::to_string(lo), false);
+      }
+    }
+  }
+}
+
+// Huge query norms against documents whose values are denormal f32 numbers (the extremes of the margin's
+// scaled and absolute terms, and cosine keys whose 1/||d|| overflows f32): certified must still equal exact.
+TEST(X86Kernels, CertifiedEqualsExactWithHugeQueriesAndDenormalDocuments) {
+  std::mt19937_64 rng(77);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  TokenSets q, d;
+  q.dim = d.dim = 32;
+  q.offsets = {0, 20};
+  d.offsets = {0, 40, 80};
+  q.values.resize(20 * 32);
+  d.values.resize(80 * 32);
+  for (size_t s = 0; s < 20; ++s) {
+    for (size_t k = 0; k < 32; ++k) q.values[s * 32 + k] = g(rng) * 1e17f;  // norms ~ 6e17 (limit 1e19)
+  }
+  for (float& x : d.values) x = g(rng) * 1e-41f;  // denormal f32 values
+  // Near-ties: every second document row is a tiny perturbation of the previous one.
+  for (size_t t = 1; t < 80; t += 2) {
+    for (size_t k = 0; k < 32; ++k) d.values[t * 32 + k] = d.values[(t - 1) * 32 + k] + (k == t % 32 ? 1e-45f : 0.0f);
+  }
+  q.Encode(MAXSIM_F32);
+  d.Encode(MAXSIM_F32);
+  for (const std::string& k : Available()) {
+    Context ctx = Ctx(k, 1);
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      const Outcome exact = Score(ctx, q, d, metric, MAXSIM_MODE_EXACT);
+      const Outcome cert = Score(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED);
+      ExpectSame(exact, cert, k + " certified vs exact, metric " + std::to_string(metric), false);
+    }
+  }
+}
+
+TEST(X86Kernels, RegistryExplainsUnavailableKernels) {
+  for (size_t i = 0; i < maxsim_kernel_count(); ++i) {
+    const char* reason = nullptr;
+    if (!maxsim_kernel_available(i, &reason)) {
+      ASSERT_NE(reason, nullptr);
+      EXPECT_GT(std::strlen(reason), 10u) << maxsim_kernel_name(i);
+      std::printf("%-12s unavailable: %s\n", maxsim_kernel_name(i), reason);
+    } else {
+      std::printf("%-12s available\n", maxsim_kernel_name(i));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace maxsim::test
