@@ -35,6 +35,8 @@ Status ComputeLayout(uint32_t dim, maxsim_dtype dtype, uint64_t n_vectors, uint6
 // 64-bit checksum (four independent multiply-rotate lanes, then an avalanche): detects corruption, not an
 // adversary. About 10 GB/s on one core.
 uint64_t Checksum64(const void* data, uint64_t size);
+// Its vectorised block loop (quantize_hwy.cc): n_blocks 64-byte blocks into the 8 lane pairs (a, b).
+void ChecksumBlocks(const uint8_t* p, uint64_t n_blocks, uint64_t a[8], uint64_t b[8]);
 
 // A validated buffer, as kernels see it. Pointers are into the buffer; nothing is owned.
 struct PackedView {

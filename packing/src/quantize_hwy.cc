@@ -185,6 +185,31 @@ void WidenRowImpl(const void* HWY_RESTRICT row, maxsim_dtype dtype, uint32_t dim
   }
 }
 
+// The block loop of Checksum64: 8 u64 lanes (a_l += w_l, b_l += a_l) over n_blocks 64-byte blocks, kept in
+// 8 / N vectors of N lanes so the lane mapping is the same on every target.
+void ChecksumBlocksImpl(const uint8_t* HWY_RESTRICT p, uint64_t n_blocks, uint64_t* HWY_RESTRICT a_out,
+                        uint64_t* HWY_RESTRICT b_out) {
+  const hn::CappedTag<uint64_t, 8> d;
+  const size_t n = hn::Lanes(d);
+  const size_t groups = 8 / n;
+  hn::Vec<decltype(d)> a[8], b[8];
+  for (size_t g = 0; g < groups; ++g) {
+    a[g] = hn::LoadU(d, a_out + g * n);
+    b[g] = hn::LoadU(d, b_out + g * n);
+  }
+  const auto* words = reinterpret_cast<const uint64_t*>(p);
+  for (uint64_t blk = 0; blk < n_blocks; ++blk) {
+    for (size_t g = 0; g < groups; ++g) {
+      a[g] = hn::Add(a[g], hn::LoadU(d, words + blk * 8 + g * n));
+      b[g] = hn::Add(b[g], a[g]);
+    }
+  }
+  for (size_t g = 0; g < groups; ++g) {
+    hn::StoreU(a[g], d, a_out + g * n);
+    hn::StoreU(b[g], d, b_out + g * n);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace maxsim::pack
 HWY_AFTER_NAMESPACE();
@@ -196,6 +221,11 @@ namespace maxsim::pack {
 HWY_EXPORT(AnalyzeRowImpl);
 HWY_EXPORT(QuantizeRowImpl);
 HWY_EXPORT(WidenRowImpl);
+HWY_EXPORT(ChecksumBlocksImpl);
+
+void ChecksumBlocks(const uint8_t* p, uint64_t n_blocks, uint64_t a[8], uint64_t b[8]) {
+  HWY_DYNAMIC_DISPATCH(ChecksumBlocksImpl)(p, n_blocks, a, b);
+}
 
 RowStats AnalyzeRow(const float* v, uint32_t dim) { return HWY_DYNAMIC_DISPATCH(AnalyzeRowImpl)(v, dim); }
 
