@@ -183,7 +183,14 @@ int main(int argc, char** argv) {
         for (const std::string& kn : kernels) {
           for (int t : threads) {
             maxsim::Context ctx = MakeContext(kn, t);
+            const auto p0 = std::chrono::steady_clock::now();
             maxsim::Packed pd = maxsim::Packed::Pack(ctx, d);
+            const double pack_us =
+                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - p0).count();
+            if (kn == kernels.front()) {
+              std::printf("# packing %llu documents of %llu x %u %s with %d thread(s): %.1f us per document\n",
+                          (unsigned long long)s.nd, (unsigned long long)s.ld, s.dim, dts.c_str(), t, pack_us / s.nd);
+            }
             for (const std::string& m : modes) {
               maxsim::ScoreOptions o;
               o.mode = ModeOf(m);

@@ -72,11 +72,12 @@ size_t VnniLayoutBytes(const PreparedQuery& q, maxsim_mode mode);
 void VnniPrepare(const PreparedQuery& q, maxsim_mode mode, void* out);
 
 // Query layouts shared by the screening kernels, written by the per-kernel prepare hook into one block:
-//   i8 interleaved:  [groups4][n_padded][4] int8, groups4 = ceil(dim / 4): lane s holds q8[s][4g .. 4g+3].
-//                    AVX2 and AMX read it signed; VNNI reads it with +128 bias (xor 0x80) as unsigned.
+//   i8 interleaved:  [padded_dim / 4][n_padded][4] int8: lane s holds q8[s][4g .. 4g+3] (zero codes beyond
+//                    dim). AVX2 and AMX (as the B tile, 16 groups per tile) read it signed; VNNI reads it with
+//                    a +128 bias (xor 0x80) as unsigned. The SIMD loops stop after Groups4(dim) groups.
 struct I8QueryLayout {
   static size_t Groups4(uint32_t dim) { return (dim + 3) / 4; }
-  static size_t Bytes(const PreparedQuery& q) { return Groups4(q.dim) * q.n_padded * 4; }
+  static size_t Bytes(const PreparedQuery& q) { return static_cast<size_t>(q.padded_dim / 4) * q.n_padded * 4; }
   // Writes the layout; xor_bias = 0x80 gives the biased unsigned form.
   static void Write(const PreparedQuery& q, uint8_t xor_bias, int8_t* out);
 };
