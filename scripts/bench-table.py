@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Renders cpu_bench JSON output (Google Benchmark --benchmark_out) as markdown tables.
+
+    python3 scripts/bench-table.py out.json [more.json ...]           full tables
+    python3 scripts/bench-table.py --brief out.json [more.json ...]   one headline table
+
+Several files (e.g. one per thread count) are merged. When a run has repetitions, the median aggregate is
+used; otherwise the single run. Ratios are computed here from GSO/s against the baselines of the same shape
+and thread count found in the same file (x OpenBLAS, x naive); % of peak comes from the benchmark's own
+counter (the peak measured in the same process). Only the Python standard library is used.
+"""
+import argparse
+import json
+import re
+import sys
+
+MODES = ["exact", "certified", "approximate"]
+BASELINES = ["naive", "openblas", "onednn"]
+
+
+def load(paths):
+    runs, contexts = {}, []
+    for path in paths:
+        with open(path) as f:
+            text = f.read()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            # A run cut short (timeout, crash) leaves the benchmarks array open: close it and keep what finished.
+            cut = text.rstrip().rstrip(",")
+            cut = cut[:cut.rfind("}") + 1] if "}" in cut else cut
+            try:
+                data = json.loads(cut + "\n  ]\n}")
+                print("bench-table: note: %s was incomplete (run cut short); using the finished runs" % path,
+                      file=sys.stderr)
+            except json.JSONDecodeError:
+                print("bench-table: warning: %s is not valid JSON; skipped" % path, file=sys.stderr)
+                continue
+        ctx = data.get("context", {})
+        contexts.append((path, ctx))
+        for b in data.get("benchmarks", []):
+            name = b.get("run_name") or b["name"]
+            name = re.sub(r"/real_time$", "", name)
+            if b.get("run_type") == "aggregate":
+                if b.get("aggregate_name") != "median":
+                    continue
+                runs[(path, name)] = dict(b, _median=True)
+            elif not runs.get((path, name), {}).get("_median"):
+                runs[(path, name)] = b
+    return runs, contexts
+
+
+def parse_name(name):
+    """maxsim/<shape>/<impl>/<mode>/threads:T -> (family, shape, impl, mode, T)."""
+    m = re.match(r"^(maxsim)/([^/]+)/([^/]+)/([^/]+)/threads:(\d+)$", name)
+    if m:
+        return m.group(1), m.group(2), m.group(3), m.group(4), int(m.group(5))
+    m = re.match(r"^(peak|pack)/([^/]+)/threads:(\d+)$", name)
+    if m:
+        return m.group(1), m.group(2), None, None, int(m.group(3))
+    return None
+
+
+def fmt(v, digits=1):
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    if abs(v) >= 1e6:
+        return "%.2fM" % (v / 1e6)
+    if abs(v) >= 1e4:
+        return "%.1fK" % (v / 1e3)
+    return ("%." + str(digits) + "f") % v
+
+
+def shape_title(shape):
+    m = re.match(r"Lq(\d+)_Ld(\d+)_N(\d+)_d(\d+)", shape)
+    if not m:
+        return shape
+    lq, ld, n, d = m.groups()
+    return "Lq=%s x Ld=%s, %s documents, d=%s (one query)" % (lq, ld, n, d)
+
+
+def kernel_order(ctx):
+    """Kernel names in the order the context lists them (kernel list order)."""
+    return [k[len("kernel_"):] for k in ctx if k.startswith("kernel_") and k != "kernel_selected"]
+
+
+def machine_lines(contexts):
+    out = []
+    for path, ctx in contexts:
+        peaks = ", ".join("%s %s" % (k[len("peak_"):], v) for k, v in ctx.items()
+                          if k.startswith("peak_") and not v.startswith("skipped"))
+        out.append("- `%s`: %s; %s; libmaxsim %s, selected kernel %s; %s; threads %s; replicas %s; %s" % (
+            path, ctx.get("cpu_brand", "?"), ctx.get("date", "?"), ctx.get("libmaxsim", "?"),
+            ctx.get("kernel_selected", "?"), "LLC %.0f MB" % (int(ctx.get("llc_bytes", "0")) / 2**20),
+            ctx.get("threads", "?"), ctx.get("replicas", "?"), "load average " + ",".join(
+                "%.2f" % x for x in ctx.get("load_avg", []))))
+        out.append("  - peaks measured at start-up (G ops/s): " + (peaks or "none"))
+        skipped = ["%s (%s)" % (k, v) for k, v in ctx.items() if isinstance(v, str) and v.startswith("skipped")]
+        if skipped:
+            out.append("  - skipped: " + "; ".join(skipped))
+    return out
+
+
+def full(runs, contexts):
+    lines = ["## Machine and run", ""] + machine_lines(contexts) + [""]
+    paths = [p for p, _ in contexts]
+    order = []
+    for _, ctx in contexts:
+        for k in kernel_order(ctx):
+            if k not in order:
+                order.append(k)
+    parsed = {}
+    for (path, name), b in runs.items():
+        p = parse_name(name)
+        if p:
+            parsed[(path,) + p] = b
+
+    peak_rows = sorted(k for k in parsed if k[1] == "peak")
+    if peak_rows:
+        lines += ["## Peaks (Google Benchmark runs of the peak loops)", "",
+                  "| loop | threads | G ops/s |", "|---|---:|---:|"]
+        for k in peak_rows:
+            lines.append("| %s | %d | %s |" % (k[2], k[5], fmt(parsed[k].get("G_ops_per_s"))))
+        lines.append("")
+    pack_rows = sorted(k for k in parsed if k[1] == "pack")
+    if pack_rows:
+        lines += ["## Packing", "",
+                  "| what | threads | us per document | documents/s | % of NumKong's 254 us | error |",
+                  "|---|---:|---:|---:|---:|---|"]
+        for k in pack_rows:
+            b = parsed[k]
+            lines.append("| %s | %d | %s | %s | %s | %s |" % (
+                k[2], k[5], fmt(b.get("us_per_doc"), 2),
+                fmt(b.get("docs_per_s", 1e6 / b["us_per_doc"] if b.get("us_per_doc") else None)),
+                fmt(b.get("pct_of_numkong_254us")), b.get("error_message", "")))
+        lines.append("")
+
+    shapes = []
+    for k in parsed:
+        if k[1] == "maxsim" and k[2] not in shapes:
+            shapes.append(k[2])
+    shape_order = ["Lq32_Ld180_N1000_d128", "Lq32_Ld300_N1000_d128", "Lq1024_Ld1024_N16_d128",
+                   "Lq32_Ld180_N1000_d64", "Lq32_Ld180_N1000_d96"]
+    shapes.sort(key=lambda s: shape_order.index(s) if s in shape_order else 99)
+    for shape in shapes:
+        lines += ["## " + shape_title(shape), "",
+                  "| implementation | mode | threads | docs/s | GSO/s | % peak | % i8 peak | x OpenBLAS | x naive "
+                  "| refined / query token |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for path in paths:
+            threads = sorted({k[5] for k in parsed if k[0] == path and k[1] == "maxsim" and k[2] == shape})
+            for t in threads:
+                def gso(impl, mode="exact"):
+                    b = parsed.get((path, "maxsim", shape, impl, mode, t))
+                    return b.get("GSO_per_s") if b and not b.get("error_occurred") else None
+                blas, naive = gso("openblas"), gso("naive")
+                impls = BASELINES + order + sorted({k[3] for k in parsed if k[2] == shape} - set(BASELINES + order))
+                for impl in impls:
+                    for mode in MODES:
+                        b = parsed.get((path, "maxsim", shape, impl, mode, t))
+                        if not b:
+                            continue
+                        if b.get("error_occurred"):
+                            lines.append("| %s | %s | %d | ERROR: %s | | | | | | |" % (
+                                impl, mode, t, b.get("error_message", "")))
+                            continue
+                        g = b.get("GSO_per_s")
+                        lines.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+                            impl, mode, t, fmt(b.get("docs_per_s")), fmt(g), fmt(b.get("pct_peak")),
+                            fmt(b.get("pct_i8_peak")),
+                            fmt(g / blas, 2) if blas and impl != "openblas" else "-",
+                            fmt(g / naive, 1) if naive and impl != "naive" else "-",
+                            fmt(b.get("refined_per_qtok"), 2)))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def brief(runs, contexts):
+    """Per shape and thread count: OpenBLAS, and the best kernel per mode (GSO/s, % peak, x OpenBLAS)."""
+    parsed = {}
+    for (path, name), b in runs.items():
+        p = parse_name(name)
+        if p and not b.get("error_occurred"):
+            parsed[(path,) + p] = b
+    lines = ["| shape | threads | OpenBLAS GSO/s | best exact | best certified | best approximate |",
+             "|---|---:|---:|---|---|---|"]
+    keys = sorted({(k[0], k[2], k[5]) for k in parsed if k[1] == "maxsim"},
+                  key=lambda x: (x[1], x[2]))
+    for path, shape, t in keys:
+        blas = parsed.get((path, "maxsim", shape, "openblas", "exact", t), {}).get("GSO_per_s")
+        cells = []
+        for mode in MODES:
+            best = None
+            for k, b in parsed.items():
+                if k[0] == path and k[1] == "maxsim" and k[2] == shape and k[5] == t and k[4] == mode \
+                        and k[3] not in BASELINES:
+                    if best is None or b["GSO_per_s"] > best[1]["GSO_per_s"]:
+                        best = (k[3], b)
+            if best is None:
+                cells.append("-")
+            else:
+                g = best[1]["GSO_per_s"]
+                cells.append("%s %s GSO/s (%s%% peak%s)" % (
+                    best[0], fmt(g), fmt(best[1].get("pct_peak"), 0),
+                    ", %.2fx OpenBLAS" % (g / blas) if blas else ""))
+        lines.append("| %s | %d | %s | %s |" % (shape, t, fmt(blas), " | ".join(cells)))
+    packs = sorted((k, b) for k, b in parsed.items() if k[1] == "pack")
+    if packs:
+        lines.append("")
+        lines.append("packing, us per document: " + "; ".join(
+            "%s %d thread(s) %s" % (k[2], k[5], fmt(b.get("us_per_doc"), 2)) for k, b in packs))
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("json", nargs="+", help="cpu_bench --benchmark_out files")
+    ap.add_argument("--brief", action="store_true", help="one headline table")
+    args = ap.parse_args()
+    runs, contexts = load(args.json)
+    if not runs:
+        sys.exit("bench-table: no benchmark results in " + ", ".join(args.json))
+    print(brief(runs, contexts) if args.brief else full(runs, contexts))
+
+
+if __name__ == "__main__":
+    main()
