@@ -251,6 +251,7 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out) {
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&b->prop, b->device);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->copy, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->staged, cudaEventDisableTiming);
   for (int i = 0; i < 2 && e == cudaSuccess; ++i) {
     e = cudaEventCreateWithFlags(&b->copied[i], cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->done[i], cudaEventDisableTiming);
@@ -276,6 +277,7 @@ void DestroyBackend(Backend* b) {
   b->chunk[1].Release();
   b->stage.Release();
   b->flags_host.Release();
+  if (b->staged) cudaEventDestroy(b->staged);
   for (int i = 0; i < 2; ++i) {
     if (b->copied[i]) cudaEventDestroy(b->copied[i]);
     if (b->done[i]) cudaEventDestroy(b->done[i]);
@@ -332,7 +334,7 @@ void FreeCorpus(Backend& b, Corpus* c) {
 
 namespace {
 
-enum class KernelKind { kTc, kFfma, kScreen };
+enum class KernelKind { kTc, kTcSmem, kFfma, kScreen };
 
 struct Plan {
   KernelKind kind = KernelKind::kFfma;
@@ -349,6 +351,9 @@ Plan MakePlan(const SetsView& q, const SetsView& d, uint64_t max_lq, int mode) {
   if (mode != MAXSIM_MODE_EXACT) {
     p.kind = KernelKind::kScreen;
     p.rows = ScreenGroupRows(max_lq);
+  } else if (TcSmemSupported(q, d, max_lq) && std::getenv("MAXSIM_CUDA_NO_SMEM_KERNEL") == nullptr) {
+    p.kind = KernelKind::kTcSmem;
+    p.rows = TcSmemGroupRows(max_lq);
   } else if (TcSupported(q, d)) {
     p.kind = KernelKind::kTc;
     p.rows = TcGroupRows(max_lq);
@@ -371,6 +376,7 @@ Status LaunchForward(const Plan& plan, ForwardArgs a, cudaStream_t stream) {
   cudaError_t e = cudaSuccess;
   switch (plan.kind) {
     case KernelKind::kTc: e = LaunchExactTc(a, stream); break;
+    case KernelKind::kTcSmem: e = LaunchExactTcSmem(a, stream); break;
     case KernelKind::kFfma: e = LaunchExactFfma(a, stream); break;
     case KernelKind::kScreen: e = LaunchScreen(a, stream); break;
   }
@@ -874,6 +880,7 @@ Status ReadFlags(Backend& b, const ull* dev_flags, cudaStream_t stream, ull* out
 
 Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
   MSC_CUDA(cudaSetDevice(b.device));
+  MSC_CUDA(cudaEventSynchronize(b.staged));  // the previous call's staged uploads have been read
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   DenseInfo q, d;
   MSC_RETURN(ReadDense(a.queries, "queries", &q));
@@ -929,6 +936,7 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
     MSC_RETURN(StageUpload(b, used, s + o_pd, pd.data(), n_pairs * 4, stream));
     MSC_RETURN(StageUpload(b, used, s + o_am, am.data(), n_pairs * 8, stream));
   }
+  MSC_CUDA(cudaEventRecord(b.staged, stream));
   q.view.offsets = reinterpret_cast<const uint64_t*>(s + o_qoff);
   d.view.offsets = reinterpret_cast<const uint64_t*>(s + o_doff);
   ull* flag = reinterpret_cast<ull*>(s + o_flag);
@@ -977,6 +985,7 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
 
 Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
   MSC_CUDA(cudaSetDevice(b.device));
+  MSC_CUDA(cudaEventSynchronize(b.staged));  // the previous call's staged uploads have been read
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   DenseInfo q, d;
   MSC_RETURN(ReadDense(a.queries, "queries", &q));
@@ -1037,6 +1046,7 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
     MSC_RETURN(StageUpload(b, used, s + o_dps, by_doc_start.data(), (nd + 1) * 8, stream));
     MSC_RETURN(StageUpload(b, used, s + o_dp, by_doc.data(), n_pairs * 8, stream));
   }
+  MSC_CUDA(cudaEventRecord(b.staged, stream));
   BackwardArgs ba;
   ba.q = q.view;
   ba.d = d.view;

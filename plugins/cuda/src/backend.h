@@ -97,6 +97,7 @@ struct Backend {
   DeviceBuffer chunk[2];            // streamed corpora: double-buffered document chunks
   PinnedBuffer stage;               // host staging for uploads and results
   PinnedBuffer flags_host;
+  cudaEvent_t staged = nullptr;     // recorded after a call's staged uploads: the stage is free once it fires
   uint64_t min_ops = 0;
   uint64_t resident_limit = 0;      // corpora larger than this are streamed (0: 80% of free memory)
   bool force_stream = false;

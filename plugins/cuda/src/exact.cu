@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, 1) ExactTcKernel(const ForwardA
 #pragma unroll
         for (int c = 0; c < KC; ++c) {
           const uint32_t off = 32 * c + 8 * t;
-          buf[u][c] = (n < ld && off < dim) ? Ld16Stream(row + off * 2) : Zero4();
+          buf[u][c] = (n < ld && off < dim) ? Ld16(row + off * 2) : Zero4();
         }
       }
     };
@@ -197,6 +197,220 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
     default: ExactTcKernel<T, MT, 0><<<grid, block, 0, stream>>>(a); break;
   }
   return cudaGetLastError();
+}
+
+// ---- shared-memory tiled variant for long queries (d in (96, 128]) ----------------------------------------
+//
+// ExactTcSmemKernel: one block of W warps per (pair, block of 32*W query rows). Each warp keeps its 32 rows as A
+// fragments in registers; the document streams through shared memory in 64-token tiles (a 3-stage cp.async
+// pipeline, 16 KB per stage), so every document byte is read from global memory once per block instead of once
+// per warp. The 16-byte slots of a token row are XOR-swizzled by token parity so that the B-fragment reads
+// (8 lanes = 2 tokens x 4 slots) hit 8 distinct bank groups. Same k order and the same per-element arithmetic as
+// ExactTcKernel (a row's similarity is the same mma chain from a zero accumulator), so results are identical to
+// it and to certified refinement. ARGMAX = false folds values only (one max per element).
+
+constexpr int kSmemTile = 64;    // tokens per stage
+constexpr int kSmemStages = 3;
+constexpr int kRowBytes = 256;   // 128 dims x 2 bytes
+
+__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem, bool pred) {
+  const int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ uint4 Lds16(uint32_t addr) {
+  uint4 r;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(addr));
+  return r;
+}
+
+template <typename T, int W, bool ARGMAX>
+__global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ float s_term[W * 32];
+  __shared__ int s_arg[W * 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const uint32_t G = a.part.groups;
+  const uint64_t task = blockIdx.x;
+  const uint64_t p = task / G;
+  const uint32_t grp = static_cast<uint32_t>(task - p * G);
+  uint64_t qi, dj;
+  a.pairs.Resolve(p, &qi, &dj);
+  const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+  const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
+  const uint32_t r0b = grp * W * 32;            // first row of the block
+  if (grp > 0 && r0b >= lq) return;             // uniform over the block
+  const uint32_t r0 = r0b + warp * 32;           // first row of this warp
+  const uint32_t dim = a.q.dim;
+  const uint8_t* qbase = a.q.orig + qb * a.q.row_bytes;
+  const uint8_t* dbase = a.d.orig + db * a.d.row_bytes;
+  const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
+
+  uint4 qa[2][4], qc[2][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    const uint64_t ra = r0 + mt * 16 + g, rb = ra + 8;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint32_t off = 32 * c + 8 * t;
+      qa[mt][c] = (ra < lq && off < dim) ? Ld16(qbase + ra * qrb + off * 2) : Zero4();
+      qc[mt][c] = (rb < lq && off < dim) ? Ld16(qbase + rb * qrb + off * 2) : Zero4();
+    }
+  }
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint64_t ntiles = (ld + kSmemTile - 1) / kSmemTile;
+  auto load_tile = [&](uint64_t tile) {
+    if (tile < ntiles) {
+      const uint32_t st = sbase + static_cast<uint32_t>(tile % kSmemStages) * (kSmemTile * kRowBytes);
+      for (int e = threadIdx.x; e < kSmemTile * 16; e += W * 32) {
+        const int tok = e >> 4, slot = e & 15;
+        const uint64_t n = tile * kSmemTile + tok;
+        const bool pred = n < ld && static_cast<uint32_t>(slot) * 8 < dim;
+        const uint8_t* src = dbase + (pred ? n : 0) * drb + (pred ? slot * 16 : 0);
+        CpAsync16(st + tok * kRowBytes + ((slot ^ ((tok & 1) << 2)) << 4), src, pred);
+      }
+    }
+    CpAsyncCommit();
+  };
+  Best<2> best;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    best.v[mt][0] = best.v[mt][1] = -INFINITY;
+    best.i[mt][0] = best.i[mt][1] = -1;
+  }
+  bool saw_kept = false;
+#pragma unroll
+  for (int s = 0; s < kSmemStages - 1; ++s) load_tile(s);
+  for (uint64_t tile = 0; tile < ntiles; ++tile) {
+    CpAsyncWait<kSmemStages - 2>();
+    __syncthreads();
+    load_tile(tile + kSmemStages - 1);
+    const uint32_t st = sbase + static_cast<uint32_t>(tile % kSmemStages) * (kSmemTile * kRowBytes);
+    const uint64_t base = tile * kSmemTile;
+#pragma unroll 2
+    for (int u = 0; u < kSmemTile / 8; ++u) {
+      if (base + u * 8 >= ld) break;
+      const int tok = u * 8 + g;
+      const uint32_t row = st + tok * kRowBytes;
+      uint4 bv[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) bv[c] = Lds16(row + (((4 * c + t) ^ ((tok & 1) << 2)) << 4));
+      float acc[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) MmaChunk16<T>(acc[mt], qa[mt][c], qc[mt][c], bv[c]);
+      }
+      const uint64_t n0 = base + u * 8 + 2 * t;
+      if constexpr (ARGMAX) {
+        FoldTile<2>(a, db, ld, n0, acc, best, saw_kept);
+      } else {
+        const bool full = base + u * 8 + 8 <= ld && a.d.mask == nullptr;
+        if (full && !a.cosine) {
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            best.v[mt][0] = fmaxf(best.v[mt][0], fmaxf(acc[mt][0], acc[mt][1]));
+            best.v[mt][1] = fmaxf(best.v[mt][1], fmaxf(acc[mt][2], acc[mt][3]));
+          }
+          saw_kept = true;
+        } else {
+          FoldTile<2>(a, db, ld, n0, acc, best, saw_kept);
+        }
+      }
+    }
+  }
+  CpAsyncWait<0>();
+  const bool doc_nonempty = a.d.mask ? __syncthreads_or(saw_kept) != 0 : ld > 0;
+  // Quad merge, then the block's rows go through shared memory.
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      MergeBest(best.v[mt][h], best.i[mt][h], 1);
+      MergeBest(best.v[mt][h], best.i[mt][h], 2);
+    }
+  }
+  if (t == 0) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t rl = warp * 32 + mt * 16 + g + 8 * h;
+        const uint64_t r = r0b + rl;
+        float term = 0.0f;
+        int arg = -1;
+        if (r < lq && a.q.Kept(qb + r)) {
+          term = a.cosine ? best.v[mt][h] * InvNorm(RowNorm(a.q, qb + r)) : best.v[mt][h];
+          arg = best.i[mt][h];
+        }
+        s_term[rl] = term;
+        s_arg[rl] = arg;
+      }
+    }
+  }
+  __syncthreads();
+  const uint64_t rows = lq - r0b < static_cast<uint64_t>(W * 32) ? lq - r0b : W * 32;
+  if (G == 1) {
+    if (threadIdx.x == 0) {
+      double sum = 0.0;
+      for (uint64_t r = 0; r < lq; ++r) sum += static_cast<double>(s_term[r]);
+      *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? static_cast<float>(sum) : -INFINITY;
+    }
+    int32_t* am = a.pairs.ArgmaxPtr(p, qi, dj, qb - a.q.Begin(0), lq);
+    if (am) {
+      for (uint64_t r = threadIdx.x; r < lq; r += W * 32) am[r] = doc_nonempty ? s_arg[r] : -1;
+    }
+  } else {
+    for (uint64_t r = threadIdx.x; r < rows; r += W * 32) {
+      const uint64_t slot = (p * G + grp) * a.part.group_rows + r;
+      a.part.term[slot] = s_term[r];
+      a.part.arg[slot] = s_arg[r];
+    }
+  }
+}
+
+template <typename T, int W>
+cudaError_t LaunchSmemW(const ForwardArgs& a, cudaStream_t stream) {
+  const uint64_t tasks = a.pairs.n_pairs * a.part.groups;
+  if (tasks == 0) return cudaSuccess;
+  if (tasks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
+  const int smem = kSmemStages * kSmemTile * kRowBytes;
+  // The dynamic shared-memory limit is raised once per instantiation (idempotent, so a race is harmless).
+  static bool ready_true = false, ready_false = false;
+  if (a.pairs.argmax) {
+    if (!ready_true) {
+      const cudaError_t e = cudaFuncSetAttribute(ExactTcSmemKernel<T, W, true>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (e != cudaSuccess) return e;
+      ready_true = true;
+    }
+    ExactTcSmemKernel<T, W, true><<<static_cast<unsigned>(tasks), W * 32, smem, stream>>>(a);
+  } else {
+    if (!ready_false) {
+      const cudaError_t e = cudaFuncSetAttribute(ExactTcSmemKernel<T, W, false>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (e != cudaSuccess) return e;
+      ready_false = true;
+    }
+    ExactTcSmemKernel<T, W, false><<<static_cast<unsigned>(tasks), W * 32, smem, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchSmemT(const ForwardArgs& a, cudaStream_t stream) {
+  switch (a.part.group_rows) {
+    case 64: return LaunchSmemW<T, 2>(a, stream);
+    case 128: return LaunchSmemW<T, 4>(a, stream);
+    default: return LaunchSmemW<T, 8>(a, stream);
+  }
 }
 
 // ---- FFMA ---------------------------------------------------------------------------------------------
@@ -358,6 +572,16 @@ bool TcSupported(const SetsView& q, const SetsView& d) {
 }
 
 uint32_t TcGroupRows(uint64_t max_lq) { return max_lq <= 16 ? 16 : 32; }
+
+bool TcSmemSupported(const SetsView& q, const SetsView& d, uint64_t max_lq) {
+  return TcSupported(q, d) && q.dim > 96 && q.dim <= 128 && max_lq > 32;
+}
+
+uint32_t TcSmemGroupRows(uint64_t max_lq) { return max_lq <= 64 ? 64 : max_lq <= 128 ? 128 : 256; }
+
+cudaError_t LaunchExactTcSmem(const ForwardArgs& a, cudaStream_t stream) {
+  return a.q.dtype == kBF16 ? LaunchSmemT<__nv_bfloat16>(a, stream) : LaunchSmemT<__half>(a, stream);
+}
 
 cudaError_t LaunchExactTc(const ForwardArgs& a, cudaStream_t stream) {
   const bool bf16 = a.q.dtype == kBF16;

@@ -124,6 +124,11 @@ bool TcSupported(const SetsView& q, const SetsView& d);
 // Rows per group the tensor-core kernel uses for queries of at most max_lq tokens (16 or 32).
 uint32_t TcGroupRows(uint64_t max_lq);
 cudaError_t LaunchExactTc(const ForwardArgs& a, cudaStream_t stream);
+// Shared-memory tiled tensor-core forward for long queries (max_lq > 32, 96 < dim <= 128): blocks of
+// TcSmemGroupRows(max_lq) query rows (64, 128 or 256) share each document tile.
+bool TcSmemSupported(const SetsView& q, const SetsView& d, uint64_t max_lq);
+uint32_t TcSmemGroupRows(uint64_t max_lq);
+cudaError_t LaunchExactTcSmem(const ForwardArgs& a, cudaStream_t stream);
 // FFMA exact forward (any dtype / layout): always writes partials with group_rows = kFfmaGroupRows.
 constexpr uint32_t kFfmaGroupRows = 32;
 cudaError_t LaunchExactFfma(const ForwardArgs& a, cudaStream_t stream);

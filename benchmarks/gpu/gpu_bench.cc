@@ -1,0 +1,376 @@
+// GPU benchmark of the CUDA plugin (device machine: scripts/device/gpu-bench.sh).
+//
+// Each shape is packed once (bf16 originals + int8 codes, the library's packer), uploaded as a device-resident
+// corpus, and scored by queries already on the device; every call is timed with CUDA events around exactly
+// the plugin's device work (the same code the plugin runs, linked directly), after a warm-up, and the median
+// is reported. Shapes whose corpus fits in L2 several times over rotate among copies so that repeated calls
+// do not measure the cache. Also measured in the same run: device-to-device copy bandwidth (bytes read +
+// written), and the end-to-end latency of the public call (host queries in, host scores out) for one shape.
+// cuBLAS and the naive PyTorch baseline are measured by baselines.py in the same device session; report.py
+// joins everything into one table.
+//
+// Data: unit-norm Gaussian token vectors (ColBERT-like norms; certified candidate sets of ~2 tokens).
+// Output: one JSON object per line (--json FILE), and a readable log on stdout.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "maxsim/maxsim.h"
+
+namespace {
+
+using mscuda::Backend;
+using mscuda::Corpus;
+using mscuda::DeviceQueries;
+
+FILE* g_json = nullptr;
+
+#define CHECK_CUDA(x)                                                                     \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));                \
+      std::exit(2);                                                                       \
+    }                                                                                     \
+  } while (0)
+#define CHECK_ST(x)                                                                       \
+  do {                                                                                    \
+    mscuda::Status s_ = (x);                                                              \
+    if (!s_.ok()) {                                                                       \
+      std::fprintf(stderr, "%s failed: %s\n", #x, s_.message.c_str());                    \
+      std::exit(2);                                                                       \
+    }                                                                                     \
+  } while (0)
+#define CHECK_MS(x)                                                                       \
+  do {                                                                                    \
+    maxsim_status s_ = (x);                                                               \
+    if (s_ != MAXSIM_OK) {                                                                \
+      std::fprintf(stderr, "%s failed: %s\n", #x, maxsim_last_error());                   \
+      std::exit(2);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+uint16_t ToBf16(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  b += 0x7fffu + ((b >> 16) & 1u);
+  return static_cast<uint16_t>(b >> 16);
+}
+
+// n_sets uniform sets of `len` unit-norm Gaussian vectors, bf16, packed by the library.
+std::vector<uint8_t> PackRandom(uint64_t n_sets, uint64_t len, uint32_t dim, uint64_t seed) {
+  const uint64_t rows = n_sets * len;
+  std::vector<uint16_t> data(rows * dim);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r) {
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(r));
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::vector<float> v(dim);
+    double n = 0;
+    for (uint32_t k = 0; k < dim; ++k) {
+      v[k] = g(rng);
+      n += static_cast<double>(v[k]) * v[k];
+    }
+    const float inv = static_cast<float>(1.0 / std::sqrt(n));
+    for (uint32_t k = 0; k < dim; ++k) data[r * dim + k] = ToBf16(v[k] * inv);
+  }
+  maxsim_dense_sets s{};
+  s.struct_size = sizeof(s);
+  s.memory = MAXSIM_MEMORY_HOST;
+  s.data = data.data();
+  s.dtype = MAXSIM_BF16;
+  s.dim = dim;
+  s.n_sets = n_sets;
+  s.set_length = len;
+  maxsim_options o;
+  maxsim_options_init(&o);
+  o.load_plugins = 0;
+  o.backend = "cpu";
+  maxsim_context* ctx = nullptr;
+  CHECK_MS(maxsim_context_create(&o, &ctx));
+  uint64_t size = 0;
+  CHECK_MS(maxsim_pack_size(&s, 0, &size));
+  std::vector<uint8_t> buf(size + 64);
+  uint8_t* aligned = buf.data();
+  while (reinterpret_cast<uintptr_t>(aligned) % 64) ++aligned;  // the packer wants 64-byte alignment
+  uint64_t written = 0;
+  CHECK_MS(maxsim_pack_into(ctx, &s, nullptr, aligned, size, &written));
+  maxsim_context_destroy(ctx);
+  std::vector<uint8_t> out(aligned, aligned + written);
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Median of event-timed calls (ms) after `warmup` calls. fn(i) enqueues the work of call i on `stream`.
+double TimeIt(cudaStream_t stream, int warmup, int iters, const std::function<void(int)>& fn) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) fn(i);
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    CHECK_CUDA(cudaEventRecord(a, stream));
+    fn(i);
+    CHECK_CUDA(cudaEventRecord(b, stream));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  CHECK_CUDA(cudaGetLastError());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return Median(ms);
+}
+
+void Emit(const std::string& name, const std::string& mode, double ms, double flops, double bytes,
+          const std::string& extra = "") {
+  std::printf("%-16s %-10s %9.4f ms  %8.1f TFLOP/s  %8.1f GB/s %s\n", name.c_str(), mode.c_str(), ms,
+              flops / ms / 1e9, bytes / ms / 1e6, extra.c_str());
+  if (g_json) {
+    std::fprintf(g_json, "{\"shape\": \"%s\", \"mode\": \"%s\", \"ms\": %.6f, \"flops\": %.6e, \"bytes\": %.6e%s%s}\n",
+                 name.c_str(), mode.c_str(), ms, flops, bytes, extra.empty() ? "" : ", ", extra.c_str());
+    std::fflush(g_json);
+  }
+}
+
+struct Shape {
+  const char* name;
+  uint64_t nq, lq, nd, ld;
+  uint32_t dim;
+  bool certified;
+  bool topk;
+};
+
+void HostLog(void*, maxsim_log_level, const char*) {}
+
+void RunShape(Backend& b, const Shape& s, const std::string& only) {
+  if (!only.empty() && only != s.name) return;
+  std::printf("-- %s: Nq=%llu Lq=%llu Nd=%llu Ld=%llu d=%u\n", s.name, (unsigned long long)s.nq,
+              (unsigned long long)s.lq, (unsigned long long)s.nd, (unsigned long long)s.ld, s.dim);
+  const std::vector<uint8_t> qbuf = PackRandom(s.nq, s.lq, s.dim, 1);
+  const std::vector<uint8_t> dbuf = PackRandom(s.nd, s.ld, s.dim, 2);
+  // Copies to rotate among so that repeated calls stream from HBM, not L2 (50 MB).
+  const uint64_t copies = std::max<uint64_t>(1, std::min<uint64_t>(4, (200ull << 20) / dbuf.size() + 1));
+  std::vector<Corpus*> corpora(copies, nullptr);
+  for (uint64_t c = 0; c < copies; ++c) CHECK_ST(mscuda::UploadCorpus(b, dbuf.data(), dbuf.size(), &corpora[c]));
+  mscuda::DeviceBuffer qdev;
+  DeviceQueries q;
+  CHECK_ST(mscuda::UploadQueriesTo(b, qbuf.data(), qbuf.size(), qdev, &q));
+  float* scores = nullptr;
+  unsigned long long* counters = nullptr;
+  CHECK_CUDA(cudaMalloc(&scores, s.nq * s.nd * 4));
+  CHECK_CUDA(cudaMalloc(&counters, 16));
+  const double flops = 2.0 * s.nq * s.lq * s.nd * s.ld * s.dim;
+  const double exact_bytes = static_cast<double>(s.nd) * s.ld * s.dim * 2 + s.nq * s.lq * s.dim * 2.0 + s.nq * s.nd * 4.0;
+  const double padded = (s.dim + 63) / 64 * 64;
+  const double cert_bytes = static_cast<double>(s.nd) * s.ld * (padded + 16) + s.nq * s.lq * (padded + 16 + s.dim * 2.0) +
+                            s.nq * s.nd * 4.0;
+  const int iters = 30, warm = 5;
+  auto run = [&](int mode) {
+    return TimeIt(b.stream, warm, iters, [&](int i) {
+      CHECK_ST(mscuda::ScoreMatrixDevice(b, q, *corpora[static_cast<size_t>(i) % copies], MAXSIM_METRIC_DOT, mode,
+                                         scores, nullptr, mode == MAXSIM_MODE_EXACT ? nullptr : counters, b.stream));
+    });
+  };
+  Emit(s.name, "exact", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
+  if (s.certified) {
+    CHECK_CUDA(cudaMemset(counters, 0, 16));
+    const double ms = run(MAXSIM_MODE_CERTIFIED);
+    unsigned long long c[2];
+    CHECK_CUDA(cudaMemcpy(c, counters, 16, cudaMemcpyDeviceToHost));
+    const double evals = static_cast<double>(iters + warm) * s.nq * s.lq * s.nd;
+    char extra[160];
+    std::snprintf(extra, sizeof(extra), "\"refined_per_token\": %.3f, \"multi_fraction\": %.4f", c[0] / evals,
+                  c[1] / evals);
+    Emit(s.name, "certified", ms, flops, cert_bytes, extra);
+    Emit(s.name, "approximate", run(MAXSIM_MODE_APPROXIMATE), flops, cert_bytes);
+  }
+  if (s.topk && copies == 1) {
+    // Public-call top-k (host queries in, host results out), wall clock: what an application sees.
+    for (int mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED}) {
+      maxsim_plugin_score_args a{};
+      a.struct_size = sizeof(a);
+      a.metric = MAXSIM_METRIC_DOT;
+      a.mode = static_cast<maxsim_mode>(mode);
+      a.queries = qbuf.data();
+      a.queries_size = qbuf.size();
+      a.corpus = reinterpret_cast<const maxsim_plugin_corpus*>(corpora[0]);
+      a.k = 10;
+      std::vector<float> ts(s.nq * 10);
+      std::vector<uint64_t> ti(s.nq * 10);
+      a.scores = ts.data();
+      a.topk_index = ti.data();
+      std::vector<double> ms;
+      for (int i = 0; i < 25; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        CHECK_ST(mscuda::TopK(b, a));
+        const auto t1 = std::chrono::steady_clock::now();
+        if (i >= 5) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      }
+      Emit(s.name, mode == MAXSIM_MODE_EXACT ? "topk10-e2e" : "topk10c-e2e", Median(ms), flops,
+           mode == MAXSIM_MODE_EXACT ? exact_bytes : cert_bytes);
+    }
+  }
+  if (std::string(s.name) == "textual-1k") {
+    // End-to-end public-call latency of the score matrix (host queries in, host scores out).
+    maxsim_plugin_score_args a{};
+    a.struct_size = sizeof(a);
+    a.metric = MAXSIM_METRIC_DOT;
+    a.mode = MAXSIM_MODE_EXACT;
+    a.queries = qbuf.data();
+    a.queries_size = qbuf.size();
+    a.corpus = reinterpret_cast<const maxsim_plugin_corpus*>(corpora[0]);
+    std::vector<float> hs(s.nq * s.nd);
+    a.scores = hs.data();
+    std::vector<double> ms;
+    for (int i = 0; i < 40; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      CHECK_ST(mscuda::ScoreMatrix(b, a));
+      const auto t1 = std::chrono::steady_clock::now();
+      if (i >= 10) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    Emit(s.name, "exact-e2e", Median(ms), flops, exact_bytes);
+  }
+  for (Corpus* c : corpora) mscuda::FreeCorpus(b, c);
+  cudaFree(scores);
+  cudaFree(counters);
+}
+
+// In-batch training step: forward (scores + argmax) + backward (grad_Q, grad_D), bf16 device tensors.
+void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, uint32_t dim) {
+  std::printf("-- train in-batch: Nq=%llu Nd=%llu Lq=%llu Ld=%llu d=%u\n", (unsigned long long)nq,
+              (unsigned long long)nd, (unsigned long long)lq, (unsigned long long)ld, dim);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> g(0.0f, 0.09f);
+  std::vector<uint16_t> hq(nq * lq * dim), hd(nd * ld * dim);
+  for (auto& v : hq) v = ToBf16(g(rng));
+  for (auto& v : hd) v = ToBf16(g(rng));
+  void *dq, *dd;
+  float *scores, *grad, *gq, *gd;
+  int32_t* argmax;
+  CHECK_CUDA(cudaMalloc(&dq, hq.size() * 2));
+  CHECK_CUDA(cudaMalloc(&dd, hd.size() * 2));
+  CHECK_CUDA(cudaMemcpy(dq, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(dd, hd.data(), hd.size() * 2, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMalloc(&scores, nq * nd * 4));
+  CHECK_CUDA(cudaMalloc(&grad, nq * nd * 4));
+  CHECK_CUDA(cudaMalloc(&argmax, nq * nd * lq * 4));
+  CHECK_CUDA(cudaMalloc(&gq, nq * lq * dim * 4));
+  CHECK_CUDA(cudaMalloc(&gd, nd * ld * dim * 4));
+  std::vector<float> hg(nq * nd);
+  for (auto& v : hg) v = g(rng);
+  CHECK_CUDA(cudaMemcpy(grad, hg.data(), hg.size() * 4, cudaMemcpyHostToDevice));
+  auto sets = [&](void* data, uint64_t n, uint64_t len) {
+    maxsim_dense_sets s{};
+    s.struct_size = sizeof(s);
+    s.memory = MAXSIM_MEMORY_CUDA;
+    s.data = data;
+    s.dtype = MAXSIM_BF16;
+    s.dim = dim;
+    s.n_sets = n;
+    s.set_length = len;
+    return s;
+  };
+  const maxsim_dense_sets sq = sets(dq, nq, lq), sd = sets(dd, nd, ld);
+  uint64_t extra_f = 0, extra_b = 0;
+  maxsim_plugin_train_args a{};
+  a.struct_size = sizeof(a);
+  a.metric = MAXSIM_METRIC_DOT;
+  a.layout = MAXSIM_LAYOUT_MATRIX;
+  a.queries = &sq;
+  a.documents = &sd;
+  a.scores = scores;
+  a.argmax = argmax;
+  a.grad_scores = grad;
+  a.grad_queries = gq;
+  a.grad_documents = gd;
+  a.stream = b.stream;
+  const double flops = 2.0 * nq * nd * lq * ld * dim;
+  const double bytes = (hq.size() + hd.size()) * 2.0 * 2 + (nq * lq + nd * ld) * dim * 4.0;
+  for (int det : {1, 0}) {
+    a.deterministic = det;
+    b.sync_calls = false;
+    const double ms = TimeIt(b.stream, 5, 30, [&](int) {
+      a.peak_extra_bytes = &extra_f;
+      CHECK_ST(mscuda::TrainForward(b, a));
+      a.peak_extra_bytes = &extra_b;
+      CHECK_ST(mscuda::TrainBackward(b, a));
+    });
+    const double fwd = TimeIt(b.stream, 3, 30, [&](int) { CHECK_ST(mscuda::TrainForward(b, a)); });
+    b.sync_calls = true;
+    CHECK_ST(mscuda::TrainForward(b, a));  // with its checks, once
+    CHECK_ST(mscuda::TrainBackward(b, a));
+    char extra[200];
+    // Extra memory: the plugin's scratch (peak of the two calls); outputs (scores, argmax, grads) excluded.
+    std::snprintf(extra, sizeof(extra), "\"extra_mb\": %.3f, \"fwd_ms\": %.4f",
+                  std::max(extra_f, extra_b) / 1048576.0, fwd);
+    Emit("train-inbatch", det ? "fwd+bwd-det" : "fwd+bwd-atomic", ms, flops, bytes, extra);
+  }
+  cudaFree(dq);
+  cudaFree(dd);
+  cudaFree(scores);
+  cudaFree(grad);
+  cudaFree(argmax);
+  cudaFree(gq);
+  cudaFree(gd);
+}
+
+void CopyBandwidth(Backend& b) {
+  const uint64_t bytes = 2ull << 30;
+  void *x, *y;
+  CHECK_CUDA(cudaMalloc(&x, bytes));
+  CHECK_CUDA(cudaMalloc(&y, bytes));
+  CHECK_CUDA(cudaMemset(x, 1, bytes));
+  const double ms = TimeIt(b.stream, 3, 10, [&](int) {
+    CHECK_CUDA(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, b.stream));
+  });
+  std::printf("device copy: %.1f GB/s (read + write)\n", 2.0 * bytes / ms / 1e6);
+  if (g_json) std::fprintf(g_json, "{\"shape\": \"copy\", \"mode\": \"d2d\", \"ms\": %.6f, \"bytes\": %.6e}\n", ms, 2.0 * bytes);
+  cudaFree(x);
+  cudaFree(y);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) g_json = std::fopen(argv[++i], "w");
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+  }
+  maxsim_plugin_host host{};
+  host.struct_size = sizeof(host);
+  host.log = &HostLog;
+  Backend* b = nullptr;
+  CHECK_ST(mscuda::CreateBackend(&host, &b));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", b->prop.name, b->prop.multiProcessorCount, b->prop.l2CacheSize >> 20);
+  if (only.empty()) CopyBandwidth(*b);
+  const Shape shapes[] = {
+      {"textual-1k", 1, 32, 1000, 300, 128, true, false},
+      {"textual-10k", 1, 32, 10000, 300, 128, true, true},
+      {"colpali-rerank", 1, 32, 1000, 1030, 128, true, false},
+      {"q128", 1, 128, 1000, 1030, 128, true, false},
+      {"visual", 1, 1024, 1000, 1024, 128, true, false},
+  };
+  for (const Shape& s : shapes) RunShape(*b, s, only);
+  if (only.empty() || only == "train") RunTrain(*b, 64, 64, 32, 300, 128);
+  mscuda::DestroyBackend(b);
+  if (g_json) std::fclose(g_json);
+  return 0;
+}

@@ -1,0 +1,27 @@
+# GPU benchmarks (device machine): libmaxsim's CUDA plugin on the issue's shapes (bf16, median of CUDA-event-
+# timed calls after warm-up), with in-run baselines (cuBLAS bf16 rate, device copy bandwidth, naive PyTorch
+# einsum + amax + sum at fp32), one Nsight Compute speed-of-light profile of the main kernels, and one table.
+set -uo pipefail
+source scripts/device/env.sh
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXSIM_CUDA=ON \
+    -DMAXSIM_BLAS_DIR="$MAXSIM_BLAS_DIR" -DMAXSIM_BLAS_INCLUDE="$MAXSIM_BLAS_INCLUDE" || exit 1
+fi
+ninja -C "$BUILD" -j"$NPROC" maxsim_gpu_bench || exit 1
+B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
+timeout 240 "$B" --json "$OUT/gpu-bench.json" > "$OUT/gpu-bench.txt" 2>&1
+brc=$?
+PYTHONUNBUFFERED=1 timeout 150 python3 benchmarks/gpu/baselines.py --json "$OUT/gpu-baselines.json" > "$OUT/gpu-baselines.txt" 2>&1
+prc=$?
+if [ "${MAXSIM_GPU_PROFILE:-1}" = 1 ] && command -v ncu > /dev/null; then
+  for shape in textual-10k visual; do
+    timeout 240 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+      -k "regex:ExactTc|Screen" --launch-skip 4 --launch-count 2 "$B" --only $shape > "$OUT/ncu-$shape.txt" 2>&1
+  done
+fi
+python3 benchmarks/gpu/report.py "$OUT/gpu-bench.json" "$OUT/gpu-baselines.json" > "$OUT/summary-gpu-bench.txt"
+echo "bench rc $brc, baselines rc $prc" >> "$OUT/summary-gpu-bench.txt"
+for f in "$OUT"/ncu-*.txt; do
+  [ -f "$f" ] && { echo "--- $(basename "$f")"; grep -E "ExactTc|Screen|Duration|Memory Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|DRAM Throughput" "$f" | head -24; } >> "$OUT/summary-gpu-bench.txt"
+done
+[ $brc -eq 0 ]

@@ -1,0 +1,29 @@
+# GPU conformance (device machine): builds only what it needs (so that unrelated work in progress cannot stop
+# it), runs the GPU suite against the CPU float64 reference and the CPU backward, compute-sanitizer memcheck on
+# a small case of every operation, `maxsim info` (the plugin and backend lines) and the demo on the GPU.
+set -uo pipefail
+source scripts/device/env.sh
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXSIM_CUDA=ON \
+    -DMAXSIM_BLAS_DIR="$MAXSIM_BLAS_DIR" -DMAXSIM_BLAS_INCLUDE="$MAXSIM_BLAS_INCLUDE" || exit 1
+fi
+ninja -C "$BUILD" -j"$NPROC" maxsim_plugin_cuda maxsim_gpu_tests maxsim_cli || exit 1
+S="$OUT/summary-gpu-tests.txt"
+: > "$S"
+"$BUILD/lib/cli/maxsim" info > "$OUT/maxsim-info-gpu.txt" 2>&1
+grep -E "^  cuda|available:|unavailable:|^Backend" "$OUT/maxsim-info-gpu.txt" >> "$S"
+export MAXSIM_GPU_TESTS_REQUIRE=1
+timeout 300 "$BUILD/tests/gpu/maxsim_gpu_tests" --gtest_output=xml:"$OUT/gpu-tests.xml" > "$OUT/gpu-tests.txt" 2>&1
+rc=$?
+grep -E "MAXSIM_TEST_SEED|refined|^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$OUT/gpu-tests.txt" >> "$S"
+grep -B2 -A12 "Failure" "$OUT/gpu-tests.txt" | head -60 >> "$S"
+echo "gpu conformance: rc $rc" >> "$S"
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+timeout 150 "$SAN" --tool memcheck --error-exitcode 9 --leak-check full \
+  "$BUILD/tests/gpu/maxsim_gpu_tests" --gtest_filter='Gpu.SanitizeSmallEveryOperation' > "$OUT/sanitizer.txt" 2>&1
+src=$?
+{ echo "compute-sanitizer memcheck (small case of every operation): rc $src"; tail -n 3 "$OUT/sanitizer.txt"; } >> "$S"
+MAXSIM_BACKEND=cuda timeout 60 "$BUILD/lib/cli/maxsim" demo > "$OUT/demo-gpu.txt" 2>&1
+drc=$?
+{ echo "maxsim demo with MAXSIM_BACKEND=cuda: rc $drc"; tail -n 6 "$OUT/demo-gpu.txt"; } >> "$S"
+[ $rc -eq 0 ] && [ $src -eq 0 ] && [ $drc -eq 0 ]
