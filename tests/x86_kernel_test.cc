@@ -31,6 +31,12 @@ Context Ctx(const std::string& kernel, int threads = 1) {
   return Context(o);
 }
 
+// Forces the vdpbf16ps path on (where its order self-test passed) for one test, whatever its speed here.
+struct ForceBf16Dp {
+  ForceBf16Dp() { x86::ForceBf16DpForTest(1); }
+  ~ForceBf16Dp() { x86::ForceBf16DpForTest(-1); }
+};
+
 std::vector<std::string> Available() {
   std::vector<std::string> names;
   for (size_t i = 0; i < maxsim_kernel_count(); ++i) {
@@ -71,7 +77,15 @@ Outcome Score(Context& ctx, const TokenSets& q, const TokenSets& d, maxsim_metri
   return r;
 }
 
-void ExpectSame(const Outcome& a, const Outcome& b, const std::string& what, bool counters) {
+// Query-token x non-empty-document evaluations: every one refines at least one row in certified mode.
+uint64_t Evaluations(const TokenSets& q, const TokenSets& d) {
+  uint64_t non_empty = 0;
+  for (uint64_t j = 0; j < d.n_sets(); ++j) non_empty += d.length(j) > 0;
+  return q.rows() * non_empty;
+}
+
+void ExpectSame(const Outcome& a, const Outcome& b, const std::string& what, bool counters,
+                uint64_t min_refined = 0) {
   ASSERT_EQ(a.scores.size(), b.scores.size()) << what;
   for (size_t i = 0; i < a.scores.size(); ++i) {
     ASSERT_EQ(std::memcmp(&a.scores[i], &b.scores[i], 4), 0)
@@ -79,15 +93,19 @@ void ExpectSame(const Outcome& a, const Outcome& b, const std::string& what, boo
   }
   ASSERT_EQ(a.argmax, b.argmax) << what << ": argmax differs";
   if (counters) {
-    EXPECT_EQ(a.stats.refined, b.stats.refined) << what << ": refined counters differ";
+    // The certified candidate sets are identical; the x86 kernels refine fewer of them (two-phase refinement,
+    // screen_driver-inl.h) but never fewer than one row per query token.
     EXPECT_EQ(a.stats.multi_candidate, b.stats.multi_candidate) << what << ": multi-candidate counters differ";
+    EXPECT_LE(b.stats.refined, a.stats.refined) << what << ": refined more rows than the candidate sets hold";
+    EXPECT_GE(b.stats.refined, min_refined) << what << ": fewer refinements than query-token evaluations";
   }
 }
 
-// Every kernel against the scalar kernel, every mode: identical scores, argmaxes and screening counters. The
-// i8 dot is exact in every kernel and the keys, margins and candidate tests use the same f32 expressions, so
-// even the candidate sets (and the approximate choices) must agree.
+// Every kernel against the scalar kernel, every mode: identical scores and argmaxes. The i8 dot is exact in
+// every kernel and the keys, margins and candidate tests use the same f32 expressions, so even the candidate
+// sets (multi_candidate) and the approximate choices must agree.
 TEST(X86Kernels, EveryKernelMatchesScalarBitForBitOnEveryTileShape) {
+  ForceBf16Dp force;  // the bf16 data below goes through vdpbf16ps where the CPU has it (and it is exact)
   std::mt19937_64 rng(31337);
   // Query lengths around the 8/16/32-lane groups, document lengths around the 1/2/4/6/8/12/16/32-row tiles.
   const uint64_t lq_lengths[] = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 64, 65, 100};
@@ -113,9 +131,10 @@ TEST(X86Kernels, EveryKernelMatchesScalarBitForBitOnEveryTileShape) {
             Context ctx = Ctx(k, 2);
             const std::string what = k + " dim " + std::to_string(dim) + " dtype " + std::to_string(dtype) +
                                      " metric " + std::to_string(metric) + " mode " + std::to_string(mode);
-            ExpectSame(ref, Score(ctx, q, d, metric, mode), what, true);
+            const uint64_t min_refined = mode == MAXSIM_MODE_EXACT ? 0 : Evaluations(q, d);
+            ExpectSame(ref, Score(ctx, q, d, metric, mode), what, true, min_refined);
             if (mode == MAXSIM_MODE_CERTIFIED) {
-              ExpectSame(ref, Score(ctx, q, d, metric, mode, false), what + " (dense documents)", true);
+              ExpectSame(ref, Score(ctx, q, d, metric, mode, false), what + " (dense documents)", true, min_refined);
             }
           }
         }
@@ -127,6 +146,7 @@ TEST(X86Kernels, EveryKernelMatchesScalarBitForBitOnEveryTileShape) {
 // Many queries against the same documents (the engine reuses per-document work across queries: widened rows,
 // re-laid-out bf16 rows): results must not depend on which query came first.
 TEST(X86Kernels, PerDocumentCachesDoNotLeakAcrossQueriesOrDocuments) {
+  ForceBf16Dp force;
   std::mt19937_64 rng(99);
   TokenSets q = Generate(rng, Shape::kUnitGaussian, 9, 1, 40, 64);
   TokenSets d = Generate(rng, Shape::kUnitGaussian, 30, 1, 50, 64);
@@ -209,6 +229,7 @@ std::vector<float> Bf16Values(std::mt19937_64& rng, size_t n, int emin, int emax
 TEST(X86Kernels, VdpBf16PathIsTakenWhereItAppliesAndEqualsTheCanonicalChain) {
   if (!Has("avx512-bf16")) GTEST_SKIP() << "kernel avx512-bf16 unavailable here";
   std::printf("vdpbf16ps self-test on this CPU: %s\n", x86::Bf16DpVerdict());
+  ForceBf16Dp force;
   std::mt19937_64 rng(5);
   const uint32_t dim = 128, lq = 33, ld = 77;
   for (int trial = 0; trial < 4; ++trial) {
@@ -218,7 +239,7 @@ TEST(X86Kernels, VdpBf16PathIsTakenWhereItAppliesAndEqualsTheCanonicalChain) {
     std::vector<int32_t> arg(lq), arg_ref(lq);
     KernelScratch scratch, scratch_ref;
     const bool taken = x86::ExactBf16Dp(x.q, x.d, MAXSIM_METRIC_DOT, key.data(), arg.data(), scratch);
-    if (std::string(x86::Bf16DpVerdict()).find("neither") != std::string::npos) {
+    if (!x86::Bf16DpInUse()) {  // the self-test found no canonical order on this CPU
       EXPECT_FALSE(taken);
       continue;
     }
@@ -246,6 +267,7 @@ TEST(X86Kernels, VdpBf16PathIsTakenWhereItAppliesAndEqualsTheCanonicalChain) {
 // Through the API: bf16 data with tiny and huge exponents, where products and partial sums hit the denormal
 // range for some pairs (the vdpbf16ps guard refuses those) and not for others.
 TEST(X86Kernels, Bf16ExtremeExponentsGiveIdenticalResultsOnEveryKernel) {
+  ForceBf16Dp force;
   std::mt19937_64 rng(8);
   for (int lo : {-60, -40, -20}) {
     TokenSets q, d;

@@ -114,12 +114,26 @@ HWY_INLINE void ContiguousTile(const float* qt, size_t qstride, const float* row
   Tile<NQ, R, kCos, false>(qt, qstride, rp, dim, idx, w, nullptr, best, arg);
 }
 
+// Prefetches rows [j0, j1): a tile's rows are read as R concurrent streams of 4 bytes per k, which the
+// hardware prefetchers follow poorly when the document comes from DRAM; one tile ahead hides the latency.
+HWY_INLINE void PrefetchRows(const float* rows, uint64_t stride, uint32_t j0, uint32_t j1, uint32_t dim) {
+  for (uint32_t j = j0; j < j1; ++j) {
+    const char* p = reinterpret_cast<const char*>(rows + j * stride);
+    for (uint32_t off = 0; off < dim * 4; off += 64) __builtin_prefetch(p + off, 0, 3);
+  }
+}
+
 // All nd rows against NQ query vectors: full tiles of RMAX rows, then the rest in tiles of 8, 4, 2, 1.
 template <size_t NQ, size_t RMAX, bool kCos>
 HWY_NOINLINE void RunRows(const float* qt, size_t qstride, const float* rows, uint64_t stride, uint32_t nd,
                           uint32_t dim, const float* inv, float* best, int32_t* arg) {
   uint32_t j = 0;
-  for (; j + RMAX <= nd; j += RMAX) ContiguousTile<NQ, RMAX, kCos>(qt, qstride, rows, stride, j, dim, inv, best, arg);
+  PrefetchRows(rows, stride, 0, nd < RMAX ? nd : static_cast<uint32_t>(RMAX), dim);
+  for (; j + RMAX <= nd; j += RMAX) {
+    const uint32_t next = j + static_cast<uint32_t>(RMAX);
+    PrefetchRows(rows, stride, next, nd - next < RMAX ? nd : next + static_cast<uint32_t>(RMAX), dim);
+    ContiguousTile<NQ, RMAX, kCos>(qt, qstride, rows, stride, j, dim, inv, best, arg);
+  }
   if (RMAX > 8 && j + 8 <= nd) {
     ContiguousTile<NQ, 8, kCos>(qt, qstride, rows, stride, j, dim, inv, best, arg);
     j += 8;

@@ -14,9 +14,15 @@
 //   exact candidate test (here, scalar, same formulas and order as the portable kernel): lower = max over
 //            the survivors of fl(A - m), candidates = survivors with A + m >= lower (approximate mode: the
 //            first row of maximal A). The candidate sets are therefore identical to the portable kernel's,
-//            so the counters agree across kernels (tests check this).
-//   refinement (Highway exact tiles, x86_kernels.h): the canonical chain for each candidate row against the
-//            group's query vector, folded lane-masked in row order: exactly the exact path's values.
+//            so multi_candidate agrees across kernels (tests check this).
+//   refinement (Highway exact tiles, x86_kernels.h), in two phases: first each token's top row t (first row
+//            of maximal A), which gives its exact key E_t; then, only for tokens with another candidate j
+//            whose upper bound A_j + m_j still reaches E_t, those rows and t again, folded in row order.
+//            Rows with A_j + m_j < E_t cannot win (their E_j is below E_t), so the result is the exact
+//            path's while far fewer rows are refined than the candidate set holds (stats.refined counts
+//            the rows actually refined; it is therefore below the portable kernel's).
+//            The canonical chain for each row against the group's query vector, folded lane-masked in row
+//            order, gives exactly the exact path's values.
 #ifndef MAXSIM_SRC_KERNELS_X86_SCREEN_DRIVER_INL_H_
 #define MAXSIM_SRC_KERNELS_X86_SCREEN_DRIVER_INL_H_
 
@@ -112,12 +118,11 @@ void ScreenedDriver(const PreparedQuery& q, const DocRef& d, maxsim_metric metri
   const float* rows = RowsF32(hwy, d, scratch, &stride);
   const uint32_t n_groups = q.n_padded / W;
   const uint32_t block_groups = std::min<uint32_t>(Isa::kGroupsPerBlock, n_groups);
-  // work: [inv nd][B block_groups*nd*W][topP block_groups*W][ak nd*W][m nd*W][tp W][best W]
   const size_t nd_pad = (static_cast<size_t>(nd) + 15) / 16 * 16;
   const size_t b_size = static_cast<size_t>(block_groups) * nd_pad * W;
-  float* work = KernelScratch::Grow(scratch.work, nd_pad + b_size + 4 * static_cast<size_t>(block_groups) * W +
-                                                      2 * nd_pad * W + 64 + 2 * W + 16);
-  // 64-byte align the B block for the SIMD stores.
+  // work (floats): [inv nd_pad][B b_size, 64-byte aligned][topP bg*W][ak nd_pad*W][m nd_pad*W][tp bg*W][best 2W]
+  float* work = KernelScratch::Grow(scratch.work, nd_pad + 16 + b_size + 2 * static_cast<size_t>(block_groups) * W +
+                                                      2 * nd_pad * W + 2 * W + 16);
   float* inv = work;
   float* B = inv + nd_pad;
   B = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(B) + 63) & ~static_cast<uintptr_t>(63));
@@ -125,12 +130,16 @@ void ScreenedDriver(const PreparedQuery& q, const DocRef& d, maxsim_metric metri
   float* ak = top_p + static_cast<size_t>(block_groups) * W;
   float* mg = ak + nd_pad * W;
   float* tp = mg + nd_pad * W;
-  float* best = tp + W;
-  int32_t* i32 = KernelScratch::Grow(scratch.i32, 3 * nd_pad + 2 * W);
-  uint32_t* list = reinterpret_cast<uint32_t*>(i32);
-  uint32_t* masks = list + nd_pad;
-  uint32_t* cand = masks + nd_pad;
-  int32_t* arg = reinterpret_cast<int32_t*>(cand + nd_pad);
+  float* best = tp + static_cast<size_t>(block_groups) * W;
+  float* best2 = best + W;
+  // i32: [survivor rows bg*nd_pad][their lane masks bg*nd_pad][refine rows nd_pad][refine masks nd_pad][arg 2W]
+  int32_t* i32 = KernelScratch::Grow(scratch.i32, 2 * static_cast<size_t>(block_groups) * nd_pad + 2 * nd_pad + 2 * W);
+  uint32_t* scan_rows = reinterpret_cast<uint32_t*>(i32);
+  uint32_t* scan_masks = scan_rows + static_cast<size_t>(block_groups) * nd_pad;
+  uint32_t* ref_rows = scan_masks + static_cast<size_t>(block_groups) * nd_pad;
+  uint32_t* ref_masks = ref_rows + nd_pad;
+  int32_t* arg = reinterpret_cast<int32_t*>(ref_masks + nd_pad);
+  int32_t* arg2 = arg + W;
 
   if (cosine) {
     for (uint32_t j = 0; j < nd; ++j) inv[j] = InvNorm(d.meta[j].norm);
@@ -142,22 +151,40 @@ void ScreenedDriver(const PreparedQuery& q, const DocRef& d, maxsim_metric metri
   job.layout = q.layout;
   job.inv = cosine ? inv : nullptr;
   job.cosine = cosine;
+  const size_t row_bytes = static_cast<size_t>(d.dim) * sizeof(float);
 
   uint64_t refined = 0, multi = 0;
+  size_t n_scan[Isa::kGroupsPerBlock];
   for (uint32_t g0 = 0; g0 < n_groups; g0 += block_groups) {
     const uint32_t ng = std::min(block_groups, n_groups - g0);
     Isa::ComputeB(job, g0, ng, B, nd_pad, top_p);
+    // Scan every group of the block first and prefetch the originals of the rows that survive, so the DRAM
+    // latency of the refinement overlaps the scalar candidate work below.
     for (uint32_t gl = 0; gl < ng; ++gl) {
-      const uint32_t g = g0 + gl;
-      const uint32_t s0 = g * W;
+      const uint32_t s0 = (g0 + gl) * W;
+      const uint32_t lanes = s0 < q.n_tokens ? std::min<uint32_t>(W, q.n_tokens - s0) : 0;
+      float* t = tp + static_cast<size_t>(gl) * W;
+      for (uint32_t l = 0; l < W; ++l) {
+        t[l] = l < lanes ? Threshold(consts, q.meta[s0 + l], bound, top_p[gl * W + l])
+                         : std::numeric_limits<float>::infinity();
+      }
+      uint32_t* sr = scan_rows + static_cast<size_t>(gl) * nd_pad;
+      n_scan[gl] = lanes ? Isa::Scan(B + static_cast<size_t>(gl) * nd_pad * W, nd, job.inv, t, sr,
+                                     scan_masks + static_cast<size_t>(gl) * nd_pad)
+                         : 0;
+      for (size_t e = 0; e < n_scan[gl]; ++e) {
+        const char* row = reinterpret_cast<const char*>(rows + sr[e] * stride);
+        for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + off, 0, 3);
+      }
+    }
+    for (uint32_t gl = 0; gl < ng; ++gl) {
+      const uint32_t s0 = (g0 + gl) * W;
       if (s0 >= q.n_tokens) break;
       const uint32_t lanes = std::min<uint32_t>(W, q.n_tokens - s0);
-      for (uint32_t l = 0; l < W; ++l) {
-        tp[l] = l < lanes ? Threshold(consts, q.meta[s0 + l], bound, top_p[gl * W + l])
-                          : std::numeric_limits<float>::infinity();
-      }
       const float* Bg = B + static_cast<size_t>(gl) * nd_pad * W;
-      const size_t n_scan = Isa::Scan(Bg, nd, job.inv, tp, list, masks);
+      const uint32_t* list = scan_rows + static_cast<size_t>(gl) * nd_pad;
+      const uint32_t* masks = scan_masks + static_cast<size_t>(gl) * nd_pad;
+      const size_t ns = n_scan[gl];
       // Exact keys and margins of the survivors (same expressions as the portable kernel), then lower.
       float lower[W];
       float top[W];
@@ -167,7 +194,7 @@ void ScreenedDriver(const PreparedQuery& q, const DocRef& d, maxsim_metric metri
         top[l] = -std::numeric_limits<float>::infinity();
         top_j[l] = 0;
       }
-      for (size_t e = 0; e < n_scan; ++e) {
+      for (size_t e = 0; e < ns; ++e) {
         const uint32_t j = list[e];
         const float w = cosine ? inv[j] : 1.0f;
         for (uint32_t bits = masks[e]; bits; bits &= bits - 1) {
@@ -185,38 +212,90 @@ void ScreenedDriver(const PreparedQuery& q, const DocRef& d, maxsim_metric metri
           }
         }
       }
-      // Candidate masks per surviving row.
-      uint32_t per_lane[W] = {};
-      size_t n_ref = 0;
-      for (size_t e = 0; e < n_scan; ++e) {
-        const uint32_t j = list[e];
-        uint32_t keep = 0;
-        for (uint32_t bits = masks[e]; bits; bits &= bits - 1) {
-          const uint32_t l = static_cast<uint32_t>(__builtin_ctz(bits));
-          const bool is_cand = mode == MAXSIM_MODE_APPROXIMATE ? top_j[l] == j
-                                                                : !(ak[e * W + l] + mg[e * W + l] < lower[l]);
-          if (is_cand) {
-            keep |= 1u << l;
-            ++per_lane[l];
+      // Candidates (the certified set: identical in every kernel) counted per lane.
+      uint32_t n_cand[W] = {};
+      if (mode != MAXSIM_MODE_APPROXIMATE) {
+        for (size_t e = 0; e < ns; ++e) {
+          for (uint32_t bits = masks[e]; bits; bits &= bits - 1) {
+            const uint32_t l = static_cast<uint32_t>(__builtin_ctz(bits));
+            n_cand[l] += !(ak[e * W + l] + mg[e * W + l] < lower[l]);
           }
         }
-        if (keep) {
-          list[n_ref] = j;
-          cand[n_ref] = keep;
-          ++n_ref;
+      }
+      // Refinement, phase 1: each lane's first row of maximal A (always a candidate; the approximate answer).
+      size_t n1 = 0;
+      for (uint32_t l = 0; l < lanes; ++l) {
+        size_t pos = 0;
+        while (pos < n1 && ref_rows[pos] < top_j[l]) ++pos;
+        if (pos < n1 && ref_rows[pos] == top_j[l]) {
+          ref_masks[pos] |= 1u << l;
+          continue;
         }
+        for (size_t m = n1; m > pos; --m) {
+          ref_rows[m] = ref_rows[m - 1];
+          ref_masks[m] = ref_masks[m - 1];
+        }
+        ref_rows[pos] = top_j[l];
+        ref_masks[pos] = 1u << l;
+        ++n1;
       }
       for (uint32_t l = 0; l < W; ++l) {
         best[l] = -std::numeric_limits<float>::infinity();
         arg[l] = -1;
       }
-      hwy.refine(q.qt + static_cast<size_t>(s0), q.n_padded, q.dim, rows, stride, list, cand, n_ref, job.inv, best,
-                 arg);
+      const float* qt = q.qt + static_cast<size_t>(s0);
+      hwy.refine(qt, q.n_padded, q.dim, rows, stride, ref_rows, ref_masks, n1, job.inv, best, arg);
+      refined += lanes;
+      // Phase 2 (certified): a candidate j can still win only if its upper bound A_j + m_j reaches the exact
+      // key E_t just computed for the lane's top row t (E_j <= A_j + m_j < E_t means j loses, ties included).
+      // Lanes with such rows are refined again over those rows and t, in row order from -inf, so that ties
+      // still go to the lowest row; all other lanes keep t.
+      if (mode != MAXSIM_MODE_APPROXIMATE) {
+        size_t n2 = 0;
+        uint32_t again = 0;
+        for (size_t e = 0; e < ns; ++e) {
+          const uint32_t j = list[e];
+          uint32_t keep = 0;
+          for (uint32_t bits = masks[e]; bits; bits &= bits - 1) {
+            const uint32_t l = static_cast<uint32_t>(__builtin_ctz(bits));
+            const float up = ak[e * W + l] + mg[e * W + l];
+            if (up < lower[l]) continue;  // not a candidate
+            if (j == top_j[l] || !(up < best[l])) keep |= 1u << l;
+            if (j != top_j[l] && !(up < best[l])) again |= 1u << l;
+          }
+          ref_rows[n2] = j;
+          ref_masks[n2] = keep;
+          n2 += keep != 0;
+        }
+        if (again) {
+          // Only the lanes that need it; the others drop out of the masks.
+          size_t n = 0;
+          for (size_t e = 0; e < n2; ++e) {
+            const uint32_t m = ref_masks[e] & again;
+            ref_rows[n] = ref_rows[e];
+            ref_masks[n] = m;
+            n += m != 0;
+            for (uint32_t bits = m; bits; bits &= bits - 1) {
+              const uint32_t l = static_cast<uint32_t>(__builtin_ctz(bits));
+              refined += ref_rows[e] != top_j[l];
+            }
+          }
+          for (uint32_t l = 0; l < W; ++l) {
+            best2[l] = -std::numeric_limits<float>::infinity();
+            arg2[l] = -1;
+          }
+          hwy.refine(qt, q.n_padded, q.dim, rows, stride, ref_rows, ref_masks, n, job.inv, best2, arg2);
+          for (uint32_t bits = again; bits; bits &= bits - 1) {
+            const uint32_t l = static_cast<uint32_t>(__builtin_ctz(bits));
+            best[l] = best2[l];
+            arg[l] = arg2[l];
+          }
+        }
+      }
       for (uint32_t l = 0; l < lanes; ++l) {
         best_key[s0 + l] = best[l];
         best_index[s0 + l] = arg[l];
-        refined += per_lane[l];
-        if (mode != MAXSIM_MODE_APPROXIMATE) multi += per_lane[l] > 1;
+        if (mode != MAXSIM_MODE_APPROXIMATE) multi += n_cand[l] > 1;
       }
     }
   }

@@ -60,8 +60,12 @@ void Bf16Prepare(const PreparedQuery& q, void* out);
 // KernelOps::exact of the kernels with vdpbf16ps: ExactBf16Dp where it applies, else the Highway AVX3 path.
 void ExactBf16Kernel(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key,
                      int32_t* best_index, KernelScratch& scratch);
-// One line saying what the vdpbf16ps self-test found on this CPU (runs it on first use; needs AVX512_BF16).
+// One line saying what the vdpbf16ps self-test and rate check found on this CPU (run on first use; needs
+// AVX512_BF16), and whether exact bf16 pairs take the vdpbf16ps path (the exact result is the same either way).
 const char* Bf16DpVerdict();
+bool Bf16DpInUse();
+// Tests only: -1 (default) choose by measured rate, 1 use vdpbf16ps wherever it is exact, 0 never.
+void ForceBf16DpForTest(int mode);
 
 // AVX-512 pieces shared between kernels (screen_avx512vnni.cc).
 size_t ScanAvx512(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
