@@ -264,6 +264,38 @@ TEST_F(Cli, KLargerThanTheCorpusListsEveryDocumentOnceAndEmptyDocumentsLast) {
   EXPECT_NE(j.out.find("\"score\": null"), std::string::npos) << "-inf is not JSON: printed as null";
 }
 
+TEST_F(Cli, EmptyCorpusAndEmptyQuerySets) {
+  std::mt19937_64 rng(14);
+  TokenSets none;
+  none.dim = 16;
+  none.offsets = {0};
+  none.Encode(MAXSIM_F32);
+  TokenSets queries = Generate(rng, Shape::kGaussian, 3, 2, 4, 16);
+  queries.offsets = {0, 0, 3, 3};  // queries 0 and 2 have no tokens
+  queries.values.resize(3 * 16);
+  queries.Encode(MAXSIM_F32);
+  const auto [nt, no] = WriteSets(none, "none");
+  const auto [qt, qoff] = WriteSets(queries, "queries");
+  CliResult p = Run({"pack", nt, no, "-o", Path("empty.maxsim")});
+  ASSERT_EQ(p.code, 0) << p.err;
+  CliResult s = Run({"search", Path("empty.maxsim"), qt, qoff, "-k", "1000000"});
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_EQ(s.out, "query\trank\tdoc\tid\tscore\n") << "no documents: nothing to list";
+  // Empty query sets score 0 against every non-empty document (ties: lower index first).
+  TokenSets docs = Generate(rng, Shape::kGaussian, 5, 1, 4, 16);
+  docs.Encode(MAXSIM_F32);
+  const auto [dt, doff] = WriteSets(docs, "docs");
+  ASSERT_EQ(Run({"pack", dt, doff, "-o", Path("c.maxsim")}).code, 0);
+  CliResult r = Run({"search", Path("c.maxsim"), qt, qoff, "-k", "3", "--mode", "certified"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<Hit> hits = ParseTsv(r.out);
+  ExpectSameHits(hits, LibraryTopK(Path("c.maxsim"), queries, 3, MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED), "empty q");
+  ASSERT_EQ(hits.size(), 9u);
+  EXPECT_EQ(hits[0].score, 0.0f);
+  EXPECT_EQ(hits[0].doc, 0u);
+  EXPECT_EQ(hits[2].doc, 2u);
+}
+
 TEST_F(Cli, TextIdsAndHalfPrecisionOriginals) {
   std::mt19937_64 rng(13);
   TokenSets docs = Generate(rng, Shape::kUnitGaussian, 9, 1, 9, 32);

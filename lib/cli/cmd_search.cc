@@ -31,7 +31,7 @@ int RunSearch(int argc, char** argv) {
       options, 3, 3};
   Args args;
   if (!args.Parse(spec, argc, argv)) return kExitOk;
-  const uint64_t k = static_cast<uint64_t>(args.Int("k", 10, 1, 1000000));
+  const uint64_t k_asked = static_cast<uint64_t>(args.Int("k", 10, 1, 1000000));
   const maxsim_metric metric = ParseMetric(args.Choice("metric", "dot", {"dot", "cosine"}));
   const maxsim_mode mode = ParseMode(args.Choice("mode", "exact", {"exact", "certified", "approximate"}));
   const std::string format = args.Choice("format", "tsv", {"tsv", "json"});
@@ -66,6 +66,8 @@ int RunSearch(int argc, char** argv) {
                   ": queries and corpus must come from the same embedding model");
   }
   const uint64_t nq = qoff.size() - 1;
+  // More results than documents would only print nothing more: size the outputs by what can be returned.
+  const uint64_t k = std::min<uint64_t>(k_asked, desc.n_sets);
   const double t1 = Now();
 
   maxsim_context* ctx = MakeContext(args);
@@ -86,7 +88,7 @@ int RunSearch(int argc, char** argv) {
   const uint64_t batch = Progress::Enabled() ? std::max<uint64_t>(1, (nq + 99) / 100) : std::max<uint64_t>(nq, 1);
   {
     Progress p("searching", nq, "queries");
-    for (uint64_t b = 0; b < nq; b += batch) {
+    for (uint64_t b = 0; k > 0 && b < nq; b += batch) {
       const uint64_t e = std::min(nq, b + batch);
       maxsim_dense_sets qs{};
       qs.struct_size = sizeof(qs);
@@ -131,7 +133,7 @@ int RunSearch(int argc, char** argv) {
   } else {
     out = "{\"corpus\": \"" + JsonEscape(corpus_path) + "\", \"queries\": \"" + JsonEscape(queries_path) +
           "\", \"metric\": \"" + MetricName(metric) + "\", \"mode\": \"" + ModeName(mode) +
-          "\", \"k\": " + std::to_string(k) + ", \"kernel\": \"" + JsonEscape(maxsim_context_kernel(ctx)) +
+          "\", \"k\": " + std::to_string(k_asked) + ", \"kernel\": \"" + JsonEscape(maxsim_context_kernel(ctx)) +
           "\", \"backend\": \"" + JsonEscape(maxsim_context_backend(ctx)) + "\",\n \"results\": [";
     for (uint64_t i = 0; i < nq; ++i) {
       out += std::string(i ? ",\n  " : "\n  ") + "{\"query\": " + std::to_string(i) + ", \"hits\": [";

@@ -70,11 +70,15 @@ void Progress::Draw() {
     for (int i = 0; i < 30; ++i) bar[i] = i < fill ? '#' : '.';
     bar[30] = '\0';
     const double rate = elapsed > 0 ? done / elapsed : 0;
-    std::string eta = "?";
-    if (rate > 0) eta = HumanSeconds((total_ - done) / rate);
+    char eta[32] = "?";
+    if (rate > 0) {
+      const double left = (total_ - done) / rate;
+      if (left < 1) std::snprintf(eta, sizeof(eta), "<1 s");
+      else std::snprintf(eta, sizeof(eta), "%.0f s", left);
+    }
     std::snprintf(line, sizeof(line), "%s [%s] %3.0f%%  %s/%s %s  %s %s/s  eta %s", label.c_str(), bar, frac * 100,
                   HumanCount(static_cast<double>(done)).c_str(), HumanCount(static_cast<double>(total_)).c_str(),
-                  unit_, HumanCount(rate).c_str(), unit_, eta.c_str());
+                  unit_, HumanCount(rate).c_str(), unit_, eta);
   }
   std::fprintf(stderr, "\r\033[K%s", line);
   std::fflush(stderr);
