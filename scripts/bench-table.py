@@ -4,8 +4,8 @@
     python3 scripts/bench-table.py out.json [more.json ...]           full tables
     python3 scripts/bench-table.py --brief out.json [more.json ...]   one headline table
 
-Several files (e.g. one per thread count) are merged. When a run has repetitions, the median aggregate is
-used; otherwise the single run. Ratios are computed here from GSO/s against the baselines of the same shape
+Several files (e.g. one per thread count) are merged. With --benchmark_repetitions, the median repetition is
+used (or the best with --stat best: on a shared machine the least disturbed one); otherwise the single run. Ratios are computed here from GSO/s against the baselines of the same shape
 and thread count found in the same file (x OpenBLAS, x naive); % of peak comes from the benchmark's own
 counter (the peak measured in the same process). Only the Python standard library is used.
 """
@@ -18,7 +18,18 @@ MODES = ["exact", "certified", "approximate"]
 BASELINES = ["naive", "openblas", "onednn"]
 
 
-def load(paths):
+def score_key(name, b):
+    """Higher is better: the figure a run is ranked by when choosing the median or best repetition."""
+    if name.startswith("pack/"):
+        return -b.get("us_per_doc", 0.0)
+    if name.startswith("peak/"):
+        return b.get("G_ops_per_s", 0.0)
+    return b.get("GSO_per_s", 0.0)
+
+
+def load(paths, stat="median"):
+    """{(path, name): run}. With repetitions, the median (or best) repetition by score_key; GB's own median
+    aggregate when only aggregates were written. Errored runs are kept (they show as ERROR)."""
     runs, contexts = {}, []
     for path in paths:
         with open(path) as f:
@@ -36,17 +47,25 @@ def load(paths):
             except json.JSONDecodeError:
                 print("bench-table: warning: %s is not valid JSON; skipped" % path, file=sys.stderr)
                 continue
-        ctx = data.get("context", {})
-        contexts.append((path, ctx))
+        contexts.append((path, data.get("context", {})))
+        reps, medians = {}, {}
         for b in data.get("benchmarks", []):
-            name = b.get("run_name") or b["name"]
-            name = re.sub(r"/real_time$", "", name)
+            name = re.sub(r"/real_time$", "", b.get("run_name") or b["name"])
             if b.get("run_type") == "aggregate":
-                if b.get("aggregate_name") != "median":
+                if b.get("aggregate_name") == "median":
+                    medians[name] = b
+            else:
+                reps.setdefault(name, []).append(b)
+        for name in set(reps) | set(medians):
+            rs = reps.get(name, [])
+            if rs:
+                if any(r.get("error_occurred") for r in rs):
+                    runs[(path, name)] = next(r for r in rs if r.get("error_occurred"))
                     continue
-                runs[(path, name)] = dict(b, _median=True)
-            elif not runs.get((path, name), {}).get("_median"):
-                runs[(path, name)] = b
+                rs = sorted(rs, key=lambda r: score_key(name, r))
+                runs[(path, name)] = rs[-1] if stat == "best" else rs[(len(rs) - 1) // 2]
+            else:
+                runs[(path, name)] = medians[name]
     return runs, contexts
 
 
@@ -71,6 +90,14 @@ def fmt(v, digits=1):
     if abs(v) >= 1e4:
         return "%.1fK" % (v / 1e3)
     return ("%." + str(digits) + "f") % v
+
+
+SHAPE_ORDER = ["Lq32_Ld180_N1000_d128", "Lq32_Ld300_N1000_d128", "Lq1024_Ld1024_N16_d128",
+               "Lq32_Ld180_N1000_d64", "Lq32_Ld180_N1000_d96"]
+
+
+def shape_rank(shape):
+    return SHAPE_ORDER.index(shape) if shape in SHAPE_ORDER else len(SHAPE_ORDER)
 
 
 def shape_title(shape):
@@ -141,9 +168,7 @@ def full(runs, contexts):
     for k in parsed:
         if k[1] == "maxsim" and k[2] not in shapes:
             shapes.append(k[2])
-    shape_order = ["Lq32_Ld180_N1000_d128", "Lq32_Ld300_N1000_d128", "Lq1024_Ld1024_N16_d128",
-                   "Lq32_Ld180_N1000_d64", "Lq32_Ld180_N1000_d96"]
-    shapes.sort(key=lambda s: shape_order.index(s) if s in shape_order else 99)
+    shapes.sort(key=shape_rank)
     for shape in shapes:
         lines += ["## " + shape_title(shape), "",
                   "| implementation | mode | threads | docs/s | GSO/s | % peak | % i8 peak | x OpenBLAS | x naive "
@@ -187,7 +212,7 @@ def brief(runs, contexts):
     lines = ["| shape | threads | OpenBLAS GSO/s | best exact | best certified | best approximate |",
              "|---|---:|---:|---|---|---|"]
     keys = sorted({(k[0], k[2], k[5]) for k in parsed if k[1] == "maxsim"},
-                  key=lambda x: (x[1], x[2]))
+                  key=lambda x: (shape_rank(x[1]), x[1], x[2]))
     for path, shape, t in keys:
         blas = parsed.get((path, "maxsim", shape, "openblas", "exact", t), {}).get("GSO_per_s")
         cells = []
@@ -218,8 +243,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("json", nargs="+", help="cpu_bench --benchmark_out files")
     ap.add_argument("--brief", action="store_true", help="one headline table")
+    ap.add_argument("--stat", choices=["median", "best"], default="median",
+                    help="with --benchmark_repetitions: the median (default) or the best repetition")
     args = ap.parse_args()
-    runs, contexts = load(args.json)
+    runs, contexts = load(args.json, args.stat)
     if not runs:
         sys.exit("bench-table: no benchmark results in " + ", ".join(args.json))
     print(brief(runs, contexts) if args.brief else full(runs, contexts))
