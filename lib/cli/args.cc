@@ -190,10 +190,8 @@ maxsim_context* MakeContext(const Args& args, int default_threads) {
   maxsim_context* ctx = nullptr;
   const maxsim_status st = maxsim_context_create(&o, &ctx);
   if (st != MAXSIM_OK) {
-    std::string hint;
-    if (!isa.empty() || std::getenv("MAXSIM_ISA")) hint = "; 'maxsim info' lists the CPU kernels this machine runs";
     throw Failure(std::string("cannot create a libmaxsim context: ") + maxsim_status_name(st) + ": " +
-                  maxsim_last_error() + hint);
+                  maxsim_last_error());
   }
   return ctx;
 }
@@ -216,8 +214,8 @@ const char* ModeName(maxsim_mode m) {
     case MAXSIM_MODE_EXACT: return "exact";
     case MAXSIM_MODE_CERTIFIED: return "certified";
     case MAXSIM_MODE_APPROXIMATE: return "approximate";
+    default: return "?";
   }
-  return "?";
 }
 
 const char* MetricName(maxsim_metric m) { return m == MAXSIM_METRIC_COSINE ? "cosine" : "dot"; }
@@ -227,8 +225,8 @@ const char* DtypeName(maxsim_dtype d) {
     case MAXSIM_F32: return "f32";
     case MAXSIM_F16: return "f16";
     case MAXSIM_BF16: return "bf16";
+    default: return "?";
   }
-  return "?";
 }
 
 }  // namespace maxsim::cli

@@ -44,7 +44,7 @@ int RunBench(int argc, char** argv) {
       "Defaults to 1 thread (--threads N to change; the naive loops split documents over the same count).\n"
       "The corpus and the query are packed once, outside the timing. The naive loops run over the first 100\n"
       "documents only (they are slow) and are reported per document like the rest. For every kernel, the\n"
-      "OpenBLAS/oneDNN baselines and %-of-peak figures, run benchmarks/maxsim_bench (docs/benchmarks.md).",
+      "OpenBLAS/oneDNN baselines and %-of-peak figures, run <build>/benchmarks/cpu_bench (docs/benchmarks.md).",
       options, 0, 0};
   Args args;
   if (!args.Parse(spec, argc, argv)) return kExitOk;
