@@ -64,6 +64,15 @@ MAXSIM_TARGET_AVX2 inline void Tile(const int8_t* ql, size_t qstride, uint32_t g
   }
 }
 
+inline void PrefetchCodes(const DocRef& d, uint32_t j0, uint32_t j1) {
+  if (j1 > d.n_tokens) j1 = d.n_tokens;
+  for (uint32_t j = j0; j < j1; ++j) {
+    const char* p = reinterpret_cast<const char*>(d.codes) + static_cast<size_t>(j) * d.padded_dim;
+    for (uint32_t off = 0; off < d.padded_dim; off += 64) __builtin_prefetch(p + off, 0, 3);
+    __builtin_prefetch(d.meta + j, 0, 3);
+  }
+}
+
 template <int NQ, bool kCos>
 MAXSIM_TARGET_AVX2 void Rows(const int8_t* ql, size_t qstride, uint32_t groups4, const DocRef& d, const float* inv,
                       float* B, size_t group_stride, float* top_p) {
@@ -71,7 +80,9 @@ MAXSIM_TARGET_AVX2 void Rows(const int8_t* ql, size_t qstride, uint32_t groups4,
   for (int i = 0; i < NQ; ++i) top[i] = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   const uint32_t nd = d.n_tokens;
   uint32_t j = 0;
+  PrefetchCodes(d, 0, 8);
   for (; j + 4 <= nd; j += 4) {
+    PrefetchCodes(d, j + 8, j + 12);  // two tiles ahead, see screen_avx512vnni.cc
     Tile<NQ, 4, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
   }
   if (j + 2 <= nd) {
