@@ -236,7 +236,7 @@ TEST_F(Gpu, PackedMatrixAllModesMatchReference) {
       {MAXSIM_F16, 768, Shape::kUnitGaussian},  {MAXSIM_BF16, 1024, Shape::kClustered},
       {MAXSIM_BF16, 8, Shape::kGaussian},       {MAXSIM_BF16, 7, Shape::kGaussian},
       {MAXSIM_F32, 128, Shape::kUnitGaussian},  {MAXSIM_F32, 7, Shape::kGaussian},
-      {MAXSIM_F16, 64, Shape::kLargeNorm},      {MAXSIM_BF16, 96, Shape::kTinyNorm},
+      {MAXSIM_BF16, 64, Shape::kLargeNorm},      {MAXSIM_BF16, 96, Shape::kTinyNorm},
   };
   uint64_t salt = 0;
   for (const Case& c : cases) {

@@ -15,6 +15,8 @@
 // sequential f32 FMA chain for 1 row x 8 tokens, so results are bit-identical to the CPU's exact path.
 #include <math.h>
 
+#include <cstdlib>
+
 #include "forward_common.cuh"
 
 namespace mscuda {
@@ -181,6 +183,127 @@ __global__ void __launch_bounds__(kTcWarps * 32, 1) ExactTcKernel(const ForwardA
   WriteRows<MT>(a, p, qi, dj, grp, qb, lq, doc_nonempty, best, s_term[warp], s_arg[warp]);
 }
 
+// Persistent variant for many pairs whose queries fit one group (G == 1, KC > 0): each warp walks a
+// contiguous range of pairs as one stream of 32-token steps, so the loads of the next document's first step are
+// in flight while the current document's last step computes and its score is written (no pipeline drain per
+// document, no partial last wave). The query's A fragments are reloaded only when the range moves to the next
+// query. Per element it is exactly ExactTcKernel's arithmetic.
+template <typename T, int MT, int KC>
+__global__ void __launch_bounds__(kTcWarps * 32, 1) ExactTcPersistKernel(const ForwardArgs a, uint64_t per_warp) {
+  __shared__ float s_term[kTcWarps][MT * 16];
+  __shared__ int s_arg[kTcWarps][MT * 16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * kTcWarps + warp;
+  const uint64_t p_begin = wid * per_warp;
+  const uint64_t p_end = min(a.pairs.n_pairs, p_begin + per_warp);
+  if (p_begin >= p_end) return;
+  const uint32_t dim = a.q.dim;
+  const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
+  auto doc_of = [&](uint64_t p, uint64_t* qi, uint64_t* dj, uint64_t* db, uint64_t* ld) {
+    a.pairs.Resolve(p, qi, dj);
+    *db = a.d.Begin(*dj);
+    *ld = a.d.End(*dj) - *db;
+  };
+  auto load = [&](uint4 (&buf)[kTcTiles][KC], uint64_t db, uint64_t ld, uint64_t base) {
+    const uint8_t* dbase = a.d.orig + db * drb;
+#pragma unroll
+    for (int u = 0; u < kTcTiles; ++u) {
+      const uint64_t n = base + u * 8 + g;
+#pragma unroll
+      for (int c = 0; c < KC; ++c) {
+        const uint32_t off = 32 * c + 8 * t;
+        buf[u][c] = (n < ld && off < dim) ? Ld16(dbase + n * drb + off * 2) : Zero4();
+      }
+    }
+  };
+  uint4 qa[MT][KC], qc[MT][KC];
+  uint64_t loaded_q = ~0ull;
+  auto load_query = [&](uint64_t qi) {
+    if (qi == loaded_q) return;
+    loaded_q = qi;
+    const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+    const uint8_t* qbase = a.q.orig + qb * qrb;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const uint64_t ra = mt * 16 + g, rb = ra + 8;
+#pragma unroll
+      for (int c = 0; c < KC; ++c) {
+        const uint32_t off = 32 * c + 8 * t;
+        qa[mt][c] = (ra < lq && off < dim) ? Ld16(qbase + ra * qrb + off * 2) : Zero4();
+        qc[mt][c] = (rb < lq && off < dim) ? Ld16(qbase + rb * qrb + off * 2) : Zero4();
+      }
+    }
+  };
+  uint64_t p = p_begin, qi, dj, db, ld, base = 0;
+  doc_of(p, &qi, &dj, &db, &ld);
+  load_query(qi);
+  Best<MT> best;
+  auto reset = [&]() {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      best.v[mt][0] = best.v[mt][1] = -INFINITY;
+      best.i[mt][0] = best.i[mt][1] = -1;
+    }
+  };
+  reset();
+  bool saw_kept = false;
+  uint4 cur[kTcTiles][KC];
+  if (ld > 0) load(cur, db, ld, 0);
+  while (true) {
+    // The step after (p, base): the next 32 tokens of this document, or the first step of the next pair.
+    uint64_t pn = p, bn = base + 32, qn = qi, jn = dj, dbn = db, ldn = ld;
+    const bool last = base + 32 >= ld;
+    if (last) {
+      pn = p + 1;
+      bn = 0;
+      if (pn < p_end) doc_of(pn, &qn, &jn, &dbn, &ldn);
+    }
+    uint4 nxt[kTcTiles][KC];
+    const bool more = pn < p_end && bn < ldn;
+    if (more) load(nxt, dbn, ldn, bn);
+    if (ld > 0) {
+#pragma unroll
+      for (int u = 0; u < kTcTiles; ++u) {
+        if (base + u * 8 < ld) {
+          float acc[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+#pragma unroll
+          for (int c = 0; c < KC; ++c) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) MmaChunk16<T>(acc[mt], qa[mt][c], qc[mt][c], cur[u][c]);
+          }
+          FoldTile<MT>(a, db, ld, base + u * 8 + 2 * t, acc, best, saw_kept);
+        }
+      }
+    }
+    if (last) {
+      const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+      const bool doc_nonempty = a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
+      WriteRows<MT>(a, p, qi, dj, 0, qb, lq, doc_nonempty, best, s_term[warp], s_arg[warp]);
+      __syncwarp();
+      if (pn >= p_end) break;
+      reset();
+      saw_kept = false;
+      load_query(qn);
+    }
+    p = pn;
+    base = bn;
+    qi = qn;
+    dj = jn;
+    db = dbn;
+    ld = ldn;
+    if (more) {
+#pragma unroll
+      for (int u = 0; u < kTcTiles; ++u) {
+#pragma unroll
+        for (int c = 0; c < KC; ++c) cur[u][c] = nxt[u][c];
+      }
+    }
+  }
+}
+
 template <typename T, int MT>
 cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
   const uint64_t tasks = a.pairs.n_pairs * a.part.groups;
@@ -189,6 +312,28 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
   if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
   const dim3 grid(static_cast<unsigned>(blocks)), block(kTcWarps * 32);
   const uint32_t chunks = (a.q.dim + 31) / 32;
+  // Many single-group pairs: the persistent variant (a few pairs per warp, one resident block per SM).
+  static int sms = 0;
+  if (sms == 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (sms <= 0) sms = 1;
+  }
+  const uint64_t resident_warps = static_cast<uint64_t>(sms) * kTcWarps;
+  if (a.part.groups == 1 && chunks <= 4 && a.pairs.n_pairs >= 2 * resident_warps &&
+      std::getenv("MAXSIM_CUDA_NO_PERSIST") == nullptr) {
+    const uint64_t per_warp = (a.pairs.n_pairs + resident_warps - 1) / resident_warps;
+    const uint64_t warps = (a.pairs.n_pairs + per_warp - 1) / per_warp;
+    const dim3 pgrid(static_cast<unsigned>((warps + kTcWarps - 1) / kTcWarps));
+    switch (chunks) {
+      case 1: ExactTcPersistKernel<T, MT, 1><<<pgrid, block, 0, stream>>>(a, per_warp); break;
+      case 2: ExactTcPersistKernel<T, MT, 2><<<pgrid, block, 0, stream>>>(a, per_warp); break;
+      case 3: ExactTcPersistKernel<T, MT, 3><<<pgrid, block, 0, stream>>>(a, per_warp); break;
+      default: ExactTcPersistKernel<T, MT, 4><<<pgrid, block, 0, stream>>>(a, per_warp); break;
+    }
+    return cudaGetLastError();
+  }
   switch (chunks) {
     case 1: ExactTcKernel<T, MT, 1><<<grid, block, 0, stream>>>(a); break;
     case 2: ExactTcKernel<T, MT, 2><<<grid, block, 0, stream>>>(a); break;

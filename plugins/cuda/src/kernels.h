@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "maxsim/maxsim.h"
 #include "maxsim/packed_format.h"
 
 namespace mscuda {

@@ -1,18 +1,23 @@
 // Certified i8 screening and the approximate mode on int8 tensor cores (mma.sync m16n8k32, exact s32 dots).
 //
-// One warp per (pair, group of 16*MT query rows), query codes in registers as A fragments, document codes
-// streamed into B fragments in the 64-byte-chunk k order of device_common.cuh, 32 tokens per step.
-//   pass 1: A_j = fl(fl(float(I_j) * s_d) * s_q) (times inv|d| for cosine) and its margin m_j per element;
-//           per row L = max_j (A_j - m_j) (certified) or the i8 argmax (approximate; ties to the lower index).
-//   pass 2 (certified): every j with A_j + m_j >= L is a candidate (it may hold the exact maximum); candidates
-//           go to a per-warp list in shared memory.
-//   refine: each candidate's similarity is computed with exactly the arithmetic of the exact kernels
-//           (16-bit: the same mma.sync chain over the same k order, one candidate per row of the tile and the
-//           diagonal of the 16x8 result kept; f32: the canonical FMA chain), and folded into a per-row
-//           (value, lowest index) key with a shared-memory atomicMax. So CERTIFIED == EXACT bit for bit.
-// The margin is the CPU's (screening.h) with the f32 rounding term gamma_dim ||q|| ||d|| multiplied by
-// kTcGammaFactor when the similarity comes from tensor cores (their f32 accumulation may truncate), which
-// bounds |computed - true| for the exact kernel's own arithmetic.
+// One warp per (pair, group of 16*MT query rows), query codes in registers as A fragments, document codes and
+// metadata streamed into registers (the next 32 tokens' loads in flight while the current ones compute).
+// One pass per document:
+//   A_j = fl(fl(float(I_j) * s_d) * s_q)  (times inv|d| for cosine), I_j the exact integer dot.
+//   Per 8-token tile t the margin is made uniform: M_t = alpha * max_t(|d|) + beta * max_t(resid_d) + s
+//   (cosine: of |d|/|d| and resid/|d|), where alpha = resid_q + gamma' |q| and beta = resid_q + |q|
+//   (screening.h's bound rearranged: eps + fp = |d| (resid_q + gamma' |q|) + resid_d (resid_q + |q|)), with
+//   the rounding of A and of this arithmetic folded in as relative slack. Then per row
+//   L = max_t (max_{j in t} A_j - M_t) <= max_j (A_j - m_j), and every j with A_j + M_t >= L may hold the
+//   exact maximum. Tokens passing against the running L are appended to a per-warp list with their upper
+//   bound; the list is filtered by the final (or current) L and the survivors are refined.
+//   Per element that is 4-5 instructions (convert, two scalings, a max, a compare), not ~17.
+// Refinement computes each candidate's similarity with exactly the arithmetic of the exact kernels (16-bit:
+// the same mma.sync chain over the same k order, one candidate per row of the tile and the diagonal of the
+// 16x8 result kept; f32: the canonical FMA chain) and folds it into a per-row (value, lowest index) key with a
+// shared-memory atomicMax. So CERTIFIED == EXACT bit for bit. gamma' = kTcGammaFactor * gamma_dim when the
+// similarity comes from tensor cores (their f32 accumulation may truncate), gamma_dim for the FMA chain.
+// APPROXIMATE: the i8 argmax (A_j ranked with scales; ties to the lower index), that one token refined.
 #include <math.h>
 
 #include "forward_common.cuh"
@@ -22,42 +27,23 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kTiles = 4;
-constexpr int kCap = 512;  // candidate list entries per warp; flushed (refined) whenever a tile might overflow it
+constexpr int kCap = 512;  // candidate list entries per warp (filtered, and refined if still full, when nearly full)
 constexpr float kTcGammaFactor = 4.0f;
-
-struct MetaF {
-  float scale, norm, resid;
-};
-
-__device__ __forceinline__ MetaF LoadMeta(const maxsim_vector_meta* m, uint64_t row) {
-  const float4 v = __ldg(reinterpret_cast<const float4*>(m + row));
-  return MetaF{v.x, v.y, v.z};
-}
 
 struct ScreenConsts {
   float gamma, slack;
 };
 
-// Approximation key and margin of one element (screening.h: ScreenMargin).
-__device__ __forceinline__ void KeyMargin(int dot, const MetaF& q, const MetaF& d, bool cosine,
-                                          const ScreenConsts& c, float* ak, float* m) {
-  const float a = static_cast<float>(dot) * d.scale * q.scale;
-  const float w = cosine ? InvNorm(d.norm) : 1.0f;
-  const float k = cosine ? a * w : a;
-  const float eps = q.resid * (d.norm + d.resid) + q.norm * d.resid;
-  const float fp = c.gamma * q.norm * d.norm;
-  *ak = k;
-  *m = (eps + fp) * w * (1.0f + 0x1p-20f) + fabsf(k) * 0x1p-21f + c.slack;
-}
-
 struct WarpLists {
   uint32_t tok[kCap];
+  float hi[kCap];
   unsigned long long best[32];
+  float lower[32];
   uint32_t count_per_row[32];
   uint8_t row[kCap];
 };
 
-// Refines list entries [0, n) and folds them into best[]. RT: 0 = f32 FMA chain, else the 16-bit type.
+// Refines list entries [0, n) and folds them into best[]. RT: float = f32 FMA chain, else the 16-bit type.
 template <typename RT>
 __device__ void Refine(const ForwardArgs& a, uint64_t qb, uint32_t r0, uint64_t db, WarpLists& L, int n) {
   const int lane = threadIdx.x & 31;
@@ -101,19 +87,51 @@ __device__ void Refine(const ForwardArgs& a, uint64_t qb, uint32_t r0, uint64_t 
   __syncwarp();
 }
 
-// Appends (row, token) for every lane whose pred holds; count is warp-uniform.
-__device__ __forceinline__ void Push(WarpLists& L, int& count, bool pred, uint32_t row, uint32_t tok) {
+// Appends (row, token, hi) for every lane whose pred holds; count is warp-uniform.
+__device__ __forceinline__ void Push(WarpLists& L, int& count, bool pred, uint32_t row, uint32_t tok, float hi) {
   const unsigned mask = __ballot_sync(kFull, pred);
   if (pred) {
     const int pos = count + __popc(mask & ((1u << (threadIdx.x & 31)) - 1u));
     L.row[pos] = static_cast<uint8_t>(row);
     L.tok[pos] = tok;
-    atomicAdd(&L.count_per_row[row], 1u);
+    L.hi[pos] = hi;
   }
   count += __popc(mask);
 }
 
-template <typename RT, int MT, int CC>
+// Keeps the entries whose upper bound reaches their row's lower bound (L.lower), in order.
+__device__ void Compact(WarpLists& L, int& count) {
+  const int lane = threadIdx.x & 31;
+  __syncwarp();
+  int out = 0;
+  for (int b = 0; b < count; b += 32) {
+    const int e = b + lane;
+    const bool in = e < count;
+    const uint8_t row = in ? L.row[e] : 0;
+    const uint32_t tok = in ? L.tok[e] : 0;
+    const float hi = in ? L.hi[e] : 0.0f;
+    const bool keep = in && hi >= L.lower[row];
+    const unsigned mask = __ballot_sync(kFull, keep);
+    __syncwarp();
+    if (keep) {
+      const int pos = out + __popc(mask & ((1u << lane) - 1u));
+      L.row[pos] = row;
+      L.tok[pos] = tok;
+      L.hi[pos] = hi;
+    }
+    out += __popc(mask);
+    __syncwarp();
+  }
+  count = out;
+}
+
+template <int CC>
+struct Step {
+  uint4 b[kTiles][CC > 0 ? CC : 1];
+  float4 m[kTiles][2];  // metadata of this lane's two columns of each tile
+};
+
+template <typename RT, int MT, int CC, bool CERT>
 __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs a, ScreenConsts consts) {
   __shared__ WarpLists lists[kWarps];
   __shared__ float s_term[kWarps][MT * 16];
@@ -132,20 +150,18 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs
   const uint32_t r0 = grp * MT * 16;
   if (grp > 0 && r0 >= lq) return;
   WarpLists& L = lists[warp];
-  for (int r = lane; r < 32; r += 32) {
-    L.best[r] = 0ull;
-    L.count_per_row[r] = 0u;
-  }
+  L.best[lane] = 0ull;
+  L.count_per_row[lane] = 0u;
+  L.lower[lane] = -INFINITY;
   __syncwarp();
   const bool cosine = a.cosine != 0;
-  const bool certified = a.mode == 1;
   const uint32_t cb = a.q.code_bytes;
-  const uint32_t nchunks = cb / 64;
   const int8_t* qcodes = a.q.codes + qb * cb;
   const int8_t* dcodes = a.d.codes + db * cb;
+  const float4* dmeta = reinterpret_cast<const float4*>(a.d.meta + db);
 
-  // Query rows of this lane: (mt, h) -> row r0 + mt*16 + g + 8h.
-  MetaF qm[MT][2];
+  // Per row slot (mt, h) -> row r0 + mt*16 + g + 8h: the query scale and the margin coefficients.
+  float sq[MT][2], al[MT][2], be[MT][2];
   bool rv[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -153,9 +169,17 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs
     for (int h = 0; h < 2; ++h) {
       const uint64_t r = r0 + mt * 16 + g + 8 * h;
       rv[mt][h] = r < lq;
-      qm[mt][h] = rv[mt][h] ? LoadMeta(a.q.meta, qb + r) : MetaF{0.0f, 0.0f, 0.0f};
+      const float4 m = rv[mt][h] ? __ldg(reinterpret_cast<const float4*>(a.q.meta + qb + r)) : make_float4(0, 0, 0, 0);
+      // m = {scale, norm, resid, code_sum}. |A| 2^-21 <= 2^-21 (|q| + e_q)(|d| + e_d): folded into alpha, beta.
+      const float rel = 1.0f + 0x1p-18f;
+      const float abs_a = 0x1p-21f * (m.y + m.z);
+      sq[mt][h] = m.x;
+      al[mt][h] = (m.z + consts.gamma * m.y + abs_a) * rel;
+      be[mt][h] = (m.z + m.y + abs_a) * rel;
     }
   }
+  // CC > 0: the query codes live in registers (code rows of up to 128 bytes); CC == 0: any dimension, A and B
+  // reloaded per 64-byte chunk.
   constexpr int KCR = CC > 0 ? CC : 1;
   uint4 qa[MT][KCR], qc[MT][KCR];
   if constexpr (CC > 0) {
@@ -169,52 +193,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs
       }
     }
   }
-  // Integer dots of one step (4 tiles of 8 tokens) for every m tile.
-  auto dots = [&](uint64_t base, int (&acc)[kTiles][MT][4]) {
+  const uint32_t nchunks = cb / 64;
+  auto load = [&](Step<CC>& st, uint64_t base) {
 #pragma unroll
     for (int u = 0; u < kTiles; ++u) {
+      const uint64_t n = base + u * 8 + g;
+      if constexpr (CC > 0) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) acc[u][mt][0] = acc[u][mt][1] = acc[u][mt][2] = acc[u][mt][3] = 0;
-    }
-    if constexpr (CC > 0) {
-      uint4 bv[kTiles][CC];
-#pragma unroll
-      for (int u = 0; u < kTiles; ++u) {
-        const uint64_t n = base + u * 8 + g;
-#pragma unroll
-        for (int c = 0; c < CC; ++c) bv[u][c] = n < ld ? Ld16(dcodes + n * cb + 64 * c + 16 * t) : Zero4();
+        for (int c = 0; c < CC; ++c) st.b[u][c] = n < ld ? Ld16(dcodes + n * cb + 64 * c + 16 * t) : Zero4();
       }
 #pragma unroll
-      for (int u = 0; u < kTiles; ++u) {
-#pragma unroll
-        for (int c = 0; c < CC; ++c) {
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) MmaChunkI8(acc[u][mt], qa[mt][c], qc[mt][c], bv[u][c]);
-        }
-      }
-    } else {
-      for (uint32_t c = 0; c < nchunks; ++c) {
-        uint4 xa[MT], xc[MT], bv[kTiles];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const uint64_t ra = r0 + mt * 16 + g, rb = ra + 8;
-          xa[mt] = ra < lq ? Ld16(qcodes + ra * cb + 64 * c + 16 * t) : Zero4();
-          xc[mt] = rb < lq ? Ld16(qcodes + rb * cb + 64 * c + 16 * t) : Zero4();
-        }
-#pragma unroll
-        for (int u = 0; u < kTiles; ++u) {
-          const uint64_t n = base + u * 8 + g;
-          bv[u] = n < ld ? Ld16(dcodes + n * cb + 64 * c + 16 * t) : Zero4();
-        }
-#pragma unroll
-        for (int u = 0; u < kTiles; ++u) {
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) MmaChunkI8(acc[u][mt], xa[mt], xc[mt], bv[u]);
-        }
+      for (int e = 0; e < 2; ++e) {
+        const uint64_t col = base + u * 8 + 2 * t + e;
+        st.m[u][e] = col < ld ? __ldg(dmeta + col) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
     }
   };
-
   float lower[MT][2], top[MT][2];
   int topi[MT][2];
 #pragma unroll
@@ -226,43 +220,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs
       topi[mt][h] = -1;
     }
   }
-  // pass 1
-  for (uint64_t base = 0; base < ld; base += 32) {
-    int acc[kTiles][MT][4];
-    dots(base, acc);
-#pragma unroll
-    for (int u = 0; u < kTiles; ++u) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const uint64_t n = base + u * 8 + 2 * t + e;
-        if (n >= ld) continue;
-        const MetaF dm = LoadMeta(a.d.meta, db + n);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float ak, m;
-            KeyMargin(acc[u][mt][2 * h + e], qm[mt][h], dm, cosine, consts, &ak, &m);
-            lower[mt][h] = fmaxf(lower[mt][h], ak - m);
-            if (ak > top[mt][h]) {
-              top[mt][h] = ak;
-              topi[mt][h] = static_cast<int>(n);
-            }
-          }
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      lower[mt][h] = fmaxf(lower[mt][h], __shfl_xor_sync(kFull, lower[mt][h], 1));
-      lower[mt][h] = fmaxf(lower[mt][h], __shfl_xor_sync(kFull, lower[mt][h], 2));
-      MergeBest(top[mt][h], topi[mt][h], 1);
-      MergeBest(top[mt][h], topi[mt][h], 2);
-    }
-  }
   int count = 0;
   uint64_t refined = 0;
   auto flush = [&]() {
@@ -272,54 +229,166 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs
     refined += static_cast<uint64_t>(count);
     count = 0;
   };
-  if (certified) {
-    // pass 2: candidates
-    for (uint64_t base = 0; base < ld; base += 32) {
-      int acc[kTiles][MT][4];
-      dots(base, acc);
+  auto share_lower = [&]() {
 #pragma unroll
-      for (int u = 0; u < kTiles; ++u) {
-        if (count > kCap - 32 * 8) flush();
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const uint64_t n = base + u * 8 + 2 * t + e;
-          const bool nv = n < ld;
-          const MetaF dm = nv ? LoadMeta(a.d.meta, db + n) : MetaF{0.0f, 0.0f, 0.0f};
+      for (int h = 0; h < 2; ++h) {
+        lower[mt][h] = fmaxf(lower[mt][h], __shfl_xor_sync(kFull, lower[mt][h], 1));
+        lower[mt][h] = fmaxf(lower[mt][h], __shfl_xor_sync(kFull, lower[mt][h], 2));
+      }
+    }
+  };
+  Step<CC> cur;
+  if (ld > 0) load(cur, 0);
+  for (uint64_t base = 0; base < ld; base += 32) {
+    Step<CC> nxt;
+    const bool more = base + 32 < ld;
+    if (more) load(nxt, base + 32);
+#pragma unroll
+    for (int u = 0; u < kTiles; ++u) {
+      if (base + u * 8 >= ld) break;
+      int acc[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0;
+      if constexpr (CC > 0) {
+#pragma unroll
+        for (int c = 0; c < CC; ++c) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) MmaChunkI8(acc[mt], qa[mt][c], qc[mt][c], cur.b[u][c]);
+        }
+      } else {
+        const uint64_t n = base + u * 8 + g;
+        for (uint32_t c = 0; c < nchunks; ++c) {
+          const uint4 bv = n < ld ? Ld16(dcodes + n * cb + 64 * c + 16 * t) : Zero4();
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            const uint64_t ra = r0 + mt * 16 + g, rb = ra + 8;
+            const uint4 xa = ra < lq ? Ld16(qcodes + ra * cb + 64 * c + 16 * t) : Zero4();
+            const uint4 xc = rb < lq ? Ld16(qcodes + rb * cb + 64 * c + 16 * t) : Zero4();
+            MmaChunkI8(acc[mt], xa, xc, bv);
+          }
+        }
+      }
+      // Per column: the scale (times inv|d| for cosine) and the tile's margin inputs.
+      float sc[2], c1 = 0.0f, c2 = 0.0f;
+      bool cv[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float4 m = cur.m[u][e];
+        cv[e] = base + u * 8 + 2 * t + e < ld;
+        const float w = cosine ? InvNorm(m.y) : 1.0f;
+        sc[e] = m.x * w;
+        if (CERT && cv[e]) {
+          c1 = fmaxf(c1, m.y * w);
+          c2 = fmaxf(c2, m.z * w);
+        }
+      }
+      if constexpr (CERT) {
+        c1 = fmaxf(c1, __shfl_xor_sync(kFull, c1, 1));
+        c1 = fmaxf(c1, __shfl_xor_sync(kFull, c1, 2));
+        c2 = fmaxf(c2, __shfl_xor_sync(kFull, c2, 1));
+        c2 = fmaxf(c2, __shfl_xor_sync(kFull, c2, 2));
+        float mt_m[MT][2];
+        bool any = false;
+        float xs[MT][2][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float M = fmaf(al[mt][h], c1, fmaf(be[mt][h], c2, consts.slack));
+            float tmax = -INFINITY;
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float x = static_cast<float>(acc[mt][2 * h + e]) * sc[e] * sq[mt][h];
+              xs[mt][h][e] = x;
+              if (cv[e]) tmax = fmaxf(tmax, x);
+            }
+            lower[mt][h] = fmaxf(lower[mt][h], tmax - M);
+            mt_m[mt][h] = M;
+#pragma unroll
+            for (int e = 0; e < 2; ++e) any |= rv[mt][h] && cv[e] && xs[mt][h][e] + M >= lower[mt][h];
+          }
+        }
+        if (__any_sync(kFull, any)) {
+          if (count > kCap - 32 * 8) {
+            share_lower();
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              if (t == 0) {
+                L.lower[mt * 16 + g] = lower[mt][0];
+                L.lower[mt * 16 + g + 8] = lower[mt][1];
+              }
+            }
+            Compact(L, count);
+            if (count > kCap - 32 * 8) flush();
+          }
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              float ak, m;
-              KeyMargin(acc[u][mt][2 * h + e], qm[mt][h], dm, cosine, consts, &ak, &m);
-              const bool pred = nv && rv[mt][h] && ak + m >= lower[mt][h];
-              Push(L, count, pred, mt * 16 + g + 8 * h, static_cast<uint32_t>(n));
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const float hi = xs[mt][h][e] + mt_m[mt][h];
+                const bool pred = rv[mt][h] && cv[e] && hi >= lower[mt][h];
+                Push(L, count, pred, mt * 16 + g + 8 * h, static_cast<uint32_t>(base + u * 8 + 2 * t + e), hi);
+              }
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float x = static_cast<float>(acc[mt][2 * h + e]) * sc[e];
+              if (cv[e] && x > top[mt][h]) {
+                top[mt][h] = x;
+                topi[mt][h] = static_cast<int>(base + u * 8 + 2 * t + e);
+              }
             }
           }
         }
       }
     }
+    if constexpr (CERT) share_lower();
+    if (more) cur = nxt;
+  }
+  if constexpr (CERT) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      if (t == 0) {
+        L.lower[mt * 16 + g] = lower[mt][0];
+        L.lower[mt * 16 + g + 8] = lower[mt][1];
+      }
+    }
+    Compact(L, count);
+    // Per-row candidate counts (statistics) of the final list.
+    for (int e = lane; e < count; e += 32) atomicAdd(&L.count_per_row[L.row[e]], 1u);
   } else {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
+        MergeBest(top[mt][h], topi[mt][h], 1);
+        MergeBest(top[mt][h], topi[mt][h], 2);
         const bool pred = t == 0 && rv[mt][h] && topi[mt][h] >= 0;
-        Push(L, count, pred, mt * 16 + g + 8 * h, static_cast<uint32_t>(topi[mt][h] < 0 ? 0 : topi[mt][h]));
+        Push(L, count, pred, mt * 16 + g + 8 * h, static_cast<uint32_t>(topi[mt][h] < 0 ? 0 : topi[mt][h]), 0.0f);
       }
     }
   }
   flush();
   __syncwarp();
-  if (a.counters && certified) {
+  if (a.counters) {
     uint32_t multi = 0;
-    for (int r = lane; r < MT * 16; r += 32) multi += L.count_per_row[r] > 1 ? 1u : 0u;
+    if (CERT) multi = L.count_per_row[lane] > 1 ? 1u : 0u;
     for (int off = 16; off > 0; off >>= 1) multi += __shfl_xor_sync(kFull, multi, off);
     if (lane == 0) {
       atomicAdd(&a.counters[0], static_cast<unsigned long long>(refined));
       atomicAdd(&a.counters[1], static_cast<unsigned long long>(multi));
     }
-  } else if (a.counters && lane == 0) {
-    atomicAdd(&a.counters[0], static_cast<unsigned long long>(refined));
   }
   Best<MT> best;
 #pragma unroll
@@ -341,10 +410,20 @@ cudaError_t LaunchMt(const ForwardArgs& a, ScreenConsts c, cudaStream_t stream) 
   if (blocks == 0) return cudaSuccess;
   if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
   const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
+  const bool cert = a.mode == MAXSIM_MODE_CERTIFIED;
   switch (a.q.code_bytes / 64) {
-    case 1: ScreenKernel<RT, MT, 1><<<grid, block, 0, stream>>>(a, c); break;
-    case 2: ScreenKernel<RT, MT, 2><<<grid, block, 0, stream>>>(a, c); break;
-    default: ScreenKernel<RT, MT, 0><<<grid, block, 0, stream>>>(a, c); break;
+#define MSC_SCREEN_CASE(CC)                                                                   \
+  case CC:                                                                                    \
+    if (cert) ScreenKernel<RT, MT, CC, true><<<grid, block, 0, stream>>>(a, c);               \
+    else ScreenKernel<RT, MT, CC, false><<<grid, block, 0, stream>>>(a, c);                   \
+    break;
+    MSC_SCREEN_CASE(1)
+    MSC_SCREEN_CASE(2)
+    default:
+      if (cert) ScreenKernel<RT, MT, 0, true><<<grid, block, 0, stream>>>(a, c);
+      else ScreenKernel<RT, MT, 0, false><<<grid, block, 0, stream>>>(a, c);
+      break;
+#undef MSC_SCREEN_CASE
   }
   return cudaGetLastError();
 }
