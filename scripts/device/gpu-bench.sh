@@ -16,7 +16,7 @@ prc=$?
 if [ "${MAXSIM_GPU_PROFILE:-1}" = 1 ] && command -v ncu > /dev/null; then
   for shape in textual-10k visual; do
     timeout 240 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
-      -k "regex:ExactTc|Screen" --launch-skip 4 --launch-count 2 "$B" --only $shape > "$OUT/ncu-$shape.txt" 2>&1
+      -k "regex:ExactTc|Screen" --launch-skip 34 --launch-count 2 "$B" --only $shape > "$OUT/ncu-$shape.txt" 2>&1
   done
 fi
 python3 benchmarks/gpu/report.py "$OUT/gpu-bench.json" "$OUT/gpu-baselines.json" > "$OUT/summary-gpu-bench.txt"
