@@ -20,14 +20,15 @@ if [ "$mode" = sanitize ]; then
   BUILD_DIR=${BUILD_DIR:-build-asan}
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 -DMAXSIM_SANITIZE=address,undefined \
-    -DMAXSIM_BUILD_BENCHMARKS=OFF -DMAXSIM_CUDA=OFF >/dev/null
+    -DMAXSIM_BUILD_TESTS=ON -DMAXSIM_BUILD_CLI=ON -DMAXSIM_BUILD_BENCHMARKS=OFF -DMAXSIM_CUDA=OFF >/dev/null
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 else
   bash scripts/setup.sh
   BUILD_DIR=${BUILD_DIR:-build}
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXSIM_BUILD_TESTS=ON -DMAXSIM_BUILD_CLI=ON \
+    -DMAXSIM_BUILD_BENCHMARKS=ON >/dev/null
 fi
 echo "test.sh: building ($mode) in $BUILD_DIR with $JOBS jobs"
 ninja -C "$BUILD_DIR" -j"$JOBS"

@@ -261,22 +261,25 @@ MAXSIM_API maxsim_status maxsim_pack(maxsim_context* ctx, const maxsim_dense_set
     MAXSIM_RETURN_IF_ERROR(ResolveDense(sets, "sets", &v));
     uint64_t size = 0;
     MAXSIM_RETURN_IF_ERROR(pack::PackedSize(v, ids != nullptr, &size));
-    void* memory = std::aligned_alloc(MAXSIM_PACK_ALIGN, RoundUp(size, MAXSIM_PACK_ALIGN));
+    void* memory = AllocatePacked(size);
     if (!memory) {
       return Error(MAXSIM_ERR_OUT_OF_MEMORY, "cannot allocate %llu bytes for the packed buffer",
                    static_cast<unsigned long long>(size));
     }
-    Status st = pack::PackInto(v, ids, memory, size, ctx ? ctx->threads : 1, "sets", &size);
+    const uint64_t allocated = size;
+    Status st = pack::PackInto(v, ids, memory, size, ctx ? ctx->threads : 1, "sets", &size,
+                               /*write_before_validation=*/true);
     pack::PackedView view;
     if (st.ok()) st = pack::Validate(memory, size, MAXSIM_VALIDATE_FAST, &view);
     if (!st.ok()) {
-      std::free(memory);
+      FreePacked(memory, allocated);
       return st;
     }
     auto* p = new maxsim_packed;
     p->view = view;
     p->storage = maxsim_packed::Storage::kOwned;
     p->memory = memory;
+    p->mapped_bytes = allocated;
     p->uid = NextPackedUid();
     *out = p;
     return Status::Ok();

@@ -94,9 +94,32 @@ Status LoadPackedFile(const char* path, maxsim_validation level, maxsim_packed**
   return Status::Ok();
 }
 
+namespace {
+constexpr uint64_t kMmapThreshold = 4ull << 20;
+}  // namespace
+
+void* AllocatePacked(uint64_t bytes) {
+  if (bytes < kMmapThreshold) return std::aligned_alloc(MAXSIM_PACK_ALIGN, RoundUp(bytes, MAXSIM_PACK_ALIGN));
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+#ifdef MADV_HUGEPAGE
+  madvise(p, bytes, MADV_HUGEPAGE);  // advisory: fine if the kernel says no
+#endif
+  return p;
+}
+
+void FreePacked(void* memory, uint64_t bytes) {
+  if (memory == nullptr) return;
+  if (bytes < kMmapThreshold) {
+    std::free(memory);
+  } else {
+    munmap(memory, bytes);
+  }
+}
+
 void ReleasePackedStorage(maxsim_packed* packed) {
   switch (packed->storage) {
-    case maxsim_packed::Storage::kOwned: std::free(packed->memory); break;
+    case maxsim_packed::Storage::kOwned: FreePacked(packed->memory, packed->mapped_bytes); break;
     case maxsim_packed::Storage::kMapped: munmap(packed->memory, packed->mapped_bytes); break;
     case maxsim_packed::Storage::kBorrowed: break;
   }

@@ -10,13 +10,18 @@ struct maxsim_packed {
   enum class Storage { kBorrowed, kOwned, kMapped };
   maxsim::pack::PackedView view;
   Storage storage = Storage::kBorrowed;
-  void* memory = nullptr;     // kOwned: aligned heap block; kMapped: mmap address
-  uint64_t mapped_bytes = 0;  // kMapped
+  void* memory = nullptr;     // kOwned: from AllocatePacked; kMapped: mmap of a file
+  uint64_t mapped_bytes = 0;  // kOwned and kMapped: bytes to release
   uint64_t uid = 0;           // unique per handle (device-copy caches key on it, never on the address)
 };
 
 namespace maxsim {
 uint64_t NextPackedUid();
+// Memory for a packed buffer the library owns: 64-byte aligned; large blocks come straight from mmap with
+// transparent huge pages requested, because first-touch page faults otherwise cost more than packing itself
+// (measured: 0.45 vs 0.14 us per d=128 vector on a 235 MB corpus). Returns nullptr on failure.
+void* AllocatePacked(uint64_t bytes);
+void FreePacked(void* memory, uint64_t bytes);
 }  // namespace maxsim
 
 #endif  // MAXSIM_SRC_PACKED_HANDLE_H_

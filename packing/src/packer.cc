@@ -3,6 +3,7 @@
 //   1. analyse every vector (finite? norm <= 1e19?) into a small side array; on any rejection return the
 //      first offending vector and write nothing;
 //   2. quantise and copy into the output.
+// (or one fused pass when the output is the library's own allocation, freed on error).
 // The header, offsets, ids, zero gaps and checksums are written last.
 #include <algorithm>
 #include <cmath>
@@ -90,7 +91,7 @@ Status PackedSize(const DenseView& in, bool with_ids, uint64_t* size) {
 }
 
 Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t capacity, int threads,
-                const char* role, uint64_t* written) {
+                const char* role, uint64_t* written, bool write_before_validation) {
   if (in.memory != MAXSIM_MEMORY_HOST) {
     return Error(MAXSIM_ERR_UNSUPPORTED, "%s: packing reads host memory; copy device tensors to the host first", role);
   }
@@ -111,89 +112,91 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
 
   std::vector<Chunk> chunks;
   BuildChunks(in, new_offsets, &chunks);
-  std::vector<RowStats> stats(n_vectors);
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
   threads = std::max(1, threads);
   std::vector<Rejection> rejections(static_cast<size_t>(threads));
-
-  // Pass 1: analyse.
-#pragma omp parallel num_threads(threads) if (threads > 1 && n_vectors > 2 * kChunkRows)
-  {
-    int t = 0;
-#ifdef _OPENMP
-    t = omp_get_thread_num();
-#endif
-    std::vector<float> scratch(in.dim);
-    Rejection& mine = rejections[static_cast<size_t>(t)];
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      const Chunk& ch = chunks[static_cast<size_t>(c)];
-      uint64_t p = ch.packed_begin;
-      for (uint64_t r = ch.row_begin; r < ch.row_end; ++r) {
-        if (!in.kept(r)) continue;
-        const float* v = RowAsF32(in, r, scratch.data());
-        RowStats s = AnalyzeRow(v, in.dim);
-        if ((!s.finite || !NormAccepted(s.norm_sq)) && p < mine.packed) {
-          mine.packed = p;
-          mine.set = ch.set;
-          mine.token = r - in.begin(ch.set);
-          mine.element = UINT32_MAX;
-          if (!s.finite) {
-            for (uint32_t k = 0; k < in.dim; ++k) {
-              if (!std::isfinite(v[k])) {
-                mine.element = k;
-                break;
-              }
-            }
-          }
-          mine.norm = std::sqrt(s.norm_sq);
-        }
-        stats[p] = s;
-        ++p;
-      }
-    }
-  }
-  const Rejection* first = nullptr;
-  for (const Rejection& r : rejections) {
-    if (r.packed != UINT64_MAX && (first == nullptr || r.packed < first->packed)) first = &r;
-  }
-  if (first) {
-    if (first->element != UINT32_MAX) {
-      return Error(MAXSIM_ERR_NON_FINITE,
-                   "%s: set %llu token %llu has a non-finite value at element %u; nothing was packed (remove or "
-                   "fix that vector)", role, static_cast<ull>(first->set), static_cast<ull>(first->token),
-                   first->element);
-    }
-    return Error(MAXSIM_ERR_NON_FINITE,
-                 "%s: set %llu token %llu has L2 norm %g, above the supported 1e19 (f32 dot products could "
-                 "overflow); nothing was packed (rescale your embeddings)", role, static_cast<ull>(first->set),
-                 static_cast<ull>(first->token), first->norm);
-  }
-
-  // Pass 2: quantise and copy.
   auto* base = static_cast<uint8_t*>(out);
   auto* codes = reinterpret_cast<int8_t*>(base + l.regions[MAXSIM_REGION_CODES].offset);
   auto* meta = reinterpret_cast<maxsim_vector_meta*>(base + l.regions[MAXSIM_REGION_META].offset);
   uint8_t* originals = base + l.regions[MAXSIM_REGION_ORIGINALS].offset;
   const uint64_t orig_used = static_cast<uint64_t>(in.dim) * DtypeBytes(in.dtype);
+  // Two passes (analyse everything, then write) keep the caller's buffer untouched on a rejection; when the
+  // caller owns nothing that could be damaged (maxsim_pack frees its own buffer on error), one fused pass reads
+  // the input once: for a large corpus that is the difference between one and two passes over memory.
+  const bool analyse_pass = !write_before_validation;
+  std::vector<RowStats> stats(analyse_pass ? n_vectors : 0);
+
+  enum class Work { kAnalyse, kWrite, kBoth };
+  auto run = [&](Work work) {
 #pragma omp parallel num_threads(threads) if (threads > 1 && n_vectors > 2 * kChunkRows)
-  {
-    std::vector<float> scratch(in.dim);
+    {
+      int t = 0;
+#ifdef _OPENMP
+      t = omp_get_thread_num();
+#endif
+      std::vector<float> scratch(in.dim);
+      Rejection& mine = rejections[static_cast<size_t>(t)];
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      const Chunk& ch = chunks[static_cast<size_t>(c)];
-      uint64_t p = ch.packed_begin;
-      for (uint64_t r = ch.row_begin; r < ch.row_end; ++r) {
-        if (!in.kept(r)) continue;
-        const float* v = RowAsF32(in, r, scratch.data());
-        QuantizeRow(v, in.dim, l.padded_dim, stats[p], codes + p * l.padded_dim, &meta[p]);
-        uint8_t* orow = originals + p * l.orig_row_bytes;
-        std::memcpy(orow, in.row(r), orig_used);
-        std::memset(orow + orig_used, 0, l.orig_row_bytes - orig_used);
-        ++p;
+      for (int64_t c = 0; c < n_chunks; ++c) {
+        const Chunk& ch = chunks[static_cast<size_t>(c)];
+        uint64_t p = ch.packed_begin;
+        for (uint64_t r = ch.row_begin; r < ch.row_end; ++r) {
+          if (!in.kept(r)) continue;
+          const float* v = RowAsF32(in, r, scratch.data());
+          RowStats st;
+          if (work == Work::kWrite) {
+            st = stats[p];
+          } else {
+            st = AnalyzeRow(v, in.dim);
+            if (!st.finite || !NormAccepted(st.norm_sq)) {
+              if (p < mine.packed) {
+                mine.packed = p;
+                mine.set = ch.set;
+                mine.token = r - in.begin(ch.set);
+                mine.element = UINT32_MAX;
+                for (uint32_t k = 0; k < in.dim && !st.finite; ++k) {
+                  if (!std::isfinite(v[k])) {
+                    mine.element = k;
+                    break;
+                  }
+                }
+                mine.norm = std::sqrt(st.norm_sq);
+              }
+              ++p;
+              continue;
+            }
+            if (work == Work::kAnalyse) {
+              stats[p++] = st;
+              continue;
+            }
+          }
+          QuantizeRow(v, in.dim, l.padded_dim, st, codes + p * l.padded_dim, &meta[p]);
+          uint8_t* orow = originals + p * l.orig_row_bytes;
+          std::memcpy(orow, in.row(r), orig_used);
+          std::memset(orow + orig_used, 0, l.orig_row_bytes - orig_used);
+          ++p;
+        }
       }
     }
+  };
+  run(analyse_pass ? Work::kAnalyse : Work::kBoth);
+  const Rejection* first = nullptr;
+  for (const Rejection& r : rejections) {
+    if (r.packed != UINT64_MAX && (first == nullptr || r.packed < first->packed)) first = &r;
   }
+  if (first) {
+    const char* what = analyse_pass ? "nothing was packed" : "the output buffer is incomplete";
+    if (first->element != UINT32_MAX) {
+      return Error(MAXSIM_ERR_NON_FINITE,
+                   "%s: set %llu token %llu has a non-finite value at element %u; %s (remove or fix that vector)",
+                   role, static_cast<ull>(first->set), static_cast<ull>(first->token), first->element, what);
+    }
+    return Error(MAXSIM_ERR_NON_FINITE,
+                 "%s: set %llu token %llu has L2 norm %g, above the supported 1e19 (f32 dot products could "
+                 "overflow); %s (rescale your embeddings)", role, static_cast<ull>(first->set),
+                 static_cast<ull>(first->token), first->norm, what);
+  }
+  if (analyse_pass) run(Work::kWrite);
   std::memcpy(base + l.regions[MAXSIM_REGION_OFFSETS].offset, new_offsets.data(), new_offsets.size() * 8);
   if (ids) std::memcpy(base + l.regions[MAXSIM_REGION_IDS].offset, ids, in.n_sets * 8);
   for (int r = 0; r < MAXSIM_REGION_COUNT; ++r) {

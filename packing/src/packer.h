@@ -12,9 +12,10 @@ namespace maxsim::pack {
 // Token offsets of the packed collection (masked rows dropped).
 Status PackedOffsets(const DenseView& in, std::vector<uint64_t>* offsets);
 Status PackedSize(const DenseView& in, bool with_ids, uint64_t* size);
-// Packs host-memory sets into `out` (64-byte aligned, `capacity` bytes). On any error nothing is written.
+// Packs host-memory sets into `out` (64-byte aligned, `capacity` bytes). On any error nothing is written,
+// unless write_before_validation (one fused pass; for outputs the library allocated and frees on error).
 Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t capacity, int threads,
-                const char* role, uint64_t* written);
+                const char* role, uint64_t* written, bool write_before_validation = false);
 
 }  // namespace maxsim::pack
 
