@@ -639,6 +639,23 @@ void MeasurePeaksAndDescribe() {
                    p.unit);
     }
   }
+  // Contention guard: T threads of independent FMA chains should reach ~T times one thread. If they do not,
+  // the cores are shared with other work (or fewer than T exist) and multi-thread figures are not the machine's.
+  const Peak f = BestF32Peak();
+  const double one = PeakOps(f, 1) > 0 ? PeakOps(f, 1) : MeasurePeak(f, 1);
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int t : g_cfg.threads) {
+    const double scaling = PeakOps(f, t) / one;
+    if (t > 1 && one > 0 && scaling < 0.8 * std::min<long>(t, cores)) {
+      char msg[256];
+      std::snprintf(msg, sizeof(msg),
+                    "the FMA peak loop reached only %.2fx one thread with %d threads (%ld cores online): the cores "
+                    "are busy with other work, so %d-thread figures do not show what this machine can do",
+                    scaling, t, cores, t);
+      std::fprintf(stderr, "cpu_bench: warning: %s\n", msg);
+      benchmark::AddCustomContext("warning_threads_" + std::to_string(t), msg);
+    }
+  }
 }
 
 // Releases what the benchmarks hold before exit: libmaxsim's own globals may be gone by the time static

@@ -127,6 +127,9 @@ def machine_lines(contexts):
         skipped = ["%s (%s)" % (k, v) for k, v in ctx.items() if isinstance(v, str) and v.startswith("skipped")]
         if skipped:
             out.append("  - skipped: " + "; ".join(skipped))
+        for k, v in ctx.items():
+            if k.startswith("warning"):
+                out.append("  - **warning** (%s): %s" % (k, v))
     return out
 
 
@@ -209,7 +212,8 @@ def brief(runs, contexts):
         p = parse_name(name)
         if p and not b.get("error_occurred"):
             parsed[(path,) + p] = b
-    lines = ["| shape | threads | OpenBLAS GSO/s | best exact | best certified | best approximate |",
+    lines = ["warning: %s" % v for _, ctx in contexts for k, v in ctx.items() if k.startswith("warning")]
+    lines += ["| shape | threads | OpenBLAS GSO/s | best exact | best certified | best approximate |",
              "|---|---:|---:|---|---|---|"]
     keys = sorted({(k[0], k[2], k[5]) for k in parsed if k[1] == "maxsim"},
                   key=lambda x: (shape_rank(x[1]), x[1], x[2]))
