@@ -195,6 +195,31 @@ TEST(Api, AllNegativeSimilaritiesAreNotBeatenByPadding) {
   }
 }
 
+TEST(Api, CosineTreatsSubnormalNormsAsZeroVectors) {
+  // 1 / ||d|| would overflow f32 for ||d|| < 2^-126; such a vector has cosine 0 with anything (not inf or NaN).
+  TokenSets q, d;
+  q.dim = d.dim = 2;
+  q.values = {1, 0};
+  q.offsets = {0, 1};
+  d.values = {1e-39f, 0, -1, 0, 3e-38f, 0};
+  d.offsets = {0, 2, 3};
+  q.Encode(MAXSIM_F32);
+  d.Encode(MAXSIM_F32);
+  Context ctx = CpuContext();
+  Packed pd = Packed::Pack(ctx, d.Dense());
+  for (maxsim_mode mode : kModes) {
+    std::vector<int32_t> am(3);
+    const auto s = ctx.ScoreMatrix(q.Dense(), 1, pd, 2, {MAXSIM_METRIC_COSINE, mode}, am.data());
+    EXPECT_EQ(s[0], 0.0f) << "mode " << mode;  // the tiny token counts as zero: cos 0 beats cos -1
+    EXPECT_EQ(am[0], 0);
+    EXPECT_FLOAT_EQ(s[1], 1.0f) << "a small but normal norm (3e-38) still has a cosine";
+    for (uint64_t j = 0; j < 2; ++j) {
+      const std::string err = CheckPair(q, 0, d, j, MAXSIM_METRIC_COSINE, s[j], am.data() + j);
+      EXPECT_TRUE(err.empty()) << err;
+    }
+  }
+}
+
 TEST(Api, MasksEqualCompaction) {
   std::mt19937_64 rng(33);
   TokenSets q = Generate(rng, Shape::kUnitGaussian, 3, 5, 12, 32);

@@ -142,6 +142,8 @@ double Norm(const float* v, uint32_t dim) {
   for (uint32_t k = 0; k < dim; ++k) n += static_cast<double>(v[k]) * v[k];
   return std::sqrt(n);
 }
+// The library treats vectors whose (f32-rounded) norm is below 2^-126 as zero vectors for cosine.
+bool CosineDefined(double norm) { return static_cast<float>(norm) >= 0x1p-126f; }
 }  // namespace
 
 double RefSim(const TokenSets& q, uint64_t qi, uint64_t s, const TokenSets& d, uint64_t dj, uint64_t t,
@@ -152,7 +154,7 @@ double RefSim(const TokenSets& q, uint64_t qi, uint64_t s, const TokenSets& d, u
   for (uint32_t k = 0; k < q.dim; ++k) dot += static_cast<double>(a[k]) * b[k];
   if (metric == MAXSIM_METRIC_DOT) return dot;
   const double na = Norm(a, q.dim), nb = Norm(b, q.dim);
-  return na > 0 && nb > 0 ? dot / (na * nb) : 0.0;
+  return CosineDefined(na) && CosineDefined(nb) ? dot / (na * nb) : 0.0;
 }
 
 // Tolerance (why): an exact f32 result computes each similarity as a sequential FMA chain, whose error is at
@@ -191,8 +193,9 @@ RefPair Reference(const TokenSets& q, uint64_t qi, const TokenSets& d, uint64_t 
       double sim = dot, bound = gamma * abs_dot + q.dim * 0x1p-148;
       if (metric == MAXSIM_METRIC_COSINE) {
         const double nb = Norm(b, q.dim);
-        sim = na > 0 && nb > 0 ? dot / (na * nb) : 0.0;
-        bound = na > 0 && nb > 0 ? bound / (na * nb) + 8 * kU * std::fabs(sim) : 0.0;
+        const bool defined = CosineDefined(na) && CosineDefined(nb);
+        sim = defined ? dot / (na * nb) : 0.0;
+        bound = defined ? bound / (na * nb) + 8 * kU * std::fabs(sim) : 0.0;
       }
       token_tol = std::max(token_tol, bound);
       if (sim > best) {

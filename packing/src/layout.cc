@@ -10,6 +10,7 @@ const char* DtypeName(maxsim_dtype dtype) {
     case MAXSIM_F32: return "f32";
     case MAXSIM_F16: return "f16";
     case MAXSIM_BF16: return "bf16";
+    default: break;
   }
   return "unknown";
 }

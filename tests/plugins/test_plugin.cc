@@ -123,7 +123,7 @@ float ScorePair(const Sets& q, uint64_t i, const Sets& d, uint64_t j, maxsim_met
       for (uint32_t k = 0; k < q.dim; ++k) acc = std::fma(qv[k], dv[k], acc);
       if (metric == MAXSIM_METRIC_COSINE) {
         const float n = Norm(dv, d.dim);
-        acc = acc * (n > 0 ? 1.0f / n : 0.0f);
+        acc = acc * (n >= 0x1p-126f ? 1.0f / n : 0.0f);
       }
       if (acc > best) {
         best = acc;
@@ -132,7 +132,7 @@ float ScorePair(const Sets& q, uint64_t i, const Sets& d, uint64_t j, maxsim_met
     }
     if (metric == MAXSIM_METRIC_COSINE) {
       const float n = Norm(qv, q.dim);
-      best = best * (n > 0 ? 1.0f / n : 0.0f);
+      best = best * (n >= 0x1p-126f ? 1.0f / n : 0.0f);
     }
     sum += best;
     if (argmax) argmax[s] = arg;

@@ -114,8 +114,9 @@ const KernelInfo* KernelList(size_t* count);
 // Whether this machine runs kernel k; if not, why ("needs avx512vnni, which this CPU lacks").
 bool KernelAvailable(const KernelInfo& k, std::string* reason);
 
-// 1/||d|| as the cosine key uses it (0 for a zero vector, whose cosine with anything is defined as 0).
-inline float InvNorm(float norm) { return norm > 0.0f ? 1.0f / norm : 0.0f; }
+// 1/||d|| as the cosine key uses it. A vector whose norm is below the smallest normal f32 (2^-126) counts as
+// a zero vector (cosine 0 with anything): its reciprocal would overflow f32, and no embedding model produces it.
+inline float InvNorm(float norm) { return norm >= 0x1p-126f ? 1.0f / norm : 0.0f; }
 
 }  // namespace maxsim
 
