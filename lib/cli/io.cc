@@ -36,7 +36,7 @@ std::vector<uint64_t> ReadIndexArray(const std::string& path, const char* what) 
                   " (save with arr.astype(np.int64))");
   }
   std::vector<uint64_t> v(a.shape[0]);
-  std::memcpy(v.data(), a.data.data(), v.size() * 8);
+  if (!v.empty()) std::memcpy(v.data(), a.data.data(), v.size() * 8);
   if (a.dtype == npy::Dtype::kI64) {
     for (size_t i = 0; i < v.size(); ++i) {
       if (static_cast<int64_t>(v[i]) < 0) {
@@ -135,6 +135,11 @@ void ConvertTokens(Tokens* t, maxsim_dtype to, const std::string& path) {
   if (t->dtype == to) return;
   const uint64_t n = t->rows * t->dim;
   std::vector<float> f32(n);
+  if (n == 0) {
+    t->dtype = to;
+    t->data.clear();
+    return;
+  }
   if (t->dtype == MAXSIM_F32) {
     std::memcpy(f32.data(), t->data.data(), n * 4);
   } else {
