@@ -108,7 +108,8 @@ int RunBench(int argc, char** argv) {
       });
     }
     const double naive_per_doc = naive_s / naive_docs;
-    std::printf("%-5u %-24s %12s %11s %9.2f %9s\n", ld, "naive loops (100 docs)", HumanSeconds(naive_per_doc * nd).c_str(),
+    const std::string naive_label = "naive loops (" + std::to_string(naive_docs) + " docs)";
+    std::printf("%-5u %-24s %12s %11s %9.2f %9s\n", ld, naive_label.c_str(), HumanSeconds(naive_per_doc * nd).c_str(),
                 HumanCount(1.0 / naive_per_doc).c_str(), gso_per_doc / naive_per_doc / 1e9, "1.0");
     for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
       maxsim_score_options so;
