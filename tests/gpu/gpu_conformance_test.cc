@@ -289,6 +289,30 @@ TEST_F(Gpu, F32IsBitIdenticalToTheCpu) {
   }
 }
 
+TEST_F(Gpu, ManyPairsPipelineKernel) {
+  // Enough short-query pairs to engage the per-warp cp.async pipeline kernel (>= 2 x resident warps): it must
+  // equal the one-pair-per-warp kernel bit for bit (same arithmetic), the reference, and certified.
+  Context gpu(Options("cuda"));
+  for (uint32_t dim : {128u, 64u, 96u}) {
+    auto rng = Rng(150 + dim);
+    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 2, 1, 32, dim), MAXSIM_BF16);
+    const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 1700, 0, 90, dim), MAXSIM_BF16);
+    Packed pq = Packed::Pack(gpu, q.Dense());
+    Packed pd = Packed::Pack(gpu, d.Dense());
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      const std::string what = "pipeline dim " + std::to_string(dim) + (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+      const Matrix pipe = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      setenv("MAXSIM_CUDA_NO_PIPE", "1", 1);
+      const Matrix plain = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      unsetenv("MAXSIM_CUDA_NO_PIPE");
+      ExpectIdentical(pipe, plain, what + " vs one pair per warp");
+      ExpectReference(q, d, metric, pipe, what, 500);
+      const Matrix cert = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);
+      ExpectIdentical(cert, pipe, what + " certified vs exact");
+    }
+  }
+}
+
 TEST_F(Gpu, LongQueriesAndDocuments) {
   Context gpu(Options("cuda"));
   for (uint64_t lq : {300ull, 1024ull}) {
@@ -537,6 +561,19 @@ TEST_F(Gpu, DeviceTensorsForwardAllLayouts) {
       }
     }
   }
+}
+
+TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensors) {
+  // Dense device tensors, masked, in-batch 48 x 48 (2304 pairs: the pipeline kernel).
+  Context gpu(Options("cuda"));
+  auto rng = Rng(160);
+  TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 48, 0, 32, 128), MAXSIM_BF16);
+  TokenSets d = Encoded(Generate(rng, Shape::kClustered, 48, 0, 120, 128), MAXSIM_BF16);
+  RandomMask(rng, q, 0.2);
+  RandomMask(rng, d, 0.2);
+  const DeviceSets dq(q), dd(d, 2, 0);
+  const Matrix m = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), MAXSIM_METRIC_DOT);
+  ExpectReference(q, d, MAXSIM_METRIC_DOT, m, "pipeline device tensors", 600);
 }
 
 // Element-wise bound for an f32 accumulation of `terms` products against a double reference.

@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kTcWarps = 8;
 constexpr int kTcTiles = 4;  // n8 tiles per pipeline step (32 tokens)
+constexpr int kPipeWarps = 6;  // ExactTcPipeKernel: warps per block (one block per SM)
 
 // Folds one 16x8 accumulator tile per m tile into the running max. n0 = first of this lane's two columns.
 template <int MT, typename Acc>
@@ -183,126 +184,8 @@ __global__ void __launch_bounds__(kTcWarps * 32, 1) ExactTcKernel(const ForwardA
   WriteRows<MT>(a, p, qi, dj, grp, qb, lq, doc_nonempty, best, s_term[warp], s_arg[warp]);
 }
 
-// Persistent variant for many pairs whose queries fit one group (G == 1, KC > 0): each warp walks a
-// contiguous range of pairs as one stream of 32-token steps, so the loads of the next document's first step are
-// in flight while the current document's last step computes and its score is written (no pipeline drain per
-// document, no partial last wave). The query's A fragments are reloaded only when the range moves to the next
-// query. Per element it is exactly ExactTcKernel's arithmetic.
-template <typename T, int MT, int KC>
-__global__ void __launch_bounds__(kTcWarps * 32, 1) ExactTcPersistKernel(const ForwardArgs a, uint64_t per_warp) {
-  __shared__ float s_term[kTcWarps][MT * 16];
-  __shared__ int s_arg[kTcWarps][MT * 16];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * kTcWarps + warp;
-  const uint64_t p_begin = wid * per_warp;
-  const uint64_t p_end = min(a.pairs.n_pairs, p_begin + per_warp);
-  if (p_begin >= p_end) return;
-  const uint32_t dim = a.q.dim;
-  const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
-  auto doc_of = [&](uint64_t p, uint64_t* qi, uint64_t* dj, uint64_t* db, uint64_t* ld) {
-    a.pairs.Resolve(p, qi, dj);
-    *db = a.d.Begin(*dj);
-    *ld = a.d.End(*dj) - *db;
-  };
-  auto load = [&](uint4 (&buf)[kTcTiles][KC], uint64_t db, uint64_t ld, uint64_t base) {
-    const uint8_t* dbase = a.d.orig + db * drb;
-#pragma unroll
-    for (int u = 0; u < kTcTiles; ++u) {
-      const uint64_t n = base + u * 8 + g;
-#pragma unroll
-      for (int c = 0; c < KC; ++c) {
-        const uint32_t off = 32 * c + 8 * t;
-        buf[u][c] = (n < ld && off < dim) ? Ld16(dbase + n * drb + off * 2) : Zero4();
-      }
-    }
-  };
-  uint4 qa[MT][KC], qc[MT][KC];
-  uint64_t loaded_q = ~0ull;
-  auto load_query = [&](uint64_t qi) {
-    if (qi == loaded_q) return;
-    loaded_q = qi;
-    const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
-    const uint8_t* qbase = a.q.orig + qb * qrb;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const uint64_t ra = mt * 16 + g, rb = ra + 8;
-#pragma unroll
-      for (int c = 0; c < KC; ++c) {
-        const uint32_t off = 32 * c + 8 * t;
-        qa[mt][c] = (ra < lq && off < dim) ? Ld16(qbase + ra * qrb + off * 2) : Zero4();
-        qc[mt][c] = (rb < lq && off < dim) ? Ld16(qbase + rb * qrb + off * 2) : Zero4();
-      }
-    }
-  };
-  uint64_t p = p_begin, qi, dj, db, ld, base = 0;
-  doc_of(p, &qi, &dj, &db, &ld);
-  load_query(qi);
-  Best<MT> best;
-  auto reset = [&]() {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      best.v[mt][0] = best.v[mt][1] = -INFINITY;
-      best.i[mt][0] = best.i[mt][1] = -1;
-    }
-  };
-  reset();
-  bool saw_kept = false;
-  uint4 cur[kTcTiles][KC];
-  if (ld > 0) load(cur, db, ld, 0);
-  while (true) {
-    // The step after (p, base): the next 32 tokens of this document, or the first step of the next pair.
-    uint64_t pn = p, bn = base + 32, qn = qi, jn = dj, dbn = db, ldn = ld;
-    const bool last = base + 32 >= ld;
-    if (last) {
-      pn = p + 1;
-      bn = 0;
-      if (pn < p_end) doc_of(pn, &qn, &jn, &dbn, &ldn);
-    }
-    uint4 nxt[kTcTiles][KC];
-    const bool more = pn < p_end && bn < ldn;
-    if (more) load(nxt, dbn, ldn, bn);
-    if (ld > 0) {
-#pragma unroll
-      for (int u = 0; u < kTcTiles; ++u) {
-        if (base + u * 8 < ld) {
-          float acc[MT][4];
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
-#pragma unroll
-          for (int c = 0; c < KC; ++c) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) MmaChunk16<T>(acc[mt], qa[mt][c], qc[mt][c], cur[u][c]);
-          }
-          FoldTile<MT>(a, db, ld, base + u * 8 + 2 * t, acc, best, saw_kept);
-        }
-      }
-    }
-    if (last) {
-      const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
-      const bool doc_nonempty = a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
-      WriteRows<MT>(a, p, qi, dj, 0, qb, lq, doc_nonempty, best, s_term[warp], s_arg[warp]);
-      __syncwarp();
-      if (pn >= p_end) break;
-      reset();
-      saw_kept = false;
-      load_query(qn);
-    }
-    p = pn;
-    base = bn;
-    qi = qn;
-    dj = jn;
-    db = dbn;
-    ld = ldn;
-    if (more) {
-#pragma unroll
-      for (int u = 0; u < kTcTiles; ++u) {
-#pragma unroll
-        for (int c = 0; c < KC; ++c) cur[u][c] = nxt[u][c];
-      }
-    }
-  }
-}
+template <typename T, int MT>
+cudaError_t LaunchPipe(const ForwardArgs& a, uint64_t n_warps, cudaStream_t stream);
 
 template <typename T, int MT>
 cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
@@ -312,7 +195,7 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
   if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
   const dim3 grid(static_cast<unsigned>(blocks)), block(kTcWarps * 32);
   const uint32_t chunks = (a.q.dim + 31) / 32;
-  // Many single-group pairs: the persistent variant (a few pairs per warp, one resident block per SM).
+  // Many single-group pairs: the per-warp cp.async pipeline (a few pairs per warp, one block of 6 warps per SM).
   static int sms = 0;
   if (sms == 0) {
     int dev = 0;
@@ -320,19 +203,10 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (sms <= 0) sms = 1;
   }
-  const uint64_t resident_warps = static_cast<uint64_t>(sms) * kTcWarps;
+  const uint64_t resident_warps = static_cast<uint64_t>(sms) * kPipeWarps;
   if (a.part.groups == 1 && chunks <= 4 && a.pairs.n_pairs >= 2 * resident_warps &&
-      std::getenv("MAXSIM_CUDA_NO_PERSIST") == nullptr) {
-    const uint64_t per_warp = (a.pairs.n_pairs + resident_warps - 1) / resident_warps;
-    const uint64_t warps = (a.pairs.n_pairs + per_warp - 1) / per_warp;
-    const dim3 pgrid(static_cast<unsigned>((warps + kTcWarps - 1) / kTcWarps));
-    switch (chunks) {
-      case 1: ExactTcPersistKernel<T, MT, 1><<<pgrid, block, 0, stream>>>(a, per_warp); break;
-      case 2: ExactTcPersistKernel<T, MT, 2><<<pgrid, block, 0, stream>>>(a, per_warp); break;
-      case 3: ExactTcPersistKernel<T, MT, 3><<<pgrid, block, 0, stream>>>(a, per_warp); break;
-      default: ExactTcPersistKernel<T, MT, 4><<<pgrid, block, 0, stream>>>(a, per_warp); break;
-    }
-    return cudaGetLastError();
+      std::getenv("MAXSIM_CUDA_NO_PIPE") == nullptr) {
+    return LaunchPipe<T, MT>(a, resident_warps, stream);
   }
   switch (chunks) {
     case 1: ExactTcKernel<T, MT, 1><<<grid, block, 0, stream>>>(a); break;
@@ -556,6 +430,153 @@ cudaError_t LaunchSmemT(const ForwardArgs& a, cudaStream_t stream) {
     case 128: return LaunchSmemW<T, 4>(a, stream);
     default: return LaunchSmemW<T, 8>(a, stream);
   }
+}
+
+// ---- per-warp cp.async pipeline for many short-query pairs (G == 1, dim <= 128) --------------------------
+//
+// ExactTcPipeKernel: each warp walks a contiguous range of pairs as one stream of 32-token steps. A step's
+// document rows are copied into the warp's own shared-memory ring (kPipeStages x 8 KB) with fully coalesced
+// 16-byte cp.async (each instruction moves two whole 256-byte rows), kPipeStages - 1 steps ahead of the mma
+// work, across document boundaries; B fragments are read back with the same parity swizzle as the tiled kernel.
+// No block-level barrier: the ring is private to the warp (cp.async.wait_group + __syncwarp). Per element it is
+// exactly ExactTcKernel's arithmetic.
+
+constexpr int kPipeStages = 4;
+constexpr int kPipeStep = 32;  // tokens per step
+constexpr int kPipeStageBytes = kPipeStep * kRowBytes;
+
+template <typename T, int MT>
+__global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const ForwardArgs a, uint64_t n_warps) {
+  extern __shared__ __align__(128) uint8_t ring_all[];
+  __shared__ float s_term[kPipeWarps][MT * 16];
+  __shared__ int s_arg[kPipeWarps][MT * 16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * kPipeWarps + warp;
+  if (wid >= n_warps) return;
+  const uint64_t p_begin = wid * a.pairs.n_pairs / n_warps;
+  const uint64_t p_end = (wid + 1) * a.pairs.n_pairs / n_warps;
+  if (p_begin >= p_end) return;
+  const uint32_t dim = a.q.dim;
+  const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
+  const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) +
+                        static_cast<uint32_t>(warp) * (kPipeStages * kPipeStageBytes);
+  // Producer cursor: the next step to copy (pair pp, first token pb); pld/pdb describe pair pp's document.
+  uint64_t pp = p_begin, pb = 0, pld = 0, pdb = 0;
+  auto resolve_doc = [&](uint64_t p, uint64_t* db, uint64_t* ld) {
+    uint64_t qi, dj;
+    a.pairs.Resolve(p, &qi, &dj);
+    *db = a.d.Begin(dj);
+    *ld = a.d.End(dj) - *db;
+  };
+  auto skip_empty = [&]() {
+    while (pp < p_end) {
+      resolve_doc(pp, &pdb, &pld);
+      if (pld > 0) return;
+      ++pp;
+    }
+  };
+  skip_empty();
+  uint32_t produced = 0;
+  auto produce = [&]() {
+    if (pp < p_end) {
+      const uint32_t st = ring + (produced % kPipeStages) * kPipeStageBytes;
+      const uint8_t* dbase = a.d.orig + pdb * drb;
+#pragma unroll
+      for (int i = 0; i < kPipeStep * 16 / 32; ++i) {
+        const int e = lane + 32 * i, tok = e >> 4, slot = e & 15;
+        const uint64_t n = pb + tok;
+        const bool pred = n < pld && static_cast<uint32_t>(slot) * 8 < dim;
+        const uint8_t* src = dbase + (pred ? n * drb + slot * 16 : 0);
+        CpAsync16(st + tok * kRowBytes + ((slot ^ ((tok & 1) << 2)) << 4), src, pred);
+      }
+      ++produced;
+      pb += kPipeStep;
+      if (pb >= pld) {
+        pb = 0;
+        ++pp;
+        skip_empty();
+      }
+    }
+    CpAsyncCommit();
+  };
+#pragma unroll
+  for (int s = 0; s < kPipeStages - 1; ++s) produce();
+
+  uint4 qa[MT][4], qc[MT][4];
+  uint64_t loaded_q = ~0ull;
+  uint32_t consumed = 0;
+  for (uint64_t p = p_begin; p < p_end; ++p) {
+    uint64_t qi, dj;
+    a.pairs.Resolve(p, &qi, &dj);
+    const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
+    const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+    if (qi != loaded_q) {
+      loaded_q = qi;
+      const uint8_t* qbase = a.q.orig + qb * qrb;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint64_t ra = mt * 16 + g, rb = ra + 8;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const uint32_t off = 32 * c + 8 * t;
+          qa[mt][c] = (ra < lq && off < dim) ? Ld16(qbase + ra * qrb + off * 2) : Zero4();
+          qc[mt][c] = (rb < lq && off < dim) ? Ld16(qbase + rb * qrb + off * 2) : Zero4();
+        }
+      }
+    }
+    Best<MT> best;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      best.v[mt][0] = best.v[mt][1] = -INFINITY;
+      best.i[mt][0] = best.i[mt][1] = -1;
+    }
+    bool saw_kept = false;
+    for (uint64_t base = 0; base < ld; base += kPipeStep) {
+      CpAsyncWait<kPipeStages - 2>();
+      __syncwarp();
+      produce();
+      const uint32_t st = ring + (consumed % kPipeStages) * kPipeStageBytes;
+      ++consumed;
+#pragma unroll
+      for (int u = 0; u < kPipeStep / 8; ++u) {
+        if (base + u * 8 < ld) {
+          const int tok = u * 8 + g;
+          const uint32_t row = st + tok * kRowBytes;
+          uint4 bv[4];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) bv[c] = Lds16(row + (((4 * c + t) ^ ((tok & 1) << 2)) << 4));
+          float acc[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) MmaChunk16<T>(acc[mt], qa[mt][c], qc[mt][c], bv[c]);
+          }
+          FoldTile<MT>(a, db, ld, base + u * 8 + 2 * t, acc, best, saw_kept);
+        }
+      }
+    }
+    const bool doc_nonempty = a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
+    WriteRows<MT>(a, p, qi, dj, 0, qb, lq, doc_nonempty, best, s_term[warp], s_arg[warp]);
+    __syncwarp();
+  }
+  CpAsyncWait<0>();
+}
+
+template <typename T, int MT>
+cudaError_t LaunchPipe(const ForwardArgs& a, uint64_t n_warps, cudaStream_t stream) {
+  const int smem = kPipeWarps * kPipeStages * kPipeStageBytes;
+  static bool ready = false;
+  if (!ready) {
+    const cudaError_t e = cudaFuncSetAttribute(ExactTcPipeKernel<T, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    ready = true;
+  }
+  const unsigned blocks = static_cast<unsigned>((n_warps + kPipeWarps - 1) / kPipeWarps);
+  ExactTcPipeKernel<T, MT><<<blocks, kPipeWarps * 32, smem, stream>>>(a, n_warps);
+  return cudaGetLastError();
 }
 
 // ---- FFMA ---------------------------------------------------------------------------------------------

@@ -44,8 +44,10 @@ struct WarpLists {
 };
 
 // Refines list entries [0, n) and folds them into best[]. RT: float = f32 FMA chain, else the 16-bit type.
-template <typename RT>
-__device__ void Refine(const ForwardArgs& a, uint64_t qb, uint32_t r0, uint64_t db, WarpLists& L, int n) {
+// 16-bit FAST: rounds of 16 candidates (2 mma tiles of 8) with every load of the round issued before the first mma,
+// so a round costs one memory latency.
+template <typename RT, bool FAST>
+__device__ __forceinline__ void Refine(const ForwardArgs& a, uint64_t qb, uint32_t r0, uint64_t db, WarpLists& L, int n) {
   const int lane = threadIdx.x & 31;
   const uint32_t dim = a.q.dim;
   if constexpr (sizeof(RT) == 4) {
@@ -64,23 +66,61 @@ __device__ void Refine(const ForwardArgs& a, uint64_t qb, uint32_t r0, uint64_t 
   } else {
     const int g = lane >> 2, t = lane & 3;
     const uint32_t nchunks = (dim + 31) / 32;
-    for (int b = 0; b < n; b += 8) {
-      const int e = b + g;
-      const bool valid = e < n;
-      const uint32_t row = valid ? L.row[e] : 0, tok = valid ? L.tok[e] : 0;
-      const uint8_t* qr = a.q.orig + (qb + r0 + row) * a.q.row_bytes;
-      const uint8_t* dr = a.d.orig + (db + tok) * a.d.row_bytes;
-      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (uint32_t ch = 0; ch < nchunks; ++ch) {
-        const uint32_t off = 32 * ch + 8 * t;
-        const uint4 qa = (valid && off < dim) ? Ld16(qr + off * 2) : Zero4();
-        const uint4 bv = (valid && off < dim) ? Ld16(dr + off * 2) : Zero4();
-        MmaChunk16<RT>(c, qa, Zero4(), bv);
+    constexpr int kSub = 2;
+    if (FAST && nchunks <= 4) {
+      for (int b = 0; b < n; b += 8 * kSub) {
+        uint4 qa[kSub][4], bv[kSub][4];
+        uint32_t rows[kSub], toks[kSub];
+        bool valid[kSub];
+#pragma unroll
+        for (int sb = 0; sb < kSub; ++sb) {
+          const int e = b + 8 * sb + g;
+          valid[sb] = e < n;
+          rows[sb] = valid[sb] ? L.row[e] : 0;
+          toks[sb] = valid[sb] ? L.tok[e] : 0;
+          const uint8_t* qr = a.q.orig + (qb + r0 + rows[sb]) * a.q.row_bytes;
+          const uint8_t* dr = a.d.orig + (db + toks[sb]) * a.d.row_bytes;
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const uint32_t off = 32 * c + 8 * t;
+            const bool ok = valid[sb] && c < static_cast<int>(nchunks) && off < dim;
+            qa[sb][c] = ok ? Ld16(qr + off * 2) : Zero4();
+            bv[sb][c] = ok ? Ld16(dr + off * 2) : Zero4();
+          }
+        }
+#pragma unroll
+        for (int sb = 0; sb < kSub; ++sb) {
+          float c4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            if (c < static_cast<int>(nchunks)) MmaChunk16<RT>(c4, qa[sb][c], Zero4(), bv[sb][c]);
+          }
+          if (valid[sb] && t == (g >> 1)) {
+            const float e_sim = (g & 1) ? c4[1] : c4[0];
+            const float key = a.cosine ? e_sim * InvNorm(a.d.meta[db + toks[sb]].norm) : e_sim;
+            atomicMax(&L.best[rows[sb]], PackKey(key, toks[sb]));
+          }
+        }
       }
-      if (valid && t == (g >> 1)) {
-        const float e_sim = (g & 1) ? c[1] : c[0];
-        const float key = a.cosine ? e_sim * InvNorm(a.d.meta[db + tok].norm) : e_sim;
-        atomicMax(&L.best[row], PackKey(key, tok));
+    } else {
+      for (int b = 0; b < n; b += 8) {
+        const int e = b + g;
+        const bool valid = e < n;
+        const uint32_t row = valid ? L.row[e] : 0, tok = valid ? L.tok[e] : 0;
+        const uint8_t* qr = a.q.orig + (qb + r0 + row) * a.q.row_bytes;
+        const uint8_t* dr = a.d.orig + (db + tok) * a.d.row_bytes;
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (uint32_t ch = 0; ch < nchunks; ++ch) {
+          const uint32_t off = 32 * ch + 8 * t;
+          const uint4 qa = (valid && off < dim) ? Ld16(qr + off * 2) : Zero4();
+          const uint4 bv = (valid && off < dim) ? Ld16(dr + off * 2) : Zero4();
+          MmaChunk16<RT>(c, qa, Zero4(), bv);
+        }
+        if (valid && t == (g >> 1)) {
+          const float e_sim = (g & 1) ? c[1] : c[0];
+          const float key = a.cosine ? e_sim * InvNorm(a.d.meta[db + tok].norm) : e_sim;
+          atomicMax(&L.best[row], PackKey(key, tok));
+        }
       }
     }
   }
@@ -222,10 +262,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs
   }
   int count = 0;
   uint64_t refined = 0;
-  auto flush = [&]() {
+  auto flush = [&](bool in_loop) {
     if (count == 0) return;
     __syncwarp();
-    Refine<RT>(a, qb, r0, db, L, count);
+    // The rare in-loop flush (a list still nearly full after filtering) uses the lean variant, so that the main
+    // loop keeps its registers.
+    if (in_loop) Refine<RT, false>(a, qb, r0, db, L, count);
+    else Refine<RT, true>(a, qb, r0, db, L, count);
     refined += static_cast<uint64_t>(count);
     count = 0;
   };
@@ -321,7 +364,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs
               }
             }
             Compact(L, count);
-            if (count > kCap - 32 * 8) flush();
+            if (count > kCap - 32 * 8) flush(true);
           }
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
@@ -379,7 +422,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs
       }
     }
   }
-  flush();
+  flush(false);
   __syncwarp();
   if (a.counters) {
     uint32_t multi = 0;
