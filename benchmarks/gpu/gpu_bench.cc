@@ -189,6 +189,14 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     });
   };
   Emit(s.name, "exact", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
+  if (std::string(s.name) == "textual-10k") {
+    // Shapes of the pipeline kernel's per-warp ring (warps per SM x 8 KB stages), same arithmetic.
+    for (const char* v : {"5x5", "4x7", "8x3"}) {
+      setenv("MAXSIM_CUDA_PIPE", v, 1);
+      Emit(s.name, std::string("exact-") + v, run(MAXSIM_MODE_EXACT), flops, exact_bytes);
+    }
+    unsetenv("MAXSIM_CUDA_PIPE");
+  }
   if (s.certified) {
     CHECK_CUDA(cudaMemset(counters, 0, 16));
     const double ms = run(MAXSIM_MODE_CERTIFIED);

@@ -16,6 +16,7 @@
 #include <math.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "forward_common.cuh"
 
@@ -24,7 +25,6 @@ namespace {
 
 constexpr int kTcWarps = 8;
 constexpr int kTcTiles = 4;  // n8 tiles per pipeline step (32 tokens)
-constexpr int kPipeWarps = 6;  // ExactTcPipeKernel: warps per block (one block per SM)
 
 // Folds one 16x8 accumulator tile per m tile into the running max. n0 = first of this lane's two columns.
 template <int MT, typename Acc>
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, 1) ExactTcKernel(const ForwardA
 }
 
 template <typename T, int MT>
-cudaError_t LaunchPipe(const ForwardArgs& a, uint64_t n_warps, cudaStream_t stream);
+cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream);
 
 template <typename T, int MT>
 cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
@@ -203,10 +203,10 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (sms <= 0) sms = 1;
   }
-  const uint64_t resident_warps = static_cast<uint64_t>(sms) * kPipeWarps;
+  const uint64_t resident_warps = static_cast<uint64_t>(sms) * 8;
   if (a.part.groups == 1 && chunks <= 4 && a.pairs.n_pairs >= 2 * resident_warps &&
       std::getenv("MAXSIM_CUDA_NO_PIPE") == nullptr) {
-    return LaunchPipe<T, MT>(a, resident_warps, stream);
+    return LaunchPipe<T, MT>(a, sms, stream);
   }
   switch (chunks) {
     case 1: ExactTcKernel<T, MT, 1><<<grid, block, 0, stream>>>(a); break;
@@ -441,11 +441,10 @@ cudaError_t LaunchSmemT(const ForwardArgs& a, cudaStream_t stream) {
 // No block-level barrier: the ring is private to the warp (cp.async.wait_group + __syncwarp). Per element it is
 // exactly ExactTcKernel's arithmetic.
 
-constexpr int kPipeStages = 4;
 constexpr int kPipeStep = 32;  // tokens per step
 constexpr int kPipeStageBytes = kPipeStep * kRowBytes;
 
-template <typename T, int MT>
+template <typename T, int MT, int kPipeWarps, int kPipeStages>
 __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const ForwardArgs a, uint64_t n_warps) {
   extern __shared__ __align__(128) uint8_t ring_all[];
   __shared__ float s_term[kPipeWarps][MT * 16];
@@ -565,18 +564,30 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   CpAsyncWait<0>();
 }
 
-template <typename T, int MT>
-cudaError_t LaunchPipe(const ForwardArgs& a, uint64_t n_warps, cudaStream_t stream) {
-  const int smem = kPipeWarps * kPipeStages * kPipeStageBytes;
+template <typename T, int MT, int W, int S>
+cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
+  const int smem = W * S * kPipeStageBytes;
   static bool ready = false;
   if (!ready) {
-    const cudaError_t e = cudaFuncSetAttribute(ExactTcPipeKernel<T, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const cudaError_t e = cudaFuncSetAttribute(ExactTcPipeKernel<T, MT, W, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     ready = true;
   }
-  const unsigned blocks = static_cast<unsigned>((n_warps + kPipeWarps - 1) / kPipeWarps);
-  ExactTcPipeKernel<T, MT><<<blocks, kPipeWarps * 32, smem, stream>>>(a, n_warps);
+  const uint64_t n_warps = static_cast<uint64_t>(sms) * W;
+  ExactTcPipeKernel<T, MT, W, S><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
   return cudaGetLastError();
+}
+
+// Ring shapes (warps per block x stages of 8 KB, one block per SM): 6x4 by default; MAXSIM_CUDA_PIPE=WxS picks
+// 5x5, 4x7 or 8x3 (measured on the device by the benchmark).
+template <typename T, int MT>
+cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
+  const char* v = std::getenv("MAXSIM_CUDA_PIPE");
+  const std::string shape = v ? v : "";
+  if (shape == "5x5") return LaunchPipeWS<T, MT, 5, 5>(a, sms, stream);
+  if (shape == "4x7") return LaunchPipeWS<T, MT, 4, 7>(a, sms, stream);
+  if (shape == "8x3") return LaunchPipeWS<T, MT, 8, 3>(a, sms, stream);
+  return LaunchPipeWS<T, MT, 6, 4>(a, sms, stream);
 }
 
 // ---- FFMA ---------------------------------------------------------------------------------------------
