@@ -125,6 +125,14 @@ Status ScoreCandidatesImpl(maxsim_context* ctx, const maxsim_sets* queries, cons
   return ctx->engine->ScoreCandidates(q, d, cand_offsets, candidates, req, scores, argmax, stats);
 }
 
+Status CheckLevel(const maxsim_validation& level) {
+  const int32_t v = RawEnum(level);
+  if (v != MAXSIM_VALIDATE_STANDARD && v != MAXSIM_VALIDATE_DEEP && v != MAXSIM_VALIDATE_FAST) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "validation level %d is not STANDARD (0), DEEP (1) or FAST (2)", v);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 }  // namespace maxsim
 
@@ -285,16 +293,6 @@ MAXSIM_API maxsim_status maxsim_pack(maxsim_context* ctx, const maxsim_dense_set
     return Status::Ok();
   });
 }
-
-namespace {
-Status CheckLevel(const maxsim_validation& level) {
-  const int32_t v = RawEnum(level);
-  if (v != MAXSIM_VALIDATE_STANDARD && v != MAXSIM_VALIDATE_DEEP && v != MAXSIM_VALIDATE_FAST) {
-    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "validation level %d is not STANDARD (0), DEEP (1) or FAST (2)", v);
-  }
-  return Status::Ok();
-}
-}  // namespace
 
 MAXSIM_API maxsim_status maxsim_validate(const void* buffer, uint64_t size, maxsim_validation level) {
   return Guard([&]() -> Status {
