@@ -260,6 +260,13 @@ typedef struct maxsim_score_options {
 
 MAXSIM_API void maxsim_score_options_init(maxsim_score_options* options);
 
+/* Device memory (the CUDA backend, docs/cuda.md). When the queries and documents are dense sets with memory =
+ * MAXSIM_MEMORY_CUDA (both must be), every output of the scoring calls below (scores, argmax) is device memory
+ * too, the work is enqueued on options->cuda_stream, and the call returns once that stream has finished it (so
+ * that errors come back as statuses); offsets and candidate lists stay host memory. Device inputs score in
+ * EXACT mode only (CERTIFIED/APPROXIMATE need packed buffers) and top-k needs a packed corpus. With a packed
+ * corpus (host memory, uploaded once and cached per context) and host queries, outputs are host memory. */
+
 /* Argmax layout. For query set i (Lq_i tokens; o_i = number of query tokens in earlier sets), its c-th scored
  * document (c = document index for the matrix, 0 for pairs, candidate slot for candidates) and query token s,
  * the argmax is at  base_i + c * Lq_i + s,  where base_i = Nd * o_i (matrix), o_i (pairs), or the sum over
@@ -316,15 +323,17 @@ typedef struct maxsim_backward_args {
   float* grad_queries;               /* out: dL/dQ, f32, one row of dim per query row (row_stride = dim);
                                         NULL to skip. Padding/masked rows get 0. */
   float* grad_documents;             /* out: dL/dD likewise; NULL to skip */
-  int deterministic;                 /* 1: bit-identical across runs and thread counts (CPU always is) */
-  void* cuda_stream;
+  int deterministic;                 /* 1: bit-identical across runs and thread counts (CPU always is; the CUDA
+                                        backend then uses a destination-owned reduction, else f32 atomics) */
+  void* cuda_stream;                 /* cudaStream_t for MAXSIM_MEMORY_CUDA tensors (NULL: default stream) */
 } maxsim_backward_args;
 
 /* Gradients of sum(grad_scores * scores) for the dot metric given the forward's argmax:
  *   grad_Q[i, s]  = sum over scored documents j of g[i, j] * D[j, argmax[i, j, s]]        (a gather)
  *   grad_D[j, t] += g[i, j] * Q[i, s]  for every (i, s) with argmax[i, j, s] == t           (a scatter)
  * Both outputs are overwritten (not accumulated into). Queries and documents must be dense and in the same
- * memory kind. */
+ * memory kind. With MAXSIM_MEMORY_CUDA tensors (the CUDA backend) argmax, grad_scores and both outputs are
+ * device memory, the work runs on cuda_stream and the call returns once it has finished. */
 MAXSIM_API maxsim_status maxsim_backward(maxsim_context* ctx, const maxsim_dense_sets* queries,
                                          const maxsim_dense_sets* documents, const maxsim_backward_args* args);
 
