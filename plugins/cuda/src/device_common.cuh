@@ -120,7 +120,8 @@ __device__ __forceinline__ void MergeBest(float& v, int& i, int off) {
   }
 }
 
-__device__ __forceinline__ float InvNorm(float n) { return n > 0.0f ? 1.0f / n : 0.0f; }
+// As the CPU (lib/src/kernels/kernel.h): a norm below 2^-126 counts as a zero vector (1/n would overflow f32).
+__device__ __forceinline__ float InvNorm(float n) { return n >= 0x1p-126f ? 1.0f / n : 0.0f; }
 
 __device__ __forceinline__ float RowNorm(const SetsView& s, uint64_t row) {
   return s.norms ? s.norms[row] : s.meta[row].norm;
