@@ -358,6 +358,11 @@ struct ThreadState {
   ScreenCounters counters;
   uint64_t pairs = 0;
   uint64_t query_tokens = 0;
+  uint64_t docs_pruned = 0;
+  // Batched screening (KernelOps::screened_batch): the block's non-empty documents and their indices.
+  std::vector<DocRef> batch;
+  std::vector<uint64_t> batch_index;
+  std::vector<uint8_t> pruned;
 };
 
 // Scores prepared query qs against document d, writes qs.positions argmax values (if argmax) and returns the
@@ -394,6 +399,58 @@ float ScorePair(const QuerySet& qs, const DocRef& d, const uint32_t* doc_map, co
   return static_cast<float>(sum);
 }
 
+// The key -> score sum of ScorePair for one query token set: the double sum over kept tokens in order, rounded
+// once to f32; writes the argmax positions (packed documents: no masked rows) if asked.
+float ScoreFromKeys(const QuerySet& qs, bool cosine, const float* best, const int32_t* arg, int32_t* argmax) {
+  double sum = 0.0;
+  for (uint32_t s = 0; s < qs.q.n_tokens; ++s) {
+    const float value = cosine ? best[s] * qs.inv_norm[s] : best[s];
+    sum += static_cast<double>(value);
+  }
+  if (argmax) {
+    if (qs.kept) std::fill(argmax, argmax + qs.positions, -1);
+    for (uint32_t s = 0; s < qs.q.n_tokens; ++s) argmax[qs.kept ? qs.kept[s] : s] = arg[s];
+  }
+  return static_cast<float>(sum);
+}
+
+// Whether screened scoring goes through KernelOps::screened_batch: certified/approximate on packed documents
+// (whose DocRefs stay valid for the whole call, unlike materialised dense ones).
+bool UseBatch(const KernelOps& ops, const ScoreRequest& req, const SetsRef& D) {
+  return ops.screened_batch != nullptr && req.mode != MAXSIM_MODE_EXACT && D.is_packed;
+}
+
+// Scores query qs against ts.batch (non-empty packed documents) in one kernel call: scores[i] for document i
+// (unless pruned[i] is set on return, when `prune` is given), argmax[i] (if argmax) its qs.positions slots.
+// The same results as ScorePair for every document that is not pruned.
+void ScoreBatch(const QuerySet& qs, const KernelOps& ops, const ScoreRequest& req, ThreadState& ts,
+                ScreenPrune* prune, float* scores, int32_t* const* argmax) {
+  const size_t n = ts.batch.size();
+  ts.pairs += n;
+  ts.query_tokens += static_cast<uint64_t>(qs.q.n_tokens) * n;
+  if (prune) std::fill(prune->pruned, prune->pruned + n, 0);
+  if (n == 0) return;
+  if (qs.q.n_tokens == 0) {
+    for (size_t i = 0; i < n; ++i) {
+      scores[i] = 0.0f;
+      if (argmax && argmax[i]) std::fill(argmax[i], argmax[i] + qs.positions, -1);
+    }
+    return;
+  }
+  const size_t nt = qs.q.n_tokens;
+  float* best = KernelScratch::Grow(ts.best, nt * n);
+  int32_t* arg = KernelScratch::Grow(ts.arg, nt * n);
+  ops.screened_batch(qs.q, ts.batch.data(), n, req.metric, req.mode, best, arg, ts.scratch, &ts.counters, prune);
+  const bool cosine = req.metric == MAXSIM_METRIC_COSINE;
+  for (size_t i = 0; i < n; ++i) {
+    if (prune && prune->pruned[i]) {
+      ++ts.docs_pruned;
+      continue;
+    }
+    scores[i] = ScoreFromKeys(qs, cosine, best + i * nt, arg + i * nt, argmax ? argmax[i] : nullptr);
+  }
+}
+
 void SumStats(const std::vector<ThreadState>& states, maxsim_stats* stats) {
   if (!stats) return;
   *stats = maxsim_stats{};
@@ -402,6 +459,7 @@ void SumStats(const std::vector<ThreadState>& states, maxsim_stats* stats) {
     stats->query_tokens += ts.query_tokens;
     stats->refined += ts.counters.refined;
     stats->multi_candidate += ts.counters.multi_candidate;
+    stats->docs_pruned += ts.docs_pruned;
   }
 }
 
@@ -509,15 +567,55 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
   const uint64_t n_qchunks = (nq + qchunk - 1) / qchunk;
   const int64_t n_tasks = static_cast<int64_t>(n_blocks * n_qchunks);
   const KernelOps& ops = *kernel_->ops;
+  const bool batched = UseBatch(ops, req, D);
 #pragma omp parallel num_threads(threads_) if (threads_ > 1 && n_tasks > 1)
   {
     ThreadState& ts = states[static_cast<size_t>(ThreadIndex())];
+    std::vector<float> bscores;
+    std::vector<int32_t*> bargmax;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
       const uint64_t qc = static_cast<uint64_t>(task) / n_blocks;
       const uint64_t db = static_cast<uint64_t>(task) % n_blocks;
       const uint64_t q0 = qc * qchunk, q1 = std::min(nq, q0 + qchunk);
       const uint64_t d0 = db * block, d1 = std::min(nd, d0 + block);
+      if (batched) {
+        // One kernel call per query and run of documents (the kernel overlaps a document's refinement with
+        // the next one's screening). With several queries, runs of 8 documents stay in L2 across them.
+        const uint64_t run = q1 - q0 == 1 ? d1 - d0 : 8;
+        for (uint64_t r0 = d0; r0 < d1; r0 += run) {
+          const uint64_t r1 = std::min(d1, r0 + run);
+          ts.batch.clear();
+          ts.batch_index.clear();
+          for (uint64_t j = r0; j < r1; ++j) {
+            DocRef d;
+            const uint32_t* map = nullptr;
+            ts.docs.Get(src, j, &d, &map);
+            if (d.n_tokens > 0) {
+              ts.batch.push_back(d);
+              ts.batch_index.push_back(j);
+              continue;
+            }
+            for (uint64_t i = q0; i < q1; ++i) {
+              const QuerySet& qs = qb.sets[i];
+              int32_t* am = argmax ? argmax + nd * qs.token_offset + j * qs.positions : nullptr;
+              scores[i * nd + j] = ScorePair(qs, d, map, ops, req, ts, am);
+            }
+          }
+          const size_t n = ts.batch.size();
+          bscores.resize(n);
+          bargmax.resize(n);
+          for (uint64_t i = q0; i < q1; ++i) {
+            const QuerySet& qs = qb.sets[i];
+            for (size_t b = 0; b < n; ++b) {
+              bargmax[b] = argmax ? argmax + nd * qs.token_offset + ts.batch_index[b] * qs.positions : nullptr;
+            }
+            ScoreBatch(qs, ops, req, ts, nullptr, bscores.data(), argmax ? bargmax.data() : nullptr);
+            for (size_t b = 0; b < n; ++b) scores[i * nd + ts.batch_index[b]] = bscores[b];
+          }
+        }
+        continue;
+      }
       for (uint64_t j = d0; j < d1; ++j) {
         DocRef d;
         const uint32_t* map = nullptr;
@@ -559,13 +657,49 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
   const uint64_t block = 16;
   const int64_t n_tasks = static_cast<int64_t>((total + block - 1) / block);
   const KernelOps& ops = *kernel_->ops;
+  const bool batched = UseBatch(ops, req, D);
 #pragma omp parallel num_threads(threads_) if (threads_ > 1 && n_tasks > 1)
   {
     ThreadState& ts = states[static_cast<size_t>(ThreadIndex())];
+    std::vector<float> bscores;
+    std::vector<int32_t*> bargmax;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
       const uint64_t c0 = static_cast<uint64_t>(task) * block, c1 = std::min(total, c0 + block);
       uint64_t i = static_cast<uint64_t>(std::upper_bound(cand_offsets, cand_offsets + nq + 1, c0) - cand_offsets) - 1;
+      if (batched) {
+        // One kernel call per run of candidates of the same query.
+        for (uint64_t r0 = c0; r0 < c1;) {
+          while (cand_offsets[i + 1] <= r0) ++i;
+          const uint64_t r1 = std::min(c1, cand_offsets[i + 1]);
+          const QuerySet& qs = qb.sets[i];
+          ts.batch.clear();
+          ts.batch_index.clear();
+          for (uint64_t c = r0; c < r1; ++c) {
+            DocRef d;
+            const uint32_t* map = nullptr;
+            ts.docs.Get(src, candidates[c], &d, &map);
+            int32_t* am = argmax ? argmax + base[i] + (c - cand_offsets[i]) * qs.positions : nullptr;
+            if (d.n_tokens == 0) {
+              scores[c] = ScorePair(qs, d, map, ops, req, ts, am);
+              continue;
+            }
+            ts.batch.push_back(d);
+            ts.batch_index.push_back(c);
+          }
+          const size_t n = ts.batch.size();
+          bscores.resize(n);
+          bargmax.resize(n);
+          for (size_t b = 0; b < n; ++b) {
+            const uint64_t c = ts.batch_index[b];
+            bargmax[b] = argmax ? argmax + base[i] + (c - cand_offsets[i]) * qs.positions : nullptr;
+          }
+          ScoreBatch(qs, ops, req, ts, nullptr, bscores.data(), argmax ? bargmax.data() : nullptr);
+          for (size_t b = 0; b < n; ++b) scores[ts.batch_index[b]] = bscores[b];
+          r0 = r1;
+        }
+        continue;
+      }
       for (uint64_t c = c0; c < c1; ++c) {
         while (cand_offsets[i + 1] <= c) ++i;
         DocRef d;
@@ -627,15 +761,57 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
   const uint64_t block = std::clamp<uint64_t>(nd / (static_cast<uint64_t>(threads_) * 32), 1, 64);
   const int64_t n_tasks = static_cast<int64_t>((nd + block - 1) / block);
   const KernelOps& ops = *kernel_->ops;
+  const bool batched = UseBatch(ops, req, D);
+  const bool cosine = req.metric == MAXSIM_METRIC_COSINE;
 #pragma omp parallel num_threads(threads_) if (threads_ > 1 && n_tasks > 1)
   {
     const int t = ThreadIndex();
     ThreadState& ts = states[static_cast<size_t>(t)];
     auto& mine = heaps[static_cast<size_t>(t)];
     mine.assign(nq, {});
+    std::vector<float> bscores;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
       const uint64_t d0 = static_cast<uint64_t>(task) * block, d1 = std::min(nd, d0 + block);
+      if (batched) {
+        // Pruning (ScreenPrune): a document whose certified upper bound is below this thread's current k-th
+        // score cannot enter the top-k (the k documents kept so far are real, so the global k-th score is at
+        // least as high), and is not refined. Runs of 16 documents (8 with several queries) refresh the bound.
+        const uint64_t run = nq == 1 ? 16 : 8;
+        for (uint64_t r0 = d0; r0 < d1; r0 += run) {
+          const uint64_t r1 = std::min(d1, r0 + run);
+          ts.batch.clear();
+          ts.batch_index.clear();
+          for (uint64_t j = r0; j < r1; ++j) {
+            DocRef d;
+            const uint32_t* map = nullptr;
+            ts.docs.Get(src, j, &d, &map);
+            if (d.n_tokens > 0) {
+              ts.batch.push_back(d);
+              ts.batch_index.push_back(j);
+              continue;
+            }
+            for (uint64_t i = 0; i < nq; ++i) {
+              Offer(mine[i], keep, Ranked{ScorePair(qb.sets[i], d, map, ops, req, ts, nullptr), j});
+            }
+          }
+          const size_t n = ts.batch.size();
+          bscores.resize(n);
+          ts.pruned.resize(n);
+          for (uint64_t i = 0; i < nq; ++i) {
+            const QuerySet& qs = qb.sets[i];
+            ScreenPrune prune;
+            prune.token_weight = cosine ? qs.inv_norm : nullptr;
+            prune.below = mine[i].size() == keep ? mine[i].front().score : kNegInf;
+            prune.pruned = ts.pruned.data();
+            ScoreBatch(qs, ops, req, ts, &prune, bscores.data(), nullptr);
+            for (size_t b = 0; b < n; ++b) {
+              if (!ts.pruned[b]) Offer(mine[i], keep, Ranked{bscores[b], ts.batch_index[b]});
+            }
+          }
+        }
+        continue;
+      }
       for (uint64_t j = d0; j < d1; ++j) {
         DocRef d;
         const uint32_t* map = nullptr;

@@ -22,6 +22,7 @@
 #define MAXSIM_SRC_KERNELS_KERNEL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,11 @@ struct DocRef {
   uint64_t serial = 0;
 };
 
+// Kernel-owned per-thread state kept in KernelScratch::state (created by the kernel on first use).
+struct KernelState {
+  virtual ~KernelState() = default;
+};
+
 // Per-thread scratch memory a kernel may grow and reuse across calls.
 struct KernelScratch {
   std::vector<float> rows;     // document rows widened to f32
@@ -72,6 +78,7 @@ struct KernelScratch {
   uint32_t cache_kind = 0;
   int32_t cache_i32 = 0;
   std::vector<float> cache;
+  std::unique_ptr<KernelState> state;  // kernel-specific (e.g. the screening pipeline's buffers)
   template <typename T>
   static T* Grow(std::vector<T>& v, size_t n) {
     if (v.size() < n) v.resize(n);
@@ -83,6 +90,18 @@ struct KernelScratch {
 struct ScreenCounters {
   uint64_t refined = 0;          // document tokens whose exact similarity was computed
   uint64_t multi_candidate = 0;  // query tokens whose candidate set had more than one token
+};
+
+// Top-k pruning for KernelOps::screened_batch: a document whose certified upper bound on its score is strictly
+// below `below` cannot enter the top-k, so the kernel skips its refinement. The score the engine computes is
+// the double sum, in token order, of fl(key_s * weight_s) (weight = the query token's 1/||q|| for cosine, else
+// key_s itself), rounded once to f32; the kernel bounds it with the same operations applied to each token's
+// upper bound max_j fl(A_j + m_j) (every f32/double rounding is monotone, so the bound stays an upper bound).
+// In APPROXIMATE mode the bound is that of the refined top row, which bounds the approximate score too.
+struct ScreenPrune {
+  const float* token_weight = nullptr;  // per query token (cosine: 1/||q||); nullptr: keys are scores
+  float below = 0.0f;                   // prune documents whose bound is < below (-inf: never)
+  uint8_t* pruned = nullptr;            // [n] out: 1 = pruned (its outputs are not written), else 0
 };
 
 struct KernelOps {
@@ -98,6 +117,13 @@ struct KernelOps {
   // for interleaved i8 / pair-swapped bf16 query layouts. Both must be set, or neither.
   size_t (*layout_bytes)(const PreparedQuery& q, maxsim_mode mode) = nullptr;
   void (*prepare)(const PreparedQuery& q, maxsim_mode mode, void* layout) = nullptr;
+  // Optional: screened() for one query set against n documents (each with >= 1 token, all valid for the whole
+  // call: packed documents), writing best_key/best_index[i * q.n_tokens + s] for document i. The kernel may
+  // overlap one document's refinement with the next one's screening, and with `prune` skip documents that
+  // cannot enter a top-k (see ScreenPrune). Outputs of unpruned documents equal screened()'s.
+  void (*screened_batch)(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric,
+                         maxsim_mode mode, float* best_key, int32_t* best_index, KernelScratch& scratch,
+                         ScreenCounters* counters, const ScreenPrune* prune) = nullptr;
 };
 
 // One entry of the kernel list (kernels/kernel_list.inc).

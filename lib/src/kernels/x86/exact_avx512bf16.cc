@@ -423,6 +423,6 @@ void ForceBf16DpForTest(int mode) { g_force_dp.store(mode, std::memory_order_rel
 }  // namespace x86
 
 extern const KernelOps kOpsAvx512Bf16 = {&x86::ExactBf16OrFma, &x86::ScreenedVnni, &x86::LayoutBytes,
-                                         &x86::Prepare};
+                                         &x86::Prepare, &x86::ScreenedBatchVnni};
 
 }  // namespace maxsim

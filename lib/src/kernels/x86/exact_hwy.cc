@@ -27,6 +27,7 @@
 #endif
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/x86/screen_hwy-inl.h"  // per target: the screening pipeline (screen::Screen)
 
 HWY_BEFORE_NAMESPACE();
 namespace maxsim {
@@ -219,47 +220,8 @@ void Widen(const DocRef& d, float* out) {
   }
 }
 
-template <size_t R, bool kCos>
-HWY_INLINE void ListTile(const float* qt, size_t qstride, uint32_t dim, const float* rows, uint64_t stride,
-                         const uint32_t* list, const uint32_t* masks, const float* inv, float* best, int32_t* arg) {
-  const float* rp[R];
-  int32_t idx[R];
-  float w[R];
-  for (size_t r = 0; r < R; ++r) {
-    rp[r] = rows + list[r] * stride;
-    idx[r] = static_cast<int32_t>(list[r]);
-    w[r] = kCos ? inv[list[r]] : 1.0f;
-  }
-  Tile<1, R, kCos, true>(qt, qstride, rp, dim, idx, w, masks, best, arg);
-}
-
-template <bool kCos>
-void RefineT(const float* qt, uint32_t n_padded, uint32_t dim, const float* rows, uint64_t stride,
-             const uint32_t* list, const uint32_t* masks, size_t n, const float* inv, float* best, int32_t* arg) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) ListTile<8, kCos>(qt, n_padded, dim, rows, stride, list + i, masks + i, inv, best, arg);
-  if (i + 4 <= n) {
-    ListTile<4, kCos>(qt, n_padded, dim, rows, stride, list + i, masks + i, inv, best, arg);
-    i += 4;
-  }
-  if (i + 2 <= n) {
-    ListTile<2, kCos>(qt, n_padded, dim, rows, stride, list + i, masks + i, inv, best, arg);
-    i += 2;
-  }
-  if (i < n) ListTile<1, kCos>(qt, n_padded, dim, rows, stride, list + i, masks + i, inv, best, arg);
-}
-
-void Refine(const float* qt, uint32_t n_padded, uint32_t dim, const float* rows, uint64_t stride,
-            const uint32_t* list, const uint32_t* masks, size_t n, const float* inv, float* best, int32_t* arg) {
-  if (inv) {
-    RefineT<true>(qt, n_padded, dim, rows, stride, list, masks, n, inv, best, arg);
-  } else {
-    RefineT<false>(qt, n_padded, dim, rows, stride, list, masks, n, inv, best, arg);
-  }
-}
-
 // Constant-initialised (no call into target code before the registry has checked the CPU).
-extern const x86::HwyExactOps kHwyExactOps = {sizeof(VF) / sizeof(float), &ExactF32, &Widen, &Refine};
+extern const x86::HwyExactOps kHwyExactOps = {sizeof(VF) / sizeof(float), &ExactF32, &Widen, &screen::Screen};
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE

@@ -2,15 +2,17 @@
 // set and call, not per document.
 #include <cstring>
 
+#include "kernels/screening.h"
 #include "kernels/x86/x86_kernels.h"
 
 namespace maxsim {
 namespace x86 {
 
-void I8QueryLayout::Write(const PreparedQuery& q, uint8_t xor_bias, int8_t* out) {
+void I8QueryLayout::Write(const PreparedQuery& q, uint8_t xor_bias, void* out_void) {
+  int8_t* out = static_cast<int8_t*>(out_void);
   const size_t groups = Groups4(q.dim);
   const uint8_t pad = xor_bias;  // a zero code, biased
-  std::memset(out, pad, Bytes(q));
+  std::memset(out, pad, CodeBytes(q));
   for (uint32_t s = 0; s < q.n_padded; ++s) {
     const int8_t* codes = s < q.n_tokens ? q.codes + static_cast<size_t>(s) * q.padded_dim : nullptr;
     for (size_t g = 0; g < groups; ++g) {
@@ -21,6 +23,17 @@ void I8QueryLayout::Write(const PreparedQuery& q, uint8_t xor_bias, int8_t* out)
         o[b] = static_cast<uint8_t>(static_cast<uint8_t>(c) ^ xor_bias);
       }
     }
+  }
+  // Per-lane data (QueryLanes); padding lanes stay zero.
+  float* f = reinterpret_cast<float*>(static_cast<uint8_t*>(out_void) + CodeBytes(q));
+  std::memset(f, 0, 4 * sizeof(float) * q.n_padded);
+  const ScreenConstants c(q.dim);
+  for (uint32_t s = 0; s < q.n_tokens; ++s) {
+    const maxsim_vector_meta& m = q.meta[s];
+    f[s] = m.scale;
+    f[q.n_padded + s] = m.norm;
+    f[2 * static_cast<size_t>(q.n_padded) + s] = m.resid_norm;
+    f[3 * static_cast<size_t>(q.n_padded) + s] = c.gamma * m.norm;  // as ScreenMargin computes it
   }
 }
 

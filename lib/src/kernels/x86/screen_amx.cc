@@ -19,8 +19,8 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <limits>
 
-#include "kernels/x86/screen_driver-inl.h"
 #include "kernels/x86/x86_kernels.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -143,23 +143,25 @@ MAXSIM_TARGET_AMX void Block11(const int8_t* a0, size_t as, uint32_t tail, const
   MAXSIM_MEMORY_BARRIER();
 }
 
-// C tile (16 rows = document tokens j0.., 16 lanes = query tokens) -> B rows and the running max.
+// C tile (16 rows = document tokens j0.., 16 lanes = query tokens) -> keys and their running max.
 template <bool kCos>
 MAXSIM_TARGET_AMX inline void Post(const int32_t* c, uint32_t j0, uint32_t rows, const maxsim_vector_meta* meta,
-                                   const float* inv, float* B, __m512* top) {
+                                   const float* inv, __m512 sq, float* K, __m512* top) {
   __m512 t = *top;
   for (uint32_t m = 0; m < rows; ++m) {
     const uint32_t j = j0 + m;
-    const __m512 b = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)), _mm512_set1_ps(meta[j].scale));
-    _mm512_store_ps(B + static_cast<size_t>(j) * kW, b);
-    t = _mm512_max_ps(t, kCos ? _mm512_mul_ps(b, _mm512_set1_ps(inv[j])) : b);
+    // key = fl(fl(fl(float(I) * s_d) * s_q) [* inv]), the portable kernel's expression.
+    const __m512 a = _mm512_mul_ps(
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)), _mm512_set1_ps(meta[j].scale)), sq);
+    const __m512 key = kCos ? _mm512_mul_ps(a, _mm512_set1_ps(inv[j])) : a;
+    _mm512_store_ps(K + static_cast<size_t>(j) * kW, key);
+    t = _mm512_max_ps(key, t);  // a NaN key returns t: ignored
   }
   *top = t;
 }
 
 template <bool kCos>
-MAXSIM_TARGET_AMX void ComputeBT(const ScreenJob& job, uint32_t g0, uint32_t ng, float* B, size_t nd_pad,
-                                 float* top_p) {
+MAXSIM_TARGET_AMX void KeysT(const ScreenJob& job, uint32_t g0, uint32_t ng, float* B, size_t gs, float* top_p) {
   const PreparedQuery& q = *job.q;
   const DocRef& d = *job.d;
   alignas(64) int32_t c[4 * 256];
@@ -171,8 +173,9 @@ MAXSIM_TARGET_AMX void ComputeBT(const ScreenJob& job, uint32_t g0, uint32_t ng,
   const int8_t* b1 = b0 + kW * 4;
   const uint32_t kblocks = d.padded_dim / 64;
   const size_t as = d.padded_dim;
-  const size_t gs = nd_pad * kW;
   const uint32_t nd = d.n_tokens;
+  const __m512 sq0 = _mm512_loadu_ps(job.lanes.sq + static_cast<size_t>(g0) * kW);
+  const __m512 sq1 = ng == 2 ? _mm512_loadu_ps(job.lanes.sq + static_cast<size_t>(g0 + 1) * kW) : sq0;
   __m512 top[2] = {_mm512_set1_ps(-std::numeric_limits<float>::infinity()),
                    _mm512_set1_ps(-std::numeric_limits<float>::infinity())};
   uint32_t j = 0;
@@ -187,6 +190,10 @@ MAXSIM_TARGET_AMX void ComputeBT(const ScreenJob& job, uint32_t g0, uint32_t ng,
         __builtin_prefetch(d.meta + r, 0, 3);
       }
     }
+    if (job.pf) {
+      job.pf->Step();
+      job.pf->Step();
+    }
     const uint32_t pf_end = j + 96 < nd ? j + 96 : nd;
     for (uint32_t r = j + 64; r < pf_end; ++r) {
       const char* p = reinterpret_cast<const char*>(d.codes) + static_cast<size_t>(r) * as;
@@ -195,14 +202,14 @@ MAXSIM_TARGET_AMX void ComputeBT(const ScreenJob& job, uint32_t g0, uint32_t ng,
     }
     if (ng == 2) {
       Block22(a0, a0 + 16 * as, as, b0, b1, bs, bstep, kblocks, c);
-      Post<kCos>(c, j, 16, d.meta, job.inv, B, &top[0]);
-      Post<kCos>(c + 256, j, 16, d.meta, job.inv, B + gs, &top[1]);
-      Post<kCos>(c + 512, j + 16, 16, d.meta, job.inv, B, &top[0]);
-      Post<kCos>(c + 768, j + 16, 16, d.meta, job.inv, B + gs, &top[1]);
+      Post<kCos>(c, j, 16, d.meta, job.inv, sq0, B, &top[0]);
+      Post<kCos>(c + 256, j, 16, d.meta, job.inv, sq1, B + gs, &top[1]);
+      Post<kCos>(c + 512, j + 16, 16, d.meta, job.inv, sq0, B, &top[0]);
+      Post<kCos>(c + 768, j + 16, 16, d.meta, job.inv, sq1, B + gs, &top[1]);
     } else {
       Block12(a0, a0 + 16 * as, as, b0, bs, bstep, kblocks, c);
-      Post<kCos>(c, j, 16, d.meta, job.inv, B, &top[0]);
-      Post<kCos>(c + 512, j + 16, 16, d.meta, job.inv, B, &top[0]);
+      Post<kCos>(c, j, 16, d.meta, job.inv, sq0, B, &top[0]);
+      Post<kCos>(c + 512, j + 16, 16, d.meta, job.inv, sq0, B, &top[0]);
     }
   }
   for (; j < nd; j += 16) {
@@ -210,34 +217,45 @@ MAXSIM_TARGET_AMX void ComputeBT(const ScreenJob& job, uint32_t g0, uint32_t ng,
     const int8_t* a0 = d.codes + static_cast<size_t>(j) * as;
     if (ng == 2) {
       Block21(a0, as, rows, b0, b1, bs, bstep, kblocks, buf, c);
-      Post<kCos>(c, j, rows, d.meta, job.inv, B, &top[0]);
-      Post<kCos>(c + 256, j, rows, d.meta, job.inv, B + gs, &top[1]);
+      Post<kCos>(c, j, rows, d.meta, job.inv, sq0, B, &top[0]);
+      Post<kCos>(c + 256, j, rows, d.meta, job.inv, sq1, B + gs, &top[1]);
     } else {
       Block11(a0, as, rows, b0, bs, bstep, kblocks, buf, c);
-      Post<kCos>(c, j, rows, d.meta, job.inv, B, &top[0]);
+      Post<kCos>(c, j, rows, d.meta, job.inv, sq0, B, &top[0]);
     }
   }
   for (uint32_t g = 0; g < ng; ++g) _mm512_storeu_ps(top_p + g * kW, top[g]);
 }
 
-struct AmxPolicy {
-  static constexpr uint32_t kLanes = kW;
-  static constexpr uint32_t kGroupsPerBlock = 2;
-  static const HwyExactOps& Exact() { return *HwyExactAvx3(); }
-  static void ComputeB(const ScreenJob& job, uint32_t g0, uint32_t ng, float* B, size_t nd_pad, float* top_p) {
-    job.cosine ? ComputeBT<true>(job, g0, ng, B, nd_pad, top_p) : ComputeBT<false>(job, g0, ng, B, nd_pad, top_p);
-  }
-  static size_t Scan(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
-                     uint32_t* masks) {
-    return ScanAvx512(Bg, nd, inv, tp, list, masks);
-  }
-};
+// ComputeKeysFn (x86_kernels.h) for tdpbssd; the tiles are configured by ScreenedBatchAmx.
+void AmxKeys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride, float* top) {
+  job.cosine ? KeysT<true>(job, g0, ng, K, k_stride, top) : KeysT<false>(job, g0, ng, K, k_stride, top);
+}
+
+void ScreenedBatchAmx(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric, maxsim_mode mode,
+                      float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters,
+                      const ScreenPrune* prune) {
+  ScreenCall c;
+  c.q = &q;
+  c.docs = docs;
+  c.n = n;
+  c.metric = metric;
+  c.mode = mode;
+  c.best_key = best_key;
+  c.best_index = best_index;
+  c.scratch = &scratch;
+  c.counters = counters;
+  c.prune = prune;
+  c.keys = &AmxKeys;
+  c.groups_per_block = 2;
+  Configure();
+  HwyExactAvx3()->screen(c);
+  Release();
+}
 
 void ScreenedAmx(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode, float* best_key,
                  int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters) {
-  Configure();
-  ScreenedDriver<AmxPolicy>(q, d, metric, mode, best_key, best_index, scratch, counters);
-  Release();
+  ScreenedBatchAmx(q, &d, 1, metric, mode, best_key, best_index, scratch, counters, nullptr);
 }
 
 size_t LayoutBytes(const PreparedQuery& q, maxsim_mode mode) {
@@ -248,13 +266,14 @@ void Prepare(const PreparedQuery& q, maxsim_mode mode, void* out) {
   if (mode == MAXSIM_MODE_EXACT) {
     Bf16Prepare(q, out);
   } else {
-    I8QueryLayout::Write(q, 0, static_cast<int8_t*>(out));
+    I8QueryLayout::Write(q, 0, out);
   }
 }
 
 }  // namespace
 }  // namespace x86
 
-extern const KernelOps kOpsAmx = {&x86::ExactBf16Kernel, &x86::ScreenedAmx, &x86::LayoutBytes, &x86::Prepare};
+extern const KernelOps kOpsAmx = {&x86::ExactBf16Kernel, &x86::ScreenedAmx, &x86::LayoutBytes, &x86::Prepare,
+                                  &x86::ScreenedBatchAmx};
 
 }  // namespace maxsim

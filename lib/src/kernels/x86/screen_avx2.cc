@@ -8,13 +8,14 @@
 // most 2 * 127 * 127 = 32258, so nothing ever saturates and I is the exact integer dot for any packed buffer.
 // Tile: 2 query vectors (16 tokens, interleaved layout [k/4][lane][4]) x 4 document rows = 8 ymm
 // accumulators + 2 query + ones + row broadcast and |row| + 2 temporaries = 15 of 16 registers; per k-group
-// 34 vector ops for 256 multiply-adds. After the k loop: vcvtdq2ps, vmulps by the row's scale (B), running
-// vmaxps per lane (topP), one store of B per row and query vector. The rest is screen_driver-inl.h.
+// 34 vector ops for 256 multiply-adds. After the k loop: vcvtdq2ps, vmulps by the row's scale and by the lanes'
+// query scales (the key A), running vmaxps per lane (top), one store of the keys per row and query vector.
+// The rest (selection, bounds, refinement) is screen_hwy-inl.h (Highway AVX2).
 #include <immintrin.h>
 
 #include <cstring>
+#include <limits>
 
-#include "kernels/x86/screen_driver-inl.h"
 #include "kernels/x86/x86_kernels.h"
 
 #define MAXSIM_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -28,7 +29,7 @@ constexpr uint32_t kW = 8;
 template <int NQ, int R, bool kCos>
 MAXSIM_TARGET_AVX2 inline void Tile(const int8_t* ql, size_t qstride, uint32_t groups4, const int8_t* codes,
                              uint32_t padded_dim, uint32_t j, const maxsim_vector_meta* meta, const float* inv,
-                             float* B, size_t group_stride, __m256* top) {
+                             const __m256* sq, float* K, size_t group_stride, __m256* top) {
   __m256i acc[NQ][R];
   for (int i = 0; i < NQ; ++i) {
     for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_si256();
@@ -56,10 +57,11 @@ MAXSIM_TARGET_AVX2 inline void Tile(const int8_t* ql, size_t qstride, uint32_t g
   for (int r = 0; r < R; ++r) {
     const __m256 sd = _mm256_set1_ps(meta[j + r].scale);
     for (int i = 0; i < NQ; ++i) {
-      const __m256 b = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][r]), sd);
-      _mm256_store_ps(B + i * group_stride + static_cast<size_t>(j + r) * kW, b);
-      const __m256 p = kCos ? _mm256_mul_ps(b, _mm256_set1_ps(inv[j + r])) : b;
-      top[i] = _mm256_max_ps(top[i], p);
+      // key = fl(fl(fl(float(I) * s_d) * s_q) [* inv]), the portable kernel's expression.
+      const __m256 a = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][r]), sd), sq[i]);
+      const __m256 key = kCos ? _mm256_mul_ps(a, _mm256_set1_ps(inv[j + r])) : a;
+      _mm256_store_ps(K + i * group_stride + static_cast<size_t>(j + r) * kW, key);
+      top[i] = _mm256_max_ps(key, top[i]);  // a NaN key returns top: ignored
     }
   }
 }
@@ -75,63 +77,67 @@ inline void PrefetchCodes(const DocRef& d, uint32_t j0, uint32_t j1) {
 
 template <int NQ, bool kCos>
 MAXSIM_TARGET_AVX2 void Rows(const int8_t* ql, size_t qstride, uint32_t groups4, const DocRef& d, const float* inv,
-                      float* B, size_t group_stride, float* top_p) {
-  __m256 top[NQ];
-  for (int i = 0; i < NQ; ++i) top[i] = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+                      const float* sq_lanes, float* K, size_t group_stride, float* top_p, PrefetchQueue* pf) {
+  __m256 top[NQ], sq[NQ];
+  for (int i = 0; i < NQ; ++i) {
+    top[i] = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    sq[i] = _mm256_loadu_ps(sq_lanes + i * kW);
+  }
   const uint32_t nd = d.n_tokens;
   uint32_t j = 0;
   PrefetchCodes(d, 0, 8);
   for (; j + 4 <= nd; j += 4) {
     PrefetchCodes(d, j + 8, j + 12);  // two tiles ahead, see screen_avx512vnni.cc
-    Tile<NQ, 4, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+    if (pf) pf->Step();
+    Tile<NQ, 4, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
   }
   if (j + 2 <= nd) {
-    Tile<NQ, 2, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+    Tile<NQ, 2, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
     j += 2;
   }
-  if (j < nd) Tile<NQ, 1, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+  if (j < nd) Tile<NQ, 1, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
   for (int i = 0; i < NQ; ++i) _mm256_storeu_ps(top_p + i * kW, top[i]);
 }
 
-template <bool kCos>
-MAXSIM_TARGET_AVX2 size_t ScanT(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
-                         uint32_t* masks) {
-  const __m256 t = _mm256_loadu_ps(tp);
-  size_t n = 0;
-  for (uint32_t j = 0; j < nd; ++j) {
-    __m256 p = _mm256_load_ps(Bg + static_cast<size_t>(j) * kW);
-    if (kCos) p = _mm256_mul_ps(p, _mm256_set1_ps(inv[j]));
-    const uint32_t m = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(p, t, _CMP_NLT_UQ)));
-    list[n] = j;
-    masks[n] = m;
-    n += m != 0;
+// ComputeKeysFn (x86_kernels.h) for the sign-trick sequence.
+void Avx2Keys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride, float* top) {
+  const PreparedQuery& q = *job.q;
+  const size_t qstride = static_cast<size_t>(q.n_padded) * 4;
+  const int8_t* ql = static_cast<const int8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4;
+  const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
+  const float* sq = job.lanes.sq + static_cast<size_t>(g0) * kW;
+  if (ng == 2) {
+    job.cosine ? Rows<2, true>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf)
+               : Rows<2, false>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf);
+  } else {
+    job.cosine ? Rows<1, true>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf)
+               : Rows<1, false>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf);
   }
-  return n;
 }
 
-struct Avx2Policy {
-  static constexpr uint32_t kLanes = kW;
-  static constexpr uint32_t kGroupsPerBlock = 2;
-  static const HwyExactOps& Exact() { return *HwyExactAvx2(); }
-  static void ComputeB(const ScreenJob& job, uint32_t g0, uint32_t ng, float* B, size_t nd_pad, float* top_p) {
-    const PreparedQuery& q = *job.q;
-    const size_t qstride = static_cast<size_t>(q.n_padded) * 4;
-    const int8_t* ql = static_cast<const int8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4;
-    const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
-    const size_t gs = nd_pad * kW;
-    if (ng == 2) {
-      job.cosine ? Rows<2, true>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p)
-                 : Rows<2, false>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p);
-    } else {
-      job.cosine ? Rows<1, true>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p)
-                 : Rows<1, false>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p);
-    }
-  }
-  static size_t Scan(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
-                     uint32_t* masks) {
-    return inv ? ScanT<true>(Bg, nd, inv, tp, list, masks) : ScanT<false>(Bg, nd, inv, tp, list, masks);
-  }
-};
+void ScreenedBatch(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric, maxsim_mode mode,
+                   float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters,
+                   const ScreenPrune* prune) {
+  ScreenCall c;
+  c.q = &q;
+  c.docs = docs;
+  c.n = n;
+  c.metric = metric;
+  c.mode = mode;
+  c.best_key = best_key;
+  c.best_index = best_index;
+  c.scratch = &scratch;
+  c.counters = counters;
+  c.prune = prune;
+  c.keys = &Avx2Keys;
+  c.groups_per_block = 2;
+  HwyExactAvx2()->screen(c);
+}
+
+void Screened(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode, float* best_key,
+              int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters) {
+  ScreenedBatch(q, &d, 1, metric, mode, best_key, best_index, scratch, counters, nullptr);
+}
 
 void Exact(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key, int32_t* best_index,
            KernelScratch& scratch) {
@@ -143,13 +149,13 @@ size_t LayoutBytes(const PreparedQuery& q, maxsim_mode mode) {
 }
 
 void Prepare(const PreparedQuery& q, maxsim_mode mode, void* out) {
-  if (mode != MAXSIM_MODE_EXACT) I8QueryLayout::Write(q, 0, static_cast<int8_t*>(out));
+  if (mode != MAXSIM_MODE_EXACT) I8QueryLayout::Write(q, 0, out);
 }
 
 }  // namespace
 }  // namespace x86
 
-extern const KernelOps kOpsAvx2 = {&x86::Exact, &x86::ScreenedDriver<x86::Avx2Policy>, &x86::LayoutBytes,
-                                   &x86::Prepare};
+extern const KernelOps kOpsAvx2 = {&x86::Exact, &x86::Screened, &x86::LayoutBytes, &x86::Prepare,
+                                   &x86::ScreenedBatch};
 
 }  // namespace maxsim

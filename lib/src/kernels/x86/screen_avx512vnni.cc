@@ -10,11 +10,13 @@
 // the final I fits in i32 (|I| <= 127^2 * 65536), so the result is exact for every packed buffer.
 // Tile: 2 query vectors (32 tokens) x 8 document rows = 16 zmm accumulators + 2 query = 18 of 32 registers;
 // 16 vpdpbusd per k-group of 4, 2 query loads, broadcasts folded into the vpdpbusd. 16 independent chains
-// cover vpdpbusd's 5-cycle latency. After the k loop: vcvtdq2ps, vmulps by the row scale (B), vmaxps (topP),
-// one 64-byte store of B per row and query vector. The rest is screen_driver-inl.h.
+// cover vpdpbusd's 5-cycle latency. After the k loop: vcvtdq2ps, vmulps by the row scale and by the lanes'
+// query scales (the key A), vmaxps (top), one 64-byte store of the keys per row and query vector. The rest
+// (selection, bounds, refinement) is screen_hwy-inl.h (Highway AVX3).
 #include <immintrin.h>
 
 #include <cstring>
+#include <limits>
 
 // GCC 12's avx512fintrin.h builds _mm512_cvtepi32_ps / _mm512_max_ps on _mm512_undefined_ps(), a
 // self-initialised variable that -Wmaybe-uninitialized reports wrongly once inlined (GCC bug 105593).
@@ -22,7 +24,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#include "kernels/x86/screen_driver-inl.h"
 #include "kernels/x86/x86_kernels.h"
 
 #define MAXSIM_TARGET_VNNI \
@@ -34,10 +35,21 @@ namespace {
 
 constexpr uint32_t kW = 16;
 
+// acc += q (unsigned bytes) x d (signed bytes), in place. GCC 12 compiles _mm512_dpbusd_epi32 in a 16-accumulator
+// loop with a register copy per instruction and accumulator spills (checked in the disassembly: ~50
+// instructions per 16 vpdpbusd); the asm keeps every accumulator in its register. Clang's codegen is clean.
+MAXSIM_TARGET_VNNI inline void Dp(__m512i& acc, __m512i q, __m512i d) {
+#if defined(__GNUC__) && !defined(__clang__)
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(q), "v"(d));
+#else
+  acc = _mm512_dpbusd_epi32(acc, q, d);
+#endif
+}
+
 template <int NQ, int R, bool kCos>
 MAXSIM_TARGET_VNNI inline void Tile(const uint8_t* ql, size_t qstride, uint32_t groups4, const int8_t* codes,
                              uint32_t padded_dim, uint32_t j, const maxsim_vector_meta* meta, const float* inv,
-                             float* B, size_t group_stride, __m512* top) {
+                             const __m512* sq, float* K, size_t group_stride, __m512* top) {
   __m512i acc[NQ][R];
   const int8_t* rp[R];
   for (int r = 0; r < R; ++r) {
@@ -52,16 +64,17 @@ MAXSIM_TARGET_VNNI inline void Tile(const uint8_t* ql, size_t qstride, uint32_t 
       int32_t dw;
       std::memcpy(&dw, rp[r] + 4 * g, 4);
       const __m512i dv = _mm512_set1_epi32(dw);
-      for (int i = 0; i < NQ; ++i) acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], qv[i], dv);
+      for (int i = 0; i < NQ; ++i) Dp(acc[i][r], qv[i], dv);
     }
   }
   for (int r = 0; r < R; ++r) {
     const __m512 sd = _mm512_set1_ps(meta[j + r].scale);
     for (int i = 0; i < NQ; ++i) {
-      const __m512 b = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][r]), sd);
-      _mm512_store_ps(B + i * group_stride + static_cast<size_t>(j + r) * kW, b);
-      const __m512 p = kCos ? _mm512_mul_ps(b, _mm512_set1_ps(inv[j + r])) : b;
-      top[i] = _mm512_max_ps(top[i], p);
+      // key = fl(fl(fl(float(I) * s_d) * s_q) [* inv]), the portable kernel's expression.
+      const __m512 a = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][r]), sd), sq[i]);
+      const __m512 key = kCos ? _mm512_mul_ps(a, _mm512_set1_ps(inv[j + r])) : a;
+      _mm512_store_ps(K + i * group_stride + static_cast<size_t>(j + r) * kW, key);
+      top[i] = _mm512_max_ps(key, top[i]);  // a NaN key returns top: ignored
     }
   }
 }
@@ -77,9 +90,12 @@ inline void PrefetchCodes(const DocRef& d, uint32_t j0, uint32_t j1) {
 
 template <int NQ, bool kCos>
 MAXSIM_TARGET_VNNI void Rows(const uint8_t* ql, size_t qstride, uint32_t groups4, const DocRef& d, const float* inv,
-                      float* B, size_t group_stride, float* top_p) {
-  __m512 top[NQ];
-  for (int i = 0; i < NQ; ++i) top[i] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+                      const float* sq_lanes, float* K, size_t group_stride, float* top_p, PrefetchQueue* pf) {
+  __m512 top[NQ], sq[NQ];
+  for (int i = 0; i < NQ; ++i) {
+    top[i] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    sq[i] = _mm512_loadu_ps(sq_lanes + i * kW);
+  }
   const uint32_t nd = d.n_tokens;
   uint32_t j = 0;
   // Documents stream from DRAM in a search: prefetch the codes two tiles ahead (a tile reads 8 rows as 8
@@ -87,71 +103,61 @@ MAXSIM_TARGET_VNNI void Rows(const uint8_t* ql, size_t qstride, uint32_t groups4
   PrefetchCodes(d, 0, 16);
   for (; j + 8 <= nd; j += 8) {
     PrefetchCodes(d, j + 16, j + 24);
-    Tile<NQ, 8, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+    if (pf) pf->Step();
+    Tile<NQ, 8, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
   }
   if (j + 4 <= nd) {
-    Tile<NQ, 4, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+    Tile<NQ, 4, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
     j += 4;
   }
   if (j + 2 <= nd) {
-    Tile<NQ, 2, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+    Tile<NQ, 2, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
     j += 2;
   }
-  if (j < nd) Tile<NQ, 1, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, B, group_stride, top);
+  if (j < nd) Tile<NQ, 1, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
   for (int i = 0; i < NQ; ++i) _mm512_storeu_ps(top_p + i * kW, top[i]);
 }
 
-template <bool kCos>
-MAXSIM_TARGET_VNNI size_t ScanT(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
-                         uint32_t* masks) {
-  const __m512 t = _mm512_loadu_ps(tp);
-  size_t n = 0;
-  for (uint32_t j = 0; j < nd; ++j) {
-    __m512 p = _mm512_load_ps(Bg + static_cast<size_t>(j) * kW);
-    if (kCos) p = _mm512_mul_ps(p, _mm512_set1_ps(inv[j]));
-    const uint32_t m = _mm512_cmp_ps_mask(p, t, _CMP_NLT_UQ);
-    list[n] = j;
-    masks[n] = m;
-    n += m != 0;
+// ComputeKeysFn (x86_kernels.h) for vpdpbusd.
+void VnniKeys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride, float* top) {
+  const PreparedQuery& q = *job.q;
+  const size_t qstride = static_cast<size_t>(q.n_padded) * 4;
+  const uint8_t* ql = static_cast<const uint8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4;
+  const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
+  const float* sq = job.lanes.sq + static_cast<size_t>(g0) * kW;
+  if (ng == 2) {
+    job.cosine ? Rows<2, true>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf)
+               : Rows<2, false>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf);
+  } else {
+    job.cosine ? Rows<1, true>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf)
+               : Rows<1, false>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf);
   }
-  return n;
 }
 
 }  // namespace
 
-// Shared with the "avx512-bf16" and "amx" kernels (screen_amx.cc, exact_avx512bf16.cc use the scan).
-size_t ScanAvx512(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
-                  uint32_t* masks) {
-  return inv ? ScanT<true>(Bg, nd, inv, tp, list, masks) : ScanT<false>(Bg, nd, inv, tp, list, masks);
+void ScreenedBatchVnni(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric, maxsim_mode mode,
+                       float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters,
+                       const ScreenPrune* prune) {
+  ScreenCall c;
+  c.q = &q;
+  c.docs = docs;
+  c.n = n;
+  c.metric = metric;
+  c.mode = mode;
+  c.best_key = best_key;
+  c.best_index = best_index;
+  c.scratch = &scratch;
+  c.counters = counters;
+  c.prune = prune;
+  c.keys = &VnniKeys;
+  c.groups_per_block = 2;
+  HwyExactAvx3()->screen(c);
 }
-
-struct VnniPolicy {
-  static constexpr uint32_t kLanes = kW;
-  static constexpr uint32_t kGroupsPerBlock = 2;
-  static const HwyExactOps& Exact() { return *HwyExactAvx3(); }
-  static void ComputeB(const ScreenJob& job, uint32_t g0, uint32_t ng, float* B, size_t nd_pad, float* top_p) {
-    const PreparedQuery& q = *job.q;
-    const size_t qstride = static_cast<size_t>(q.n_padded) * 4;
-    const uint8_t* ql = static_cast<const uint8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4;
-    const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
-    const size_t gs = nd_pad * kW;
-    if (ng == 2) {
-      job.cosine ? Rows<2, true>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p)
-                 : Rows<2, false>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p);
-    } else {
-      job.cosine ? Rows<1, true>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p)
-                 : Rows<1, false>(ql, qstride, groups4, *job.d, job.inv, B, gs, top_p);
-    }
-  }
-  static size_t Scan(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
-                     uint32_t* masks) {
-    return ScanAvx512(Bg, nd, inv, tp, list, masks);
-  }
-};
 
 void ScreenedVnni(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode,
                   float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters) {
-  ScreenedDriver<VnniPolicy>(q, d, metric, mode, best_key, best_index, scratch, counters);
+  ScreenedBatchVnni(q, &d, 1, metric, mode, best_key, best_index, scratch, counters, nullptr);
 }
 
 size_t VnniLayoutBytes(const PreparedQuery& q, maxsim_mode mode) {
@@ -159,7 +165,7 @@ size_t VnniLayoutBytes(const PreparedQuery& q, maxsim_mode mode) {
 }
 
 void VnniPrepare(const PreparedQuery& q, maxsim_mode mode, void* out) {
-  if (mode != MAXSIM_MODE_EXACT) I8QueryLayout::Write(q, 0x80, static_cast<int8_t*>(out));
+  if (mode != MAXSIM_MODE_EXACT) I8QueryLayout::Write(q, 0x80, out);
 }
 
 namespace {
@@ -172,6 +178,6 @@ void ExactAvx3(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, fl
 }  // namespace x86
 
 extern const KernelOps kOpsAvx512Vnni = {&x86::ExactAvx3, &x86::ScreenedVnni, &x86::VnniLayoutBytes,
-                                         &x86::VnniPrepare};
+                                         &x86::VnniPrepare, &x86::ScreenedBatchVnni};
 
 }  // namespace maxsim

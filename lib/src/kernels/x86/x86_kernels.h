@@ -3,23 +3,124 @@
 // function from here may only be called after the kernel registry has checked the CPU features it needs.
 //
 //   exact_hwy.cc           Highway, compiled for AVX2 and AVX3 (AVX-512): the exact f32 register-tiled
-//                          microkernel, f16/bf16 widening, and the exact refinement of screened candidates.
+//                          microkernel and f16/bf16 widening; it includes
+//   screen_hwy-inl.h       the ISA-independent part of screening, in the same Highway targets: certified
+//                          thresholds, vectorised candidate selection, top-k bounds, the refinement tiles and
+//                          the per-thread pipeline that overlaps a document's refinement with the next one's
+//                          i8 phase.
 //   screen_avx2.cc         AVX2 i8 screening (vpsignb + vpmaddubsw + vpmaddwd), kernel "avx2".
 //   screen_avx512vnni.cc   AVX-512 VNNI i8 screening (vpdpbusd), kernel "avx512-vnni".
 //   exact_avx512bf16.cc    vdpbf16ps exact path for bf16 originals, kernel "avx512-bf16" (and "amx").
 //   screen_amx.cc          AMX-INT8 screening (tdpbssd), kernel "amx".
-//   screen_driver-inl.h    The ISA-independent part of screening: certified thresholds, exact margins on the
-//                          few tokens that survive a cheap prefilter, candidate sets, refinement calls.
 #ifndef MAXSIM_SRC_KERNELS_X86_X86_KERNELS_H_
 #define MAXSIM_SRC_KERNELS_X86_X86_KERNELS_H_
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/kernel.h"
 
+#ifndef MAXSIM_PF_HINT
+#define MAXSIM_PF_HINT 2
+#endif
+
 namespace maxsim {
 namespace x86 {
+
+// Per-lane query data of the screening kernels, written by the layout hook after the interleaved i8 codes (see
+// I8QueryLayout): n_padded floats each, zero for padding lanes.
+struct QueryLanes {
+  const float* sq = nullptr;  // s_q, the query token's quantisation scale
+  const float* qn = nullptr;  // ||q||
+  const float* qr = nullptr;  // ||e_q||, the quantisation residual's norm
+  const float* gq = nullptr;  // fl(gamma_dim * ||q||), the first product of the margin's f32 rounding term
+};
+
+// Cache lines to prefetch a few at a time while an i8 phase runs: the originals of the previous document's
+// candidate rows (read by its refinement, which runs after this i8 phase). Issued in one burst, hundreds of
+// DRAM prefetches stall on the line-fill buffers (measured: 44% of the selection time); spread over the i8
+// tiles they overlap with arithmetic. Into L2 (prefetcht1): the i8 phase streams its own data through L1.
+struct PrefetchQueue {
+  std::vector<const char*> rows;  // first cache line of each row
+  size_t lines_per_row = 0;
+  size_t pos = 0, line = 0;  // next row, next line within it
+  size_t per_step = 0;       // lines per Step()
+  void Step() {
+    for (size_t n = per_step; n > 0 && pos < rows.size(); --n) {
+      __builtin_prefetch(rows[pos] + 64 * line, 0, MAXSIM_PF_HINT);
+      if (++line == lines_per_row) {
+        line = 0;
+        ++pos;
+      }
+    }
+  }
+  void Flush() {
+    for (; pos < rows.size(); ++pos, line = 0) {
+      for (; line < lines_per_row; ++line) __builtin_prefetch(rows[pos] + 64 * line, 0, MAXSIM_PF_HINT);
+    }
+  }
+};
+
+// What the ISA-specific i8 phase of screening needs for one (query, document) pair.
+struct ScreenJob {
+  const PreparedQuery* q = nullptr;
+  const DocRef* d = nullptr;
+  const void* layout = nullptr;  // the kernel's query layout (PreparedQuery::layout)
+  QueryLanes lanes;
+  const float* inv = nullptr;    // per document row 1/||d|| (cosine), else nullptr
+  bool cosine = false;
+  PrefetchQueue* pf = nullptr;   // call pf->Step() once per tile of rows
+};
+
+// The ISA-specific i8 phase: for the query groups [g0, g0 + ng) (a group = W query tokens, one vector of the
+// Highway target the kernel pairs it with) and every document row j, the approximate keys
+//   K[gl * k_stride + j * W + l] = fl(fl(float(I) * s_d[j]) * s_q[l])   (cosine: then fl(... * inv[j]))
+// with I the exact integer dot of the codes, the same expression as the portable kernel, and
+//   top[gl * W + l] = max over j of those keys (NaN keys ignored; -inf when every key is NaN).
+using ComputeKeysFn = void (*)(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride,
+                               float* top);
+
+// One screened call: one query set against n documents (KernelOps::screened_batch).
+struct ScreenCall {
+  const PreparedQuery* q = nullptr;
+  const DocRef* docs = nullptr;
+  size_t n = 0;
+  maxsim_metric metric = MAXSIM_METRIC_DOT;
+  maxsim_mode mode = MAXSIM_MODE_CERTIFIED;
+  float* best_key = nullptr;     // [n][q->n_tokens]
+  int32_t* best_index = nullptr;
+  KernelScratch* scratch = nullptr;
+  ScreenCounters* counters = nullptr;
+  const ScreenPrune* prune = nullptr;
+  ComputeKeysFn keys = nullptr;
+  uint32_t groups_per_block = 2;  // query groups per ComputeKeysFn call (at most 2)
+};
+
+// Per-thread buffers of the screening pipeline (KernelScratch::state).
+struct ScreenState : KernelState {
+  // One document in flight: its candidate rows ("entries", grouped by query group, rows increasing), per entry
+  // the lanes for which it is a certified candidate (cm), the lanes whose top row it is (tm), and its upper
+  // bounds fl(A + m) for every lane (W floats).
+  struct Doc {
+    size_t n = 0;  // entries (the vectors below are capacity)
+    std::vector<uint32_t> row, cm, tm;
+    std::vector<float> up;
+    std::vector<uint32_t> group_begin;  // n_groups + 1 entry offsets
+    std::vector<float> inv;             // cosine: 1/||d|| per row
+    std::vector<float> ub;              // per query token: upper bound on its key
+    bool pruned = false;
+  };
+  Doc doc[2];
+  std::vector<float> keys, top, scan_up;
+  std::vector<uint32_t> scan_rows;
+  std::vector<float> widened;  // f16/bf16 rows of the refinement, widened to f32
+  std::vector<uint8_t> items;  // refinement item lists (target-specific layout)
+  PrefetchQueue pf;                // the previous document's rows, drained during this document's i8 phase
+  std::vector<const char*> pf_next;  // this document's rows (pf_next_n of them; the vector only grows)
+  size_t pf_next_n = 0;
+};
 
 // Entry points of exact_hwy.cc for one Highway target. Lanes() is the f32 vector width (8 or 16).
 struct HwyExactOps {
@@ -30,12 +131,9 @@ struct HwyExactOps {
                     float* best_key, int32_t* best_index);
   // f16/bf16 originals -> f32 rows of `dim` floats (stride dim).
   void (*widen)(const DocRef& d, float* out);
-  // Refinement for one group of `lanes` query tokens (qt_group = q.qt + g * lanes): for list[i] (increasing
-  // document rows) computes E against every lane and folds key = E (or E * inv[row]) into best/arg for the
-  // lanes whose bit is set in masks[i] (strict >, so the lowest row wins ties).
-  void (*refine)(const float* qt_group, uint32_t n_padded, uint32_t dim, const float* rows, uint64_t stride,
-                 const uint32_t* list, const uint32_t* masks, size_t n, const float* inv, float* best,
-                 int32_t* arg);
+  // Certified/approximate screening of one query set against call.n documents (screen_hwy-inl.h): the i8 phase
+  // through call.keys, then candidate selection, top-k pruning and refinement in this target's vectors.
+  void (*screen)(const ScreenCall& call);
 };
 
 // nullptr when the build did not compile that target.
@@ -67,11 +165,12 @@ bool Bf16DpInUse();
 // Tests only: -1 (default) choose by measured rate, 1 use vdpbf16ps wherever it is exact, 0 never.
 void ForceBf16DpForTest(int mode);
 
-// AVX-512 pieces shared between kernels (screen_avx512vnni.cc).
-size_t ScanAvx512(const float* Bg, uint32_t nd, const float* inv, const float* tp, uint32_t* list,
-                  uint32_t* masks);
+// AVX-512 VNNI screening shared between kernels (screen_avx512vnni.cc).
 void ScreenedVnni(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode,
                   float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters);
+void ScreenedBatchVnni(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric, maxsim_mode mode,
+                       float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters,
+                       const ScreenPrune* prune);
 size_t VnniLayoutBytes(const PreparedQuery& q, maxsim_mode mode);
 void VnniPrepare(const PreparedQuery& q, maxsim_mode mode, void* out);
 
@@ -79,11 +178,24 @@ void VnniPrepare(const PreparedQuery& q, maxsim_mode mode, void* out);
 //   i8 interleaved:  [padded_dim / 4][n_padded][4] int8: lane s holds q8[s][4g .. 4g+3] (zero codes beyond
 //                    dim). AVX2 and AMX (as the B tile, 16 groups per tile) read it signed; VNNI reads it with
 //                    a +128 bias (xor 0x80) as unsigned. The SIMD loops stop after Groups4(dim) groups.
+//   then QueryLanes:  sq, qn, qr, gq, n_padded floats each (64-byte aligned: n_padded is a multiple of 16).
 struct I8QueryLayout {
   static size_t Groups4(uint32_t dim) { return (dim + 3) / 4; }
-  static size_t Bytes(const PreparedQuery& q) { return static_cast<size_t>(q.padded_dim / 4) * q.n_padded * 4; }
+  static size_t CodeBytes(const PreparedQuery& q) {
+    return static_cast<size_t>(q.padded_dim / 4) * q.n_padded * 4;
+  }
+  static size_t Bytes(const PreparedQuery& q) { return CodeBytes(q) + 4 * sizeof(float) * q.n_padded; }
   // Writes the layout; xor_bias = 0x80 gives the biased unsigned form.
-  static void Write(const PreparedQuery& q, uint8_t xor_bias, int8_t* out);
+  static void Write(const PreparedQuery& q, uint8_t xor_bias, void* out);
+  static QueryLanes Lanes(const PreparedQuery& q, const void* layout) {
+    const float* f = reinterpret_cast<const float*>(static_cast<const uint8_t*>(layout) + CodeBytes(q));
+    QueryLanes l;
+    l.sq = f;
+    l.qn = f + q.n_padded;
+    l.qr = f + 2 * static_cast<size_t>(q.n_padded);
+    l.gq = f + 3 * static_cast<size_t>(q.n_padded);
+    return l;
+  }
 };
 
 }  // namespace x86

@@ -1,0 +1,640 @@
+// Certified / approximate screening after the i8 phase, written once with Highway and compiled (through
+// exact_hwy.cc, which includes this file per target) for AVX2 (W = 8 lanes) and AVX3 (W = 16). The
+// ISA-specific i8 phase (screen_avx2.cc, screen_avx512vnni.cc, screen_amx.cc) is called through
+// ScreenCall::keys once per block of one or two query groups; everything else is here and is vectorised across
+// the W query tokens of a group (lanes), the layout the i8 phase leaves its keys in.
+//
+// Per document and query group (ScreenDoc):
+//   1. threshold (per lane, f32 vectors): tk = top - 2.5 mb - 2^-14 (|top| + 3 mb) with mb >= every margin's
+//      |A|-free part (from per-document maxima of the norms, coefficients rounded up). A row whose key is < tk
+//      in a lane is provably neither a candidate there nor the row that fixes max_k fl(A_k - m_k) (derivation at
+//      Threshold). APPROXIMATE: tk = top (only the first row of maximal key matters).
+//   2. scan: one vector compare per row; rows below tk in every lane are dropped (branch-free list).
+//   3. exact test on the survivors, vectorised over lanes with the portable kernel's f32 expressions
+//      (screening.h): m, lower = max fl(A - m), up = fl(A + m), the first row of maximal A per lane, then the
+//      candidate lanes !(up < lower) of every survivor. Lanes where a survivor row is below tk get the same
+//      exact test; it can only say "not a candidate", so the candidate sets are the portable kernel's exactly
+//      (multi_candidate agrees across kernels; tests check it).
+//   4. the candidate rows are kept with their lane masks and up vectors, and their originals prefetched.
+//   5. top-k (ScreenPrune): per token the bound max_j up_j (APPROXIMATE: up of the top row), summed as the
+//      engine sums scores; a document whose bound is below the current k-th score is never refined.
+// Refinement (RefineDoc) runs one document behind the screening, so the originals of a document's candidate
+// rows arrive from DRAM while the next document's i8 phase runs:
+//   round 1: every lane's top row, folded into every lane for which it is a candidate (any candidate row folded
+//            in is legitimate); this gives each lane an exact key best1 >= E(top row).
+//   round 2 (CERTIFIED): the other candidate rows of the lanes where their bound fl(A + m) still reaches best1
+//            (E <= fl(A + m) < best1 cannot win, ties included), folded in row order and merged with round 1 by
+//            (key, lowest row): the result is the exact path's max and first argmax.
+// The refinement tile computes the canonical chain of one document row against a whole group's query vector
+// (lanes = query tokens, k sequential from +0): the exact path's arithmetic, so certified == exact bit for bit.
+// Tiles hold 8 (group, row) items from at most two groups (8 independent FMA chains hide the 4-cycle latency
+// on two FMA ports; 2 query loads and 8 broadcasts per k), so short candidate lists of two groups share a tile.
+//
+// Included by exact_hwy.cc once per Highway target (per-target include guard below).
+#if defined(MAXSIM_SRC_KERNELS_X86_SCREEN_HWY_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MAXSIM_SRC_KERNELS_X86_SCREEN_HWY_INL_H_
+#undef MAXSIM_SRC_KERNELS_X86_SCREEN_HWY_INL_H_
+#else
+#define MAXSIM_SRC_KERNELS_X86_SCREEN_HWY_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "hwy/highway.h"
+#include "kernels/screening.h"
+#include "kernels/x86/x86_kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace maxsim {
+namespace HWY_NAMESPACE {
+namespace screen {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using VF = hn::Vec<DF>;
+using VI = hn::Vec<DI>;
+using MF = hn::Mask<DF>;
+using x86::I8QueryLayout;
+using x86::QueryLanes;
+using x86::ScreenCall;
+using x86::ScreenJob;
+using x86::ScreenState;
+
+constexpr size_t kSlots = 8;  // items per refinement tile
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// One refinement item: a document row (f32, `dim` values) against one group's query vector, folded into the
+// lanes whose bit is set in `mask`.
+struct Item {
+  const float* ptr;
+  uint32_t idx;
+  uint32_t mask;
+};
+
+HWY_INLINE uint32_t Bits(MF m) {
+  const DF df;
+  uint8_t b[8] = {};
+  hn::StoreMaskBits(df, m, b);
+  return static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8);
+}
+
+HWY_INLINE MF FromBits(const uint32_t& bits) {
+  const DF df;
+  return hn::LoadMaskBits(df, reinterpret_cast<const uint8_t*>(&bits));
+}
+
+// K0 items of the first group, then kSlots - K0 of the second. best/arg hold both groups (2 W lanes).
+template <size_t K0, bool kCos>
+HWY_NOINLINE void RefineTile(const float* HWY_RESTRICT q0, const float* HWY_RESTRICT q1, size_t qstride,
+                             uint32_t dim, const Item* it, const float* inv, float* HWY_RESTRICT best,
+                             int32_t* HWY_RESTRICT arg) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  const float* p[kSlots];
+  VF acc[kSlots];
+  for (size_t r = 0; r < kSlots; ++r) {
+    p[r] = it[r].ptr;
+    acc[r] = hn::Zero(df);
+  }
+  for (uint32_t k = 0; k < dim; ++k) {
+    const VF a = K0 > 0 ? hn::LoadU(df, q0 + static_cast<size_t>(k) * qstride) : hn::Zero(df);
+    const VF b = K0 < kSlots ? hn::LoadU(df, q1 + static_cast<size_t>(k) * qstride) : hn::Zero(df);
+    for (size_t r = 0; r < kSlots; ++r) acc[r] = hn::MulAdd(r < K0 ? a : b, hn::Set(df, p[r][k]), acc[r]);
+  }
+  VF bv[2] = {hn::LoadU(df, best), hn::LoadU(df, best + N)};
+  VI av[2] = {hn::LoadU(di, arg), hn::LoadU(di, arg + N)};
+  for (size_t r = 0; r < kSlots; ++r) {
+    const size_t g = r < K0 ? 0 : 1;
+    VF key = acc[r];
+    if (kCos) key = hn::Mul(key, hn::Set(df, inv[it[r].idx]));
+    const MF gt = hn::And(hn::Gt(key, bv[g]), FromBits(it[r].mask));
+    bv[g] = hn::IfThenElse(gt, key, bv[g]);
+    av[g] = hn::IfThenElse(hn::RebindMask(di, gt), hn::Set(di, static_cast<int32_t>(it[r].idx)), av[g]);
+  }
+  hn::StoreU(bv[0], df, best);
+  hn::StoreU(bv[1], df, best + N);
+  hn::StoreU(av[0], di, arg);
+  hn::StoreU(av[1], di, arg + N);
+}
+
+template <bool kCos>
+void RefineLists(const float* q0, const float* q1, size_t qstride, uint32_t dim, const Item* l0, size_t n0,
+                 const Item* l1, size_t n1, const float* inv, float* best, int32_t* arg) {
+  size_t i0 = 0, i1 = 0;
+  Item t[kSlots];
+  while (i0 < n0 || i1 < n1) {
+    const size_t k0 = std::min(n0 - i0, kSlots);
+    for (size_t r = 0; r < k0; ++r) t[r] = l0[i0 + r];
+    const size_t k1 = std::min(n1 - i1, kSlots - k0);
+    for (size_t r = 0; r < k1; ++r) t[k0 + r] = l1[i1 + r];
+    for (size_t r = k0 + k1; r < kSlots; ++r) t[r] = Item{t[0].ptr, t[0].idx, 0u};  // padding: folds nothing
+    switch (k0) {
+      case 0: RefineTile<0, kCos>(q0, q1, qstride, dim, t, inv, best, arg); break;
+      case 1: RefineTile<1, kCos>(q0, q1, qstride, dim, t, inv, best, arg); break;
+      case 2: RefineTile<2, kCos>(q0, q1, qstride, dim, t, inv, best, arg); break;
+      case 3: RefineTile<3, kCos>(q0, q1, qstride, dim, t, inv, best, arg); break;
+      case 4: RefineTile<4, kCos>(q0, q1, qstride, dim, t, inv, best, arg); break;
+      case 5: RefineTile<5, kCos>(q0, q1, qstride, dim, t, inv, best, arg); break;
+      case 6: RefineTile<6, kCos>(q0, q1, qstride, dim, t, inv, best, arg); break;
+      case 7: RefineTile<7, kCos>(q0, q1, qstride, dim, t, inv, best, arg); break;
+      default: RefineTile<8, kCos>(q0, q1, qstride, dim, t, inv, best, arg); break;
+    }
+    i0 += k0;
+    i1 += k1;
+  }
+}
+
+// One f16/bf16 row widened to f32 (exact).
+HWY_INLINE void WidenRow(const uint8_t* row, maxsim_dtype dtype, uint32_t dim, float* o) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  uint32_t k = 0;
+  const auto* bits = reinterpret_cast<const uint16_t*>(row);
+  if (dtype == MAXSIM_BF16) {
+    const hn::Rebind<hwy::bfloat16_t, DF> db;
+    const auto* in = reinterpret_cast<const hwy::bfloat16_t*>(row);
+    for (; k + N <= dim; k += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(db, in + k)), df, o + k);
+    for (; k < dim; ++k) {
+      const uint32_t b = static_cast<uint32_t>(bits[k]) << 16;
+      std::memcpy(o + k, &b, 4);
+    }
+  } else {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto* in = reinterpret_cast<const hwy::float16_t*>(row);
+    for (; k + N <= dim; k += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, in + k)), df, o + k);
+    if (k < dim) {
+      alignas(64) uint16_t tmp[16] = {};
+      std::memcpy(tmp, bits + k, (dim - k) * 2);
+      alignas(64) float wide[16];
+      hn::Store(hn::PromoteTo(df, hn::Load(dh, reinterpret_cast<const hwy::float16_t*>(tmp))), df, wide);
+      std::memcpy(o + k, wide, (dim - k) * 4);
+    }
+  }
+}
+
+// f32 rounded up (x >= 0; +inf when it does not fit).
+inline float RoundUp(double x) {
+  if (!(x <= static_cast<double>(std::numeric_limits<float>::max()))) return kInf;
+  float f = static_cast<float>(x);
+  if (static_cast<double>(f) < x) f = std::nextafter(f, kInf);
+  return f;
+}
+
+// Threshold coefficients of one document: for every lane, mb = fl(fl(fl(qr X) + fl(qn Y)) + C) bounds the
+// |A|-free part of every margin of that lane in this document (see Threshold).
+struct DocCoef {
+  float x, y, c;
+};
+
+// Per-document maxima of ||d||, ||e_d|| and 1/||d|| (cosine), then the coefficients. The margin (screening.h)
+// is m = fl(fl(fl(T * w) * (1 + 2^-20)) + fl(|A| 2^-21)) + abs_slack with T = eps + fp,
+//   eps = qr (dn + dr) + qn dr + 2^-126,  fp = gamma qn dn,   w = 1/||d|| (cosine) or 1,
+// so its |A|-free part is at most (qr X0 + qn Y0 + 2^-126) W (1 + 2^-20) + abs_slack, up to the f32 roundings
+// of m (below 2^-21 relative in all) with X0 = max(dn) + max(dr) >= max(dn + dr), Y0 = max(dr) + gamma
+// max(dn), W = max(w). The coefficients carry a factor (1 + 2^-16) for those roundings and (1 + 2^-18) for the
+// roundings of mb itself (three f32 operations on non-negative terms, each below 2^-24 relative; underflow in
+// them is absolute, below 2^-149, and C >= abs_slack >= 2^-120 absorbs it).
+inline DocCoef Coefficients(const DocRef& d, const float* inv, float gamma, float abs_slack) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const uint32_t nd = d.n_tokens;
+  const float* m = reinterpret_cast<const float*>(d.meta);
+  // Lanes 1 and 2 of every 4 hold norm and resid_norm (maxsim_vector_meta); max over records.
+  VF acc = hn::Zero(df);
+  size_t i = 0;
+  const size_t nf = static_cast<size_t>(nd) * 4;
+  for (; i + N <= nf; i += N) acc = hn::Max(acc, hn::LoadU(df, m + i));
+  alignas(64) float lanes[16];
+  hn::Store(acc, df, lanes);
+  float dn = 0, dr = 0;
+  for (size_t l = 0; l < N; l += 4) {
+    dn = std::max(dn, lanes[l + 1]);
+    dr = std::max(dr, lanes[l + 2]);
+  }
+  for (size_t r = i / 4; r < nd; ++r) {
+    dn = std::max(dn, d.meta[r].norm);
+    dr = std::max(dr, d.meta[r].resid_norm);
+  }
+  double w = 1.0;
+  if (inv) {
+    VF iv = hn::Zero(df);
+    uint32_t j = 0;
+    for (; j + N <= nd; j += N) iv = hn::Max(iv, hn::LoadU(df, inv + j));
+    float mx = hn::GetLane(hn::MaxOfLanes(df, iv));
+    for (; j < nd; ++j) mx = std::max(mx, inv[j]);
+    w = mx;
+  }
+  const double f = w * (1.0 + 0x1p-20) * (1.0 + 0x1p-16) * (1.0 + 0x1p-18);
+  DocCoef c;
+  c.x = RoundUp((static_cast<double>(dn) + dr) * f);
+  c.y = RoundUp((static_cast<double>(dr) + static_cast<double>(gamma) * dn) * f);
+  c.c = RoundUp((0x1p-126 * w * (1.0 + 0x1p-20) + abs_slack) * (1.0 + 0x1p-16) * (1.0 + 0x1p-18));
+  return c;
+}
+
+// Threshold tk per lane. Notation: a_j the key (f32, the portable kernel's), m_j its margin, t the first row of
+// maximal key (top = a_t), L = max_j fl(a_j - m_j), Mb >= m_j - 2^-21 |a_j| for every row (mb above bounds it
+// with room to spare). Then (as screen_driver derived before): L >= fl(a_t - m_t) >= top - Mb - 2^-20.9 |top|
+// and fl(a_j + m_j) <= a_j + 2^-20 |a_j| + Mb, so row j is not a candidate when
+//   a_j + 2^-20 |a_j| < t1 := top - 2 Mb - 2^-17 (|top| + Mb),
+// which holds whenever a_j < t2 := t1 - 2^-17 |t1|; nor can it fix L (fl(a_j - m_j) <= a_j < t1 < L). In f32:
+//   tk = fl(fl(top - fl(2.5 mb)) - fl(fl(|top| + fl(3 mb)) 2^-14))
+// is below t2: the five roundings move it by less than 2^-22 (|top| + 3 mb), far inside the extra 0.5 mb +
+// 2^-15 (|top| + mb) it subtracts (and 0.5 mb >= 2^-121 covers the one possibly subnormal product). When top,
+// mb or tk are not finite, or s_q is not positive (a zero query vector), tk = -inf: every row gets the exact
+// test. Padding lanes get +inf (no row survives for them).
+HWY_INLINE VF Threshold(VF top, VF qr, VF qn, VF sq, const DocCoef& c, MF valid) {
+  const DF df;
+  const VF mb = hn::Add(hn::Add(hn::Mul(qr, hn::Set(df, c.x)), hn::Mul(qn, hn::Set(df, c.y))), hn::Set(df, c.c));
+  const VF t = hn::Sub(hn::Sub(top, hn::Mul(mb, hn::Set(df, 2.5f))),
+                       hn::Mul(hn::Add(hn::Abs(top), hn::Mul(mb, hn::Set(df, 3.0f))), hn::Set(df, 0x1p-14f)));
+  const MF ok = hn::And(hn::And(hn::IsFinite(t), hn::IsFinite(top)),
+                        hn::And(hn::IsFinite(mb), hn::Gt(sq, hn::Zero(df))));
+  const VF tk = hn::IfThenElse(ok, t, hn::Set(df, -kInf));
+  return hn::IfThenElse(valid, tk, hn::Set(df, kInf));
+}
+
+struct DocCtx {
+  const ScreenCall* c;
+  const DocRef* d;
+  ScreenState* st;
+  ScreenState::Doc* doc;
+  QueryLanes lanes;
+  ScreenConstants consts;
+  DocCoef coef;
+  bool cosine, certified;
+  uint64_t multi;
+};
+
+// Steps 1-4 for one query group g whose keys are K ([nd][W]) with per-lane maximum top (NaN keys ignored).
+// Appends the group's entries at doc.n (capacity for nd more is reserved by the caller).
+HWY_INLINE void SelectGroup(DocCtx& x, uint32_t g, const float* HWY_RESTRICT K, const float* top_p) {
+  const DF df;
+  const DI di;
+  const size_t W = hn::Lanes(df);
+  const PreparedQuery& q = *x.c->q;
+  const DocRef& d = *x.d;
+  ScreenState& st = *x.st;
+  ScreenState::Doc& doc = *x.doc;
+  const uint32_t nd = d.n_tokens;
+  const uint32_t s0 = g * static_cast<uint32_t>(W);
+  const size_t lanes = std::min<size_t>(W, q.n_tokens - s0);
+  const MF valid = hn::FirstN(df, lanes);
+  const VF sq = hn::LoadU(df, x.lanes.sq + s0);
+  const VF qn = hn::LoadU(df, x.lanes.qn + s0);
+  const VF qr = hn::LoadU(df, x.lanes.qr + s0);
+  const VF gq = hn::LoadU(df, x.lanes.gq + s0);
+  const VF top = hn::LoadU(df, top_p);
+  const VF inf = hn::Set(df, kInf);
+  VF tk;
+  if (x.certified) {
+    tk = Threshold(top, qr, qn, sq, x.coef, valid);
+  } else {
+    tk = hn::IfThenElse(valid, hn::IfThenElse(hn::IsFinite(top), top, hn::Neg(inf)), inf);
+  }
+  // 2. scan (branch-free list of the rows that some lane keeps).
+  uint32_t* HWY_RESTRICT list = st.scan_rows.data();
+  size_t n = 0;
+  for (uint32_t j = 0; j < nd; ++j) {
+    const MF below = hn::Lt(hn::LoadU(df, K + static_cast<size_t>(j) * W), tk);
+    list[n] = j;
+    n += !hn::AllTrue(df, below);
+  }
+  // 3. exact margins on the survivors (screening.h, the same f32 operations in the same order), lower, and
+  // the first row of maximal key per lane: the portable kernel's strict > scan picks the first row whose key
+  // equals the maximum over non-NaN keys (top), never a -inf or NaN key, and row 0 when there is none. In
+  // reverse row order that is a plain overwrite (no loop-carried compare).
+  float* HWY_RESTRICT ups = st.scan_up.data();
+  VF lower = hn::Neg(inf);
+  VI best_j = hn::Zero(di);
+  const VF tiny = hn::Set(df, 0x1p-126f);
+  const VF c20 = hn::Set(df, 1.0f + 0x1p-20f);
+  const VF c21 = hn::Set(df, 0x1p-21f);
+  const VF slack = hn::Set(df, x.consts.abs_slack);
+  const MF top_ok = hn::Gt(top, hn::Neg(inf));
+  const float* inv = x.cosine ? doc.inv.data() : nullptr;
+  for (size_t e = n; e-- > 0;) {
+    const uint32_t j = list[e];
+    const maxsim_vector_meta& dm = d.meta[j];
+    const VF key = hn::LoadU(df, K + static_cast<size_t>(j) * W);
+    const VF eps = hn::Add(
+        hn::Add(hn::Mul(qr, hn::Set(df, dm.norm + dm.resid_norm)), hn::Mul(qn, hn::Set(df, dm.resid_norm))), tiny);
+    const VF fp = hn::Mul(gq, hn::Set(df, dm.norm));
+    VF t = hn::Add(eps, fp);
+    if (inv) t = hn::Mul(t, hn::Set(df, inv[j]));
+    const VF m = hn::Add(hn::Add(hn::Mul(t, c20), hn::Mul(hn::Abs(key), c21)), slack);
+    lower = hn::Max(hn::Sub(key, m), lower);  // a NaN difference is ignored, as std::fmax does
+    hn::StoreU(hn::Add(key, m), df, ups + e * W);
+    const MF at_top = hn::And(hn::Eq(key, top), top_ok);
+    best_j = hn::IfThenElse(hn::RebindMask(di, at_top), hn::Set(di, static_cast<int32_t>(j)), best_j);
+  }
+  // 4. candidate lanes, top-row lanes, the kept entries and the per-lane bound; branch-free.
+  size_t out = doc.n;
+  uint32_t* HWY_RESTRICT rows_out = doc.row.data();
+  uint32_t* HWY_RESTRICT cm_out = doc.cm.data();
+  uint32_t* HWY_RESTRICT tm_out = doc.tm.data();
+  float* HWY_RESTRICT up_out = doc.up.data();
+  const char** HWY_RESTRICT pf = st.pf_next.data();
+  size_t npf = st.pf_next_n;
+  const size_t pf_cap = st.pf_next.size() - 1;
+  VI ncand = hn::Zero(di);
+  const VI one = hn::Set(di, 1);
+  VF ub = hn::Neg(inf);
+  for (size_t e = 0; e < n; ++e) {
+    const uint32_t j = list[e];
+    const VF up = hn::LoadU(df, ups + e * W);
+    const MF cand = hn::And(hn::Not(hn::Lt(up, lower)), valid);
+    const MF is_top = hn::And(hn::RebindMask(df, hn::Eq(best_j, hn::Set(di, static_cast<int32_t>(j)))), valid);
+    const VF upn = hn::IfThenElse(hn::IsNaN(up), inf, up);
+    const uint32_t tm = Bits(is_top);
+    uint32_t keep;
+    if (x.certified) {
+      ncand = hn::Add(ncand, hn::IfThenElseZero(hn::RebindMask(di, cand), one));
+      ub = hn::IfThenElse(cand, hn::Max(upn, ub), ub);
+      keep = Bits(cand);
+    } else {
+      ub = hn::IfThenElse(is_top, upn, ub);
+      keep = tm;
+    }
+    rows_out[out] = j;
+    cm_out[out] = keep;
+    tm_out[out] = tm;
+    hn::StoreU(up, df, up_out + out * W);
+    out += keep != 0;
+    // Prefetch (during the next document's i8 phase) the rows the refinement will most likely read: top rows,
+    // and candidates whose bound reaches the lane's top key (round 2 needs it to reach E of the top row).
+    const bool want = (tm | (keep & Bits(hn::Not(hn::Lt(up, top))))) != 0;
+    pf[npf] = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(d.originals + j * d.orig_row_bytes) &
+                                            ~uintptr_t{63});
+    npf += want && npf < pf_cap;
+  }
+  doc.n = out;
+  st.pf_next_n = npf;
+  if (x.certified) {
+    x.multi += hn::CountTrue(df, hn::And(hn::RebindMask(df, hn::Gt(ncand, one)), valid));
+  }
+  hn::StoreU(ub, df, doc.ub.data() + s0);
+}
+
+// Screens one document: i8 phase per block of groups, selection per group, bound, prefetch of candidate rows.
+void ScreenDoc(const ScreenCall& c, const DocRef& d, ScreenState& st, ScreenState::Doc& doc) {
+  const DF df;
+  const size_t W = hn::Lanes(df);
+  const PreparedQuery& q = *c.q;
+  const uint32_t nd = d.n_tokens;
+  const bool cosine = c.metric == MAXSIM_METRIC_COSINE;
+  DocCtx x{&c, &d, &st, &doc, I8QueryLayout::Lanes(q, q.layout), ScreenConstants(d.dim), DocCoef{},
+           cosine, c.mode == MAXSIM_MODE_CERTIFIED, 0};
+  if (cosine) {
+    if (doc.inv.size() < nd) doc.inv.resize(nd);
+    for (uint32_t j = 0; j < nd; ++j) doc.inv[j] = InvNorm(d.meta[j].norm);
+  }
+  const uint32_t n_groups = q.n_padded / static_cast<uint32_t>(W);
+  const uint32_t gpb = std::max<uint32_t>(1, std::min<uint32_t>(c.groups_per_block, 2));
+  const size_t nd_pad = (static_cast<size_t>(nd) + 15) / 16 * 16;
+  if (st.keys.size() < gpb * nd_pad * W + 16) st.keys.resize(gpb * nd_pad * W + 16);
+  if (st.top.size() < 2 * W) st.top.resize(2 * W);
+  if (st.scan_rows.size() < nd) st.scan_rows.resize(nd);
+  if (st.scan_up.size() < nd_pad * W) st.scan_up.resize(nd_pad * W);
+  if (doc.ub.size() < q.n_padded) doc.ub.resize(q.n_padded);
+  if (doc.group_begin.size() < n_groups + 1) doc.group_begin.resize(n_groups + 1);
+  doc.n = 0;
+  // 64-byte aligned key block for the i8 phase.
+  float* K = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(st.keys.data()) + 63) & ~uintptr_t{63});
+  ScreenJob job;
+  job.q = &q;
+  job.d = &d;
+  job.layout = q.layout;
+  job.lanes = x.lanes;
+  job.inv = cosine ? doc.inv.data() : nullptr;
+  job.cosine = cosine;
+  job.pf = &st.pf;
+  // Spread the previous document's prefetches over this i8 phase (a kernel steps at least once per 16 rows
+  // and block of groups).
+  const size_t steps = std::max<size_t>(1, (nd / 16) * ((n_groups + gpb - 1) / gpb));
+  st.pf.per_step = (st.pf.rows.size() * st.pf.lines_per_row + steps - 1) / steps;
+  if (st.pf_next.size() < 2 * static_cast<size_t>(nd) + 1) st.pf_next.resize(2 * static_cast<size_t>(nd) + 1);
+  st.pf_next_n = 0;
+  bool have_coef = !x.certified;
+  for (uint32_t g0 = 0; g0 < n_groups; g0 += gpb) {
+    const uint32_t ng = std::min(gpb, n_groups - g0);
+    // Groups made only of padding lanes (AVX2: 8-lane groups past the last token) need nothing.
+    if (g0 * W >= q.n_tokens) {
+      for (uint32_t gl = 0; gl < ng; ++gl) doc.group_begin[g0 + gl] = static_cast<uint32_t>(doc.n);
+      continue;
+    }
+    const uint32_t live =
+        std::min<uint32_t>(ng, static_cast<uint32_t>((q.n_tokens - g0 * W + W - 1) / W));
+    c.keys(job, g0, live, K, nd_pad * W, st.top.data());
+    if (!have_coef) {  // after the first i8 phase: the metadata is in cache by now
+      x.coef = Coefficients(d, cosine ? doc.inv.data() : nullptr, x.consts.gamma, x.consts.abs_slack);
+      have_coef = true;
+    }
+    for (uint32_t gl = 0; gl < ng; ++gl) {
+      doc.group_begin[g0 + gl] = static_cast<uint32_t>(doc.n);
+      if (gl >= live) continue;
+      if (doc.row.size() < doc.n + nd) {  // room for every row of this group
+        const size_t cap = std::max(doc.n + nd, 2 * doc.row.size());
+        doc.row.resize(cap);
+        doc.cm.resize(cap);
+        doc.tm.resize(cap);
+        doc.up.resize(cap * W);
+      }
+      SelectGroup(x, g0 + gl, K + gl * nd_pad * W, st.top.data() + gl * W);
+    }
+  }
+  doc.group_begin[n_groups] = static_cast<uint32_t>(doc.n);
+  if (c.counters) c.counters->multi_candidate += x.multi;
+  // Top-k: the bound on the score, computed as the engine computes scores.
+  doc.pruned = false;
+  if (c.prune) {
+    double sum = 0.0;
+    const float* w = c.prune->token_weight;
+    for (uint32_t s = 0; s < q.n_tokens; ++s) {
+      const float v = w ? doc.ub[s] * w[s] : doc.ub[s];
+      sum += static_cast<double>(v);
+    }
+    const float bound = static_cast<float>(sum);
+    doc.pruned = bound < c.prune->below;  // NaN never prunes
+  }
+  // The previous document's rows are all on their way; this document's go next (none when pruned).
+  st.pf.Flush();
+  st.pf.rows.assign(st.pf_next.begin(), st.pf_next.begin() + static_cast<ptrdiff_t>(doc.pruned ? 0 : st.pf_next_n));
+  st.pf.lines_per_row = (static_cast<size_t>(d.dim) * (d.dtype == MAXSIM_F32 ? 4 : 2) + 63) / 64 +
+                        ((reinterpret_cast<uintptr_t>(d.originals) | d.orig_row_bytes) % 64 != 0);
+  st.pf.pos = 0;
+  st.pf.line = 0;
+}
+
+// The f32 rows of n refinement items: the originals, or (f16/bf16) rows widened into `wide`.
+HWY_INLINE void SetRowPtrs(const DocRef& d, Item* items, size_t n, float* wide) {
+  if (d.dtype == MAXSIM_F32) {
+    for (size_t i = 0; i < n; ++i) items[i].ptr = reinterpret_cast<const float*>(d.originals + items[i].idx * d.orig_row_bytes);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    WidenRow(d.originals + items[i].idx * d.orig_row_bytes, d.dtype, d.dim, wide);
+    items[i].ptr = wide;
+    wide += d.dim;
+  }
+}
+
+template <bool kCos>
+void RefineDocT(const ScreenCall& c, const DocRef& d, ScreenState& st, const ScreenState::Doc& doc, float* best_key,
+                int32_t* best_index) {
+  const DF df;
+  const DI di;
+  const size_t W = hn::Lanes(df);
+  const PreparedQuery& q = *c.q;
+  const uint32_t n_groups = q.n_padded / static_cast<uint32_t>(W);
+  const bool certified = c.mode == MAXSIM_MODE_CERTIFIED;
+  const float* inv = kCos ? doc.inv.data() : nullptr;
+  // Items: at most every entry of two groups per round.
+  size_t max_pair = 0;
+  for (uint32_t g = 0; g < n_groups; g += 2) {
+    const uint32_t g1 = std::min(g + 2, n_groups);
+    max_pair = std::max<size_t>(max_pair, doc.group_begin[g1] - doc.group_begin[g]);
+  }
+  if (st.items.size() < max_pair * sizeof(Item) + 64) st.items.resize(max_pair * sizeof(Item) + 64);
+  Item* items = reinterpret_cast<Item*>((reinterpret_cast<uintptr_t>(st.items.data()) + 63) & ~uintptr_t{63});
+  if (d.dtype != MAXSIM_F32 && st.widened.size() < max_pair * d.dim) st.widened.resize(max_pair * d.dim);
+  uint64_t refined = 0;
+  alignas(64) float b1[32], b2[32];
+  alignas(64) int32_t a1[32], a2[32];
+  for (uint32_t g = 0; g < n_groups; g += 2) {
+    const uint32_t ng = std::min<uint32_t>(2, n_groups - g);
+    const uint32_t s0 = g * static_cast<uint32_t>(W);
+    if (s0 >= q.n_tokens) break;
+    const float* q0 = q.qt + s0;
+    const float* q1 = ng == 2 ? q.qt + s0 + W : q0;
+    // Round 1: the top rows.
+    float* wide = st.widened.data();  // f16/bf16 rows (each round's at most max_pair rows)
+    size_t n[2] = {0, 0};
+    Item* lists[2] = {items, nullptr};
+    for (uint32_t gl = 0; gl < ng; ++gl) {
+      if (gl == 1) lists[1] = items + n[0];
+      // Branch-free (whether an entry is a top row is unpredictable); an entry is written one past the list.
+      const uint32_t* HWY_RESTRICT tmv = doc.tm.data();
+      const uint32_t* HWY_RESTRICT cmv = certified ? doc.cm.data() : doc.tm.data();
+      const uint32_t* HWY_RESTRICT rv = doc.row.data();
+      Item* HWY_RESTRICT li = lists[gl];
+      size_t cnt = 0;
+      for (uint32_t e = doc.group_begin[g + gl]; e < doc.group_begin[g + gl + 1]; ++e) {
+        const uint32_t mask = cmv[e] & (0u - static_cast<uint32_t>(tmv[e] != 0));
+        li[cnt] = Item{nullptr, rv[e], mask};
+        cnt += mask != 0;
+        refined += static_cast<uint64_t>(__builtin_popcount(mask));
+      }
+      n[gl] = cnt;
+    }
+    if (!lists[1]) lists[1] = items + n[0];
+    SetRowPtrs(d, items, n[0] + n[1], wide);
+    for (size_t l = 0; l < 2 * W; ++l) {
+      b1[l] = -kInf;
+      a1[l] = -1;
+    }
+    if (n[0] + n[1]) RefineLists<kCos>(q0, q1, q.n_padded, d.dim, lists[0], n[0], lists[1], n[1], inv, b1, a1);
+    // Round 2 (certified): the other candidates whose bound still reaches the lane's round-1 key.
+    if (certified) {
+      n[0] = n[1] = 0;
+      lists[1] = nullptr;
+      for (uint32_t gl = 0; gl < ng; ++gl) {
+        if (gl == 1) lists[1] = items + n[0];
+        const VF bv = hn::Load(df, b1 + gl * W);
+        const uint32_t* HWY_RESTRICT tmv = doc.tm.data();
+        const uint32_t* HWY_RESTRICT cmv = doc.cm.data();
+        const uint32_t* HWY_RESTRICT rv = doc.row.data();
+        const float* HWY_RESTRICT upv = doc.up.data();
+        Item* HWY_RESTRICT li = lists[gl];
+        size_t cnt = 0;
+        for (uint32_t e = doc.group_begin[g + gl]; e < doc.group_begin[g + gl + 1]; ++e) {
+          const MF reach = hn::Not(hn::Lt(hn::LoadU(df, upv + static_cast<size_t>(e) * W), bv));
+          const uint32_t mask = cmv[e] & Bits(reach) & (0u - static_cast<uint32_t>(tmv[e] == 0));
+          li[cnt] = Item{nullptr, rv[e], mask};
+          cnt += mask != 0;
+          refined += static_cast<uint64_t>(__builtin_popcount(mask));
+        }
+        n[gl] = cnt;
+      }
+      if (!lists[1]) lists[1] = items + n[0];
+      SetRowPtrs(d, items, n[0] + n[1], wide);
+      if (n[0] + n[1]) {
+        for (size_t l = 0; l < 2 * W; ++l) {
+          b2[l] = -kInf;
+          a2[l] = -1;
+        }
+        RefineLists<kCos>(q0, q1, q.n_padded, d.dim, lists[0], n[0], lists[1], n[1], inv, b2, a2);
+        for (uint32_t gl = 0; gl < ng; ++gl) {
+          const VF x1 = hn::Load(df, b1 + gl * W), x2 = hn::Load(df, b2 + gl * W);
+          const VI i1 = hn::Load(di, a1 + gl * W), i2 = hn::Load(di, a2 + gl * W);
+          const MF take = hn::Or(hn::Gt(x2, x1), hn::And(hn::Eq(x2, x1), hn::RebindMask(df, hn::Lt(i2, i1))));
+          hn::Store(hn::IfThenElse(take, x2, x1), df, b1 + gl * W);
+          hn::Store(hn::IfThenElse(hn::RebindMask(di, take), i2, i1), di, a1 + gl * W);
+        }
+      }
+    }
+    const size_t lanes = std::min<size_t>(ng * W, q.n_tokens - s0);
+    std::memcpy(best_key + s0, b1, lanes * sizeof(float));
+    std::memcpy(best_index + s0, a1, lanes * sizeof(int32_t));
+  }
+  if (c.counters) c.counters->refined += refined;
+}
+
+void Screen(const ScreenCall& c) {
+  KernelScratch& scratch = *c.scratch;
+  ScreenState* st = dynamic_cast<ScreenState*>(scratch.state.get());
+  if (st == nullptr) {
+    scratch.state.reset(new ScreenState());
+    st = static_cast<ScreenState*>(scratch.state.get());
+  }
+  const uint32_t nt = c.q->n_tokens;
+  const bool cosine = c.metric == MAXSIM_METRIC_COSINE;
+  auto refine = [&](size_t i) {
+    const ScreenState::Doc& doc = st->doc[i & 1];
+    if (c.prune) c.prune->pruned[i] = doc.pruned ? 1 : 0;
+    if (doc.pruned) return;
+    float* bk = c.best_key + i * nt;
+    int32_t* bi = c.best_index + i * nt;
+    if (cosine) {
+      RefineDocT<true>(c, c.docs[i], *st, doc, bk, bi);
+    } else {
+      RefineDocT<false>(c, c.docs[i], *st, doc, bk, bi);
+    }
+  };
+  for (size_t i = 0; i < c.n; ++i) {
+    ScreenDoc(c, c.docs[i], *st, st->doc[i & 1]);
+    if (i + 1 < c.n) {
+      // The next document's first code rows, while the previous one is refined.
+      const DocRef& nx = c.docs[i + 1];
+      const char* p = reinterpret_cast<const char*>(nx.codes);
+      const size_t bytes = static_cast<size_t>(std::min<uint32_t>(nx.n_tokens, 16)) * nx.padded_dim;
+      for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
+      // and its metadata (scales, norms: read before and during its i8 phase), up to 4 KB.
+      const char* m = reinterpret_cast<const char*>(nx.meta);
+      const size_t mbytes = std::min<size_t>(static_cast<size_t>(nx.n_tokens) * sizeof(maxsim_vector_meta), 4096);
+      for (size_t off = 0; off < mbytes; off += 64) __builtin_prefetch(m + off, 0, 3);
+    }
+    if (i > 0) refine(i - 1);
+  }
+  if (c.n > 0) {
+    st->pf.Flush();
+    refine(c.n - 1);
+  }
+  st->pf.rows.clear();
+  st->pf.pos = 0;
+  st->pf.line = 0;
+}
+
+}  // namespace screen
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace maxsim
+HWY_AFTER_NAMESPACE();
+
+#endif  // MAXSIM_SRC_KERNELS_X86_SCREEN_HWY_INL_H_ per-target guard
