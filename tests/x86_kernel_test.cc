@@ -5,7 +5,10 @@
 // Kernels this CPU cannot run are skipped with the registry's reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -171,6 +174,90 @@ TEST(X86Kernels, PerDocumentCachesDoNotLeakAcrossQueriesOrDocuments) {
       }
     }
   }
+}
+
+// Top-k with certified / approximate screening prunes documents by their certified upper bound (the x86
+// kernels' batched entry): the pruning must actually happen, and the top-k must be exactly the exact top-k
+// (certified) or the approximate matrix's own ranking (approximate), whatever the thread count, on random,
+// clustered and real data.
+void ExpectTopKEqual(const TopKResult& a, const TopKResult& b, const std::string& what) {
+  ASSERT_EQ(a.index, b.index) << what;
+  ASSERT_EQ(std::memcmp(a.scores.data(), b.scores.data(), a.scores.size() * 4), 0) << what;
+}
+
+TopKResult RankMatrix(const std::vector<float>& m, uint64_t nq, uint64_t nd, uint64_t k) {
+  TopKResult r;
+  r.k = k;
+  for (uint64_t i = 0; i < nq; ++i) {
+    std::vector<uint64_t> order(nd);
+    for (uint64_t j = 0; j < nd; ++j) order[j] = j;
+    std::stable_sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) { return m[i * nd + a] > m[i * nd + b]; });
+    for (uint64_t r2 = 0; r2 < k; ++r2) {
+      r.index.push_back(r2 < nd ? order[r2] : UINT64_MAX);
+      r.scores.push_back(r2 < nd ? m[i * nd + order[r2]] : -std::numeric_limits<float>::infinity());
+    }
+  }
+  return r;
+}
+
+void CheckPruning(const TokenSets& q, const TokenSets& d, const std::string& data, bool expect_pruning) {
+  const uint64_t nq = q.n_sets(), nd = d.n_sets();
+  for (const std::string& k : Available()) {
+    if (k == "scalar" || k == "autovec-avx2") continue;  // no batched entry: no pruning
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      uint64_t pruned_total = 0;
+      for (int threads : {1, 2}) {
+        Context ctx = Ctx(k, threads);
+        Packed pd = Packed::Pack(ctx, d.Dense());
+        for (uint64_t topk : {uint64_t{1}, uint64_t{5}, nd + 2}) {
+          const std::string what = data + " " + k + " metric " + std::to_string(metric) + " threads " +
+                                   std::to_string(threads) + " k " + std::to_string(topk);
+          maxsim_stats se{}, sc{}, sa{};
+          const TopKResult exact = ctx.TopK(q.Dense(), nq, pd, topk, {metric, MAXSIM_MODE_EXACT, &se});
+          const TopKResult cert = ctx.TopK(q.Dense(), nq, pd, topk, {metric, MAXSIM_MODE_CERTIFIED, &sc});
+          const TopKResult appr = ctx.TopK(q.Dense(), nq, pd, topk, {metric, MAXSIM_MODE_APPROXIMATE, &sa});
+          ExpectTopKEqual(exact, cert, what + " certified vs exact");
+          const std::vector<float> am = ctx.ScoreMatrix(q.Dense(), nq, pd, nd, {metric, MAXSIM_MODE_APPROXIMATE});
+          ExpectTopKEqual(RankMatrix(am, nq, nd, topk), appr, what + " approximate vs its matrix");
+          EXPECT_EQ(se.docs_pruned, 0u) << what;
+          EXPECT_EQ(sc.pairs, nq * nd) << what;
+          if (topk >= nd) {
+            EXPECT_EQ(sc.docs_pruned, 0u) << what << ": every document is in the top-k";
+          }
+          if (topk <= 5) pruned_total += sc.docs_pruned + sa.docs_pruned;
+          if (topk == 5 && threads == 1) {
+            std::printf("[ pruning  ] %s %s %s top-5: certified pruned %llu of %llu (query, document) pairs, "
+                        "approximate %llu\n", data.c_str(), k.c_str(), metric == MAXSIM_METRIC_DOT ? "dot" : "cosine",
+                        static_cast<unsigned long long>(sc.docs_pruned), static_cast<unsigned long long>(nq * nd),
+                        static_cast<unsigned long long>(sa.docs_pruned));
+          }
+        }
+      }
+      if (expect_pruning) {
+        EXPECT_GT(pruned_total, 0u) << data << " " << k << " metric " << metric << ": nothing was pruned";
+      }
+    }
+  }
+}
+
+TEST(X86Kernels, TopKPrunesByTheCertifiedBoundAndEqualsExactTopK) {
+  std::mt19937_64 rng(4242);
+  for (Shape shape : {Shape::kUnitGaussian, Shape::kClustered}) {
+    const TokenSets q = Generate(rng, shape, 3, 20, 40, 64);
+    const TokenSets d = Generate(rng, shape, 300, 10, 60, 64);
+    CheckPruning(q, d, ShapeName(shape), true);
+  }
+  // Near-ties built around the queries: bounds overlap, little or nothing can be pruned; still exact.
+  const TokenSets q = Generate(rng, Shape::kUnitGaussian, 2, 16, 16, 48);
+  CheckPruning(q, NearTieDocuments(rng, q, 60, 30, 1e-3), "near ties", false);
+}
+
+TEST(X86Kernels, TopKPruningOnRealEmbeddings) {
+  TokenSets q, d;
+  std::vector<std::string> qids, dids;
+  std::string error;
+  if (!LoadNanoFiqa(&q, &d, &qids, &dids, &error)) GTEST_SKIP() << "real embeddings unavailable: " << error;
+  CheckPruning(q, d, "nanofiqa", true);
 }
 
 // Build a PreparedQuery/DocRef pair by hand to call the vdpbf16ps path directly.
