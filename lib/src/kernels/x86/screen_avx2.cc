@@ -6,9 +6,9 @@
 // Why the sign trick: vpmaddubsw saturates its i16 pair sums, and with a plain +128 bias the canonical codes
 // [-127, 127] reach 255 * 127 * 2 = 64770 > 32767. With |d| <= 127 and |sign(q, d)| <= 127 a pair sum is at
 // most 2 * 127 * 127 = 32258, so nothing ever saturates and I is the exact integer dot for any packed buffer.
-// Tile: 2 query vectors (16 tokens, interleaved layout [k/4][lane][4]) x 4 document rows = 8 ymm
-// accumulators + 2 query + ones + row broadcast and |row| + 2 temporaries = 15 of 16 registers; per k-group
-// 34 vector ops for 256 multiply-adds. After the k loop: vcvtdq2ps, vmulps by the row's scale and by the lanes'
+// Tile: 2 query vectors (16 tokens, interleaved layout [k/4][lane][4]) x 3 document rows = 6 ymm
+// accumulators + 2 query + ones + row broadcast and |row| + 2 temporaries = 13 of 16 registers; per k-group
+// 30 vector ops for 192 multiply-adds. After the k loop: vcvtdq2ps, vmulps by the row's scale and by the lanes'
 // query scales (the key A), running vmaxps per lane (top), one store of the keys per row and query vector.
 // The rest (selection, bounds, refinement) is screen_hwy-inl.h (Highway AVX2).
 #include <immintrin.h>
@@ -85,11 +85,13 @@ MAXSIM_TARGET_AVX2 void Rows(const int8_t* ql, size_t qstride, uint32_t groups4,
   }
   const uint32_t nd = d.n_tokens;
   uint32_t j = 0;
-  PrefetchCodes(d, 0, 8);
-  for (; j + 4 <= nd; j += 4) {
-    PrefetchCodes(d, j + 8, j + 12);  // two tiles ahead, see screen_avx512vnni.cc
-    if (pf) pf->Step();
-    Tile<NQ, 4, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
+  // Tiles of 3 rows: 6 accumulators (GCC spilled 3 of the 8 of a 4-row tile to the stack, checked in the
+  // disassembly; 3 rows leave room for the query, ones, row, |row| and temporaries in 16 ymm registers).
+  PrefetchCodes(d, 0, 9);
+  for (; j + 3 <= nd; j += 3) {
+    PrefetchCodes(d, j + 9, j + 12);  // three tiles ahead, see screen_avx512vnni.cc
+    if (pf && j % 6 == 0) pf->Step();
+    Tile<NQ, 3, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
   }
   if (j + 2 <= nd) {
     Tile<NQ, 2, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);

@@ -77,15 +77,23 @@ struct Item {
 };
 
 HWY_INLINE uint32_t Bits(MF m) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return static_cast<uint32_t>(m.raw);  // the k-register itself (StoreMaskBits goes through bytes)
+#else
   const DF df;
   uint8_t b[8] = {};
   hn::StoreMaskBits(df, m, b);
   return static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8);
+#endif
 }
 
 HWY_INLINE MF FromBits(const uint32_t& bits) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return MF{static_cast<__mmask16>(bits)};
+#else
   const DF df;
   return hn::LoadMaskBits(df, reinterpret_cast<const uint8_t*>(&bits));
+#endif
 }
 
 // K0 items of the first group, then kSlots - K0 of the second. best/arg hold both groups (2 W lanes).
