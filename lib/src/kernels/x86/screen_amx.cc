@@ -164,7 +164,9 @@ template <bool kCos>
 MAXSIM_TARGET_AMX void KeysT(const ScreenJob& job, uint32_t g0, uint32_t ng, float* B, size_t gs, float* top_p) {
   const PreparedQuery& q = *job.q;
   const DocRef& d = *job.d;
-  alignas(64) int32_t c[4 * 256];
+  // Two C buffers, alternating per 32-row block: the tile stores of block b + 1 need not wait for the vector
+  // loads of block b's post-processing, so the tile unit and the AVX-512 epilogue overlap.
+  alignas(64) int32_t cbuf[2][4 * 256];
   alignas(64) int8_t buf[16 * 64];
   std::memset(buf, 0, sizeof(buf));
   const size_t bs = static_cast<size_t>(q.n_padded) * 4;
@@ -180,6 +182,7 @@ MAXSIM_TARGET_AMX void KeysT(const ScreenJob& job, uint32_t g0, uint32_t ng, flo
                    _mm512_set1_ps(-std::numeric_limits<float>::infinity())};
   uint32_t j = 0;
   for (; j + 32 <= nd; j += 32) {
+    int32_t* c = cbuf[(j / 32) & 1];
     const int8_t* a0 = d.codes + static_cast<size_t>(j) * as;
     // Codes and metadata 64 rows ahead: a block of 32 rows takes only ~8 tdpbssd and 64 rows of
     // post-processing (a few hundred cycles), less than a DRAM round trip.
@@ -213,6 +216,7 @@ MAXSIM_TARGET_AMX void KeysT(const ScreenJob& job, uint32_t g0, uint32_t ng, flo
     }
   }
   for (; j < nd; j += 16) {
+    int32_t* c = cbuf[(j / 16) & 1];
     const uint32_t rows = nd - j < 16 ? nd - j : 16;
     const int8_t* a0 = d.codes + static_cast<size_t>(j) * as;
     if (ng == 2) {
