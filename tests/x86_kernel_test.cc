@@ -96,8 +96,8 @@ void ExpectSame(const Outcome& a, const Outcome& b, const std::string& what, boo
   }
   ASSERT_EQ(a.argmax, b.argmax) << what << ": argmax differs";
   if (counters) {
-    // The certified candidate sets are identical; the x86 kernels refine fewer of them (two-phase refinement,
-    // screen_driver-inl.h) but never fewer than one row per query token.
+    // The certified candidate sets are identical; the x86 kernels refine fewer of them (two-round refinement,
+    // screen_hwy-inl.h) but never fewer than one row per query token.
     EXPECT_EQ(a.stats.multi_candidate, b.stats.multi_candidate) << what << ": multi-candidate counters differ";
     EXPECT_LE(b.stats.refined, a.stats.refined) << what << ": refined more rows than the candidate sets hold";
     EXPECT_GE(b.stats.refined, min_refined) << what << ": fewer refinements than query-token evaluations";

@@ -7,10 +7,12 @@
 // [k/4][lane][4] that the AVX2 kernel uses, read with stride n_padded * 4 (the query is packed once per call
 // by the layout hook); C = 16 document tokens x 16 query tokens of i32: C[m][n] = I(doc m, query n).
 // Blocking: 2 document blocks x 2 query groups per step = 4 C tiles (tmm0-3), 2 A (tmm4-5), 2 B (tmm6-7): per
-// 64 bytes of k, 4 tile loads feed 4 tdpbssd (16 x 16 x 64 multiply-adds each). The C tiles are stored to a
-// 4 KB buffer in L1, and AVX-512 does the column max work: per document row a vcvtdq2ps, a vmulps by the row
-// scale (B of screen_driver-inl.h), a store and a vmaxps per query group. At 1024 multiply-adds per cycle
-// for tdpbssd that post-processing, not the tile unit, bounds this kernel.
+// 64 bytes of k, 4 tile loads feed 4 tdpbssd (16 x 16 x 64 multiply-adds each). The C tiles are stored to one
+// of two alternating 4 KB buffers in L1, and AVX-512 does the rest: per document row a vcvtdq2ps, a vmulps by
+// the row scale and one by the lanes' query scales (the key A), a store and a vmaxps per query group. At 1024
+// multiply-adds per cycle for tdpbssd that post-processing, not the tile unit, bounds this kernel (measured on
+// the device: ~11 cycles per 16 keys against ~2 for the tdpbssd work; docs/kernels.md). Selection, bounds and
+// refinement are screen_hwy-inl.h (Highway AVX3).
 // Why the tail copy: a block with fewer than 16 document rows is copied (64 bytes of k at a time) into a
 // zeroed 1 KB buffer, so no tile load reads past the document (the codes of a dense document live in a
 // vector of exactly n_tokens rows).

@@ -248,7 +248,7 @@ inline DocCoef Coefficients(const DocRef& d, const float* inv, float gamma, floa
 
 // Threshold tk per lane. Notation: a_j the key (f32, the portable kernel's), m_j its margin, t the first row of
 // maximal key (top = a_t), L = max_j fl(a_j - m_j), Mb >= m_j - 2^-21 |a_j| for every row (mb above bounds it
-// with room to spare). Then (as screen_driver derived before): L >= fl(a_t - m_t) >= top - Mb - 2^-20.9 |top|
+// with room to spare). Then (the first-round driver's derivation): L >= fl(a_t - m_t) >= top - Mb - 2^-20.9 |top|
 // and fl(a_j + m_j) <= a_j + 2^-20 |a_j| + Mb, so row j is not a candidate when
 //   a_j + 2^-20 |a_j| < t1 := top - 2 Mb - 2^-17 (|top| + Mb),
 // which holds whenever a_j < t2 := t1 - 2^-17 |t1|; nor can it fix L (fl(a_j - m_j) <= a_j < t1 < L). In f32:
