@@ -8,7 +8,9 @@
 #   cpu-bench   CPU benchmarks (1/4/16 threads) with in-run baselines
 #   gpu-tests   the GPU conformance suite against the CPU reference (+ compute-sanitizer on a small case)
 #   gpu-bench   GPU benchmarks against in-run cuBLAS / copy-bandwidth / PyTorch baselines
-# Full logs and JSON go under $OUT; the summaries of all sections are printed last.
+#   x86-kernels the x86 kernel developers' section: kernel_bench per kernel, top-k pruning, pinned thread scaling
+# Full logs and JSON go under $OUT, bundled at the end into $OUT/results.tar.gz (the device tool returns at most
+# 8 files); the summaries of all sections are printed last and kept in $OUT/summary.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-$PWD/out}
@@ -30,5 +32,8 @@ echo
 echo "################ summary ################"
 for s in "${sections[@]}"; do
   [ -f "$OUT/summary-$s.txt" ] && { echo "--- $s"; cat "$OUT/summary-$s.txt"; }
-done
+done | tee "$OUT/summary.txt"
+# The device tool returns at most 8 files: bundle every log, JSON and table into one archive beside summary.txt.
+tar -czf /tmp/device-results.tar.gz -C "$OUT" --exclude=summary.txt . && mv /tmp/device-results.tar.gz "$OUT/results.tar.gz" &&
+  find "$OUT" -mindepth 1 ! -name results.tar.gz ! -name summary.txt -delete
 exit $status
