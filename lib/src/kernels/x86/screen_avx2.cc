@@ -120,19 +120,8 @@ void Avx2Keys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k
 void ScreenedBatch(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric, maxsim_mode mode,
                    float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters,
                    const ScreenPrune* prune) {
-  ScreenCall c;
-  c.q = &q;
-  c.docs = docs;
-  c.n = n;
-  c.metric = metric;
-  c.mode = mode;
-  c.best_key = best_key;
-  c.best_index = best_index;
-  c.scratch = &scratch;
-  c.counters = counters;
-  c.prune = prune;
-  c.keys = &Avx2Keys;
-  c.groups_per_block = 2;
+  const ScreenCall c = MakeScreenCall(q, docs, n, metric, mode, best_key, best_index, scratch, counters, prune,
+                                      &Avx2Keys);
   HwyExactAvx2()->screen(c);
 }
 

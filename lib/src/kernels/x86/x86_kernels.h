@@ -98,6 +98,25 @@ struct ScreenCall {
   uint32_t groups_per_block = 2;  // query groups per ComputeKeysFn call (at most 2)
 };
 
+// A ScreenCall for one screened_batch entry point: its arguments plus the ISA's i8 key function.
+inline ScreenCall MakeScreenCall(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric,
+                                 maxsim_mode mode, float* best_key, int32_t* best_index, KernelScratch& scratch,
+                                 ScreenCounters* counters, const ScreenPrune* prune, ComputeKeysFn keys) {
+  ScreenCall c;
+  c.q = &q;
+  c.docs = docs;
+  c.n = n;
+  c.metric = metric;
+  c.mode = mode;
+  c.best_key = best_key;
+  c.best_index = best_index;
+  c.scratch = &scratch;
+  c.counters = counters;
+  c.prune = prune;
+  c.keys = keys;
+  return c;
+}
+
 // Per-thread buffers of the screening pipeline (KernelScratch::state).
 struct ScreenState : KernelState {
   // One document in flight: its candidate rows ("entries", grouped by query group, rows increasing), per entry
