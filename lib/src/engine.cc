@@ -420,6 +420,25 @@ bool UseBatch(const KernelOps& ops, const ScoreRequest& req, const SetsRef& D) {
   return ops.screened_batch != nullptr && req.mode != MAXSIM_MODE_EXACT && D.is_packed;
 }
 
+// Fills ts.batch / ts.batch_index with the non-empty documents doc_of(p) for p in [p0, p1) (batch_index holds
+// p), and hands each empty one to on_empty(d, map, p): it scores -inf without a kernel call.
+template <typename DocOf, typename OnEmpty>
+void CollectBatch(const DocSource& src, uint64_t p0, uint64_t p1, DocOf doc_of, ThreadState& ts, OnEmpty on_empty) {
+  ts.batch.clear();
+  ts.batch_index.clear();
+  for (uint64_t p = p0; p < p1; ++p) {
+    DocRef d;
+    const uint32_t* map = nullptr;
+    ts.docs.Get(src, doc_of(p), &d, &map);
+    if (d.n_tokens == 0) {
+      on_empty(d, map, p);
+      continue;
+    }
+    ts.batch.push_back(d);
+    ts.batch_index.push_back(p);
+  }
+}
+
 // Scores query qs against ts.batch (non-empty packed documents) in one kernel call: scores[i] for document i
 // (unless pruned[i] is set on return, when `prune` is given), argmax[i] (if argmax) its qs.positions slots.
 // The same results as ScorePair for every document that is not pruned.
@@ -585,23 +604,13 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
         const uint64_t run = q1 - q0 == 1 ? d1 - d0 : 8;
         for (uint64_t r0 = d0; r0 < d1; r0 += run) {
           const uint64_t r1 = std::min(d1, r0 + run);
-          ts.batch.clear();
-          ts.batch_index.clear();
-          for (uint64_t j = r0; j < r1; ++j) {
-            DocRef d;
-            const uint32_t* map = nullptr;
-            ts.docs.Get(src, j, &d, &map);
-            if (d.n_tokens > 0) {
-              ts.batch.push_back(d);
-              ts.batch_index.push_back(j);
-              continue;
-            }
+          CollectBatch(src, r0, r1, [](uint64_t j) { return j; }, ts, [&](const DocRef& d, const uint32_t* map, uint64_t j) {
             for (uint64_t i = q0; i < q1; ++i) {
               const QuerySet& qs = qb.sets[i];
               int32_t* am = argmax ? argmax + nd * qs.token_offset + j * qs.positions : nullptr;
               scores[i * nd + j] = ScorePair(qs, d, map, ops, req, ts, am);
             }
-          }
+          });
           const size_t n = ts.batch.size();
           bscores.resize(n);
           bargmax.resize(n);
@@ -673,20 +682,11 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
           while (cand_offsets[i + 1] <= r0) ++i;
           const uint64_t r1 = std::min(c1, cand_offsets[i + 1]);
           const QuerySet& qs = qb.sets[i];
-          ts.batch.clear();
-          ts.batch_index.clear();
-          for (uint64_t c = r0; c < r1; ++c) {
-            DocRef d;
-            const uint32_t* map = nullptr;
-            ts.docs.Get(src, candidates[c], &d, &map);
-            int32_t* am = argmax ? argmax + base[i] + (c - cand_offsets[i]) * qs.positions : nullptr;
-            if (d.n_tokens == 0) {
-              scores[c] = ScorePair(qs, d, map, ops, req, ts, am);
-              continue;
-            }
-            ts.batch.push_back(d);
-            ts.batch_index.push_back(c);
-          }
+          CollectBatch(src, r0, r1, [&](uint64_t c) { return candidates[c]; }, ts,
+                       [&](const DocRef& d, const uint32_t* map, uint64_t c) {
+                         int32_t* am = argmax ? argmax + base[i] + (c - cand_offsets[i]) * qs.positions : nullptr;
+                         scores[c] = ScorePair(qs, d, map, ops, req, ts, am);
+                       });
           const size_t n = ts.batch.size();
           bscores.resize(n);
           bargmax.resize(n);
@@ -780,21 +780,11 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
         const uint64_t run = nq == 1 ? 16 : 8;
         for (uint64_t r0 = d0; r0 < d1; r0 += run) {
           const uint64_t r1 = std::min(d1, r0 + run);
-          ts.batch.clear();
-          ts.batch_index.clear();
-          for (uint64_t j = r0; j < r1; ++j) {
-            DocRef d;
-            const uint32_t* map = nullptr;
-            ts.docs.Get(src, j, &d, &map);
-            if (d.n_tokens > 0) {
-              ts.batch.push_back(d);
-              ts.batch_index.push_back(j);
-              continue;
-            }
+          CollectBatch(src, r0, r1, [](uint64_t j) { return j; }, ts, [&](const DocRef& d, const uint32_t* map, uint64_t j) {
             for (uint64_t i = 0; i < nq; ++i) {
               Offer(mine[i], keep, Ranked{ScorePair(qb.sets[i], d, map, ops, req, ts, nullptr), j});
             }
-          }
+          });
           const size_t n = ts.batch.size();
           bscores.resize(n);
           ts.pruned.resize(n);
