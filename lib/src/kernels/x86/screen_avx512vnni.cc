@@ -79,15 +79,6 @@ MAXSIM_TARGET_VNNI inline void Tile(const uint8_t* ql, size_t qstride, uint32_t 
   }
 }
 
-inline void PrefetchCodes(const DocRef& d, uint32_t j0, uint32_t j1) {
-  if (j1 > d.n_tokens) j1 = d.n_tokens;
-  for (uint32_t j = j0; j < j1; ++j) {
-    const char* p = reinterpret_cast<const char*>(d.codes) + static_cast<size_t>(j) * d.padded_dim;
-    for (uint32_t off = 0; off < d.padded_dim; off += 64) __builtin_prefetch(p + off, 0, 3);
-    __builtin_prefetch(d.meta + j, 0, 3);
-  }
-}
-
 template <int NQ, bool kCos>
 MAXSIM_TARGET_VNNI void Rows(const uint8_t* ql, size_t qstride, uint32_t groups4, const DocRef& d, const float* inv,
                       const float* sq_lanes, float* K, size_t group_stride, float* top_p, PrefetchQueue* pf) {

@@ -98,6 +98,17 @@ struct ScreenCall {
   uint32_t groups_per_block = 2;  // query groups per ComputeKeysFn call (at most 2)
 };
 
+// Prefetches the codes and metadata of document rows [j0, j1) (the i8 tiles read a few rows as short streams,
+// which the hardware prefetchers pick up too late when documents come from DRAM). ISA-free.
+inline void PrefetchCodes(const DocRef& d, uint32_t j0, uint32_t j1) {
+  if (j1 > d.n_tokens) j1 = d.n_tokens;
+  for (uint32_t j = j0; j < j1; ++j) {
+    const char* p = reinterpret_cast<const char*>(d.codes) + static_cast<size_t>(j) * d.padded_dim;
+    for (uint32_t off = 0; off < d.padded_dim; off += 64) __builtin_prefetch(p + off, 0, 3);
+    __builtin_prefetch(d.meta + j, 0, 3);
+  }
+}
+
 // A ScreenCall for one screened_batch entry point: its arguments plus the ISA's i8 key function.
 inline ScreenCall MakeScreenCall(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric,
                                  maxsim_mode mode, float* best_key, int32_t* best_index, KernelScratch& scratch,
