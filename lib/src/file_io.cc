@@ -101,11 +101,7 @@ constexpr uint64_t kMmapThreshold = 4ull << 20;
 void* AllocatePacked(uint64_t bytes) {
   if (bytes < kMmapThreshold) return std::aligned_alloc(MAXSIM_PACK_ALIGN, RoundUp(bytes, MAXSIM_PACK_ALIGN));
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-#ifdef MADV_HUGEPAGE
-  madvise(p, bytes, MADV_HUGEPAGE);  // advisory: fine if the kernel says no
-#endif
-  return p;
+  return p == MAP_FAILED ? nullptr : p;
 }
 
 void FreePacked(void* memory, uint64_t bytes) {

@@ -17,9 +17,12 @@ struct maxsim_packed {
 
 namespace maxsim {
 uint64_t NextPackedUid();
-// Memory for a packed buffer the library owns: 64-byte aligned; large blocks come straight from mmap with
-// transparent huge pages requested, because first-touch page faults otherwise cost more than packing itself
-// (measured: 0.45 vs 0.14 us per d=128 vector on a 235 MB corpus). Returns nullptr on failure.
+// Memory for a packed buffer the library owns: 64-byte aligned; large blocks come straight from mmap (page
+// aligned, returned to the OS on release). First-touch page faults cost about as much as packing itself
+// (0.45 vs 0.14 us per d=128 vector, fresh vs already-touched buffer, 235 MB corpus, one thread); the threads of
+// a multi-threaded pack fault their own pages in parallel. Transparent huge pages were measured and rejected:
+// on a process's first allocation the kernel compacts memory and packing became up to 4x slower, erratically;
+// MAP_POPULATE helped one thread a little and serialised two. Returns nullptr on failure.
 void* AllocatePacked(uint64_t bytes);
 void FreePacked(void* memory, uint64_t bytes);
 }  // namespace maxsim
