@@ -170,6 +170,26 @@ struct SynthData {
   std::vector<float> docs, queries;      // row-major f32
   std::vector<uint64_t> doc_offsets, query_offsets;
   std::vector<uint64_t> query_source;    // the document each query was drawn from
+
+  // Views of the data for the C API (no copy); the first n query sets.
+  maxsim_dense_sets DocSets() const { return Sets(docs.data(), doc_offsets); }
+  maxsim_dense_sets QuerySets(uint64_t n) const {
+    maxsim_dense_sets s = Sets(queries.data(), query_offsets);
+    s.n_sets = n;
+    return s;
+  }
+
+ private:
+  maxsim_dense_sets Sets(const float* rows, const std::vector<uint64_t>& offsets) const {
+    maxsim_dense_sets s{};
+    s.struct_size = sizeof(s);
+    s.data = rows;
+    s.dtype = MAXSIM_F32;
+    s.dim = dim;
+    s.n_sets = offsets.empty() ? 0 : offsets.size() - 1;
+    s.offsets = offsets.data();
+    return s;
+  }
 };
 SynthData MakeSynthetic(const SynthSpec& spec, Progress* progress = nullptr);
 

@@ -77,17 +77,8 @@ int RunBench(int argc, char** argv) {
       Progress p("generating " + std::to_string(nd) + " documents of " + std::to_string(ld) + " tokens", nd, "docs");
       data = MakeSynthetic(ss, &p);
     }
-    maxsim_dense_sets docs{};
-    docs.struct_size = sizeof(docs);
-    docs.data = data.docs.data();
-    docs.dtype = MAXSIM_F32;
-    docs.dim = data.dim;
-    docs.n_sets = nd;
-    docs.offsets = data.doc_offsets.data();
-    maxsim_dense_sets query = docs;
-    query.data = data.queries.data();
-    query.n_sets = 1;
-    query.offsets = data.query_offsets.data();
+    const maxsim_dense_sets docs = data.DocSets();
+    const maxsim_dense_sets query = data.QuerySets(1);
     maxsim_packed *corpus = nullptr, *qp = nullptr;
     Check(maxsim_pack(ctx, &docs, nullptr, &corpus), "packing");
     Check(maxsim_pack(ctx, &query, nullptr, &qp), "packing");

@@ -83,17 +83,8 @@ int RunDemo(int argc, char** argv) {
               static_cast<unsigned long long>(nq), ss.query_len, HumanSeconds(Now() - t).c_str());
 
   // Pack the corpus (with ids 1000000 + j, to show the id column) and the queries.
-  maxsim_dense_sets docs{};
-  docs.struct_size = sizeof(docs);
-  docs.data = data.docs.data();
-  docs.dtype = MAXSIM_F32;
-  docs.dim = data.dim;
-  docs.n_sets = nd;
-  docs.offsets = data.doc_offsets.data();
-  maxsim_dense_sets queries = docs;
-  queries.data = data.queries.data();
-  queries.n_sets = nq;
-  queries.offsets = data.query_offsets.data();
+  const maxsim_dense_sets docs = data.DocSets();
+  const maxsim_dense_sets queries = data.QuerySets(nq);
   std::vector<uint64_t> ids(nd);
   for (uint64_t j = 0; j < nd; ++j) ids[j] = 1000000 + j;
   maxsim_packed* corpus = nullptr;
