@@ -39,6 +39,14 @@ uint64_t Seed() {
 
 std::mt19937_64 Rng(uint64_t salt) { return std::mt19937_64(Seed() * 1000003ull + salt); }
 
+// Certified requests run the exact kernel by default (bit-identical on the GPU, and faster); every certified
+// test below exercises the screening kernel instead, set before the first context (and backend) exists.
+// CertifiedRoutesToExactByDefault checks the default route.
+const bool kScreenCertified = [] {
+  setenv("MAXSIM_CUDA_CERTIFIED", "screen", 0);
+  return true;
+}();
+
 maxsim_options Options(const char* backend) {
   maxsim_options o;
   maxsim_options_init(&o);
@@ -265,6 +273,37 @@ TEST_F(Gpu, PackedMatrixAllModesMatchReference) {
             ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_APPROXIMATE);
         ExpectApproximate(q, d, metric, approx, exact, what + " approximate");
       }
+    }
+  }
+}
+
+TEST_F(Gpu, CertifiedRoutesToExactByDefault) {
+  // Without MAXSIM_CUDA_CERTIFIED=screen a certified request runs the exact kernel: the same bits as the
+  // screening kernel and as exact mode, with no screening work counted.
+  ASSERT_TRUE(kScreenCertified);
+  const std::string saved = std::getenv("MAXSIM_CUDA_CERTIFIED") ? std::getenv("MAXSIM_CUDA_CERTIFIED") : "";
+  unsetenv("MAXSIM_CUDA_CERTIFIED");
+  Context routed(Options("cuda"));
+  if (!saved.empty()) setenv("MAXSIM_CUDA_CERTIFIED", saved.c_str(), 1);
+  Context screened(Options("cuda"));
+  for (uint64_t lq : {32ull, 300ull}) {
+    auto rng = Rng(90 + lq);
+    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 2, 1, lq, 128), MAXSIM_BF16);
+    const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 40, 0, 200, 128), MAXSIM_BF16);
+    Packed pq = Packed::Pack(routed, q.Dense());
+    Packed pd = Packed::Pack(routed, d.Dense());
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      const std::string what = "Lq " + std::to_string(lq) + (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+      maxsim_stats st_routed{}, st_screened{};
+      const Matrix exact = ScoreMatrix(routed, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      const Matrix cert =
+          ScoreMatrix(routed, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED, &st_routed);
+      const Matrix screen =
+          ScoreMatrix(screened, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED, &st_screened);
+      ExpectIdentical(cert, exact, what + " routed certified vs exact");
+      ExpectIdentical(screen, exact, what + " screened certified vs exact");
+      EXPECT_EQ(st_routed.refined, 0u) << what;
+      if (saved == "screen") EXPECT_GT(st_screened.refined, 0u) << what;
     }
   }
 }

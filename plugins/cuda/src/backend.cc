@@ -261,6 +261,8 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out) {
   b->resident_limit = EnvU64("MAXSIM_CUDA_RESIDENT_LIMIT", 0);
   b->force_stream = EnvU64("MAXSIM_CUDA_STREAM", 0) != 0;
   b->chunk_bytes = std::max<uint64_t>(4096, EnvU64("MAXSIM_CUDA_STREAM_CHUNK_BYTES", 256ull << 20));
+  const char* cert = std::getenv("MAXSIM_CUDA_CERTIFIED");
+  b->screen_certified = cert && std::string(cert) == "screen";
   Status s = b->flags_host.Reserve(64, "status flags");
   if (!s.ok()) return fail(s);
   *out = b;
@@ -530,9 +532,9 @@ Status ScoreMatrixDevice(Backend& b, const DeviceQueries& q, const Corpus& c, in
   a.q = q.view;
   a.d = c.View();
   a.cosine = metric == MAXSIM_METRIC_COSINE;
-  a.mode = mode;
+  a.mode = b.KernelMode(mode);
   a.counters = d_counters;
-  const Plan plan = MakePlan(a.q, a.d, q.max_len, mode);
+  const Plan plan = MakePlan(a.q, a.d, q.max_len, a.mode);
   a.pairs.layout = kPairsMatrix;
   a.pairs.n_pairs = nq * nd;
   a.pairs.nd = nd;
@@ -576,7 +578,8 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
     FillStats(a.stats, 0, 0, nullptr);
     return Status::Ok();
   }
-  const bool need_codes = a.mode != MAXSIM_MODE_EXACT;
+  const int mode = b.KernelMode(a.mode);
+  const bool need_codes = mode != MAXSIM_MODE_EXACT;
   SetsView probe_d = c.streamed ? SetsView{} : c.View();
   if (c.streamed) {
     probe_d.orig = nullptr;  // chunk buffers are 256-byte aligned, rows as in the buffer
@@ -584,7 +587,7 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
     probe_d.dtype = c.info.dtype;
     probe_d.dim = c.info.dim;
   }
-  const Plan plan = MakePlan(q.view, probe_d, q.max_len, a.mode);
+  const Plan plan = MakePlan(q.view, probe_d, q.max_len, mode);
   // Per-document-column device bytes of one chunk: scores, argmax, partials.
   const uint64_t col_bytes = nq * 4 + (a.argmax ? qpos * 4 : 0) + plan.PartialBytes(nq);
   const uint64_t max_docs = std::max<uint64_t>(1, kOutputBudget / std::max<uint64_t>(1, col_bytes));
@@ -608,7 +611,7 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
     fa.q = q.view;
     fa.d = d;
     fa.cosine = a.metric == MAXSIM_METRIC_COSINE;
-    fa.mode = a.mode;
+    fa.mode = mode;
     fa.counters = counters;
     fa.pairs.layout = kPairsMatrix;
     fa.pairs.n_pairs = nq * n;
@@ -659,14 +662,15 @@ Status ScoreCandidates(Backend& b, const maxsim_plugin_score_args& a) {
     FillStats(a.stats, 0, 0, nullptr);
     return Status::Ok();
   }
-  const bool need_codes = a.mode != MAXSIM_MODE_EXACT;
+  const int mode = b.KernelMode(a.mode);
+  const bool need_codes = mode != MAXSIM_MODE_EXACT;
   // Pairs sorted by chunk (a stable counting sort), with their output slot and argmax base.
   SetsView probe_d;
   if (!c.streamed) probe_d = c.View();
   probe_d.row_bytes = c.info.orig_row_bytes;
   probe_d.dtype = c.info.dtype;
   probe_d.dim = c.info.dim;
-  const Plan plan = MakePlan(q.view, probe_d, q.max_len, a.mode);
+  const Plan plan = MakePlan(q.view, probe_d, q.max_len, mode);
   const std::vector<DocChunk> chunks =
       MakeChunks(c, c.streamed ? nd : nd, StreamedRowBytes(c, need_codes), b.chunk_bytes);
   std::vector<uint32_t> chunk_of(nd);
@@ -723,7 +727,7 @@ Status ScoreCandidates(Backend& b, const maxsim_plugin_score_args& a) {
       fa.q = q.view;
       fa.d = d;
       fa.cosine = a.metric == MAXSIM_METRIC_COSINE;
-      fa.mode = a.mode;
+      fa.mode = mode;
       fa.counters = counters;
       fa.pairs.layout = kPairsList;
       fa.pairs.n_pairs = n;
@@ -762,14 +766,15 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
   std::vector<ull> keys;
   uint64_t have = 0;
   ull hc[2] = {0, 0};
-  const bool need_codes = a.mode != MAXSIM_MODE_EXACT;
+  const int mode = b.KernelMode(a.mode);
+  const bool need_codes = mode != MAXSIM_MODE_EXACT;
   if (nq > 0 && nd > 0) {
     SetsView probe_d;
     if (!c.streamed) probe_d = c.View();
     probe_d.row_bytes = c.info.orig_row_bytes;
     probe_d.dtype = c.info.dtype;
     probe_d.dim = c.info.dim;
-    const Plan plan = MakePlan(q.view, probe_d, q.max_len, a.mode);
+    const Plan plan = MakePlan(q.view, probe_d, q.max_len, mode);
     const uint64_t col_bytes = nq * 4 + plan.PartialBytes(nq);
     const uint64_t max_docs = std::max<uint64_t>(1, kOutputBudget / std::max<uint64_t>(1, col_bytes));
     const std::vector<DocChunk> chunks = MakeChunks(c, max_docs, StreamedRowBytes(c, need_codes), b.chunk_bytes);
@@ -790,7 +795,7 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
       fa.q = q.view;
       fa.d = d;
       fa.cosine = a.metric == MAXSIM_METRIC_COSINE;
-      fa.mode = a.mode;
+      fa.mode = mode;
       fa.counters = counters;
       fa.pairs.layout = kPairsMatrix;
       fa.pairs.n_pairs = nq * n;

@@ -103,6 +103,14 @@ struct Backend {
   bool force_stream = false;
   uint64_t chunk_bytes = 0;         // streaming chunk size
   bool sync_calls = true;           // training calls wait for their stream (false: benchmarks only)
+  // Certified requests run the exact kernel unless this is set (MAXSIM_CUDA_CERTIFIED=screen): on the GPU the
+  // two give identical bits, and the exact kernel was faster at every measured shape (docs/cuda.md).
+  bool screen_certified = false;
+
+  // The kernel mode for a requested mode (see screen_certified).
+  int KernelMode(int mode) const {
+    return mode == MAXSIM_MODE_CERTIFIED && !screen_certified ? static_cast<int>(MAXSIM_MODE_EXACT) : mode;
+  }
 
   void Log(maxsim_log_level level, const std::string& m) const;
 };

@@ -17,6 +17,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "forward_common.cuh"
 
@@ -228,7 +229,7 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
 // ExactTcKernel (a row's similarity is the same mma chain from a zero accumulator), so results are identical to
 // it and to certified refinement. ARGMAX = false folds values only (one max per element).
 
-constexpr int kSmemTile = 64;    // tokens per stage
+constexpr int kSmemTile = 64;    // tokens per stage (default shape)
 constexpr int kSmemStages = 3;
 constexpr int kRowBytes = 256;   // 128 dims x 2 bytes
 
@@ -247,7 +248,9 @@ __device__ __forceinline__ uint4 Lds16(uint32_t addr) {
   return r;
 }
 
-template <typename T, int W, bool ARGMAX>
+// TILE tokens per stage x STAGES stages: 64 x 3 by default; other shapes are selectable for measurement
+// (MAXSIM_CUDA_SMEM=TILExSTAGES, see LaunchSmemT).
+template <typename T, int W, bool ARGMAX, int TILE, int STAGES>
 __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float s_term[W * 32];
@@ -282,13 +285,13 @@ __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a)
     }
   }
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint64_t ntiles = (ld + kSmemTile - 1) / kSmemTile;
+  const uint64_t ntiles = (ld + TILE - 1) / TILE;
   auto load_tile = [&](uint64_t tile) {
     if (tile < ntiles) {
-      const uint32_t st = sbase + static_cast<uint32_t>(tile % kSmemStages) * (kSmemTile * kRowBytes);
-      for (int e = threadIdx.x; e < kSmemTile * 16; e += W * 32) {
+      const uint32_t st = sbase + static_cast<uint32_t>(tile % STAGES) * (TILE * kRowBytes);
+      for (int e = threadIdx.x; e < TILE * 16; e += W * 32) {
         const int tok = e >> 4, slot = e & 15;
-        const uint64_t n = tile * kSmemTile + tok;
+        const uint64_t n = tile * TILE + tok;
         const bool pred = n < ld && static_cast<uint32_t>(slot) * 8 < dim;
         const uint8_t* src = dbase + (pred ? n : 0) * drb + (pred ? slot * 16 : 0);
         CpAsync16(st + tok * kRowBytes + ((slot ^ ((tok & 1) << 2)) << 4), src, pred);
@@ -304,16 +307,18 @@ __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a)
   }
   bool saw_kept = false;
 #pragma unroll
-  for (int s = 0; s < kSmemStages - 1; ++s) load_tile(s);
+  for (int s = 0; s < STAGES - 1; ++s) load_tile(s);
   for (uint64_t tile = 0; tile < ntiles; ++tile) {
-    CpAsyncWait<kSmemStages - 2>();
+    CpAsyncWait<STAGES - 2>();
     __syncthreads();
-    load_tile(tile + kSmemStages - 1);
-    const uint32_t st = sbase + static_cast<uint32_t>(tile % kSmemStages) * (kSmemTile * kRowBytes);
-    const uint64_t base = tile * kSmemTile;
+    load_tile(tile + STAGES - 1);
+    const uint32_t st = sbase + static_cast<uint32_t>(tile % STAGES) * (TILE * kRowBytes);
+    const uint64_t base = tile * TILE;
+    // Full tiles (all but a document's last) run without the per-step bound check, so that the unrolled
+    // steps' independent mma chains can interleave.
+    const int steps = base + TILE <= ld ? TILE / 8 : static_cast<int>((ld - base + 7) / 8);
 #pragma unroll 2
-    for (int u = 0; u < kSmemTile / 8; ++u) {
-      if (base + u * 8 >= ld) break;
+    for (int u = 0; u < steps; ++u) {
       const int tok = u * 8 + g;
       const uint32_t row = st + tok * kRowBytes;
       uint4 bv[4];
@@ -395,32 +400,43 @@ __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a)
   }
 }
 
+template <typename T, int W, bool ARGMAX, int TILE, int STAGES>
+cudaError_t LaunchSmemShape(const ForwardArgs& a, uint64_t tasks, cudaStream_t stream) {
+  const int smem = STAGES * TILE * kRowBytes;
+  // The dynamic shared-memory limit is raised once per instantiation (idempotent, so a race is harmless).
+  static bool ready = false;
+  if (!ready) {
+    const cudaError_t e = cudaFuncSetAttribute(ExactTcSmemKernel<T, W, ARGMAX, TILE, STAGES>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    ready = true;
+  }
+  ExactTcSmemKernel<T, W, ARGMAX, TILE, STAGES><<<static_cast<unsigned>(tasks), W * 32, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// Stage shapes other than the default 64 x 3 exist for measurement only (MAXSIM_CUDA_SMEM=32x6, 64x4 or
+// 128x2; value-only bf16 calls, the benchmark's case); anything else runs the default.
+template <typename T, int W, bool ARGMAX>
+cudaError_t LaunchSmemA(const ForwardArgs& a, uint64_t tasks, cudaStream_t stream) {
+  if constexpr (!ARGMAX && std::is_same<T, __nv_bfloat16>::value) {
+    static const std::string shape = [] {
+      const char* v = std::getenv("MAXSIM_CUDA_SMEM");
+      return std::string(v ? v : "");
+    }();
+    if (shape == "32x6") return LaunchSmemShape<T, W, ARGMAX, 32, 6>(a, tasks, stream);
+    if (shape == "64x4") return LaunchSmemShape<T, W, ARGMAX, 64, 4>(a, tasks, stream);
+    if (shape == "128x2") return LaunchSmemShape<T, W, ARGMAX, 128, 2>(a, tasks, stream);
+  }
+  return LaunchSmemShape<T, W, ARGMAX, kSmemTile, kSmemStages>(a, tasks, stream);
+}
+
 template <typename T, int W>
 cudaError_t LaunchSmemW(const ForwardArgs& a, cudaStream_t stream) {
   const uint64_t tasks = a.pairs.n_pairs * a.part.groups;
   if (tasks == 0) return cudaSuccess;
   if (tasks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
-  const int smem = kSmemStages * kSmemTile * kRowBytes;
-  // The dynamic shared-memory limit is raised once per instantiation (idempotent, so a race is harmless).
-  static bool ready_true = false, ready_false = false;
-  if (a.pairs.argmax) {
-    if (!ready_true) {
-      const cudaError_t e = cudaFuncSetAttribute(ExactTcSmemKernel<T, W, true>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      if (e != cudaSuccess) return e;
-      ready_true = true;
-    }
-    ExactTcSmemKernel<T, W, true><<<static_cast<unsigned>(tasks), W * 32, smem, stream>>>(a);
-  } else {
-    if (!ready_false) {
-      const cudaError_t e = cudaFuncSetAttribute(ExactTcSmemKernel<T, W, false>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      if (e != cudaSuccess) return e;
-      ready_false = true;
-    }
-    ExactTcSmemKernel<T, W, false><<<static_cast<unsigned>(tasks), W * 32, smem, stream>>>(a);
-  }
-  return cudaGetLastError();
+  return a.pairs.argmax ? LaunchSmemA<T, W, true>(a, tasks, stream) : LaunchSmemA<T, W, false>(a, tasks, stream);
 }
 
 template <typename T>
@@ -755,7 +771,16 @@ bool TcSmemSupported(const SetsView& q, const SetsView& d, uint64_t max_lq) {
   return TcSupported(q, d) && q.dim > 96 && q.dim <= 128 && max_lq > 32;
 }
 
-uint32_t TcSmemGroupRows(uint64_t max_lq) { return max_lq <= 64 ? 64 : max_lq <= 128 ? 128 : 256; }
+// MAXSIM_CUDA_SMEM_ROWS=64|128|256 forces the block's rows (more groups of fewer warps), for measurement.
+uint32_t TcSmemGroupRows(uint64_t max_lq) {
+  static const uint32_t forced = [] {
+    const char* v = std::getenv("MAXSIM_CUDA_SMEM_ROWS");
+    const std::string s = v ? v : "";
+    return s == "64" ? 64u : s == "128" ? 128u : s == "256" ? 256u : 0u;
+  }();
+  if (forced) return forced;
+  return max_lq <= 64 ? 64 : max_lq <= 128 ? 128 : 256;
+}
 
 cudaError_t LaunchExactTcSmem(const ForwardArgs& a, cudaStream_t stream) {
   return a.q.dtype == kBF16 ? LaunchSmemT<__nv_bfloat16>(a, stream) : LaunchSmemT<__half>(a, stream);
