@@ -17,7 +17,6 @@
 
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 
 #include "forward_common.cuh"
 
@@ -248,8 +247,7 @@ __device__ __forceinline__ uint4 Lds16(uint32_t addr) {
   return r;
 }
 
-// TILE tokens per stage x STAGES stages: 64 x 3 by default; other shapes are selectable for measurement
-// (MAXSIM_CUDA_SMEM=TILExSTAGES, see LaunchSmemT).
+// TILE tokens per stage x STAGES stages (64 x 3 or 128 x 2, chosen in LaunchSmemA).
 template <typename T, int W, bool ARGMAX, int TILE, int STAGES>
 __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
@@ -415,20 +413,19 @@ cudaError_t LaunchSmemShape(const ForwardArgs& a, uint64_t tasks, cudaStream_t s
   return cudaGetLastError();
 }
 
-// Stage shapes other than the default 64 x 3 exist for measurement only (MAXSIM_CUDA_SMEM=32x6, 64x4 or
-// 128x2; value-only bf16 calls, the benchmark's case); anything else runs the default.
+// Stage shapes (H100, bf16, 2026-11-22; docs/cuda.md): 8-warp blocks (queries > 128 rows, compute-bound) take
+// 128-token x 2-stage tiles (visual 0.823 ms against 0.864 for 64 x 3; 64 x 4 0.866, 32 x 6 0.943); 2- and
+// 4-warp blocks keep 64 x 3 (q128 0.139 ms against 0.141 for 32 x 6, 0.147 for 128 x 2, 0.154 for 64 x 4).
+// MAXSIM_CUDA_SMEM=64x3|128x2 overrides the choice, for measurement.
 template <typename T, int W, bool ARGMAX>
 cudaError_t LaunchSmemA(const ForwardArgs& a, uint64_t tasks, cudaStream_t stream) {
-  if constexpr (!ARGMAX && std::is_same<T, __nv_bfloat16>::value) {
-    static const std::string shape = [] {
-      const char* v = std::getenv("MAXSIM_CUDA_SMEM");
-      return std::string(v ? v : "");
-    }();
-    if (shape == "32x6") return LaunchSmemShape<T, W, ARGMAX, 32, 6>(a, tasks, stream);
-    if (shape == "64x4") return LaunchSmemShape<T, W, ARGMAX, 64, 4>(a, tasks, stream);
-    if (shape == "128x2") return LaunchSmemShape<T, W, ARGMAX, 128, 2>(a, tasks, stream);
-  }
-  return LaunchSmemShape<T, W, ARGMAX, kSmemTile, kSmemStages>(a, tasks, stream);
+  static const std::string shape = [] {
+    const char* v = std::getenv("MAXSIM_CUDA_SMEM");
+    return std::string(v ? v : "");
+  }();
+  const bool wide = shape == "128x2" || (W == 8 && shape != "64x3");
+  return wide ? LaunchSmemShape<T, W, ARGMAX, 128, 2>(a, tasks, stream)
+              : LaunchSmemShape<T, W, ARGMAX, kSmemTile, kSmemStages>(a, tasks, stream);
 }
 
 template <typename T, int W>
