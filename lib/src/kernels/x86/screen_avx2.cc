@@ -1,18 +1,29 @@
 // Kernel "avx2": exact path from exact_hwy.cc (Highway AVX2 target), i8 screening with hand-written AVX2.
 //
-// Instructions (per 4 code bytes of one document row x 8 query tokens): vpbroadcastd (the row's 4 codes),
-// vpabsb (|d|, once per row and k-group), then per query vector vpsignb (q with the sign of d), vpmaddubsw
-// (|d| as u8 x signed q: four products summed in pairs to i16), vpmaddwd with ones (pairs to i32), vpaddd.
-// Why the sign trick: vpmaddubsw saturates its i16 pair sums, and with a plain +128 bias the canonical codes
-// [-127, 127] reach 255 * 127 * 2 = 64770 > 32767. With |d| <= 127 and |sign(q, d)| <= 127 a pair sum is at
-// most 2 * 127 * 127 = 32258, so nothing ever saturates and I is the exact integer dot for any packed buffer.
-// Tile: 2 query vectors (16 tokens, interleaved layout [k/4][lane][4]) x 3 document rows = 6 ymm
-// accumulators + 2 query + ones + row broadcast and |row| + 2 temporaries = 13 of 16 registers; per k-group
-// 30 vector ops for 192 multiply-adds. After the k loop: vcvtdq2ps, vmulps by the row's scale and by the lanes'
-// query scales (the key A), running vmaxps per lane (top), one store of the keys per row and query vector.
-// The rest (selection, bounds, refinement) is screen_hwy-inl.h (Highway AVX2).
+// The integer dot I = sum_k q_k d_k of one query token and one document row, 4 codes (a "k-group") at a time,
+// with vpmaddubsw (u8 x s8 pairs -> i16), vpmaddwd with ones (pairs -> i32) and vpaddd: 3 vector ops per 32
+// multiply-adds, the i8 peak loop's sequence. vpmaddubsw needs one operand unsigned and saturates its i16 pair
+// sums, and with a plain +128 bias the canonical codes [-127, 127] reach 255 * 127 * 2 = 64770 > 32767. So the
+// unsigned operand is |d| and the signed one is q with the signs of d applied: |d| <= 128 (even a -128 code,
+// which a FAST-validated buffer may hold: vpabsb gives 0x80 = 128 as u8) and |q| <= 127, so a pair sum is at
+// most 2 * 128 * 127 = 32512, nothing ever saturates and I is the exact integer dot for any packed buffer.
+//
+// Sign table instead of vpsignb (measured, see docs/kernels.md): applying the signs with vpsignb costs one op
+// per (row, query vector) plus a vpabsb per row, 30 vector ops per 192 multiply-adds where the peak loop needs
+// 18; the i8 phase then ran at ~65% of the maddubs peak. Instead, once per call, every query vector and k-group
+// is written with all 16 sign patterns of its 4 codes (SignTable: 512 bytes per vector and k-group), and once
+// per document every k-group of every row gets |d| and the byte offset of its sign pattern (PrepRows). The inner
+// loop then loads the signed operand straight from the table (folded into vpmaddubsw): per k-group and tile of
+// 2 query vectors x R rows, R broadcasts of |d| and R scalar offsets, 2R table loads, and exactly the peak
+// loop's 3 vector ops per product. A zero code gets the "+" pattern (its |d| is 0, so the product is 0).
+// Table size: 32 KB per block of 2 query vectors at dim 128 (16 tokens), read while the block's rows stream.
+//
+// After the k loop: vcvtdq2ps, vmulps by the row's scale and by the lanes' query scales (the key A), running
+// vmaxps per lane (top), one store of the keys per row and query vector. The rest (selection, bounds,
+// refinement) is screen_hwy-inl.h (Highway AVX2).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -25,32 +36,103 @@ namespace x86 {
 namespace {
 
 constexpr uint32_t kW = 8;
+constexpr size_t kPatterns = 16;                  // sign patterns of a k-group's 4 codes
+constexpr size_t kEntry = kW * 4;                 // bytes of one query vector's k-group (8 lanes x 4 codes)
+constexpr size_t kVecGroup = kPatterns * kEntry;  // 512: one query vector's k-group, all patterns
+constexpr uint32_t kRows = 3;                     // rows per tile (see Rows)
+
+// Per-thread data of one ScreenedBatch call, found by Avx2Keys (ComputeKeysFn has no kernel argument; the
+// screening pipeline runs on the calling thread, so a thread-local pointer set for the call's duration is
+// enough). Storage: KernelScratch::i32 of that thread.
+struct Avx2Call {
+  const int8_t* table = nullptr;  // [n_padded / 16][groups4][2][16 patterns][8 lanes][4], see SignTable
+  uint8_t* absd = nullptr;        // [n_tokens][groups4 * 4]: |d| of the prepared document
+  uint32_t* offs = nullptr;       // [n_tokens][groups4]: sign pattern * 32 of each k-group
+  const DocRef* prepared = nullptr;  // the document absd/offs hold (nullptr: none)
+};
+thread_local Avx2Call* t_call = nullptr;
+
+// Table of the query: for block b (query vectors 2b, 2b + 1), k-group g, vector i, pattern p: the interleaved
+// codes of the vector's 8 tokens with byte t of every 4 negated where bit t of p is set. vpsignb by +-1 is an
+// exact negation here (query codes are in [-127, 127]).
+MAXSIM_TARGET_AVX2 void SignTable(const PreparedQuery& q, int8_t* out) {
+  const size_t groups4 = I8QueryLayout::Groups4(q.dim);
+  const int8_t* ql = static_cast<const int8_t*>(q.layout);  // [groups4][n_padded][4]
+  __m256i sgn[kPatterns];
+  for (size_t p = 0; p < kPatterns; ++p) {
+    uint32_t w = 0;
+    for (int t = 0; t < 4; ++t) w |= static_cast<uint32_t>((p >> t & 1) ? 0xFF : 0x01) << (8 * t);
+    sgn[p] = _mm256_set1_epi32(static_cast<int32_t>(w));
+  }
+  const size_t nv = q.n_padded / kW;
+  for (size_t v = 0; v < nv; ++v) {
+    for (size_t g = 0; g < groups4; ++g) {
+      const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ql + (g * q.n_padded + v * kW) * 4));
+      int8_t* o = out + ((v / 2 * groups4 + g) * 2 + v % 2) * kVecGroup;
+      for (size_t p = 0; p < kPatterns; ++p) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + p * kEntry), _mm256_sign_epi8(qv, sgn[p]));
+      }
+    }
+  }
+}
+
+// |d| and the sign-pattern offsets of the k-groups of rows [j0, j1) (codes beyond dim are zero: "+" pattern).
+MAXSIM_TARGET_AVX2 inline void PrepRows(const DocRef& d, uint32_t groups4, uint32_t j0, uint32_t j1, uint8_t* absd,
+                                        uint32_t* offs) {
+  const __m256i bits = _mm256_set1_epi32(0x08040201);
+  const __m256i one8 = _mm256_set1_epi8(1);
+  const __m256i one16 = _mm256_set1_epi16(1);
+  const uint32_t bytes = groups4 * 4;  // <= padded_dim, a multiple of 4
+  for (uint32_t j = j0; j < j1; ++j) {
+    const int8_t* row = d.codes + static_cast<size_t>(j) * d.padded_dim;
+    uint8_t* a = absd + static_cast<size_t>(j) * bytes;
+    uint32_t* o = offs + static_cast<size_t>(j) * groups4;
+    uint32_t k = 0;
+    for (; k + 32 <= bytes; k += 32) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + k), _mm256_abs_epi8(v));
+      // Per byte 1 << (k mod 4) where negative, summed per 4 bytes: the pattern; times 32: the entry offset.
+      const __m256i neg = _mm256_and_si256(_mm256_cmpgt_epi8(_mm256_setzero_si256(), v), bits);
+      const __m256i pat = _mm256_madd_epi16(_mm256_maddubs_epi16(neg, one8), one16);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + k / 4), _mm256_slli_epi32(pat, 5));
+    }
+    for (; k < bytes; k += 4) {
+      uint32_t pat = 0;
+      for (int t = 0; t < 4; ++t) {
+        const int c = row[k + t];
+        a[k + t] = static_cast<uint8_t>(c < 0 ? -c : c);
+        pat |= static_cast<uint32_t>(c < 0) << t;
+      }
+      o[k / 4] = pat * static_cast<uint32_t>(kEntry);
+    }
+  }
+}
 
 template <int NQ, int R, bool kCos>
-MAXSIM_TARGET_AVX2 inline void Tile(const int8_t* ql, size_t qstride, uint32_t groups4, const int8_t* codes,
-                             uint32_t padded_dim, uint32_t j, const maxsim_vector_meta* meta, const float* inv,
-                             const __m256* sq, float* K, size_t group_stride, __m256* top) {
+MAXSIM_TARGET_AVX2 inline void Tile(const int8_t* tb, uint32_t groups4, const uint8_t* absd, const uint32_t* offs,
+                                    uint32_t j, const maxsim_vector_meta* meta, const float* inv, const __m256* sq,
+                                    float* K, size_t group_stride, __m256* top) {
   __m256i acc[NQ][R];
   for (int i = 0; i < NQ; ++i) {
     for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_si256();
   }
-  const int8_t* rp[R];
-  for (int r = 0; r < R; ++r) rp[r] = codes + static_cast<size_t>(j + r) * padded_dim;
+  const size_t bytes = static_cast<size_t>(groups4) * 4;
+  const uint8_t* ap[R];
+  const uint32_t* op[R];
+  for (int r = 0; r < R; ++r) {
+    ap[r] = absd + (j + r) * bytes;
+    op[r] = offs + static_cast<size_t>(j + r) * groups4;
+  }
   const __m256i ones = _mm256_set1_epi16(1);
-  for (uint32_t g = 0; g < groups4; ++g) {
-    __m256i qv[NQ];
-    for (int i = 0; i < NQ; ++i) {
-      qv[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + g * qstride + i * 32));
-    }
+  for (uint32_t g = 0; g < groups4; ++g, tb += 2 * kVecGroup) {
     for (int r = 0; r < R; ++r) {
       int32_t dw;
-      std::memcpy(&dw, rp[r] + 4 * g, 4);
-      const __m256i dv = _mm256_set1_epi32(dw);
-      const __m256i da = _mm256_abs_epi8(dv);
+      std::memcpy(&dw, ap[r] + 4 * g, 4);
+      const __m256i da = _mm256_set1_epi32(dw);
+      const int8_t* t = tb + op[r][g];
       for (int i = 0; i < NQ; ++i) {
-        const __m256i t = _mm256_sign_epi8(qv[i], dv);
-        const __m256i p = _mm256_maddubs_epi16(da, t);
-        acc[i][r] = _mm256_add_epi32(acc[i][r], _mm256_madd_epi16(p, ones));
+        const __m256i qs = _mm256_load_si256(reinterpret_cast<const __m256i*>(t + i * kVecGroup));
+        acc[i][r] = _mm256_add_epi32(acc[i][r], _mm256_madd_epi16(_mm256_maddubs_epi16(da, qs), ones));
       }
     }
   }
@@ -67,8 +149,9 @@ MAXSIM_TARGET_AVX2 inline void Tile(const int8_t* ql, size_t qstride, uint32_t g
 }
 
 template <int NQ, bool kCos>
-MAXSIM_TARGET_AVX2 void Rows(const int8_t* ql, size_t qstride, uint32_t groups4, const DocRef& d, const float* inv,
-                      const float* sq_lanes, float* K, size_t group_stride, float* top_p, PrefetchQueue* pf) {
+MAXSIM_TARGET_AVX2 void Rows(const int8_t* tb, uint32_t groups4, const DocRef& d, uint8_t* absd,
+                             uint32_t* offs, const float* inv, const float* sq_lanes, float* K,
+                             size_t group_stride, float* top_p, PrefetchQueue* pf, bool prep) {
   __m256 top[NQ], sq[NQ];
   for (int i = 0; i < NQ; ++i) {
     top[i] = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
@@ -76,41 +159,72 @@ MAXSIM_TARGET_AVX2 void Rows(const int8_t* ql, size_t qstride, uint32_t groups4,
   }
   const uint32_t nd = d.n_tokens;
   uint32_t j = 0;
-  // Tiles of 3 rows: 6 accumulators (GCC spilled 3 of the 8 of a 4-row tile to the stack, checked in the
-  // disassembly; 3 rows leave room for the query, ones, row, |row| and temporaries in 16 ymm registers).
-  PrefetchCodes(d, 0, 9);
-  for (; j + 3 <= nd; j += 3) {
-    PrefetchCodes(d, j + 9, j + 12);  // three tiles ahead, see screen_avx512vnni.cc
+  // The first block of a document prepares each tile's rows just before it: the codes come from DRAM or L3,
+  // prefetched three tiles ahead, and a separate pass over them stalled on those misses (measured: 10% of the
+  // time in a pass that is 2% of the work); within the tiles the misses overlap with the arithmetic.
+  if (prep) PrefetchCodes(d, 0, 3 * kRows);
+  // Tiles of 3 rows (6 accumulators, the |d| broadcast, ones and a temporary: no spills, checked in the
+  // disassembly); 4 rows measured no faster.
+  for (; j + kRows <= nd; j += kRows) {
     if (pf && j % 6 == 0) pf->Step();
-    Tile<NQ, 3, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
+    if (prep) {
+      PrefetchCodes(d, j + 3 * kRows, j + 4 * kRows);
+      PrepRows(d, groups4, j, j + kRows, absd, offs);
+    }
+    Tile<NQ, kRows, kCos>(tb, groups4, absd, offs, j, d.meta, inv, sq, K, group_stride, top);
   }
-  if (j + 2 <= nd) {
-    Tile<NQ, 2, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
-    j += 2;
+  for (; j < nd; ++j) {
+    if (prep) PrepRows(d, groups4, j, j + 1, absd, offs);
+    Tile<NQ, 1, kCos>(tb, groups4, absd, offs, j, d.meta, inv, sq, K, group_stride, top);
   }
-  if (j < nd) Tile<NQ, 1, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
   for (int i = 0; i < NQ; ++i) _mm256_storeu_ps(top_p + i * kW, top[i]);
 }
 
-// ComputeKeysFn (x86_kernels.h) for the sign-trick sequence.
+// ComputeKeysFn (x86_kernels.h) with the sign table. ScreenDoc calls it for g0 = 0 first for every document;
+// the document's |d| and offsets are prepared then (and again whenever it is not the prepared one).
 void Avx2Keys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride, float* top) {
+  Avx2Call& c = *t_call;
   const PreparedQuery& q = *job.q;
-  const size_t qstride = static_cast<size_t>(q.n_padded) * 4;
-  const int8_t* ql = static_cast<const int8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4;
+  const DocRef& d = *job.d;
   const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
+  const bool prep = g0 == 0 || c.prepared != job.d;
+  c.prepared = job.d;
+  // Blocks start at even groups (groups_per_block = 2).
+  const int8_t* tb = c.table + static_cast<size_t>(g0 / 2) * groups4 * 2 * kVecGroup;
   const float* sq = job.lanes.sq + static_cast<size_t>(g0) * kW;
   if (ng == 2) {
-    job.cosine ? Rows<2, true>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf)
-               : Rows<2, false>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf);
+    job.cosine ? Rows<2, true>(tb, groups4, d, c.absd, c.offs, job.inv, sq, K, k_stride, top, job.pf, prep)
+               : Rows<2, false>(tb, groups4, d, c.absd, c.offs, job.inv, sq, K, k_stride, top, job.pf, prep);
   } else {
-    job.cosine ? Rows<1, true>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf)
-               : Rows<1, false>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf);
+    job.cosine ? Rows<1, true>(tb, groups4, d, c.absd, c.offs, job.inv, sq, K, k_stride, top, job.pf, prep)
+               : Rows<1, false>(tb, groups4, d, c.absd, c.offs, job.inv, sq, K, k_stride, top, job.pf, prep);
   }
 }
 
 void ScreenedBatch(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric, maxsim_mode mode,
                    float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters,
                    const ScreenPrune* prune) {
+  // One block of 64-byte aligned storage: the sign table (built per call: about 2 us for 32 tokens at dim 128,
+  // against ~10 us per document; in the query layout it would cost 16x the codes for every query of a batch)
+  // and one document's |d| and offsets.
+  const size_t groups4 = I8QueryLayout::Groups4(q.dim);
+  uint32_t max_nd = 0;
+  for (size_t i = 0; i < n; ++i) max_nd = std::max(max_nd, docs[i].n_tokens);
+  const size_t table_bytes = static_cast<size_t>(q.n_padded / 16) * groups4 * 2 * kVecGroup;
+  const size_t absd_bytes = (static_cast<size_t>(max_nd) * groups4 * 4 + 63) / 64 * 64;
+  const size_t offs_bytes = static_cast<size_t>(max_nd) * groups4 * 4;
+  int32_t* mem = KernelScratch::Grow(scratch.i32, (table_bytes + absd_bytes + offs_bytes + 64) / 4);
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mem) + 63) & ~uintptr_t{63});
+  Avx2Call call;
+  SignTable(q, reinterpret_cast<int8_t*>(base));
+  call.table = reinterpret_cast<const int8_t*>(base);
+  call.absd = base + table_bytes;
+  call.offs = reinterpret_cast<uint32_t*>(base + table_bytes + absd_bytes);
+  struct Set {  // t_call = &call for the duration of the call, restored even if screen() throws
+    Avx2Call* saved;
+    explicit Set(Avx2Call* c) : saved(t_call) { t_call = c; }
+    ~Set() { t_call = saved; }
+  } set(&call);
   const ScreenCall c = MakeScreenCall(q, docs, n, metric, mode, best_key, best_index, scratch, counters, prune,
                                       &Avx2Keys);
   HwyExactAvx2()->screen(c);
