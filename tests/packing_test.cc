@@ -21,6 +21,13 @@
 namespace maxsim::test {
 namespace {
 
+// A file name of this process in the test temp folder: ctest runs each test in its own process, and two
+// checkouts (or CI jobs) may share /tmp, so a fixed name let one process truncate a file another had mapped
+// (seen: SIGBUS in BufferLargerThan4GiB when two builds' suites ran at once).
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/maxsim-" + std::to_string(getpid()) + "-" + name;
+}
+
 constexpr uint8_t kSentinel = 0xA5;
 
 Context CpuContext(int threads = 1) {
@@ -280,7 +287,7 @@ TEST(PackedFile, SaveLoadRoundTripIsZeroCopyAndExact) {
   for (uint64_t i = 0; i < ids.size(); ++i) ids[i] = 1000 + 7 * i;
   Context ctx = CpuContext(2);
   Packed p = Packed::Pack(ctx, t.Dense(), ids.data());
-  const std::string path = ::testing::TempDir() + "/roundtrip.maxsim";
+  const std::string path = TempPath("roundtrip.maxsim");
   p.Save(path);
   Packed loaded = Packed::Load(path, MAXSIM_VALIDATE_DEEP);
   const maxsim_packed_desc a = p.Describe(), b = loaded.Describe();
@@ -306,7 +313,7 @@ TEST(PackedFile, LoadErrorsAreClear) {
   EXPECT_EQ(maxsim_packed_load("/nonexistent/x.maxsim", MAXSIM_VALIDATE_STANDARD, &p), MAXSIM_ERR_IO);
   EXPECT_NE(std::string(maxsim_last_error()).find("/nonexistent/x.maxsim"), std::string::npos);
   EXPECT_EQ(maxsim_packed_load(::testing::TempDir().c_str(), MAXSIM_VALIDATE_STANDARD, &p), MAXSIM_ERR_IO);
-  const std::string empty = ::testing::TempDir() + "/empty.maxsim";
+  const std::string empty = TempPath("empty.maxsim");
   { FILE* f = std::fopen(empty.c_str(), "wb"); std::fclose(f); }
   EXPECT_EQ(maxsim_packed_load(empty.c_str(), MAXSIM_VALIDATE_STANDARD, &p), MAXSIM_ERR_INVALID_BUFFER);
   EXPECT_NE(std::string(maxsim_last_error()).find("smaller than the 256-byte header"), std::string::npos);
@@ -331,7 +338,7 @@ TEST(PackedFile, BufferLargerThan4GiB) {
   ASSERT_TRUE(pack::ComputeLayout(dim, MAXSIM_F32, n, 2, false, &l).ok());
   ASSERT_GT(l.total_size, 4ull << 30);
   ASSERT_GT(l.regions[MAXSIM_REGION_ORIGINALS].offset + (n - 1) * l.orig_row_bytes, 4ull << 30);
-  const std::string path = ::testing::TempDir() + "/large.maxsim";
+  const std::string path = TempPath("large.maxsim");
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
   ASSERT_GE(fd, 0);
   if (ftruncate(fd, static_cast<off_t>(l.total_size)) != 0) {
