@@ -158,6 +158,295 @@ void RefineLists(const float* q0, const float* q1, size_t qstride, uint32_t dim,
   }
 }
 
+// ---- Pair-per-lane refinement tile (AVX2, AVX3) ----
+// A row-masked item computes all W lanes but serves ~1.3 of them on average (1.6-1.7 refined pairs per query
+// token, ~44 items of W lanes per Lq=32 document). Here every vector lane holds one (query lane, document row)
+// pair: acc_l = fma(q_{t_l}[k], d_{r_l}[k], acc_l), k = 0..dim-1 in order from +0, i.e. the same canonical
+// chain per pair. Per W k's a tile transposes the W rows of each pair vector (AVX3: 16 x 16 in 64 shuffles,
+// AVX2: 8 x 8 in 24) and picks each lane's query value from the group pair's transposed query at k with one
+// two-table permute (AVX3 vpermt2ps; AVX2 two vpermps and a blend). About 5 shuffles per W pairs and k instead
+// of W/1.3 FMA lanes per pair, so the tile is shuffle-bound (ports 1/2 on Zen 5, port 5 on SPR).
+// The fold is scalar and order-free: a key replaces (best, arg) when it is greater, or equal with a lower row.
+// With (best, arg) starting at (-inf, -1), NaN keys never folded and -inf keys never taken, that is the
+// row-ordered strict-> fold of RefineTile (max key, first row of it), so pairs may be folded in any order and
+// on top of RefineTile's results.
+#undef MAXSIM_SCREEN_PAIR_TILE  // per target
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
+#define MAXSIM_SCREEN_PAIR_TILE 1
+
+struct Pair {
+  const float* ptr;  // the row's f32 values
+  int32_t row;
+  uint32_t lane;  // 0 .. 2W-1 within the group pair (W.. = second group)
+};
+
+#if HWY_TARGET == HWY_AVX2
+using RawF = __m256;
+using RawI = __m256i;
+constexpr size_t kPW = 8;
+constexpr size_t kPairVecs = 2;  // pair vectors per tile (16 ymm registers)
+
+// out[b] lane l = p[l][k0 + b], b < 8; `mask` (lanes set for k0 + b < dim) bounds the loads.
+HWY_INLINE void TransposeRows(const float* const* p, size_t k0, const __m256i* mask, RawF* out) {
+  RawF r[8], t[8];
+  for (size_t i = 0; i < 8; ++i) r[i] = mask ? _mm256_maskload_ps(p[i] + k0, *mask) : _mm256_loadu_ps(p[i] + k0);
+  for (size_t i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (size_t i = 0; i < 2; ++i) {  // r[4i + b], 128-bit block c: rows 4i..4i+3 at k0 + 4c + b
+    r[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (size_t b = 0; b < 4; ++b) {
+    out[b] = _mm256_permute2f128_ps(r[b], r[4 + b], 0x20);
+    out[4 + b] = _mm256_permute2f128_ps(r[b], r[4 + b], 0x31);
+  }
+}
+
+// The same for a full block, with fewer shuffles: 128-bit loads and inserts from memory put rows a and 4+a
+// side by side per 4 k's, then a 4 x 4 transpose inside each 128-bit block (2 shuffles per output).
+HWY_INLINE void TransposeRowsFull(const float* const* p, size_t k0, RawF* out) {
+  for (size_t c = 0; c < 2; ++c) {
+    RawF x[4];
+    for (size_t a = 0; a < 4; ++a) {
+      const size_t k = k0 + 4 * c;
+      x[a] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p[a] + k)), _mm_loadu_ps(p[4 + a] + k), 1);
+    }
+    const RawF t0 = _mm256_unpacklo_ps(x[0], x[1]), t1 = _mm256_unpackhi_ps(x[0], x[1]);
+    const RawF t2 = _mm256_unpacklo_ps(x[2], x[3]), t3 = _mm256_unpackhi_ps(x[2], x[3]);
+    const __m256d d0 = _mm256_castps_pd(t0), d1 = _mm256_castps_pd(t1);
+    const __m256d d2 = _mm256_castps_pd(t2), d3 = _mm256_castps_pd(t3);
+    out[4 * c + 0] = _mm256_castpd_ps(_mm256_unpacklo_pd(d0, d2));
+    out[4 * c + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(d0, d2));
+    out[4 * c + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(d1, d3));
+    out[4 * c + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(d1, d3));
+  }
+}
+
+struct LaneSel {
+  __m256i idx;  // lane within its group (vpermps reads the low 3 bits)
+  __m256 hi;    // sign bit set: second group
+  bool two;     // lanes from both groups
+};
+HWY_INLINE LaneSel MakeSel(const uint32_t* lanes) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes));
+  const __m256i hi = _mm256_slli_epi32(v, 28);
+  return LaneSel{v, _mm256_castsi256_ps(hi), _mm256_movemask_ps(_mm256_castsi256_ps(hi)) != 0};
+}
+HWY_INLINE RawF QueryAt(const float* qa, const float* qb, const LaneSel& s) {
+  const RawF a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(qa), s.idx);
+  if (!s.two) return a;  // lanes of the first group only: one permute (pairs come group by group)
+  const RawF b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(qb), s.idx);
+  return _mm256_blendv_ps(a, b, s.hi);
+}
+HWY_INLINE __m256i TailMask(size_t n) {
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), iota);
+}
+HWY_INLINE RawF Fma(RawF a, RawF b, RawF c) { return _mm256_fmadd_ps(a, b, c); }
+HWY_INLINE RawF ZeroF() { return _mm256_setzero_ps(); }
+HWY_INLINE void StoreF(RawF v, float* p) { _mm256_storeu_ps(p, v); }
+HWY_INLINE RawF LoadF(const float* p) { return _mm256_load_ps(p); }
+#else
+using RawF = __m512;
+using RawI = __m512i;
+constexpr size_t kPW = 16;
+constexpr size_t kPairVecs = 4;
+
+// out[b] lane l = p[l][k0 + b], b < 16; `mask` bounds the loads (k0 + b < dim).
+HWY_INLINE void TransposeRows(const float* const* p, size_t k0, const __mmask16* mask, RawF* out) {
+  RawF r[16], t[16];
+  for (size_t i = 0; i < 16; ++i) r[i] = mask ? _mm512_maskz_loadu_ps(*mask, p[i] + k0) : _mm512_loadu_ps(p[i] + k0);
+  for (size_t i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (size_t i = 0; i < 4; ++i) {  // r[4i + b], 128-bit block c: rows 4i..4i+3 at k0 + 4c + b
+    r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (size_t b = 0; b < 4; ++b) {
+    const RawF t88 = _mm512_shuffle_f32x4(r[b], r[4 + b], 0x88), tdd = _mm512_shuffle_f32x4(r[b], r[4 + b], 0xDD);
+    const RawF u88 = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0x88);
+    const RawF udd = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0xDD);
+    out[b] = _mm512_shuffle_f32x4(t88, u88, 0x88);
+    out[8 + b] = _mm512_shuffle_f32x4(t88, u88, 0xDD);
+    out[4 + b] = _mm512_shuffle_f32x4(tdd, udd, 0x88);
+    out[12 + b] = _mm512_shuffle_f32x4(tdd, udd, 0xDD);
+  }
+}
+
+// The same for a full block, with half the shuffles: masked 128-bit broadcast loads (a load and a blend, no
+// shuffle port) put rows a, 4+a, 8+a, 12+a side by side per 4 k's, then a 4 x 4 transpose inside each 128-bit
+// block (2 shuffles per output).
+HWY_INLINE void TransposeRowsFull(const float* const* p, size_t k0, RawF* out) {
+  for (size_t c = 0; c < 4; ++c) {
+    RawF x[4];
+    for (size_t a = 0; a < 4; ++a) {
+      const size_t k = k0 + 4 * c;
+      RawF v = _mm512_castps128_ps512(_mm_loadu_ps(p[a] + k));
+      v = _mm512_mask_broadcast_f32x4(v, 0x00F0, _mm_loadu_ps(p[4 + a] + k));
+      v = _mm512_mask_broadcast_f32x4(v, 0x0F00, _mm_loadu_ps(p[8 + a] + k));
+      x[a] = _mm512_mask_broadcast_f32x4(v, 0xF000, _mm_loadu_ps(p[12 + a] + k));
+    }
+    const RawF t0 = _mm512_unpacklo_ps(x[0], x[1]), t1 = _mm512_unpackhi_ps(x[0], x[1]);
+    const RawF t2 = _mm512_unpacklo_ps(x[2], x[3]), t3 = _mm512_unpackhi_ps(x[2], x[3]);
+    const __m512d d0 = _mm512_castps_pd(t0), d1 = _mm512_castps_pd(t1);
+    const __m512d d2 = _mm512_castps_pd(t2), d3 = _mm512_castps_pd(t3);
+    out[4 * c + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(d0, d2));
+    out[4 * c + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d2));
+    out[4 * c + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(d1, d3));
+    out[4 * c + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(d1, d3));
+  }
+}
+
+struct LaneSel {
+  __m512i idx;  // 0..31: vpermt2ps index into (first group, second group)
+};
+HWY_INLINE LaneSel MakeSel(const uint32_t* lanes) {
+  return LaneSel{_mm512_loadu_si512(lanes)};
+}
+HWY_INLINE RawF QueryAt(const float* qa, const float* qb, const LaneSel& s) {
+  return _mm512_permutex2var_ps(_mm512_loadu_ps(qa), s.idx, _mm512_loadu_ps(qb));
+}
+HWY_INLINE __mmask16 TailMask(size_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+HWY_INLINE RawF Fma(RawF a, RawF b, RawF c) { return _mm512_fmadd_ps(a, b, c); }
+HWY_INLINE RawF ZeroF() { return _mm512_setzero_ps(); }
+HWY_INLINE void StoreF(RawF v, float* p) { _mm512_storeu_ps(p, v); }
+HWY_INLINE RawF LoadF(const float* p) { return _mm512_load_ps(p); }
+#endif
+
+constexpr size_t kPfLines = 3;  // lines per row prefetched ahead of the transposes
+
+// NV pair vectors (NV * kPW pairs, the unused ones pointing at pair 0) against the group pair's query: the
+// canonical chain per pair into keys[v * kPW + l].
+template <size_t NV>
+HWY_NOINLINE void PairTile(const float* HWY_RESTRICT q0, const float* HWY_RESTRICT q1, size_t qstride,
+                           uint32_t dim, const Pair* pr, size_t np, float* HWY_RESTRICT keys) {
+  const float* p[NV][kPW];
+  alignas(64) uint32_t lanes[NV][kPW];
+  LaneSel sel[NV];
+  RawF acc[NV];
+  for (size_t v = 0; v < NV; ++v) {
+    for (size_t l = 0; l < kPW; ++l) {
+      const size_t j = v * kPW + l;
+      p[v][l] = j < np ? pr[j].ptr : pr[0].ptr;
+      lanes[v][l] = j < np ? pr[j].lane : pr[0].lane;
+    }
+    sel[v] = MakeSel(lanes[v]);
+    acc[v] = ZeroF();
+  }
+  // The rows come from L2 or further (prefetched during the i8 phase, or not at all) and each block of k reads
+  // one line of every row: without prefetching a few blocks ahead, every block waits for its lines.
+  constexpr size_t kAhead = 64 / sizeof(float);  // floats per line
+  for (size_t v = 0; v < NV; ++v) {
+    for (size_t l = 0; l < kPW; ++l) {
+      for (size_t a = 0; a < kPfLines; ++a) __builtin_prefetch(p[v][l] + a * kAhead, 0, 3);
+    }
+  }
+  // Per block of kPW k's: transpose every pair vector's rows into T (stores), then the FMAs with the pair
+  // vectors innermost, so the NV chains interleave and each query row is loaded once per k.
+  alignas(64) float T[NV][kPW][kPW];
+  for (size_t k0 = 0; k0 < dim; k0 += kPW) {
+    const size_t nk = std::min<size_t>(kPW, dim - k0);
+    const auto m = TailMask(nk);
+#pragma GCC unroll 4
+    for (size_t v = 0; v < NV; ++v) {
+      RawF col[kPW];
+      for (size_t l = 0; l < kPW; ++l) __builtin_prefetch(p[v][l] + k0 + kPfLines * kAhead, 0, 3);
+      // the last dim % kPW values: masked row loads (never past the row), FMAs only for k < dim
+      if (nk == kPW) {
+        TransposeRowsFull(p[v], k0, col);
+      } else {
+        TransposeRows(p[v], k0, &m, col);
+      }
+      for (size_t b = 0; b < kPW; ++b) StoreF(col[b], T[v][b]);
+    }
+    for (size_t b = 0; b < nk; ++b) {
+      const size_t off = (k0 + b) * qstride;
+#pragma GCC unroll 4
+      for (size_t v = 0; v < NV; ++v) acc[v] = Fma(QueryAt(q0 + off, q1 + off, sel[v]), LoadF(T[v][b]), acc[v]);
+    }
+  }
+  for (size_t v = 0; v < NV; ++v) StoreF(acc[v], keys + v * kPW);
+}
+
+// Every pair's canonical E (times inv[row] for cosine), folded into best/arg (2W lanes of the group pair).
+template <bool kCos>
+void RefinePairs(const float* q0, const float* q1, size_t qstride, uint32_t dim, const Pair* pr, size_t np,
+                 const float* inv, float* HWY_RESTRICT best, int32_t* HWY_RESTRICT arg) {
+  constexpr size_t kTile = kPairVecs * kPW;
+  alignas(64) float keys[kTile];
+  for (size_t i = 0; i < np; i += kTile) {
+    const size_t n = std::min(np - i, kTile);
+    switch ((n + kPW - 1) / kPW) {
+      case 1: PairTile<1>(q0, q1, qstride, dim, pr + i, n, keys); break;
+#if HWY_TARGET == HWY_AVX2
+      default: PairTile<2>(q0, q1, qstride, dim, pr + i, n, keys); break;
+#else
+      case 2: PairTile<2>(q0, q1, qstride, dim, pr + i, n, keys); break;
+      case 3: PairTile<3>(q0, q1, qstride, dim, pr + i, n, keys); break;
+      default: PairTile<4>(q0, q1, qstride, dim, pr + i, n, keys); break;
+#endif
+    }
+    for (size_t j = 0; j < n; ++j) {
+      const Pair& e = pr[i + j];
+      float key = keys[j];
+      if (kCos) key = key * inv[e.row];
+      const float b = best[e.lane];
+      const int32_t a = arg[e.lane];
+      const bool take = key > b || (key == b && e.row < a);
+      best[e.lane] = take ? key : b;
+      arg[e.lane] = take ? e.row : a;
+    }
+  }
+}
+#endif  // pair tile
+
+// Items serving at least this many lanes go through RefineTile (one FMA per W lanes and k), the rest are split
+// into pairs for the pair tile (~5 shuffles per W pairs and k).
+constexpr uint32_t kTileLanes = 17;
+
+// One refinement round of a group pair: items l0 (first group) and l1 (second), `pairs` lanes in all, folded
+// into best/arg (2W lanes). The item lists are reused as scratch.
+template <bool kCos>
+void RefineRound(ScreenState& st, const float* q0, const float* q1, size_t qstride, uint32_t dim, Item* l0,
+                 size_t n0, Item* l1, size_t n1, size_t pairs, const float* inv, float* best, int32_t* arg) {
+#ifdef MAXSIM_SCREEN_PAIR_TILE
+  const DF df;
+  const uint32_t W = static_cast<uint32_t>(hn::Lanes(df));
+  if (st.pairs.size() < pairs * sizeof(Pair) + 64) st.pairs.resize(pairs * sizeof(Pair) + 64);
+  Pair* pr = reinterpret_cast<Pair*>((reinterpret_cast<uintptr_t>(st.pairs.data()) + 63) & ~uintptr_t{63});
+  size_t np = 0;
+  Item* l[2] = {l0, l1};
+  const size_t n[2] = {n0, n1};
+  size_t kept[2] = {0, 0};
+  for (uint32_t g = 0; g < 2; ++g) {
+    for (size_t i = 0; i < n[g]; ++i) {
+      const Item it = l[g][i];
+      if (static_cast<uint32_t>(__builtin_popcount(it.mask)) >= kTileLanes) {
+        l[g][kept[g]++] = it;  // order kept: RefineTile folds rows in order
+        continue;
+      }
+      for (uint32_t m = it.mask; m != 0; m &= m - 1) {
+        pr[np++] = Pair{it.ptr, static_cast<int32_t>(it.idx), g * W + static_cast<uint32_t>(__builtin_ctz(m))};
+      }
+    }
+  }
+  if (kept[0] + kept[1]) RefineLists<kCos>(q0, q1, qstride, dim, l0, kept[0], l1, kept[1], inv, best, arg);
+  if (np) RefinePairs<kCos>(q0, q1, qstride, dim, pr, np, inv, best, arg);
+#else
+  (void)st;
+  (void)pairs;
+  RefineLists<kCos>(q0, q1, qstride, dim, l0, n0, l1, n1, inv, best, arg);
+#endif
+}
+
 // One f16/bf16 row widened to f32 (exact).
 HWY_INLINE void WidenRow(const uint8_t* row, maxsim_dtype dtype, uint32_t dim, float* o) {
   const DF df;
@@ -528,6 +817,7 @@ void RefineDocT(const ScreenCall& c, const DocRef& d, ScreenState& st, const Scr
     // Round 1: the top rows.
     float* wide = st.widened.data();  // f16/bf16 rows (each round's at most max_pair rows)
     size_t n[2] = {0, 0};
+    uint64_t round_pairs = refined;
     Item* lists[2] = {items, nullptr};
     for (uint32_t gl = 0; gl < ng; ++gl) {
       if (gl == 1) lists[1] = items + n[0];
@@ -551,10 +841,14 @@ void RefineDocT(const ScreenCall& c, const DocRef& d, ScreenState& st, const Scr
       b1[l] = -kInf;
       a1[l] = -1;
     }
-    if (n[0] + n[1]) RefineLists<kCos>(q0, q1, q.n_padded, d.dim, lists[0], n[0], lists[1], n[1], inv, b1, a1);
+    if (n[0] + n[1]) {
+      RefineRound<kCos>(st, q0, q1, q.n_padded, d.dim, lists[0], n[0], lists[1], n[1], refined - round_pairs, inv,
+                        b1, a1);
+    }
     // Round 2 (certified): the other candidates whose bound still reaches the lane's round-1 key.
     if (certified) {
       n[0] = n[1] = 0;
+      round_pairs = refined;
       lists[1] = nullptr;
       for (uint32_t gl = 0; gl < ng; ++gl) {
         if (gl == 1) lists[1] = items + n[0];
@@ -581,7 +875,8 @@ void RefineDocT(const ScreenCall& c, const DocRef& d, ScreenState& st, const Scr
           b2[l] = -kInf;
           a2[l] = -1;
         }
-        RefineLists<kCos>(q0, q1, q.n_padded, d.dim, lists[0], n[0], lists[1], n[1], inv, b2, a2);
+        RefineRound<kCos>(st, q0, q1, q.n_padded, d.dim, lists[0], n[0], lists[1], n[1], refined - round_pairs,
+                          inv, b2, a2);
         for (uint32_t gl = 0; gl < ng; ++gl) {
           const VF x1 = hn::Load(df, b1 + gl * W), x2 = hn::Load(df, b2 + gl * W);
           const VI i1 = hn::Load(di, a1 + gl * W), i2 = hn::Load(di, a2 + gl * W);

@@ -147,6 +147,7 @@ struct ScreenState : KernelState {
   std::vector<uint32_t> scan_rows;
   std::vector<float> widened;  // f16/bf16 rows of the refinement, widened to f32
   std::vector<uint8_t> items;  // refinement item lists (target-specific layout)
+  std::vector<uint8_t> pairs;  // refinement (query lane, row) pairs of the pair-per-lane tile (target-specific)
   PrefetchQueue pf;                // the previous document's rows, drained during this document's i8 phase
   std::vector<const char*> pf_next;  // this document's rows (pf_next_n of them; the vector only grows)
   size_t pf_next_n = 0;
