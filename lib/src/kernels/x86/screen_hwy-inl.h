@@ -184,7 +184,6 @@ struct Pair {
 using RawF = __m256;
 using RawI = __m256i;
 constexpr size_t kPW = 8;
-constexpr size_t kPairVecs = 2;  // pair vectors per tile (16 ymm registers)
 
 // out[b] lane l = p[l][k0 + b], b < 8; `mask` (lanes set for k0 + b < dim) bounds the loads.
 HWY_INLINE void TransposeRows(const float* const* p, size_t k0, const __m256i* mask, RawF* out) {
@@ -254,7 +253,6 @@ HWY_INLINE RawF LoadF(const float* p) { return _mm256_load_ps(p); }
 using RawF = __m512;
 using RawI = __m512i;
 constexpr size_t kPW = 16;
-constexpr size_t kPairVecs = 4;
 
 // out[b] lane l = p[l][k0 + b], b < 16; `mask` bounds the loads (k0 + b < dim).
 HWY_INLINE void TransposeRows(const float* const* p, size_t k0, const __mmask16* mask, RawF* out) {
@@ -322,6 +320,9 @@ HWY_INLINE RawF LoadF(const float* p) { return _mm512_load_ps(p); }
 #endif
 
 constexpr size_t kPfLines = 3;  // lines per row prefetched ahead of the transposes
+// Pair vectors per tile. The tile is not latency-bound (4 to 8 vectors measured the same, Zen 5, AVX2 and
+// AVX3); 4 keeps padding low for the short lists of Lq = 32 (~50 pairs per document).
+constexpr size_t kPairVecs = 4;
 
 // NV pair vectors (NV * kPW pairs, the unused ones pointing at pair 0) against the group pair's query: the
 // canonical chain per pair into keys[v * kPW + l].
@@ -386,13 +387,9 @@ void RefinePairs(const float* q0, const float* q1, size_t qstride, uint32_t dim,
     const size_t n = std::min(np - i, kTile);
     switch ((n + kPW - 1) / kPW) {
       case 1: PairTile<1>(q0, q1, qstride, dim, pr + i, n, keys); break;
-#if HWY_TARGET == HWY_AVX2
-      default: PairTile<2>(q0, q1, qstride, dim, pr + i, n, keys); break;
-#else
       case 2: PairTile<2>(q0, q1, qstride, dim, pr + i, n, keys); break;
       case 3: PairTile<3>(q0, q1, qstride, dim, pr + i, n, keys); break;
       default: PairTile<4>(q0, q1, qstride, dim, pr + i, n, keys); break;
-#endif
     }
     for (size_t j = 0; j < n; ++j) {
       const Pair& e = pr[i + j];
@@ -408,9 +405,14 @@ void RefinePairs(const float* q0, const float* q1, size_t qstride, uint32_t dim,
 }
 #endif  // pair tile
 
-// Items serving at least this many lanes go through RefineTile (one FMA per W lanes and k), the rest are split
-// into pairs for the pair tile (~5 shuffles per W pairs and k).
-constexpr uint32_t kTileLanes = 17;
+#ifdef MAXSIM_SCREEN_PAIR_TILE
+// Items serving at least this many lanes go through RefineTile (8 items per tile, one FMA per W lanes and k), the
+// rest are split into pairs for the pair tile. Crossover measured on Zen 5 (a microbenchmark timing both tiles
+// on the same items, dim 128, rows in L2): per refined pair the pair tile costs the same whatever the mask
+// (AVX3 ~23 ns, AVX2 ~40 ns per pair), RefineTile ~1/p of its item cost for p lanes per item. AVX3: pairs
+// 3.5x faster at p = 1, 1.85x at 2, 1.2x at 3, 0.95x at 4; AVX2: 1.9x at 1, 0.95x at 2, 0.63x at 3.
+constexpr uint32_t kTileLanes = kPW == 16 ? 4 : 3;
+#endif
 
 // One refinement round of a group pair: items l0 (first group) and l1 (second), `pairs` lanes in all, folded
 // into best/arg (2W lanes). The item lists are reused as scratch.
