@@ -25,10 +25,11 @@
 //   round 2 (CERTIFIED): the other candidate rows of the lanes where their bound fl(A + m) still reaches best1
 //            (E <= fl(A + m) < best1 cannot win, ties included), folded in row order and merged with round 1 by
 //            (key, lowest row): the result is the exact path's max and first argmax.
-// The refinement tile computes the canonical chain of one document row against a whole group's query vector
-// (lanes = query tokens, k sequential from +0): the exact path's arithmetic, so certified == exact bit for bit.
-// Tiles hold 8 (group, row) items from at most two groups (8 independent FMA chains hide the 4-cycle latency
-// on two FMA ports; 2 query loads and 8 broadcasts per k), so short candidate lists of two groups share a tile.
+// Two refinement tiles, both computing the canonical chain (k sequential from +0, the exact path's arithmetic,
+// so certified == exact bit for bit): RefineTile, one document row against a whole group's query vector (lanes
+// = query tokens; 8 (group, row) items from at most two groups per tile), for rows folded into many lanes; and
+// (AVX2/AVX3) the pair-per-lane PairTile, one (query lane, row) pair per vector lane, for the usual rows that
+// serve one to three lanes (RefineRound splits a round's items between them by lane count).
 //
 // Included by exact_hwy.cc once per Highway target (per-target include guard below).
 #if defined(MAXSIM_SRC_KERNELS_X86_SCREEN_HWY_INL_H_) == defined(HWY_TARGET_TOGGLE)
