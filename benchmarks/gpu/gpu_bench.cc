@@ -189,6 +189,12 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     });
   };
   Emit(s.name, "exact", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
+  if (s.lq > 64 && s.dim > 96 && s.dim <= 128) {
+    // The long-query mma.sync kernel, for comparison with the wgmma kernel that "exact" runs on sm_90.
+    setenv("MAXSIM_CUDA_WGMMA", "0", 1);
+    Emit(s.name, "exact-mma", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
+    unsetenv("MAXSIM_CUDA_WGMMA");
+  }
   if (std::string(s.name) == "textual-1k" || std::string(s.name) == "colpali-rerank") {
     // The one-pair-per-warp kernel (register double buffering) for comparison with the pipeline kernel.
     setenv("MAXSIM_CUDA_NO_PIPE", "1", 1);

@@ -13,7 +13,7 @@ timeout 240 "$B" --json "$OUT/gpu-bench.json" > "$OUT/gpu-bench.txt" 2>&1
 brc=$?
 # Measurement knobs of the long-query exact kernel (docs/cuda.md): stage shapes and block rows, same session.
 if [ "${MAXSIM_GPU_VARIANTS:-1}" = 1 ]; then
-  for v in default MAXSIM_CUDA_SMEM=64x3 MAXSIM_CUDA_SMEM=128x2; do
+  for v in default MAXSIM_CUDA_WGMMA=0 MAXSIM_CUDA_SMEM=64x3 MAXSIM_CUDA_SMEM=128x2; do
     for shape in q128 visual; do
       line=$(env ${v/default/MAXSIM_NOTHING=1} timeout 60 "$B" --only $shape 2>&1 | grep -E "^$shape +exact ")
       echo "$v $line"
@@ -25,13 +25,13 @@ prc=$?
 if [ "${MAXSIM_GPU_PROFILE:-1}" = 1 ] && command -v ncu > /dev/null; then
   for shape in textual-10k q128 visual; do
     timeout 240 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
-      -k "regex:ExactTc|Screen" --launch-skip 34 --launch-count 2 "$B" --only $shape > "$OUT/ncu-$shape.txt" 2>&1
+      -k "regex:ExactTc|ExactWgmma|Screen" --launch-skip 34 --launch-count 2 "$B" --only $shape > "$OUT/ncu-$shape.txt" 2>&1
   done
 fi
 python3 benchmarks/gpu/report.py "$OUT/gpu-bench.json" "$OUT/gpu-baselines.json" > "$OUT/summary-gpu-bench.txt"
 echo "bench rc $brc, baselines rc $prc" >> "$OUT/summary-gpu-bench.txt"
 [ -f "$OUT/gpu-variants.txt" ] && { echo "--- long-query exact kernel variants"; cat "$OUT/gpu-variants.txt"; } >> "$OUT/summary-gpu-bench.txt"
 for f in "$OUT"/ncu-*.txt; do
-  [ -f "$f" ] && { echo "--- $(basename "$f")"; grep -E "ExactTc|Screen|Duration|Memory Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|DRAM Throughput" "$f" | head -24; } >> "$OUT/summary-gpu-bench.txt"
+  [ -f "$f" ] && { echo "--- $(basename "$f")"; grep -E "ExactTc|ExactWgmma|Screen|Duration|Memory Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|DRAM Throughput" "$f" | head -24; } >> "$OUT/summary-gpu-bench.txt"
 done
 [ $brc -eq 0 ]

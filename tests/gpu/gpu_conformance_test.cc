@@ -367,6 +367,115 @@ TEST_F(Gpu, LongQueriesAndDocuments) {
   }
 }
 
+// Scores only (no argmax requested): the request the wgmma long-query kernel serves on sm_90 devices.
+std::vector<float> ScoreValues(Context& ctx, const Sets& q, uint64_t nq, const Sets& d, uint64_t nd,
+                               maxsim_metric metric, maxsim_mode mode) {
+  ScoreOptions o;
+  o.metric = metric;
+  o.mode = mode;
+  return ctx.ScoreMatrix(q, nq, d, nd, o);
+}
+
+// The same on dense device tensors (masks reach the kernels: host dense inputs are packed without masked rows).
+std::vector<float> DeviceScoreValues(Context& ctx, const DeviceSets& q, const DeviceSets& d, maxsim_metric metric) {
+  Dev<float> out(q.s.n_sets * d.s.n_sets);
+  maxsim_score_options o;
+  maxsim_score_options_init(&o);
+  o.metric = metric;
+  maxsim_sets qs{nullptr, &q.s}, ds{nullptr, &d.s};
+  EXPECT_EQ(maxsim_score_matrix(ctx.get(), &qs, &ds, &o, out.p, nullptr), MAXSIM_OK) << maxsim_last_error();
+  return out.Down();
+}
+
+void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(0, std::memcmp(&a[i], &b[i], 4)) << what << ": score " << i << " differs: " << a[i] << " vs " << b[i];
+  }
+}
+
+TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
+  // Long queries (more than 64 rows, 96 < dim <= 128) asked for scores only run the wgmma kernel on an sm_90
+  // device. Its scores must be the mma.sync kernels' bits: the long-query mma.sync kernel (MAXSIM_CUDA_WGMMA=0),
+  // the same request with argmax (which that kernel serves, checked against the float64 reference) and certified
+  // screening's refinement. Ragged and empty documents, lengths off the 128-token stage, partial row blocks,
+  // dot and cosine, bf16 and f16, masked device tensors.
+  Context gpu(Options("cuda"));
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  const std::string report = gpu.Report();
+  if (major == 9 && minor == 0) {
+    EXPECT_NE(report.find("long queries: wgmma kernel"), std::string::npos) << report;
+  } else {
+    std::printf("gpu tests: compute capability %d.%d: the wgmma kernel does not run here; comparing mma.sync paths\n",
+                major, minor);
+  }
+  struct LongCase {
+    maxsim_dtype dtype;
+    uint32_t dim;
+    uint64_t lq_min, lq_max;
+    Shape shape;
+  };
+  const LongCase cases[] = {
+      {MAXSIM_BF16, 128, 65, 128, Shape::kUnitGaussian},  {MAXSIM_BF16, 128, 129, 256, Shape::kClustered},
+      {MAXSIM_F16, 104, 129, 300, Shape::kGaussian},      {MAXSIM_BF16, 128, 1000, 1024, Shape::kClustered},
+      {MAXSIM_BF16, 120, 300, 520, Shape::kNearTies},     {MAXSIM_BF16, 128, 90, 128, Shape::kLargeNorm},
+      {MAXSIM_BF16, 112, 257, 700, Shape::kDuplicates},
+  };
+  uint64_t salt = 700;
+  for (const LongCase& c : cases) {
+    auto rng = Rng(++salt);
+    const TokenSets q = Encoded(Generate(rng, c.shape, 3, c.lq_min, c.lq_max, c.dim), c.dtype);
+    const TokenSets d = Encoded(Generate(rng, c.shape, 14, 0, 700, c.dim), c.dtype);
+    Packed pq = Packed::Pack(gpu, q.Dense());
+    Packed pd = Packed::Pack(gpu, d.Dense());
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      const std::string what = "dtype " + std::to_string(c.dtype) + " dim " + std::to_string(c.dim) + " Lq " +
+                               std::to_string(c.lq_min) + ".." + std::to_string(c.lq_max) + " " +
+                               ShapeName(c.shape) + (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+      const Matrix with_argmax =
+          ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      ExpectReference(q, d, metric, with_argmax, what + " (with argmax)");
+      const std::vector<float> values = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      setenv("MAXSIM_CUDA_WGMMA", "0", 1);
+      const std::vector<float> mma = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      unsetenv("MAXSIM_CUDA_WGMMA");
+      ExpectSameBits(values, mma, what + " values vs MAXSIM_CUDA_WGMMA=0");
+      ExpectSameBits(values, with_argmax.scores, what + " values vs with argmax");
+      const std::vector<float> cert =
+          ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);
+      ExpectSameBits(cert, values, what + " certified vs exact");
+    }
+  }
+  // Masked dense device tensors: the document mask and query mask reach the kernel.
+  for (maxsim_dtype dtype : {MAXSIM_BF16, MAXSIM_F16}) {
+    auto rng = Rng(++salt);
+    TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 100, 400, 128), dtype);
+    TokenSets d = Encoded(Generate(rng, Shape::kClustered, 10, 0, 500, 128), dtype);
+    RandomMask(rng, q, 0.2);
+    RandomMask(rng, d, 0.35);
+    const DeviceSets dq(q), dd(d);
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      const std::string what = std::string("masked device tensors dtype ") + std::to_string(dtype) +
+                               (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+      const std::vector<float> values = DeviceScoreValues(gpu, dq, dd, metric);
+      setenv("MAXSIM_CUDA_WGMMA", "0", 1);
+      const std::vector<float> mma = DeviceScoreValues(gpu, dq, dd, metric);
+      unsetenv("MAXSIM_CUDA_WGMMA");
+      ExpectSameBits(values, mma, what + " vs MAXSIM_CUDA_WGMMA=0");
+      const Matrix ref = ScoreMatrix(gpu, q.Dense(), q.n_sets(), q.rows(), d.Dense(), d.n_sets(), metric,
+                                     MAXSIM_MODE_EXACT);
+      ExpectReference(q, d, metric, ref, what + " reference");
+      for (size_t i = 0; i < values.size(); ++i) {
+        const uint64_t qi = i / d.n_sets(), dj = i % d.n_sets();
+        const std::string err = CheckPair(q, qi, d, dj, metric, values[i], nullptr);
+        ASSERT_TRUE(err.empty()) << what << " query " << qi << " doc " << dj << ": " << err;
+      }
+    }
+  }
+}
+
 TEST_F(Gpu, AdversarialNearTies) {
   Context gpu(Options("cuda"));
   for (double spread : {1e-2, 1e-4, 1e-6, 0.0}) {

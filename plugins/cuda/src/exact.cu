@@ -433,6 +433,7 @@ cudaError_t LaunchSmemW(const ForwardArgs& a, cudaStream_t stream) {
   const uint64_t tasks = a.pairs.n_pairs * a.part.groups;
   if (tasks == 0) return cudaSuccess;
   if (tasks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
+  if (W >= 4 && WgmmaUsable(a)) return LaunchExactWgmma(a, stream);
   return a.pairs.argmax ? LaunchSmemA<T, W, true>(a, tasks, stream) : LaunchSmemA<T, W, false>(a, tasks, stream);
 }
 

@@ -130,6 +130,11 @@ cudaError_t LaunchExactTc(const ForwardArgs& a, cudaStream_t stream);
 bool TcSmemSupported(const SetsView& q, const SetsView& d, uint64_t max_lq);
 uint32_t TcSmemGroupRows(uint64_t max_lq);
 cudaError_t LaunchExactTcSmem(const ForwardArgs& a, cudaStream_t stream);
+// Hopper wgmma variant of the above (exact_wgmma.cu): used by LaunchExactTcSmem for values-only requests on an
+// sm_90 device when the module loaded for it was built for sm_90a (MAXSIM_CUDA_WGMMA=0 turns it off).
+bool WgmmaUsable(const ForwardArgs& a);
+bool WgmmaAvailable(int device);  // device is sm_90 and the loaded module has the sm_90a code
+cudaError_t LaunchExactWgmma(const ForwardArgs& a, cudaStream_t stream);
 // FFMA exact forward (any dtype / layout): always writes partials with group_rows = kFfmaGroupRows.
 constexpr uint32_t kFfmaGroupRows = 32;
 cudaError_t LaunchExactFfma(const ForwardArgs& a, cudaStream_t stream);
