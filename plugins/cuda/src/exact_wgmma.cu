@@ -217,13 +217,11 @@ __device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&
 // The two warpgroups are not kept in step: the stage ring is guarded by mbarriers (full: every thread's copies
 // of the tile landed; empty: every thread's wgmma reading it finished), so one warpgroup's folds overlap the
 // other's tensor-core work. Every thread copies its share of each tile kStages - 2 tiles ahead, across pairs.
-constexpr int kWgStages = 4;
-
-template <typename T>
-__global__ void __launch_bounds__(256, 1) ExactWgmmaKernel(const ForwardArgs a, uint32_t cpg) {
+template <typename T, int WGS, int QS, int S, int BPS>
+__global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const ForwardArgs a, uint32_t cpg) {
 #if defined(MAXSIM_HAVE_WGMMA)
   extern __shared__ uint8_t smem_raw[];
-  constexpr int kThreads = 256, kRows = 256, S = kWgStages;
+  constexpr int kThreads = WGS * 128, kRows = WGS * QS * 64;
   __shared__ float s_term[kRows];
   __shared__ __align__(8) uint64_t s_full[S], s_empty[S];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -306,7 +304,7 @@ __global__ void __launch_bounds__(256, 1) ExactWgmmaKernel(const ForwardArgs a, 
   float acc0[64], acc1[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc0[i] = acc1[i] = 0.0f;  // never read (scale-d = 0), but defined
-  uint4 qa[2][4], qc[2][4];
+  uint4 qa[QS][4], qc[QS][4];
   uint64_t loaded_q = ~0ull, consumed = 0;
   for (uint64_t p = c0; p < a.pairs.n_pairs; p += cpg) {
     uint64_t qi, dj;
@@ -329,8 +327,8 @@ __global__ void __launch_bounds__(256, 1) ExactWgmmaKernel(const ForwardArgs a, 
         return (t & 1) ? make_uint4(lo.y, hi4.y, lo.w, hi4.w) : make_uint4(lo.x, hi4.x, lo.z, hi4.z);
       };
 #pragma unroll
-      for (int qs = 0; qs < 2; ++qs) {
-        const uint64_t ra = r0b + wg * 128 + qs * 64 + wq * 16 + g, rb = ra + 8;
+      for (int qs = 0; qs < QS; ++qs) {
+        const uint64_t ra = r0b + wg * QS * 64 + qs * 64 + wq * 16 + g, rb = ra + 8;
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           qa[qs][c] = frag(ra, c);
@@ -339,7 +337,9 @@ __global__ void __launch_bounds__(256, 1) ExactWgmmaKernel(const ForwardArgs a, 
       }
       loaded_q = qi;
     }
-    float run[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
+    float run[QS][2];
+#pragma unroll
+    for (int qs = 0; qs < QS; ++qs) run[qs][0] = run[qs][1] = -INFINITY;
     bool saw_kept = false;
     const uint64_t ntiles = (ld + kWgTokens - 1) / kWgTokens;
     for (uint64_t tile = 0; tile < ntiles; ++tile, ++consumed) {
@@ -350,19 +350,28 @@ __global__ void __launch_bounds__(256, 1) ExactWgmmaKernel(const ForwardArgs a, 
       // Both row sets are issued, the next copies go out while they run, then set 0 is folded during set 1.
       // (Folding set 1 of the previous tile during set 0 of this one, across iterations, makes ptxas
       // serialise every wgmma: ptxas report C7514.)
-      IssueTile<T>(acc0, qa[0], qc[0], st);
-      IssueTile<T>(acc1, qa[1], qc[1], st);
-      produce();
-      WgWait<1>();
-      PinAcc(acc0);
-      FoldTileMax(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept);
-      WgWait<0>();
-      PinAcc(acc1);
-      MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
-      FoldTileMax(a, acc1, db, ld, tile * kWgTokens, plain, run[1][0], run[1][1], saw_kept);
+      if constexpr (QS == 2) {
+        IssueTile<T>(acc0, qa[0], qc[0], st);
+        IssueTile<T>(acc1, qa[QS - 1], qc[QS - 1], st);
+        produce();
+        WgWait<1>();
+        PinAcc(acc0);
+        FoldTileMax(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept);
+        WgWait<0>();
+        PinAcc(acc1);
+        MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
+        FoldTileMax(a, acc1, db, ld, tile * kWgTokens, plain, run[1][0], run[1][1], saw_kept);
+      } else {
+        IssueTile<T>(acc0, qa[0], qc[0], st);
+        produce();
+        WgWait<0>();
+        PinAcc(acc0);
+        MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
+        FoldTileMax(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept);
+      }
     }
 #pragma unroll
-    for (int qs = 0; qs < 2; ++qs) {
+    for (int qs = 0; qs < QS; ++qs) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float v = run[qs][h];
@@ -377,10 +386,10 @@ __global__ void __launch_bounds__(256, 1) ExactWgmmaKernel(const ForwardArgs a, 
       const bool doc_nonempty = a.d.mask ? __syncthreads_or(saw_kept) != 0 : (__syncthreads(), ld > 0);
       if (t == 0) {
 #pragma unroll
-        for (int qs = 0; qs < 2; ++qs) {
+        for (int qs = 0; qs < QS; ++qs) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const uint32_t r = wg * 128 + qs * 64 + wq * 16 + g + 8 * h;
+            const uint32_t r = wg * QS * 64 + qs * 64 + wq * 16 + g + 8 * h;
             float term = 0.0f;
             if (r < lq && a.q.Kept(qb + r)) {
               term = a.cosine ? run[qs][h] * InvNorm(RowNorm(a.q, qb + r)) : run[qs][h];
@@ -398,10 +407,10 @@ __global__ void __launch_bounds__(256, 1) ExactWgmmaKernel(const ForwardArgs a, 
     } else if (t == 0) {
       // Partials (finalize sums the groups and decides emptiness from the mask).
 #pragma unroll
-      for (int qs = 0; qs < 2; ++qs) {
+      for (int qs = 0; qs < QS; ++qs) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const uint32_t rl = wg * 128 + qs * 64 + wq * 16 + g + 8 * h;
+          const uint32_t rl = wg * QS * 64 + qs * 64 + wq * 16 + g + 8 * h;
           const uint64_t r = r0b + rl;
           if (r < lq) {
             float term = 0.0f;
@@ -417,14 +426,14 @@ __global__ void __launch_bounds__(256, 1) ExactWgmmaKernel(const ForwardArgs a, 
 #endif
 }
 
-template <typename T>
-cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {
-  const int smem = kWgStages * kWgStageBytes + 1024;  // + alignment slack for the 1024-byte swizzle period
+template <typename T, int WGS, int QS, int S, int BPS>
+cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
+  const int smem = S * kWgStageBytes + 1024;  // + alignment slack for the 1024-byte swizzle period
   static std::atomic<bool> ready{false};
   static std::atomic<int> sms{0};
   if (!ready.load()) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(ExactWgmmaKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const cudaError_t e = cudaFuncSetAttribute(ExactWgmmaKernel<T, WGS, QS, S, BPS>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     int dev = 0, n = 0;
     if (cudaGetDevice(&dev) == cudaSuccess &&
@@ -433,14 +442,29 @@ cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {
     }
     ready.store(true);
   }
-  // One block per SM (129 KB of shared memory each), G blocks per pair at a time.
+  // BPS resident blocks per SM, G blocks per pair at a time.
   const uint64_t G = a.part.groups;
-  const uint64_t per_group = std::max<uint64_t>(1, std::max(1, sms.load()) / G);
+  const uint64_t per_group = std::max<uint64_t>(1, static_cast<uint64_t>(BPS) * std::max(1, sms.load()) / G);
   const uint64_t cpg = std::min<uint64_t>(per_group, a.pairs.n_pairs);
   const uint64_t blocks = G * cpg;
   if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
-  ExactWgmmaKernel<T><<<static_cast<unsigned>(blocks), 256, smem, stream>>>(a, static_cast<uint32_t>(cpg));
+  ExactWgmmaKernel<T, WGS, QS, S, BPS>
+      <<<static_cast<unsigned>(blocks), WGS * 128, smem, stream>>>(a, static_cast<uint32_t>(cpg));
   return cudaGetLastError();
+}
+
+// Block shapes (H100, bf16, 2026-11-24, visual shape: 4 x 64 rows 0.595 ms against 2 x 128 rows 0.622-0.628):
+//  - 256-row blocks: 4 warpgroups of one 64-row set, 4 stages (129 KB, one block per SM, 128 registers);
+//  - 128-row blocks: 2 warpgroups of one set, 3 stages (97 KB, two blocks per SM).
+// MAXSIM_CUDA_WGMMA_SHAPE=2x2 selects 2 warpgroups of two 64-row sets (255 registers), for measurement.
+template <typename T>
+cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {
+  if (a.part.group_rows == 128) return LaunchWgmmaShape<T, 2, 1, 3, 2>(a, stream);
+  static const bool two_sets = [] {
+    const char* v = std::getenv("MAXSIM_CUDA_WGMMA_SHAPE");
+    return v != nullptr && std::strcmp(v, "2x2") == 0;
+  }();
+  return two_sets ? LaunchWgmmaShape<T, 2, 2, 4, 1>(a, stream) : LaunchWgmmaShape<T, 4, 1, 4, 1>(a, stream);
 }
 
 }  // namespace
@@ -473,9 +497,7 @@ bool WgmmaUsable(const ForwardArgs& a) {
   const char* off = std::getenv("MAXSIM_CUDA_WGMMA");
   if (off != nullptr && std::strcmp(off, "0") == 0) return false;
   if (a.pairs.argmax != nullptr) return false;
-  // 256-row blocks only: for 128-row blocks (queries of 65-128 tokens) the one-warpgroup variant measured slower
-  // than the mma.sync kernel (q128 on the H100: 0.217 against 0.138 ms, 2026-11-24).
-  if (a.part.group_rows != 256) return false;
+  if (a.part.group_rows != 256 && a.part.group_rows != 128) return false;
   if (a.q.dtype != a.d.dtype || (a.q.dtype != kBF16 && a.q.dtype != kF16)) return false;
   if (a.q.dim <= 96 || a.q.dim > 128) return false;
   int dev = 0;
