@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <atomic>
+
 #include "kernels.h"
 
 namespace mscuda {
@@ -125,6 +127,34 @@ __device__ __forceinline__ float InvNorm(float n) { return n >= 0x1p-126f ? 1.0f
 
 __device__ __forceinline__ float RowNorm(const SetsView& s, uint64_t row) {
   return s.norms ? s.norms[row] : s.meta[row].norm;
+}
+
+// ---- host-side launch helpers ---------------------------------------------------------------------------
+
+// Raises kernel K's dynamic shared-memory limit to `bytes` the first time it is launched (idempotent, so two
+// threads racing here only repeat the call).
+template <auto K>
+cudaError_t AllowDynamicSmemOnce(int bytes) {
+  static std::atomic<bool> done{false};
+  if (done.load()) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) done.store(true);
+  return e;
+}
+
+// Multiprocessors of the current device (asked once; 1 if the query fails).
+inline int SmCount() {
+  static std::atomic<int> sms{0};
+  int n = sms.load();
+  if (n == 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        n <= 0) {
+      n = 1;
+    }
+    sms.store(n);
+  }
+  return n;
 }
 
 }  // namespace mscuda

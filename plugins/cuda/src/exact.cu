@@ -196,13 +196,7 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(blocks)), block(kTcWarps * 32);
   const uint32_t chunks = (a.q.dim + 31) / 32;
   // Many single-group pairs (at least half a pair per resident warp): the per-warp cp.async pipeline.
-  static int sms = 0;
-  if (sms == 0) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (sms <= 0) sms = 1;
-  }
+  const int sms = SmCount();
   const uint64_t resident_warps = static_cast<uint64_t>(sms) * 8;
   if (a.part.groups == 1 && chunks <= 4 && 2 * a.pairs.n_pairs >= resident_warps &&
       std::getenv("MAXSIM_CUDA_NO_PIPE") == nullptr) {
@@ -401,14 +395,8 @@ __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a)
 template <typename T, int W, bool ARGMAX, int TILE, int STAGES>
 cudaError_t LaunchSmemShape(const ForwardArgs& a, uint64_t tasks, cudaStream_t stream) {
   const int smem = STAGES * TILE * kRowBytes;
-  // The dynamic shared-memory limit is raised once per instantiation (idempotent, so a race is harmless).
-  static bool ready = false;
-  if (!ready) {
-    const cudaError_t e = cudaFuncSetAttribute(ExactTcSmemKernel<T, W, ARGMAX, TILE, STAGES>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    ready = true;
-  }
+  const cudaError_t e = AllowDynamicSmemOnce<ExactTcSmemKernel<T, W, ARGMAX, TILE, STAGES>>(smem);
+  if (e != cudaSuccess) return e;
   ExactTcSmemKernel<T, W, ARGMAX, TILE, STAGES><<<static_cast<unsigned>(tasks), W * 32, smem, stream>>>(a);
   return cudaGetLastError();
 }
@@ -581,12 +569,8 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
 template <typename T, int MT, int W, int S>
 cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
   const int smem = W * S * kPipeStageBytes;
-  static bool ready = false;
-  if (!ready) {
-    const cudaError_t e = cudaFuncSetAttribute(ExactTcPipeKernel<T, MT, W, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    ready = true;
-  }
+  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S>>(smem);
+  if (e != cudaSuccess) return e;
   const uint64_t n_warps = static_cast<uint64_t>(sms) * W;
   ExactTcPipeKernel<T, MT, W, S><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
   return cudaGetLastError();

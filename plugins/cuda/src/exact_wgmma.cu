@@ -1,24 +1,28 @@
 // Hopper (sm_90a) exact forward for long queries: wgmma with the query stationary in registers.
 //
-// ExactWgmmaKernel: one block of WG warpgroups per (pair, block of WG * 128 query rows). Each warpgroup holds two
-// sets of 64 query rows as wgmma A fragments in registers (loaded once); the document streams through shared
-// memory in 128-token stages (a cp.async ring), and every stage feeds wgmma.m64n128k16 (B = 128 document tokens
-// from shared memory, 8 k steps for d <= 128). The row max of each 64 x 128 accumulator tile is folded into a
-// running max per query row while the next tile's wgmma runs: the two row sets alternate, so one set's epilogue
-// overlaps the other set's tensor-core work. Nothing of size Lq x Ld leaves the register file.
+// ExactWgmmaKernel: persistent blocks of WGS warpgroups; a block owns one row group (WGS x QS x 64 query rows)
+// of a strided list of pairs. Each warpgroup holds QS sets of 64 query rows as wgmma A fragments in registers
+// (loaded once per query); the document streams through shared memory in 128-token stages and every stage
+// feeds wgmma.m64n128k16 (B = 128 document tokens from shared memory, 8 k steps for d <= 128). The row max of
+// each 64 x 128 accumulator tile is folded into a running max per query row; nothing of size Lq x Ld leaves
+// the register file. The stage ring is guarded by mbarriers (full: every thread's copies of a stage landed;
+// empty: every thread's wgmma reading it finished), so warpgroups are not kept in step and one warpgroup's
+// fold overlaps the others' tensor-core work.
 //
-// Same numbers as every other 16-bit kernel (kernels.h): a similarity is the chain of 8 k16 tensor-core steps
-// from a +0 accumulator, step s covering exactly the dimensions (and logical k positions) of mma.sync step s in
-// device_common.cuh's fixed k order. The A fragments are those of mma.sync (the wgmma register layout of A per
-// warp is the m16n8k16 one); the B side is written into the 128-byte-swizzled K-major layout that wgmma reads,
-// with each 4-byte dimension pair placed at its logical k position (hence 4-byte cp.async: the k order
-// interleaves the dimensions of a 16-byte row slice across two k steps). Certified refinement (mma.sync) and the
-// other exact kernels therefore produce the same bits; gpu_conformance_test checks this against the mma.sync
-// kernel (MAXSIM_CUDA_WGMMA=0).
+// Numbers: the same bits as every other 16-bit kernel (kernels.h). A similarity is the chain of 8 k16
+// tensor-core steps from a +0 start, and wgmma step s sums exactly the dimensions that mma.sync step s sums in
+// device_common.cuh's fixed k order: {32c + 8u + 4h + j : u, j in 0..3} for s = 2c + h. Within a step the
+// placement differs (the 4 contiguous dimensions 32c + 8u + 4h + 0..3 sit at logical k 4u..4u+3, so that a
+// document row can be copied in 8-byte pieces; 4-byte pieces, which keep mma.sync's placement, made the copies
+// the bottleneck: visual 0.76 ms against 0.60), and the query fragments follow that placement. That a k16 step
+// does not depend on the order of its 16 products is what the tensor cores do, not something PTX promises:
+// gpu_conformance_test (LongQueryWgmmaKernelEqualsMmaSync) checks the bits against the mma.sync kernel
+// (MAXSIM_CUDA_WGMMA=0), against the argmax path and against certified refinement on random, clustered,
+// near-tie, duplicate and large-norm data, every run.
 //
-// Scope: bf16/f16, 96 < dim <= 128, values only (no argmax: the training forward and argmax requests use
-// ExactTcSmemKernel), dot or cosine, with or without a document mask. Compiled only for sm_90a; elsewhere the
-// kernel body is empty and WgmmaUsable() says no.
+// Scope: bf16/f16, 96 < dim <= 128, 128- or 256-row groups, values only (argmax requests, i.e. the training
+// forward, use ExactTcSmemKernel), dot or cosine, with or without a document mask. Compiled only for sm_90a;
+// elsewhere the kernel body is empty and WgmmaUsable() says no.
 #include <math.h>
 
 #include <algorithm>
@@ -429,22 +433,11 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
 template <typename T, int WGS, int QS, int S, int BPS>
 cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
   const int smem = S * kWgStageBytes + 1024;  // + alignment slack for the 1024-byte swizzle period
-  static std::atomic<bool> ready{false};
-  static std::atomic<int> sms{0};
-  if (!ready.load()) {
-    const cudaError_t e = cudaFuncSetAttribute(ExactWgmmaKernel<T, WGS, QS, S, BPS>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0) {
-      sms.store(n);
-    }
-    ready.store(true);
-  }
+  const cudaError_t e = AllowDynamicSmemOnce<ExactWgmmaKernel<T, WGS, QS, S, BPS>>(smem);
+  if (e != cudaSuccess) return e;
   // BPS resident blocks per SM, G blocks per pair at a time.
   const uint64_t G = a.part.groups;
-  const uint64_t per_group = std::max<uint64_t>(1, static_cast<uint64_t>(BPS) * std::max(1, sms.load()) / G);
+  const uint64_t per_group = std::max<uint64_t>(1, static_cast<uint64_t>(BPS) * SmCount() / G);
   const uint64_t cpg = std::min<uint64_t>(per_group, a.pairs.n_pairs);
   const uint64_t blocks = G * cpg;
   if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;

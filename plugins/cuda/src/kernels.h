@@ -7,9 +7,9 @@
 //    (cosine), term = key (dot) or fl(key * inv|q|) (cosine); score = sum of terms over kept query tokens in
 //    token order, in double, rounded once to f32. No kept document token: score -inf, every argmax -1.
 //    Masked query tokens: term 0, argmax -1.
-//  - sim for 16-bit inputs is computed on tensor cores (mma.sync m16n8k16, f32 accumulation) with one fixed
-//    k order (kTcDimOrder below) in every kernel that computes it, so certified refinement reproduces the
-//    exact kernel's value bit for bit. sim for f32 (or unaligned) inputs is the CPU's canonical sequential f32
+//  - sim for 16-bit inputs is computed on tensor cores (mma.sync m16n8k16, or wgmma m64n128k16 on sm_90a, f32
+//    accumulation) as 8 k16 steps with one fixed set of dimensions per step (device_common.cuh) in every kernel
+//    that computes it, so certified refinement reproduces the exact kernels' values bit for bit. sim for f32 (or unaligned) inputs is the CPU's canonical sequential f32
 //    FMA chain over k from +0 (bit-identical to the CPU).
 #ifndef MAXSIM_PLUGINS_CUDA_KERNELS_H_
 #define MAXSIM_PLUGINS_CUDA_KERNELS_H_
