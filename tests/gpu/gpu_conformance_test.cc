@@ -1005,6 +1005,26 @@ TEST_F(Gpu, SanitizeSmallEveryOperation) {
     a.deterministic = det;
     ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << maxsim_last_error();
   }
+  // Long queries, scores only: the wgmma kernel on sm_90 (256- and 128-row groups, ragged documents with a partial
+  // last stage, an empty document), packed and as masked device tensors.
+  for (uint64_t lq : {300ull, 100ull}) {
+    TokenSets lq_q = Encoded(Generate(rng, Shape::kUnitGaussian, 2, lq - 20, lq, 128), MAXSIM_BF16);
+    TokenSets lq_d = Encoded(Generate(rng, Shape::kClustered, 5, 0, 200, 128), MAXSIM_BF16);
+    Packed lpq = Packed::Pack(gpu, lq_q.Dense());
+    Packed lpd = Packed::Pack(gpu, lq_d.Dense());
+    const std::vector<float> v = ScoreValues(gpu, lpq, lq_q.n_sets(), lpd, lq_d.n_sets(), MAXSIM_METRIC_DOT,
+                                             MAXSIM_MODE_EXACT);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string err = CheckPair(lq_q, i / lq_d.n_sets(), lq_d, i % lq_d.n_sets(), MAXSIM_METRIC_DOT, v[i],
+                                        nullptr);
+      ASSERT_TRUE(err.empty()) << "small long-query " << i << ": " << err;
+    }
+    RandomMask(rng, lq_q, 0.2);
+    RandomMask(rng, lq_d, 0.3);
+    const DeviceSets lq_dq(lq_q), lq_dd(lq_d);
+    const std::vector<float> dv = DeviceScoreValues(gpu, lq_dq, lq_dd, MAXSIM_METRIC_COSINE);
+    ASSERT_EQ(dv.size(), v.size());
+  }
 }
 
 }  // namespace
