@@ -41,16 +41,14 @@ constexpr size_t kEntry = kW * 4;                 // bytes of one query vector's
 constexpr size_t kVecGroup = kPatterns * kEntry;  // 512: one query vector's k-group, all patterns
 constexpr uint32_t kRows = 3;                     // rows per tile (see Rows)
 
-// Per-thread data of one ScreenedBatch call, found by Avx2Keys (ComputeKeysFn has no kernel argument; the
-// screening pipeline runs on the calling thread, so a thread-local pointer set for the call's duration is
-// enough). Storage: KernelScratch::i32 of that thread.
+// Data of one ScreenedBatch call, handed to Avx2Keys as ScreenCall::ctx / ScreenJob::ctx (the call's own stack
+// object: nothing outlives the call or is shared between threads). Storage: KernelScratch::i32 of the thread.
 struct Avx2Call {
   const int8_t* table = nullptr;  // [n_padded / 16][groups4][2][16 patterns][8 lanes][4], see SignTable
   uint8_t* absd = nullptr;        // [n_tokens][groups4 * 4]: |d| of the prepared document
   uint32_t* offs = nullptr;       // [n_tokens][groups4]: sign pattern * 32 of each k-group
   const DocRef* prepared = nullptr;  // the document absd/offs hold (nullptr: none)
 };
-thread_local Avx2Call* t_call = nullptr;
 
 // Table of the query: for block b (query vectors 2b, 2b + 1), k-group g, vector i, pattern p: the interleaved
 // codes of the vector's 8 tokens with byte t of every 4 negated where bit t of p is set. vpsignb by +-1 is an
@@ -188,7 +186,7 @@ MAXSIM_TARGET_AVX2 void Rows(const int8_t* tb, uint32_t groups4, const DocRef& d
 // ComputeKeysFn (x86_kernels.h) with the sign table. ScreenDoc calls it for g0 = 0 first for every document;
 // the document's |d| and offsets are prepared then (and again whenever it is not the prepared one).
 void Avx2Keys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride, float* top) {
-  Avx2Call& c = *t_call;
+  Avx2Call& c = *static_cast<Avx2Call*>(job.ctx);
   const PreparedQuery& q = *job.q;
   const DocRef& d = *job.d;
   const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
@@ -225,13 +223,9 @@ void ScreenedBatch(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_
   call.table = reinterpret_cast<const int8_t*>(base);
   call.absd = base + table_bytes;
   call.offs = reinterpret_cast<uint32_t*>(base + table_bytes + absd_bytes);
-  struct Set {  // t_call = &call for the duration of the call, restored even if screen() throws
-    Avx2Call* saved;
-    explicit Set(Avx2Call* c) : saved(t_call) { t_call = c; }
-    ~Set() { t_call = saved; }
-  } set(&call);
-  const ScreenCall c = MakeScreenCall(q, docs, n, metric, mode, best_key, best_index, scratch, counters, prune,
-                                      &Avx2Keys);
+  ScreenCall c = MakeScreenCall(q, docs, n, metric, mode, best_key, best_index, scratch, counters, prune,
+                                &Avx2Keys);
+  c.ctx = &call;
   HwyExactAvx2()->screen(c);
 }
 

@@ -715,6 +715,7 @@ void ScreenDoc(const ScreenCall& c, const DocRef& d, ScreenState& st, ScreenStat
   job.inv = cosine ? doc.inv.data() : nullptr;
   job.cosine = cosine;
   job.pf = &st.pf;
+  job.ctx = c.ctx;
   // Spread the previous document's prefetches over this i8 phase (a kernel steps at least once per 16 rows
   // and block of groups).
   const size_t steps = std::max<size_t>(1, (nd / 16) * ((n_groups + gpb - 1) / gpb));

@@ -8,7 +8,7 @@
 //                          thresholds, vectorised candidate selection, top-k bounds, the refinement tiles and
 //                          the per-thread pipeline that overlaps a document's refinement with the next one's
 //                          i8 phase.
-//   screen_avx2.cc         AVX2 i8 screening (vpsignb + vpmaddubsw + vpmaddwd), kernel "avx2".
+//   screen_avx2.cc         AVX2 i8 screening (sign table + vpmaddubsw + vpmaddwd), kernel "avx2".
 //   screen_avx512vnni.cc   AVX-512 VNNI i8 screening (vpdpbusd), kernel "avx512-vnni".
 //   exact_avx512bf16.cc    vdpbf16ps exact path for bf16 originals, kernel "avx512-bf16" (and "amx").
 //   screen_amx.cc          AMX-INT8 screening (tdpbssd), kernel "amx".
@@ -72,6 +72,7 @@ struct ScreenJob {
   const float* inv = nullptr;    // per document row 1/||d|| (cosine), else nullptr
   bool cosine = false;
   PrefetchQueue* pf = nullptr;   // call pf->Step() once per tile of rows
+  void* ctx = nullptr;           // ScreenCall::ctx: the kernel's own per-call state
 };
 
 // The ISA-specific i8 phase: for the query groups [g0, g0 + ng) (a group = W query tokens, one vector of the
@@ -96,6 +97,9 @@ struct ScreenCall {
   const ScreenPrune* prune = nullptr;
   ComputeKeysFn keys = nullptr;
   uint32_t groups_per_block = 2;  // query groups per ComputeKeysFn call (at most 2)
+  // Per-call state of the kernel that owns `keys` (e.g. the avx2 sign table), handed to it unchanged in every
+  // ScreenJob; the pipeline never reads it. nullptr when the kernel needs none.
+  void* ctx = nullptr;
 };
 
 // Prefetches the codes and metadata of document rows [j0, j1) (the i8 tiles read a few rows as short streams,
