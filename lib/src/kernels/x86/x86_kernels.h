@@ -153,8 +153,9 @@ struct ScreenState : KernelState {
   std::vector<uint8_t> items;  // refinement item lists (target-specific layout)
   std::vector<uint8_t> pairs;  // refinement (query lane, row) pairs of the pair-per-lane tile (target-specific)
   PrefetchQueue pf;                // the previous document's rows, drained during this document's i8 phase
-  std::vector<const char*> pf_next;  // this document's rows (pf_next_n of them; the vector only grows)
-  size_t pf_next_n = 0;
+  std::vector<uint32_t> pf_next;     // this document's rows to prefetch, with repeats (pf_next_n of them; the
+  size_t pf_next_n = 0;              // vector only grows)
+  std::vector<uint64_t> pf_seen;     // one bit per row of the document: already in pf.rows
 };
 
 // Entry points of exact_hwy.cc for one Highway target. Lanes() is the f32 vector width (8 or 16).
