@@ -227,7 +227,7 @@ MAXSIM_TARGET_AVX2 void Rows(const int8_t* tb, uint32_t groups4, const DocRef& d
   // Tiles of 3 rows (6 accumulators, the |d| broadcast, ones and a temporary: no spills, checked in the
   // disassembly); 4 rows measured no faster.
   for (; j + kRows <= nd; j += kRows) {
-    if (pf && j % 6 == 0) pf->Step();
+    if (pf) pf->Step();
     if (prep) {
       PrefetchCodes(d, j + 3 * kRows, j + 4 * kRows);
       PrepRows(d, groups4, j, j + kRows, absd, offs);
@@ -249,16 +249,22 @@ void Avx2Keys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k
   const DocRef& d = *job.d;
   const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
   const bool prep = g0 == 0 || c.prepared != job.d;
+  // The previous document's candidate rows are prefetched (PrefetchQueue) during the blocks after the first:
+  // the first block streams this document's codes from DRAM, and with both in its tiles the prefetches stalled
+  // it (~10% of the i8 phase's samples on the queue's prefetcht1, Zen 5 dev box). A query of one block steps
+  // in it (ScreenCall::pf_skip_first_block).
+  const bool one_block = q.n_padded <= 2 * kW;
+  PrefetchQueue* pf = g0 > 0 || one_block ? job.pf : nullptr;
   c.prepared = job.d;
   // Blocks start at even groups (groups_per_block = 2).
   const int8_t* tb = c.table + static_cast<size_t>(g0 / 2) * groups4 * 2 * kVecGroup;
   const float* sq = job.lanes.sq + static_cast<size_t>(g0) * kW;
   if (ng == 2) {
-    job.cosine ? Rows<2, true>(tb, groups4, d, c.absd, c.offs, job.inv, sq, K, k_stride, top, job.pf, prep)
-               : Rows<2, false>(tb, groups4, d, c.absd, c.offs, job.inv, sq, K, k_stride, top, job.pf, prep);
+    job.cosine ? Rows<2, true>(tb, groups4, d, c.absd, c.offs, job.inv, sq, K, k_stride, top, pf, prep)
+               : Rows<2, false>(tb, groups4, d, c.absd, c.offs, job.inv, sq, K, k_stride, top, pf, prep);
   } else {
-    job.cosine ? Rows<1, true>(tb, groups4, d, c.absd, c.offs, job.inv, sq, K, k_stride, top, job.pf, prep)
-               : Rows<1, false>(tb, groups4, d, c.absd, c.offs, job.inv, sq, K, k_stride, top, job.pf, prep);
+    job.cosine ? Rows<1, true>(tb, groups4, d, c.absd, c.offs, job.inv, sq, K, k_stride, top, pf, prep)
+               : Rows<1, false>(tb, groups4, d, c.absd, c.offs, job.inv, sq, K, k_stride, top, pf, prep);
   }
 }
 
@@ -284,6 +290,8 @@ void ScreenedBatch(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_
   ScreenCall c = MakeScreenCall(q, docs, n, metric, mode, best_key, best_index, scratch, counters, prune,
                                 &Avx2Keys);
   c.ctx = &call;
+  c.pf_rows_per_step = kRows;  // Avx2Keys steps once per tile, in every block but a document's first
+  c.pf_skip_first_block = true;
   HwyExactAvx2()->screen(c);
 }
 

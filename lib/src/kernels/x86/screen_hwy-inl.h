@@ -715,9 +715,11 @@ void ScreenDoc(const ScreenCall& c, const DocRef& d, ScreenState& st, ScreenStat
   job.cosine = cosine;
   job.pf = &st.pf;
   job.ctx = c.ctx;
-  // Spread the previous document's prefetches over this i8 phase (a kernel steps at least once per 16 rows
-  // and block of groups).
-  const size_t steps = std::max<size_t>(1, (nd / 16) * ((n_groups + gpb - 1) / gpb));
+  // Spread the previous document's prefetches over this i8 phase: the kernel steps at least once per
+  // c.pf_rows_per_step rows and block of groups (all blocks, or all but the first: ScreenCall).
+  const size_t blocks = (n_groups + gpb - 1) / gpb;
+  const size_t step_blocks = blocks > 1 && c.pf_skip_first_block ? blocks - 1 : blocks;
+  const size_t steps = std::max<size_t>(1, (nd / std::max<uint32_t>(1, c.pf_rows_per_step)) * step_blocks);
   st.pf.per_step = (st.pf.rows.size() * st.pf.lines_per_row + steps - 1) / steps;
   if (st.pf_next.size() < 2 * static_cast<size_t>(nd) + 1) st.pf_next.resize(2 * static_cast<size_t>(nd) + 1);
   st.pf_next_n = 0;

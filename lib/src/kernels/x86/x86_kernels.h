@@ -71,7 +71,7 @@ struct ScreenJob {
   QueryLanes lanes;
   const float* inv = nullptr;    // per document row 1/||d|| (cosine), else nullptr
   bool cosine = false;
-  PrefetchQueue* pf = nullptr;   // call pf->Step() once per tile of rows
+  PrefetchQueue* pf = nullptr;   // call pf->Step() once per tile of rows (see ScreenCall::pf_rows_per_step)
   void* ctx = nullptr;           // ScreenCall::ctx: the kernel's own per-call state
 };
 
@@ -97,6 +97,11 @@ struct ScreenCall {
   const ScreenPrune* prune = nullptr;
   ComputeKeysFn keys = nullptr;
   uint32_t groups_per_block = 2;  // query groups per ComputeKeysFn call (at most 2)
+  // How often `keys` calls ScreenJob::pf->Step(): at least once per pf_rows_per_step rows of every block of
+  // groups, or (pf_skip_first_block) of every block but a document's first when it has several. The pipeline
+  // spreads the prefetches over that many steps.
+  uint32_t pf_rows_per_step = 16;
+  bool pf_skip_first_block = false;
   // Per-call state of the kernel that owns `keys` (e.g. the avx2 sign table), handed to it unchanged in every
   // ScreenJob; the pipeline never reads it. nullptr when the kernel needs none.
   void* ctx = nullptr;
