@@ -112,7 +112,7 @@ TEST(X86Kernels, EveryKernelMatchesScalarBitForBitOnEveryTileShape) {
   std::mt19937_64 rng(31337);
   // Query lengths around the 8/16/32-lane groups, document lengths around the 1/2/4/6/8/12/16/32-row tiles.
   const uint64_t lq_lengths[] = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 64, 65, 100};
-  for (uint32_t dim : {5u, 48u, 64u, 96u, 128u, 130u}) {
+  for (uint32_t dim : {5u, 48u, 64u, 96u, 128u, 130u, 256u}) {
     for (maxsim_dtype dtype : {MAXSIM_F32, MAXSIM_BF16, MAXSIM_F16}) {
       TokenSets q;
       q.dim = dim;

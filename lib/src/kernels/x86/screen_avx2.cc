@@ -17,6 +17,9 @@
 // 2 query vectors x R rows, R broadcasts of |d| and R scalar offsets, 2R table loads, and exactly the peak
 // loop's 3 vector ops per product. A zero code gets the "+" pattern (its |d| is 0, so the product is 0).
 // Table size: 32 KB per block of 2 query vectors at dim 128 (16 tokens), read while the block's rows stream.
+// The main tile's k loop is an asm block (Dots2x3: GCC's register allocation of the intrinsic loop was fragile),
+// and in a document's first block it also prepares the next tile's |d| and offsets (Dots2x3Prep) in the slots
+// the multiply-bound loop leaves free (dims whose code rows are contiguous: 64, 128, 256).
 //
 // After the k loop: vcvtdq2ps, vmulps by the row's scale and by the lanes' query scales (the key A), running
 // vmaxps per lane (top), one store of the keys per row and query vector. The rest (selection, bounds,
@@ -165,10 +168,92 @@ MAXSIM_TARGET_AVX2 inline void Dots2x3(const int8_t* tb, uint32_t groups4, const
   acc[1][2] = c12;
 }
 
+// Constants of Dots2x3Prep, read from memory (the asm has no operands left for registers): per 4 codes the
+// pattern bits 1, 2, 4, 8; bytes of 1 (vpmaddubsw: pairs of bits); words of 32 (vpmaddwd: pattern * 32).
+alignas(32) constexpr uint32_t kPrepConst[24] = {
+    0x08040201u, 0x08040201u, 0x08040201u, 0x08040201u, 0x08040201u, 0x08040201u, 0x08040201u, 0x08040201u,
+    0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u,
+    0x00200020u, 0x00200020u, 0x00200020u, 0x00200020u, 0x00200020u, 0x00200020u, 0x00200020u, 0x00200020u};
+static_assert(kEntry == 0x20, "kPrepConst's pattern scale");
+
+// Dots2x3 that also prepares the next tile's rows (|d| and the pattern offsets, PrepRows' arithmetic), one
+// 32-byte chunk of codes per k-group until `nbytes` are done. Preparing them between the tiles cost ~17 cycles
+// per row (Zen 5: ~2K of the ~20K TSC ticks of a Ld=180 document's i8 phase), which the out-of-order window
+// could not hide (a tile is ~900 instructions); here they use the slots the multiply-bound loop leaves free,
+// with da and p as temporaries (dead between two rows' products). The rows are contiguous (padded_dim ==
+// groups4 * 4 == kBytes, a compile-time displacement: the asm has no operands left for row pointers), rows j..
+// j + 2 at ap[0], the next rows right after them in absd / offs, their codes at src.
+template <int kBytes>
+MAXSIM_TARGET_AVX2 inline void Dots2x3Prep(const int8_t* tb, const uint8_t* a, const uint32_t* o, __m256i ones,
+                                           __m256i (*acc)[3], const int8_t* src, size_t nbytes) {
+  static_assert(kBytes % 32 == 0, "whole 32-byte chunks");
+  __m256i c00 = acc[0][0], c01 = acc[0][1], c02 = acc[0][2], c10 = acc[1][0], c11 = acc[1][1], c12 = acc[1][2];
+  __m256i da, p;
+  // g runs from -groups4 to 0 against the rows' end pointers; qp from 0 to nbytes over the next rows.
+  const uint8_t* a0 = a + kBytes;
+  const uint8_t* o0 = reinterpret_cast<const uint8_t*>(o) + kBytes;
+  int64_t g = -(kBytes / 4), qp = 0;
+  uint64_t t;
+  __asm__(
+      "1:\n\t"
+      "movl (%[o0],%[g],4), %k[t]\n\t"
+      "vpbroadcastd (%[a0],%[g],4), %[da]\n\t"
+      "vpmaddubsw (%[tb],%[t]), %[da], %[p]\n\t"
+      "vpmaddubsw 512(%[tb],%[t]), %[da], %[da]\n\t"
+      "movl %c[B](%[o0],%[g],4), %k[t]\n\t"
+      "vpmaddwd %[ones], %[p], %[p]\n\t"
+      "vpmaddwd %[ones], %[da], %[da]\n\t"
+      "vpaddd %[p], %[c00], %[c00]\n\t"
+      "vpaddd %[da], %[c10], %[c10]\n\t"
+      "cmp %[nb], %[qp]\n\t"
+      "jae 2f\n\t"
+      "vmovdqu (%[src],%[qp]), %[p]\n\t"
+      "vpabsb %[p], %[da]\n\t"
+      "vmovdqu %[da], %c[B]*2(%[a0],%[qp])\n\t"
+      "vpxor %[da], %[da], %[da]\n\t"
+      "vpcmpgtb %[p], %[da], %[p]\n\t"
+      "vpand (%[cst]), %[p], %[p]\n\t"
+      "vpmaddubsw 32(%[cst]), %[p], %[p]\n\t"
+      "vpmaddwd 64(%[cst]), %[p], %[p]\n\t"
+      "vmovdqu %[p], %c[B]*2(%[o0],%[qp])\n\t"
+      "add $32, %[qp]\n\t"
+      "2:\n\t"
+      "vpbroadcastd %c[B](%[a0],%[g],4), %[da]\n\t"
+      "vpmaddubsw (%[tb],%[t]), %[da], %[p]\n\t"
+      "vpmaddubsw 512(%[tb],%[t]), %[da], %[da]\n\t"
+      "movl %c[B]*2(%[o0],%[g],4), %k[t]\n\t"
+      "vpmaddwd %[ones], %[p], %[p]\n\t"
+      "vpmaddwd %[ones], %[da], %[da]\n\t"
+      "vpaddd %[p], %[c01], %[c01]\n\t"
+      "vpaddd %[da], %[c11], %[c11]\n\t"
+      "vpbroadcastd %c[B]*2(%[a0],%[g],4), %[da]\n\t"
+      "vpmaddubsw (%[tb],%[t]), %[da], %[p]\n\t"
+      "vpmaddubsw 512(%[tb],%[t]), %[da], %[da]\n\t"
+      "add $1024, %[tb]\n\t"
+      "vpmaddwd %[ones], %[p], %[p]\n\t"
+      "vpmaddwd %[ones], %[da], %[da]\n\t"
+      "vpaddd %[p], %[c02], %[c02]\n\t"
+      "vpaddd %[da], %[c12], %[c12]\n\t"
+      "add $1, %[g]\n\t"
+      "jnz 1b\n\t"
+      : [c00] "+x"(c00), [c01] "+x"(c01), [c02] "+x"(c02), [c10] "+x"(c10), [c11] "+x"(c11), [c12] "+x"(c12),
+        [da] "=&x"(da), [p] "=&x"(p), [g] "+r"(g), [t] "=&r"(t), [tb] "+r"(tb), [qp] "+r"(qp)
+      : [a0] "r"(a0), [o0] "r"(o0), [src] "r"(src), [nb] "r"(nbytes), [ones] "x"(ones), [cst] "r"(kPrepConst),
+        [B] "i"(kBytes)
+      : "cc", "memory");
+  acc[0][0] = c00;
+  acc[0][1] = c01;
+  acc[0][2] = c02;
+  acc[1][0] = c10;
+  acc[1][1] = c11;
+  acc[1][2] = c12;
+}
+
 template <int NQ, int R, bool kCos>
-MAXSIM_TARGET_AVX2 inline void Tile(const int8_t* tb, uint32_t groups4, const uint8_t* absd, const uint32_t* offs,
-                                    uint32_t j, const maxsim_vector_meta* meta, const float* inv, const __m256* sq,
-                                    float* K, size_t group_stride, __m256* top) {
+MAXSIM_TARGET_AVX2 inline void Tile(const int8_t* tb, uint32_t groups4, uint8_t* absd, uint32_t* offs, uint32_t j,
+                                    const maxsim_vector_meta* meta, const float* inv, const __m256* sq, float* K,
+                                    size_t group_stride, __m256* top, const int8_t* prep_codes = nullptr,
+                                    uint32_t prep_rows = 0) {
   __m256i acc[NQ][R];
   for (int i = 0; i < NQ; ++i) {
     for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_si256();
@@ -182,7 +267,18 @@ MAXSIM_TARGET_AVX2 inline void Tile(const int8_t* tb, uint32_t groups4, const ui
   }
   const __m256i ones = _mm256_set1_epi16(1);
   if constexpr (NQ == 2 && R == 3) {
-    if (groups4 > 0) Dots2x3(tb, groups4, ap, op, ones, acc);
+    if (prep_rows > 0) {  // rows j + 3 .. j + 3 + prep_rows (see Rows: bytes is 64, 128 or 256 here)
+      const size_t nb = static_cast<size_t>(prep_rows) * bytes;
+      if (bytes == 128) {
+        Dots2x3Prep<128>(tb, ap[0], op[0], ones, acc, prep_codes, nb);
+      } else if (bytes == 64) {
+        Dots2x3Prep<64>(tb, ap[0], op[0], ones, acc, prep_codes, nb);
+      } else {
+        Dots2x3Prep<256>(tb, ap[0], op[0], ones, acc, prep_codes, nb);
+      }
+    } else if (groups4 > 0) {
+      Dots2x3(tb, groups4, ap, op, ones, acc);
+    }
   } else {
   for (uint32_t g = 0; g < groups4; ++g, tb += 2 * kVecGroup) {
     for (int r = 0; r < R; ++r) {
@@ -223,11 +319,25 @@ MAXSIM_TARGET_AVX2 void Rows(const int8_t* tb, uint32_t groups4, const DocRef& d
   // The first block of a document prepares each tile's rows just before it: the codes come from DRAM or L3,
   // prefetched three tiles ahead, and a separate pass over them stalled on those misses (measured: 10% of the
   // time in a pass that is 2% of the work); within the tiles the misses overlap with the arithmetic.
-  if (prep) PrefetchCodes(d, 0, 3 * kRows);
+  // With two query vectors and contiguous rows (padded_dim == groups4 * 4: dim 64, 128 or 256) each tile
+  // prepares the next tile's rows inside its k loop (Dots2x3Prep) and only the first tile's rows are prepared
+  // before the loop.
+  const uint32_t bytes = groups4 * 4;
+  const bool fused = prep && NQ == 2 && d.padded_dim == bytes && (bytes == 64 || bytes == 128 || bytes == 256) &&
+                     nd >= kRows;
+  if (prep) PrefetchCodes(d, 0, 4 * kRows);
+  if (fused) PrepRows(d, groups4, 0, kRows, absd, offs);
   // Tiles of 3 rows (6 accumulators, the |d| broadcast, ones and a temporary: no spills, checked in the
   // disassembly); 4 rows measured no faster.
   for (; j + kRows <= nd; j += kRows) {
     if (pf) pf->Step();
+    if (fused) {
+      PrefetchCodes(d, j + 4 * kRows, j + 5 * kRows);
+      const uint32_t next = std::min(nd, j + 2 * kRows) - (j + kRows);  // rows of the next tile (or the tail)
+      Tile<NQ, kRows, kCos>(tb, groups4, absd, offs, j, d.meta, inv, sq, K, group_stride, top,
+                            d.codes + static_cast<size_t>(j + kRows) * bytes, next);
+      continue;
+    }
     if (prep) {
       PrefetchCodes(d, j + 3 * kRows, j + 4 * kRows);
       PrepRows(d, groups4, j, j + kRows, absd, offs);
@@ -235,7 +345,7 @@ MAXSIM_TARGET_AVX2 void Rows(const int8_t* tb, uint32_t groups4, const DocRef& d
     Tile<NQ, kRows, kCos>(tb, groups4, absd, offs, j, d.meta, inv, sq, K, group_stride, top);
   }
   for (; j < nd; ++j) {
-    if (prep) PrepRows(d, groups4, j, j + 1, absd, offs);
+    if (prep && !fused) PrepRows(d, groups4, j, j + 1, absd, offs);
     Tile<NQ, 1, kCos>(tb, groups4, absd, offs, j, d.meta, inv, sq, K, group_stride, top);
   }
   for (int i = 0; i < NQ; ++i) _mm256_storeu_ps(top_p + i * kW, top[i]);
