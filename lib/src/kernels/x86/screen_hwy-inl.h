@@ -682,7 +682,7 @@ HWY_INLINE void SelectGroup(DocCtx& x, uint32_t g, const float* HWY_RESTRICT K, 
 }
 
 // Screens one document: i8 phase per block of groups, selection per group, bound, prefetch of candidate rows.
-void ScreenDoc(const ScreenCall& c, const DocRef& d, ScreenState& st, ScreenState::Doc& doc) {
+void ScreenDoc(const ScreenCall& c, const DocRef& d, const DocRef* next, ScreenState& st, ScreenState::Doc& doc) {
   const DF df;
   const size_t W = hn::Lanes(df);
   const PreparedQuery& q = *c.q;
@@ -721,6 +721,19 @@ void ScreenDoc(const ScreenCall& c, const DocRef& d, ScreenState& st, ScreenStat
   const size_t step_blocks = blocks > 1 && c.pf_skip_first_block ? blocks - 1 : blocks;
   const size_t steps = std::max<size_t>(1, (nd / std::max<uint32_t>(1, c.pf_rows_per_step)) * step_blocks);
   st.pf.per_step = (st.pf.rows.size() * st.pf.lines_per_row + steps - 1) / steps;
+  // The next document's code and metadata pages, so that its first block's code prefetches find their
+  // translations (they waited for page walks there: the i8 loop stalled on them).
+  st.pf.pages.clear();
+  if (next) {
+    const auto add = [&](const void* base, size_t bytes) {
+      const uintptr_t b = reinterpret_cast<uintptr_t>(base);
+      for (uintptr_t a = b & ~uintptr_t{4095}; a < b + bytes; a += 4096) {
+        st.pf.pages.push_back(reinterpret_cast<const char*>(std::max(a, b & ~uintptr_t{63})));
+      }
+    };
+    add(next->codes, static_cast<size_t>(next->n_tokens) * next->padded_dim);
+    add(next->meta, static_cast<size_t>(next->n_tokens) * sizeof(maxsim_vector_meta));
+  }
   if (st.pf_next.size() < 2 * static_cast<size_t>(nd) + 1) st.pf_next.resize(2 * static_cast<size_t>(nd) + 1);
   st.pf_next_n = 0;
   bool have_coef = !x.certified;
@@ -797,8 +810,7 @@ void ScreenDoc(const ScreenCall& c, const DocRef& d, ScreenState& st, ScreenStat
   st.pf.rows.resize(few ? n_rows : 0);
   st.pf.lines_per_row = (static_cast<size_t>(d.dim) * (d.dtype == MAXSIM_F32 ? 4 : 2) + 63) / 64 +
                         ((reinterpret_cast<uintptr_t>(d.originals) | d.orig_row_bytes) % 64 != 0);
-  st.pf.pos = 0;
-  st.pf.line = 0;
+  st.pf.Reset();
 }
 
 // The f32 rows of n refinement items: the originals, or (f16/bf16) rows widened into `wide`.
@@ -943,7 +955,7 @@ void Screen(const ScreenCall& c) {
     }
   };
   for (size_t i = 0; i < c.n; ++i) {
-    ScreenDoc(c, c.docs[i], *st, st->doc[i & 1]);
+    ScreenDoc(c, c.docs[i], i + 1 < c.n ? &c.docs[i + 1] : nullptr, *st, st->doc[i & 1]);
     if (i + 1 < c.n) {
       // The next document's first code rows, while the previous one is refined.
       const DocRef& nx = c.docs[i + 1];
@@ -962,8 +974,7 @@ void Screen(const ScreenCall& c) {
     refine(c.n - 1);
   }
   st->pf.rows.clear();
-  st->pf.pos = 0;
-  st->pf.line = 0;
+  st->pf.Reset();
 }
 
 }  // namespace screen

@@ -44,22 +44,45 @@ struct QueryLanes {
 // tiles they overlap with arithmetic. Into L2 (prefetcht1): the i8 phase streams its own data through L1.
 struct PrefetchQueue {
   std::vector<const char*> rows;  // first cache line of each row
+  std::vector<const char*> pages;  // one line per 4 KB page of the next document's codes and metadata
   size_t lines_per_row = 0;
-  size_t pos = 0, line = 0;  // next row, next line within it
+  size_t pos = 0, line = 1;  // next row, next line within it (line 0 of every row goes first, see Step)
   size_t per_step = 0;       // lines per Step()
+  bool primed = false;       // line 0 of every row issued
+  // The first step issues line 0 of every row at once: each row's first prefetch usually misses the TLB too
+  // (rows of a document ~17 4 KB pages per Lq = 32 document), and issued one row after another those page walks
+  // stalled the i8 loop one at a time (the walk holds the prefetch, and retirement, a few hundred cycles in a
+  // VM). Back to back they overlap; the other lines of the rows then find their translations.
   void Step() {
-    for (size_t n = per_step; n > 0 && pos < rows.size(); --n) {
+    size_t n = per_step;
+    if (!primed) Prime(&n);
+    for (; n > 0 && pos < rows.size(); --n) {
       __builtin_prefetch(rows[pos] + 64 * line, 0, MAXSIM_PF_HINT);
-      if (++line == lines_per_row) {
-        line = 0;
+      if (++line >= lines_per_row) {
+        line = 1;
         ++pos;
       }
     }
   }
   void Flush() {
-    for (; pos < rows.size(); ++pos, line = 0) {
+    if (!primed) Prime(nullptr);
+    for (; pos < rows.size(); ++pos, line = 1) {
       for (; line < lines_per_row; ++line) __builtin_prefetch(rows[pos] + 64 * line, 0, MAXSIM_PF_HINT);
     }
+  }
+  void Reset() {
+    pos = 0;
+    line = 1;
+    primed = false;
+  }
+
+ private:
+  void Prime(size_t* budget) {
+    for (const char* r : rows) __builtin_prefetch(r, 0, MAXSIM_PF_HINT);
+    for (const char* r : pages) __builtin_prefetch(r, 0, MAXSIM_PF_HINT);
+    primed = true;
+    if (lines_per_row <= 1) pos = rows.size();
+    if (budget) *budget = *budget > rows.size() ? *budget - rows.size() : 0;
   }
 };
 
