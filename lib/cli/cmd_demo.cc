@@ -133,6 +133,16 @@ int RunDemo(int argc, char** argv) {
   std::vector<Timed> timings;
   maxsim_sets qs{qpacked, nullptr}, ds{corpus, nullptr};
   {
+    // One untimed call first: a GPU backend uploads the corpus on its first use (kept for later calls), and the
+    // CPU touches its scratch memory; neither belongs in the per-mode times.
+    maxsim_score_options so;
+    maxsim_score_options_init(&so);
+    t = Now();
+    Check(maxsim_score_matrix(ctx, &qs, &ds, &so, matrix[0].data(), nullptr), "scoring");
+    std::printf("first call (untimed below): %s%s\n", HumanSeconds(Now() - t).c_str(),
+                std::strcmp(maxsim_context_backend(ctx), "cpu") == 0 ? "" : ", including the corpus upload to the device");
+  }
+  {
     Progress p("scoring", 6, "runs");
     for (int m = 0; m < 3; ++m) {
       Timed tm{ModeName(modes[m]), "score matrix"};
@@ -165,8 +175,12 @@ int RunDemo(int argc, char** argv) {
   for (const Timed& tm : timings) {
     const double per_token =
         tm.stats.query_tokens ? static_cast<double>(tm.stats.refined) / static_cast<double>(tm.stats.query_tokens) : 0;
-    char refined[32] = "-";
+    char refined[48] = "-";
     if (tm.mode != "exact") std::snprintf(refined, sizeof(refined), "%.2f", per_token);
+    // Nothing refined in certified mode: the backend ran its exact kernel (the CUDA plugin does: same bits).
+    if (tm.mode == "certified" && tm.stats.query_tokens > 0 && tm.stats.refined == 0) {
+      std::snprintf(refined, sizeof(refined), "0 (exact kernel, same bits)");
+    }
     std::printf("%-12s %-13s %10s %11s %9.1f   %s\n", tm.mode.c_str(), tm.op.c_str(), HumanSeconds(tm.seconds).c_str(),
                 HumanCount(static_cast<double>(nq * nd) / tm.seconds).c_str(), ops / tm.seconds / 1e9, refined);
   }
