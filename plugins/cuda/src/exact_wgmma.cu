@@ -199,9 +199,9 @@ __device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&
 // (the G blocks of a pair run at about the same time, so a document is read from memory once and then from L2).
 // The two warpgroups are not kept in step: the stage ring is guarded by mbarriers (full: every thread's copies
 // of the tile landed; empty: every thread's wgmma reading it finished), so one warpgroup's folds overlap the
-// other's tensor-core work. Every thread copies its share of each tile kStages - 2 tiles ahead, across pairs.
+// other's tensor-core work. Every thread copies its share of each tile `ahead` tiles ahead, across pairs.
 template <typename T, int WGS, int QS, int S, int BPS>
-__global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const ForwardArgs a, uint32_t cpg) {
+__global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const ForwardArgs a, uint32_t cpg, int ahead) {
 #if defined(MAXSIM_HAVE_WGMMA)
   extern __shared__ uint8_t smem_raw[];
   constexpr int kThreads = WGS * 128, kRows = WGS * QS * 64;
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
     skip_done();
   };
 #pragma unroll 1
-  for (int s = 0; s < S - 2; ++s) produce();
+  for (int s = 0; s < ahead; ++s) produce();
 
   const bool plain = a.d.mask == nullptr && !a.cosine;
   float acc0[64], acc1[64];
@@ -414,6 +414,14 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
   const int smem = S * kWgStageBytes + 1024;  // + alignment slack for the 1024-byte swizzle period
   const cudaError_t e = AllowDynamicSmemOnce<ExactWgmmaKernel<T, WGS, QS, S, BPS>>(smem);
   if (e != cudaSuccess) return e;
+  // Stages copied ahead: S - 1 (all but the one being read; producing waits for the stage of the tile before).
+  // H100, 2026-11-24: q128 0.120-0.122 ms against 0.129-0.131 with S - 2, visual 0.545-0.548 against 0.559-0.560.
+  // MAXSIM_CUDA_WGMMA_AHEAD=1..S-1 overrides it, for measurement.
+  static const int ahead_env = [] {
+    const char* v = std::getenv("MAXSIM_CUDA_WGMMA_AHEAD");
+    return v == nullptr ? 0 : std::atoi(v);
+  }();
+  const int ahead = ahead_env >= 1 && ahead_env <= S - 1 ? ahead_env : S - 1;
   // BPS resident blocks per SM, G blocks per pair at a time.
   const uint64_t G = a.part.groups;
   const uint64_t per_group = std::max<uint64_t>(1, static_cast<uint64_t>(BPS) * SmCount() / G);
@@ -421,7 +429,7 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
   const uint64_t blocks = G * cpg;
   if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
   ExactWgmmaKernel<T, WGS, QS, S, BPS>
-      <<<static_cast<unsigned>(blocks), WGS * 128, smem, stream>>>(a, static_cast<uint32_t>(cpg));
+      <<<static_cast<unsigned>(blocks), WGS * 128, smem, stream>>>(a, static_cast<uint32_t>(cpg), ahead);
   return cudaGetLastError();
 }
 
