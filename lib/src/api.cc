@@ -80,17 +80,46 @@ uint64_t MatrixWork(const SetsRef& q, const SetsRef& d) {
   return w > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(w);
 }
 
-Status ScoreCandidatesImpl(maxsim_context* ctx, const maxsim_sets* queries, const maxsim_sets* documents,
-                           const uint64_t* cand_offsets, const uint64_t* candidates,
-                           const maxsim_score_options* options, float* scores, int32_t* argmax, bool pairs) {
-  MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
+// What every scoring entry point reads first: the context, the options and both sets.
+struct ScoringInputs {
   ScoreRequest req;
   maxsim_stats* stats = nullptr;
   void* stream = nullptr;
-  MAXSIM_RETURN_IF_ERROR(ReadScoreOptions(options, &req, &stats, &stream));
   SetsRef q, d;
-  MAXSIM_RETURN_IF_ERROR(ResolveSets(queries, "queries", &q));
-  MAXSIM_RETURN_IF_ERROR(ResolveSets(documents, "documents", &d));
+  // A plugin call for `op` carrying the request, the statistics and the stream.
+  PluginCall Call(PluginOp op) const {
+    PluginCall call;
+    call.op = op;
+    call.req = req;
+    call.stats = stats;
+    call.stream = stream;
+    return call;
+  }
+};
+
+Status ReadScoringInputs(const maxsim_context* ctx, const maxsim_sets* queries, const maxsim_sets* documents,
+                         const maxsim_score_options* options, ScoringInputs* in) {
+  MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
+  MAXSIM_RETURN_IF_ERROR(ReadScoreOptions(options, &in->req, &in->stats, &in->stream));
+  MAXSIM_RETURN_IF_ERROR(ResolveSets(queries, "queries", &in->q));
+  return ResolveSets(documents, "documents", &in->d);
+}
+
+// The CPU engine reports a dimension mismatch itself; a plugin route checks it here first.
+Status CheckSameDim(const SetsRef& q, const SetsRef& d) {
+  if (q.dim() != d.dim()) {
+    return Error(MAXSIM_ERR_DIM_MISMATCH, "queries have dim %u but documents have dim %u", q.dim(), d.dim());
+  }
+  return Status::Ok();
+}
+
+Status ScoreCandidatesImpl(maxsim_context* ctx, const maxsim_sets* queries, const maxsim_sets* documents,
+                           const uint64_t* cand_offsets, const uint64_t* candidates,
+                           const maxsim_score_options* options, float* scores, int32_t* argmax, bool pairs) {
+  ScoringInputs in;
+  MAXSIM_RETURN_IF_ERROR(ReadScoringInputs(ctx, queries, documents, options, &in));
+  const SetsRef& q = in.q;
+  const SetsRef& d = in.d;
   std::vector<uint64_t> pair_offsets, pair_docs;
   if (pairs) {
     if (q.n_sets() != d.n_sets()) {
@@ -111,18 +140,14 @@ Status ScoreCandidatesImpl(maxsim_context* ctx, const maxsim_sets* queries, cons
   const uint64_t work = MatrixWork(q, d) / nd * std::max<uint64_t>(1, total / std::max<uint64_t>(1, q.n_sets()));
   MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, q, d, work, &route));
   if (route == Route::kPlugin) {
-    PluginCall call;
-    call.op = PluginOp::kCandidates;
-    call.req = req;
+    PluginCall call = in.Call(PluginOp::kCandidates);
     call.cand_offsets = cand_offsets;
     call.candidates = candidates;
     call.scores = scores;
     call.argmax = argmax;
-    call.stats = stats;
-    call.stream = stream;
     return RunOnPlugin(*ctx, q, d, call);
   }
-  return ctx->engine->ScoreCandidates(q, d, cand_offsets, candidates, req, scores, argmax, stats);
+  return ctx->engine->ScoreCandidates(q, d, cand_offsets, candidates, in.req, scores, argmax, in.stats);
 }
 
 Status CheckLevel(const maxsim_validation& level) {
@@ -371,30 +396,18 @@ MAXSIM_API maxsim_status maxsim_score_matrix(maxsim_context* ctx, const maxsim_s
                                              const maxsim_sets* documents, const maxsim_score_options* options,
                                              float* scores, int32_t* argmax) {
   return Guard([&]() -> Status {
-    MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
-    ScoreRequest req;
-    maxsim_stats* stats = nullptr;
-    void* stream = nullptr;
-    MAXSIM_RETURN_IF_ERROR(ReadScoreOptions(options, &req, &stats, &stream));
-    SetsRef q, d;
-    MAXSIM_RETURN_IF_ERROR(ResolveSets(queries, "queries", &q));
-    MAXSIM_RETURN_IF_ERROR(ResolveSets(documents, "documents", &d));
+    ScoringInputs in;
+    MAXSIM_RETURN_IF_ERROR(ReadScoringInputs(ctx, queries, documents, options, &in));
     Route route;
-    MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, q, d, MatrixWork(q, d), &route));
+    MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, in.q, in.d, MatrixWork(in.q, in.d), &route));
     if (route == Route::kPlugin) {
-      if (q.dim() != d.dim()) {
-        return Error(MAXSIM_ERR_DIM_MISMATCH, "queries have dim %u but documents have dim %u", q.dim(), d.dim());
-      }
-      PluginCall call;
-      call.op = PluginOp::kMatrix;
-      call.req = req;
+      MAXSIM_RETURN_IF_ERROR(CheckSameDim(in.q, in.d));
+      PluginCall call = in.Call(PluginOp::kMatrix);
       call.scores = scores;
       call.argmax = argmax;
-      call.stats = stats;
-      call.stream = stream;
-      return RunOnPlugin(*ctx, q, d, call);
+      return RunOnPlugin(*ctx, in.q, in.d, call);
     }
-    return ctx->engine->ScoreMatrix(q, d, req, scores, argmax, stats);
+    return ctx->engine->ScoreMatrix(in.q, in.d, in.req, scores, argmax, in.stats);
   });
 }
 
@@ -419,16 +432,11 @@ MAXSIM_API maxsim_status maxsim_topk(maxsim_context* ctx, const maxsim_sets* que
                                      uint64_t k, const maxsim_score_options* options, float* scores,
                                      uint64_t* doc_index, uint64_t* ids) {
   return Guard([&]() -> Status {
-    MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
-    ScoreRequest req;
-    maxsim_stats* stats = nullptr;
-    void* stream = nullptr;
-    MAXSIM_RETURN_IF_ERROR(ReadScoreOptions(options, &req, &stats, &stream));
-    SetsRef q, d;
-    MAXSIM_RETURN_IF_ERROR(ResolveSets(queries, "queries", &q));
-    MAXSIM_RETURN_IF_ERROR(ResolveSets(documents, "documents", &d));
+    ScoringInputs in;
+    MAXSIM_RETURN_IF_ERROR(ReadScoringInputs(ctx, queries, documents, options, &in));
+    const SetsRef& d = in.d;
     Route route;
-    MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, q, d, MatrixWork(q, d), &route));
+    MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, in.q, d, MatrixWork(in.q, d), &route));
     if (route == Route::kPlugin) {
       if (k == 0) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "k is 0 (ask for at least one document)");
       if (!scores || !doc_index) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "top-k outputs must not be NULL");
@@ -436,21 +444,15 @@ MAXSIM_API maxsim_status maxsim_topk(maxsim_context* ctx, const maxsim_sets* que
         return Error(MAXSIM_ERR_INVALID_ARGUMENT,
                      "ids were requested but the documents carry none (pack them with ids, or pass ids = NULL)");
       }
-      if (q.dim() != d.dim()) {
-        return Error(MAXSIM_ERR_DIM_MISMATCH, "queries have dim %u but documents have dim %u", q.dim(), d.dim());
-      }
-      PluginCall call;
-      call.op = PluginOp::kTopK;
-      call.req = req;
+      MAXSIM_RETURN_IF_ERROR(CheckSameDim(in.q, d));
+      PluginCall call = in.Call(PluginOp::kTopK);
       call.k = k;
       call.scores = scores;
       call.topk_index = doc_index;
       call.ids = ids;
-      call.stats = stats;
-      call.stream = stream;
-      return RunOnPlugin(*ctx, q, d, call);
+      return RunOnPlugin(*ctx, in.q, d, call);
     }
-    return ctx->engine->TopK(q, d, k, req, scores, doc_index, ids, stats);
+    return ctx->engine->TopK(in.q, d, k, in.req, scores, doc_index, ids, in.stats);
   });
 }
 
