@@ -10,6 +10,7 @@
 //                          i8 phase.
 //   screen_avx2.cc         AVX2 i8 screening (sign table + vpmaddubsw + vpmaddwd), kernel "avx2".
 //   screen_avx512vnni.cc   AVX-512 VNNI i8 screening (vpdpbusd), kernel "avx512-vnni".
+//   screen_avxvnni.cc      AVX-VNNI i8 screening (VEX vpdpbusd on ymm), kernel "avx-vnni".
 //   exact_avx512bf16.cc    vdpbf16ps exact path for bf16 originals, kernel "avx512-bf16" (and "amx").
 //   screen_amx.cc          AMX-INT8 screening (tdpbssd), kernel "amx".
 #ifndef MAXSIM_SRC_KERNELS_X86_X86_KERNELS_H_
@@ -229,7 +230,8 @@ bool Bf16DpInUse();
 // Tests only: -1 (default) choose by measured rate, 1 use vdpbf16ps wherever it is exact, 0 never.
 void ForceBf16DpForTest(int mode);
 
-// AVX-512 VNNI screening shared between kernels (screen_avx512vnni.cc).
+// AVX-512 VNNI screening shared between kernels (screen_avx512vnni.cc); its biased query layout is also the
+// "avx-vnni" kernel's.
 void ScreenedVnni(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode,
                   float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters);
 void ScreenedBatchVnni(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric, maxsim_mode mode,
