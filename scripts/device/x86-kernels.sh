@@ -17,7 +17,7 @@ targets="maxsim_tests kernel_bench isa_probe"
 ninja -C "$B" -j"$NPROC" $targets >> "$OUT/x86-build.txt" 2>&1 || { tail -30 "$OUT/x86-build.txt"; exit 1; }
 echo "## build: $(( $(date +%s) - t0 )) s" >> "$S"
 KB="$B/benchmarks/kernel_bench"
-KERNELS=${X86_KERNELS:-amx,avx512-vnni,avx2}
+KERNELS=${X86_KERNELS:-amx,avx512-vnni,avx-vnni,avx2}
 { echo "## isa_probe"; taskset -c 2 "$B/benchmarks/isa_probe"; } 2>&1 | tee "$OUT/x86-probe.txt" >> "$S"
 t1=$(date +%s)
 "$B/tests/maxsim_tests" --gtest_filter='-*4GiB*' > "$OUT/x86-tests.txt" 2>&1
