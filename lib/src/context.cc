@@ -101,7 +101,7 @@ Status SelectKernel(const maxsim_options& o, maxsim_context* ctx) {
                      source.c_str(), reason.c_str());
       }
       ctx->kernel = &list[i];
-      ctx->kernel_source = "forced (" + source + ")";
+      ctx->kernel_source = "forced, " + source;
       return Status::Ok();
     }
     known += (known.empty() ? "" : ", ") + std::string(list[i].name);
