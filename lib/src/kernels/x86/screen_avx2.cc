@@ -30,6 +30,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/x86/keys_ymm-inl.h"
 #include "kernels/x86/x86_kernels.h"
 
 #define MAXSIM_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -293,16 +294,7 @@ MAXSIM_TARGET_AVX2 inline void Tile(const int8_t* tb, uint32_t groups4, uint8_t*
     }
   }
   }
-  for (int r = 0; r < R; ++r) {
-    const __m256 sd = _mm256_set1_ps(meta[j + r].scale);
-    for (int i = 0; i < NQ; ++i) {
-      // key = fl(fl(fl(float(I) * s_d) * s_q) [* inv]), the portable kernel's expression.
-      const __m256 a = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][r]), sd), sq[i]);
-      const __m256 key = kCos ? _mm256_mul_ps(a, _mm256_set1_ps(inv[j + r])) : a;
-      _mm256_store_ps(K + i * group_stride + static_cast<size_t>(j + r) * kW, key);
-      top[i] = _mm256_max_ps(key, top[i]);  // a NaN key returns top: ignored
-    }
-  }
+  StoreKeysYmm<NQ, R, kCos>(acc, j, meta, inv, sq, K, group_stride, top);
 }
 
 template <int NQ, bool kCos>

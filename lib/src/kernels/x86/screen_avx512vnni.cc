@@ -79,51 +79,42 @@ MAXSIM_TARGET_VNNI inline void Tile(const uint8_t* ql, size_t qstride, uint32_t 
   }
 }
 
-template <int NQ, bool kCos>
-MAXSIM_TARGET_VNNI void Rows(const uint8_t* ql, size_t qstride, uint32_t groups4, const DocRef& d, const float* inv,
-                      const float* sq_lanes, float* K, size_t group_stride, float* top_p, PrefetchQueue* pf) {
-  __m512 top[NQ], sq[NQ];
-  for (int i = 0; i < NQ; ++i) {
-    top[i] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    sq[i] = _mm512_loadu_ps(sq_lanes + i * kW);
+// The i8 phase of one document for NQ query groups (BiasedLayoutKeys, x86_kernels.h).
+struct ZmmRows {
+  template <int NQ, bool kCos>
+  MAXSIM_TARGET_VNNI static void Run(const uint8_t* ql, size_t qstride, uint32_t groups4, const DocRef& d,
+                                      const float* inv, const float* sq_lanes, float* K, size_t group_stride,
+                                      float* top_p, PrefetchQueue* pf) {
+    __m512 top[NQ], sq[NQ];
+    for (int i = 0; i < NQ; ++i) {
+      top[i] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+      sq[i] = _mm512_loadu_ps(sq_lanes + i * kW);
+    }
+    const uint32_t nd = d.n_tokens;
+    uint32_t j = 0;
+    // Documents stream from DRAM in a search: prefetch the codes two tiles ahead (a tile reads 8 rows as 8
+    // short streams, which the hardware prefetchers pick up too late).
+    PrefetchCodes(d, 0, 16);
+    for (; j + 8 <= nd; j += 8) {
+      PrefetchCodes(d, j + 16, j + 24);
+      if (pf) pf->Step();
+      Tile<NQ, 8, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
+    }
+    if (j + 4 <= nd) {
+      Tile<NQ, 4, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
+      j += 4;
+    }
+    if (j + 2 <= nd) {
+      Tile<NQ, 2, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
+      j += 2;
+    }
+    if (j < nd) {
+      Tile<NQ, 1, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
+    }
+    for (int i = 0; i < NQ; ++i) _mm512_storeu_ps(top_p + i * kW, top[i]);
   }
-  const uint32_t nd = d.n_tokens;
-  uint32_t j = 0;
-  // Documents stream from DRAM in a search: prefetch the codes two tiles ahead (a tile reads 8 rows as 8
-  // short streams, which the hardware prefetchers pick up too late).
-  PrefetchCodes(d, 0, 16);
-  for (; j + 8 <= nd; j += 8) {
-    PrefetchCodes(d, j + 16, j + 24);
-    if (pf) pf->Step();
-    Tile<NQ, 8, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
-  }
-  if (j + 4 <= nd) {
-    Tile<NQ, 4, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
-    j += 4;
-  }
-  if (j + 2 <= nd) {
-    Tile<NQ, 2, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
-    j += 2;
-  }
-  if (j < nd) Tile<NQ, 1, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
-  for (int i = 0; i < NQ; ++i) _mm512_storeu_ps(top_p + i * kW, top[i]);
-}
+};
 
-// ComputeKeysFn (x86_kernels.h) for vpdpbusd.
-void VnniKeys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride, float* top) {
-  const PreparedQuery& q = *job.q;
-  const size_t qstride = static_cast<size_t>(q.n_padded) * 4;
-  const uint8_t* ql = static_cast<const uint8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4;
-  const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
-  const float* sq = job.lanes.sq + static_cast<size_t>(g0) * kW;
-  if (ng == 2) {
-    job.cosine ? Rows<2, true>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf)
-               : Rows<2, false>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf);
-  } else {
-    job.cosine ? Rows<1, true>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf)
-               : Rows<1, false>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf);
-  }
-}
 
 }  // namespace
 
@@ -131,7 +122,7 @@ void ScreenedBatchVnni(const PreparedQuery& q, const DocRef* docs, size_t n, max
                        float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters,
                        const ScreenPrune* prune) {
   const ScreenCall c = MakeScreenCall(q, docs, n, metric, mode, best_key, best_index, scratch, counters, prune,
-                                      &VnniKeys);
+                                      &BiasedLayoutKeys<kW, ZmmRows>);
   HwyExactAvx3()->screen(c);
 }
 

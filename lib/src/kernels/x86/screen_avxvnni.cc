@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/x86/keys_ymm-inl.h"
 #include "kernels/x86/x86_kernels.h"
 
 #define MAXSIM_TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
@@ -64,71 +65,52 @@ MAXSIM_TARGET_AVXVNNI inline void Tile(const uint8_t* ql, size_t qstride, uint32
       for (int i = 0; i < NQ; ++i) Dp(acc[i][r], qv[i], dv);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    const __m256 sd = _mm256_set1_ps(meta[j + r].scale);
+  StoreKeysYmm<NQ, R, kCos>(acc, j, meta, inv, sq, K, group_stride, top);
+}
+
+// The i8 phase of one document for NQ query groups (BiasedLayoutKeys, x86_kernels.h).
+struct YmmRows {
+  template <int NQ, bool kCos>
+  MAXSIM_TARGET_AVXVNNI static void Run(const uint8_t* ql, size_t qstride, uint32_t groups4, const DocRef& d,
+                                        const float* inv, const float* sq_lanes, float* K, size_t group_stride,
+                                        float* top_p, PrefetchQueue* pf) {
+    __m256 top[NQ], sq[NQ];
     for (int i = 0; i < NQ; ++i) {
-      // key = fl(fl(fl(float(I) * s_d) * s_q) [* inv]), the portable kernel's expression.
-      const __m256 a = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][r]), sd), sq[i]);
-      const __m256 key = kCos ? _mm256_mul_ps(a, _mm256_set1_ps(inv[j + r])) : a;
-      _mm256_store_ps(K + i * group_stride + static_cast<size_t>(j + r) * kW, key);
-      top[i] = _mm256_max_ps(key, top[i]);  // a NaN key returns top: ignored
+      top[i] = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+      sq[i] = _mm256_loadu_ps(sq_lanes + i * kW);
     }
+    const uint32_t nd = d.n_tokens;
+    uint32_t j = 0;
+    // Codes two tiles ahead (a tile reads its rows as short streams that the hardware prefetchers find late).
+    PrefetchCodes(d, 0, 2 * kTileRows);
+    for (; j + kTileRows <= nd; j += kTileRows) {
+      PrefetchCodes(d, j + 2 * kTileRows, j + 3 * kTileRows);
+      if (pf) pf->Step();
+      Tile<NQ, kTileRows, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride,
+                                top);
+    }
+    if (j + 4 <= nd) {
+      Tile<NQ, 4, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
+      j += 4;
+    }
+    if (j + 2 <= nd) {
+      Tile<NQ, 2, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
+      j += 2;
+    }
+    if (j < nd) {
+      Tile<NQ, 1, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
+    }
+    for (int i = 0; i < NQ; ++i) _mm256_storeu_ps(top_p + i * kW, top[i]);
   }
-}
+};
 
-template <int NQ, bool kCos>
-MAXSIM_TARGET_AVXVNNI void Rows(const uint8_t* ql, size_t qstride, uint32_t groups4, const DocRef& d,
-                                const float* inv, const float* sq_lanes, float* K, size_t group_stride,
-                                float* top_p, PrefetchQueue* pf) {
-  __m256 top[NQ], sq[NQ];
-  for (int i = 0; i < NQ; ++i) {
-    top[i] = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-    sq[i] = _mm256_loadu_ps(sq_lanes + i * kW);
-  }
-  const uint32_t nd = d.n_tokens;
-  uint32_t j = 0;
-  // Codes two tiles ahead (a tile reads its rows as short streams that the hardware prefetchers find late).
-  PrefetchCodes(d, 0, 2 * kTileRows);
-  for (; j + kTileRows <= nd; j += kTileRows) {
-    PrefetchCodes(d, j + 2 * kTileRows, j + 3 * kTileRows);
-    if (pf) pf->Step();
-    Tile<NQ, kTileRows, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride,
-                              top);
-  }
-  if (j + 4 <= nd) {
-    Tile<NQ, 4, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
-    j += 4;
-  }
-  if (j + 2 <= nd) {
-    Tile<NQ, 2, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
-    j += 2;
-  }
-  if (j < nd) Tile<NQ, 1, kCos>(ql, qstride, groups4, d.codes, d.padded_dim, j, d.meta, inv, sq, K, group_stride, top);
-  for (int i = 0; i < NQ; ++i) _mm256_storeu_ps(top_p + i * kW, top[i]);
-}
-
-// ComputeKeysFn (x86_kernels.h) for VEX vpdpbusd: groups of kW = 8 query lanes, one or two per call.
-void AvxVnniKeys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride, float* top) {
-  const PreparedQuery& q = *job.q;
-  const size_t qstride = static_cast<size_t>(q.n_padded) * 4;
-  const uint8_t* ql = static_cast<const uint8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4;
-  const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
-  const float* sq = job.lanes.sq + static_cast<size_t>(g0) * kW;
-  if (ng == 2) {
-    job.cosine ? Rows<2, true>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf)
-               : Rows<2, false>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf);
-  } else {
-    job.cosine ? Rows<1, true>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf)
-               : Rows<1, false>(ql, qstride, groups4, *job.d, job.inv, sq, K, k_stride, top, job.pf);
-  }
-}
 
 void ScreenedBatch(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric, maxsim_mode mode,
                    float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters,
                    const ScreenPrune* prune) {
   ScreenCall c = MakeScreenCall(q, docs, n, metric, mode, best_key, best_index, scratch, counters, prune,
-                                &AvxVnniKeys);
-  c.pf_rows_per_step = kTileRows;  // AvxVnniKeys steps the prefetch queue once per tile
+                                &BiasedLayoutKeys<kW, YmmRows>);
+  c.pf_rows_per_step = kTileRows;  // YmmRows steps the prefetch queue once per tile
   HwyExactAvx2()->screen(c);
 }
 

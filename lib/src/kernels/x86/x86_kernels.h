@@ -264,6 +264,26 @@ struct I8QueryLayout {
   }
 };
 
+// The ComputeKeysFn of the vpdpbusd kernels ("avx512-vnni": W = 16 lanes per group, "avx-vnni": W = 8). Both read
+// the biased I8QueryLayout and differ only in RowsT::Run<NQ, kCos>, which computes the keys of every document row
+// for NQ (1 or 2) query groups with its ISA's tiles. ISA-free itself.
+template <uint32_t W, typename RowsT>
+void BiasedLayoutKeys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride, float* top) {
+  const PreparedQuery& q = *job.q;
+  const size_t qstride = static_cast<size_t>(q.n_padded) * 4;
+  const uint8_t* ql = static_cast<const uint8_t*>(job.layout) + static_cast<size_t>(g0) * W * 4;
+  const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
+  const float* sq = job.lanes.sq + static_cast<size_t>(g0) * W;
+  const DocRef& d = *job.d;
+  if (ng == 2) {
+    job.cosine ? RowsT::template Run<2, true>(ql, qstride, groups4, d, job.inv, sq, K, k_stride, top, job.pf)
+               : RowsT::template Run<2, false>(ql, qstride, groups4, d, job.inv, sq, K, k_stride, top, job.pf);
+  } else {
+    job.cosine ? RowsT::template Run<1, true>(ql, qstride, groups4, d, job.inv, sq, K, k_stride, top, job.pf)
+               : RowsT::template Run<1, false>(ql, qstride, groups4, d, job.inv, sq, K, k_stride, top, job.pf);
+  }
+}
+
 }  // namespace x86
 }  // namespace maxsim
 
