@@ -230,13 +230,11 @@ Status Probe(std::string* info) {
                 static_cast<double>(p.totalGlobalMem) / (1ull << 30), driver / 1000, (driver % 1000) / 10,
                 runtime / 1000, (runtime % 1000) / 10);
   *info = buf;
-  if (p.major >= 8) {
-    *info += WgmmaAvailable(dev) ? "; long queries: wgmma kernel (sm_90a)" : "; long queries: mma.sync kernel";
-  }
   if (p.major < 8) {
-    *info += ": needs compute capability 8.0 or newer (the plugin is built for sm_80 and sm_90)";
+    *info += ": needs compute capability 8.0 or newer (the plugin is built for sm_80 and sm_90a, plus compute_90 PTX)";
     return Fail(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", info->c_str());
   }
+  *info += WgmmaAvailable(dev) ? "; long queries: wgmma kernel (sm_90a)" : "; long queries: mma.sync kernel";
   return Status::Ok();
 }
 
