@@ -39,9 +39,10 @@ uint64_t Seed() {
 
 std::mt19937_64 Rng(uint64_t salt) { return std::mt19937_64(Seed() * 1000003ull + salt); }
 
-// Certified requests run the exact kernel by default (bit-identical on the GPU, and faster); every certified
-// test below exercises the screening kernel instead, set before the first context (and backend) exists.
-// CertifiedRoutesToExactByDefault checks the default route.
+// By default certified requests run the exact kernel (bit-identical on the GPU, and faster) and approximate ones
+// screen only where the screening kernel's ring applies; every certified and approximate test below exercises the
+// screening kernel at every shape instead, set before the first context (and backend) exists.
+// ScreeningRoutesByModeAndShape checks the default routes.
 const bool kScreenCertified = [] {
   setenv("MAXSIM_CUDA_CERTIFIED", "screen", 0);
   return true;
@@ -281,33 +282,60 @@ TEST_F(Gpu, PackedMatrixAllModesMatchReference) {
   }
 }
 
-TEST_F(Gpu, CertifiedRoutesToExactByDefault) {
-  // Without MAXSIM_CUDA_CERTIFIED=screen a certified request runs the exact kernel: the same bits as the
-  // screening kernel and as exact mode, with no screening work counted.
+TEST_F(Gpu, ScreeningRoutesByModeAndShape) {
+  // Without MAXSIM_CUDA_CERTIFIED a certified request runs the exact kernel, and an approximate one screens only
+  // where the screening kernel's per-warp ring applies (short queries, many pairs); MAXSIM_CUDA_CERTIFIED=exact
+  // never screens, =screen always does. Certified gives exact's bits on every route; the refinement counters
+  // tell the routes apart.
   ASSERT_TRUE(kScreenCertified);
   const std::string saved = std::getenv("MAXSIM_CUDA_CERTIFIED") ? std::getenv("MAXSIM_CUDA_CERTIFIED") : "";
   unsetenv("MAXSIM_CUDA_CERTIFIED");
   Context routed(Options("cuda"));
-  if (!saved.empty()) setenv("MAXSIM_CUDA_CERTIFIED", saved.c_str(), 1);
+  setenv("MAXSIM_CUDA_CERTIFIED", "exact", 1);
+  Context never(Options("cuda"));
+  setenv("MAXSIM_CUDA_CERTIFIED", "screen", 1);
   Context screened(Options("cuda"));
-  for (uint64_t lq : {32ull, 300ull}) {
-    auto rng = Rng(90 + lq);
-    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 2, 1, lq, 128), MAXSIM_BF16);
-    const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 40, 0, 200, 128), MAXSIM_BF16);
+  if (saved.empty()) unsetenv("MAXSIM_CUDA_CERTIFIED");
+  else setenv("MAXSIM_CUDA_CERTIFIED", saved.c_str(), 1);
+  struct RouteCase {
+    uint64_t nd, lq;
+    bool approx_screens;  // by default
+  };
+  for (const RouteCase& rc : {RouteCase{40, 32, false}, RouteCase{40, 300, false}, RouteCase{800, 32, true},
+                              RouteCase{800, 100, false}}) {
+    auto rng = Rng(90 + rc.lq + rc.nd);
+    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 2, 1, rc.lq, 128), MAXSIM_BF16);
+    const TokenSets d = Encoded(Generate(rng, Shape::kClustered, rc.nd, 0, 120, 128), MAXSIM_BF16);
     Packed pq = Packed::Pack(routed, q.Dense());
     Packed pd = Packed::Pack(routed, d.Dense());
     for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
-      const std::string what = "Lq " + std::to_string(lq) + (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
-      maxsim_stats st_routed{}, st_screened{};
-      const Matrix exact = ScoreMatrix(routed, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      const Matrix cert =
-          ScoreMatrix(routed, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED, &st_routed);
-      const Matrix screen =
-          ScoreMatrix(screened, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED, &st_screened);
+      const std::string what = "Nd " + std::to_string(rc.nd) + " Lq " + std::to_string(rc.lq) +
+                               (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+      const uint64_t nq = q.n_sets(), rows = q.rows(), nd = d.n_sets();
+      maxsim_stats st_routed{}, st_never{}, st_screened{}, st_ar{}, st_an{}, st_as{};
+      const Matrix exact = ScoreMatrix(routed, pq, nq, rows, pd, nd, metric, MAXSIM_MODE_EXACT);
+      const Matrix cert = ScoreMatrix(routed, pq, nq, rows, pd, nd, metric, MAXSIM_MODE_CERTIFIED, &st_routed);
+      const Matrix cert_never = ScoreMatrix(never, pq, nq, rows, pd, nd, metric, MAXSIM_MODE_CERTIFIED, &st_never);
+      const Matrix screen = ScoreMatrix(screened, pq, nq, rows, pd, nd, metric, MAXSIM_MODE_CERTIFIED, &st_screened);
       ExpectIdentical(cert, exact, what + " routed certified vs exact");
+      ExpectIdentical(cert_never, exact, what + " certified (never screened) vs exact");
       ExpectIdentical(screen, exact, what + " screened certified vs exact");
       EXPECT_EQ(st_routed.refined, 0u) << what;
-      if (saved == "screen") EXPECT_GT(st_screened.refined, 0u) << what;
+      EXPECT_EQ(st_never.refined, 0u) << what;
+      EXPECT_GT(st_screened.refined, 0u) << what;
+      const Matrix ap_routed = ScoreMatrix(routed, pq, nq, rows, pd, nd, metric, MAXSIM_MODE_APPROXIMATE, &st_ar);
+      const Matrix ap_never = ScoreMatrix(never, pq, nq, rows, pd, nd, metric, MAXSIM_MODE_APPROXIMATE, &st_an);
+      const Matrix ap_screen = ScoreMatrix(screened, pq, nq, rows, pd, nd, metric, MAXSIM_MODE_APPROXIMATE, &st_as);
+      ExpectIdentical(ap_never, exact, what + " approximate (never screened) vs exact");
+      EXPECT_EQ(st_an.refined, 0u) << what;
+      EXPECT_GT(st_as.refined, 0u) << what;
+      if (rc.approx_screens) {
+        ExpectIdentical(ap_routed, ap_screen, what + " routed approximate vs screened");
+        EXPECT_EQ(st_ar.refined, st_as.refined) << what;
+      } else {
+        ExpectIdentical(ap_routed, exact, what + " routed approximate vs exact");
+        EXPECT_EQ(st_ar.refined, 0u) << what;
+      }
     }
   }
 }
@@ -350,8 +378,31 @@ TEST_F(Gpu, ManyPairsPipelineKernel) {
       unsetenv("MAXSIM_CUDA_NO_PIPE");
       ExpectIdentical(pipe, plain, what + " vs one pair per warp");
       ExpectReference(q, d, metric, pipe, what, 500);
-      const Matrix cert = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);
+      maxsim_stats st_pipe{}, st_plain{};
+      const Matrix cert =
+          ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED, &st_pipe);
       ExpectIdentical(cert, pipe, what + " certified vs exact");
+      // The screening kernel's per-warp ring (ScreenPipeKernel) against its one-pair-per-warp kernel: the same
+      // candidate sets (so the same refinement counts) and the same bits, certified and approximate.
+      const Matrix approx = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_APPROXIMATE);
+      setenv("MAXSIM_CUDA_NO_SCREEN_PIPE", "1", 1);
+      const Matrix cert_plain =
+          ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED, &st_plain);
+      const Matrix approx_plain =
+          ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_APPROXIMATE);
+      unsetenv("MAXSIM_CUDA_NO_SCREEN_PIPE");
+      ExpectIdentical(cert, cert_plain, what + " certified: screening ring vs one pair per warp");
+      ExpectIdentical(approx, approx_plain, what + " approximate: screening ring vs one pair per warp");
+      if (kScreenCertified) {
+        EXPECT_GT(st_pipe.refined, 0u) << what;
+        EXPECT_EQ(st_pipe.refined, st_plain.refined) << what;
+        EXPECT_EQ(st_pipe.multi_candidate, st_plain.multi_candidate) << what;
+      }
+      for (uint64_t j = 0; j < 300; ++j) {
+        const RefPair ref = Reference(q, 0, d, j, metric);
+        const float a = approx.scores[j];
+        if (!std::isinf(a)) ASSERT_LE(static_cast<double>(a), ref.score + 2 * ref.tolerance) << what << " approx doc " << j;
+      }
     }
   }
 }
@@ -1001,6 +1052,18 @@ TEST_F(Gpu, SanitizeSmallEveryOperation) {
     a.grad_documents = o_d.p;
     a.deterministic = det;
     ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << maxsim_last_error();
+  }
+  // Enough short-query pairs for the screening kernel's per-warp ring (ScreenPipeKernel), ragged and empty
+  // documents, code rows of 128 and 64 bytes.
+  for (uint32_t dim : {128u, 64u}) {
+    TokenSets sq = Encoded(Generate(rng, Shape::kUnitGaussian, 1, 1, 32, dim), MAXSIM_BF16);
+    TokenSets sd = Encoded(Generate(rng, Shape::kClustered, 700, 0, 45, dim), MAXSIM_BF16);
+    Packed spq = Packed::Pack(gpu, sq.Dense());
+    Packed spd = Packed::Pack(gpu, sd.Dense());
+    for (maxsim_mode mode : {MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+      const Matrix m = ScoreMatrix(gpu, spq, sq.n_sets(), sq.rows(), spd, sd.n_sets(), MAXSIM_METRIC_DOT, mode);
+      if (mode == MAXSIM_MODE_CERTIFIED) ExpectReference(sq, sd, MAXSIM_METRIC_DOT, m, "small screening ring", 50);
+    }
   }
   // Long queries, scores only: the wgmma kernel on sm_90 (256- and 128-row groups, ragged documents with a partial
   // last stage, an empty document), packed and as masked device tensors.

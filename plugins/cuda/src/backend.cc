@@ -262,8 +262,10 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out) {
   b->resident_limit = EnvU64("MAXSIM_CUDA_RESIDENT_LIMIT", 0);
   b->force_stream = EnvU64("MAXSIM_CUDA_STREAM", 0) != 0;
   b->chunk_bytes = std::max<uint64_t>(4096, EnvU64("MAXSIM_CUDA_STREAM_CHUNK_BYTES", 256ull << 20));
-  const char* cert = std::getenv("MAXSIM_CUDA_CERTIFIED");
-  b->screen_certified = cert && std::string(cert) == "screen";
+  const char* route = std::getenv("MAXSIM_CUDA_CERTIFIED");
+  const std::string route_s = route ? route : "";
+  if (route_s == "screen") b->screen_route = Backend::ScreenRoute::kScreen;
+  if (route_s == "exact") b->screen_route = Backend::ScreenRoute::kExact;
   Status s = b->flags_host.Reserve(64, "status flags");
   if (!s.ok()) return fail(s);
   *out = b;
@@ -288,6 +290,17 @@ void DestroyBackend(Backend* b) {
   if (b->stream) cudaStreamDestroy(b->stream);
   if (b->copy) cudaStreamDestroy(b->copy);
   delete b;
+}
+
+int Backend::KernelMode(int mode, const SetsView& q, uint64_t max_lq, uint64_t n_pairs) const {
+  if (mode == MAXSIM_MODE_EXACT || screen_route == ScreenRoute::kScreen) return mode;
+  if (screen_route == ScreenRoute::kExact || mode == MAXSIM_MODE_CERTIFIED) return MAXSIM_MODE_EXACT;
+  const uint64_t rows = ScreenGroupRows(max_lq);
+  const uint64_t groups = std::max<uint64_t>(1, (max_lq + rows - 1) / rows);
+  const int sms = std::max(1, prop.multiProcessorCount);
+  return ScreenPipeApplies(static_cast<uint32_t>(std::min<uint64_t>(groups, 0xffffffffull)), q.code_bytes, n_pairs, sms)
+             ? mode
+             : static_cast<int>(MAXSIM_MODE_EXACT);
 }
 
 // ---- corpora ------------------------------------------------------------------------------------------------
@@ -533,7 +546,7 @@ Status ScoreMatrixDevice(Backend& b, const DeviceQueries& q, const Corpus& c, in
   a.q = q.view;
   a.d = c.View();
   a.cosine = metric == MAXSIM_METRIC_COSINE;
-  a.mode = b.KernelMode(mode);
+  a.mode = b.KernelMode(mode, q.view, q.max_len, nq * nd);
   a.counters = d_counters;
   const Plan plan = MakePlan(a.q, a.d, q.max_len, a.mode);
   a.pairs.layout = kPairsMatrix;
@@ -579,7 +592,7 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
     FillStats(a.stats, 0, 0, nullptr);
     return Status::Ok();
   }
-  const int mode = b.KernelMode(a.mode);
+  const int mode = b.KernelMode(a.mode, q.view, q.max_len, nq * nd);
   const bool need_codes = mode != MAXSIM_MODE_EXACT;
   SetsView probe_d = c.streamed ? SetsView{} : c.View();
   if (c.streamed) {
@@ -663,7 +676,7 @@ Status ScoreCandidates(Backend& b, const maxsim_plugin_score_args& a) {
     FillStats(a.stats, 0, 0, nullptr);
     return Status::Ok();
   }
-  const int mode = b.KernelMode(a.mode);
+  const int mode = b.KernelMode(a.mode, q.view, q.max_len, total);
   const bool need_codes = mode != MAXSIM_MODE_EXACT;
   // Pairs sorted by chunk (a stable counting sort), with their output slot and argmax base.
   SetsView probe_d;
@@ -767,7 +780,7 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
   std::vector<ull> keys;
   uint64_t have = 0;
   ull hc[2] = {0, 0};
-  const int mode = b.KernelMode(a.mode);
+  const int mode = b.KernelMode(a.mode, q.view, q.max_len, nq * nd);
   const bool need_codes = mode != MAXSIM_MODE_EXACT;
   if (nq > 0 && nd > 0) {
     SetsView probe_d;

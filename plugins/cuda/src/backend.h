@@ -103,14 +103,17 @@ struct Backend {
   bool force_stream = false;
   uint64_t chunk_bytes = 0;         // streaming chunk size
   bool sync_calls = true;           // training calls wait for their stream (false: benchmarks only)
-  // Certified requests run the exact kernel unless this is set (MAXSIM_CUDA_CERTIFIED=screen): on the GPU the
-  // two give identical bits, and the exact kernel was faster at every measured shape (docs/cuda.md).
-  bool screen_certified = false;
+  // Where certified and approximate requests run (MAXSIM_CUDA_CERTIFIED, read when the backend is created).
+  // kAuto: certified requests run the exact kernel (on the GPU the two give identical bits, and screening with
+  // exact refinement measured slower at every benchmark shape, docs/cuda.md); approximate requests screen only
+  // where the screening kernel's per-warp ring applies (short queries, d <= 128, many pairs: faster than exact
+  // there) and run the exact kernel elsewhere (exact results are within the approximate contract).
+  // kScreen ("screen"): both modes always screen. kExact ("exact"): neither does.
+  enum class ScreenRoute { kAuto, kScreen, kExact };
+  ScreenRoute screen_route = ScreenRoute::kAuto;
 
-  // The kernel mode for a requested mode (see screen_certified).
-  int KernelMode(int mode) const {
-    return mode == MAXSIM_MODE_CERTIFIED && !screen_certified ? static_cast<int>(MAXSIM_MODE_EXACT) : mode;
-  }
+  // The kernel mode for a requested mode, query set and number of (query, document) pairs.
+  int KernelMode(int mode, const SetsView& q, uint64_t max_lq, uint64_t n_pairs) const;
 
   void Log(maxsim_log_level level, const std::string& m) const;
 };

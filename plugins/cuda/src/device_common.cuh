@@ -88,6 +88,24 @@ __device__ __forceinline__ uint4 Ld16Stream(const void* p) {
   return r;
 }
 
+// ---- cp.async (sm_80+) and shared-memory loads ----------------------------------------------------------
+
+// 16-byte asynchronous copy global -> shared; pred = false writes 16 zero bytes (src-size 0, nothing is read).
+__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem, bool pred) {
+  const int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ uint4 Lds16(uint32_t addr) {
+  uint4 r;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(addr));
+  return r;
+}
+
 // ---- element conversion ---------------------------------------------------------------------------------
 
 __device__ __forceinline__ float LoadElem(const uint8_t* row, uint32_t k, int dtype) {

@@ -226,21 +226,6 @@ constexpr int kSmemTile = 64;    // tokens per stage (default shape)
 constexpr int kSmemStages = 3;
 constexpr int kRowBytes = 256;   // 128 dims x 2 bytes
 
-__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem, bool pred) {
-  const int n = pred ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ uint4 Lds16(uint32_t addr) {
-  uint4 r;
-  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(addr));
-  return r;
-}
-
 // TILE tokens per stage x STAGES stages (64 x 3 or 128 x 2, chosen in LaunchSmemA).
 template <typename T, int W, bool ARGMAX, int TILE, int STAGES>
 __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a) {

@@ -140,6 +140,8 @@ constexpr uint32_t kFfmaGroupRows = 32;
 cudaError_t LaunchExactFfma(const ForwardArgs& a, cudaStream_t stream);
 // i8 screening (CERTIFIED / APPROXIMATE) on packed q and d; refinement with the exact kernels' arithmetic.
 uint32_t ScreenGroupRows(uint64_t max_lq);
+// Whether LaunchScreen uses its per-warp ring kernel (ScreenPipeKernel) for this launch.
+bool ScreenPipeApplies(uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, int sms);
 cudaError_t LaunchScreen(const ForwardArgs& a, cudaStream_t stream);
 // Partials -> scores + argmax.
 cudaError_t LaunchFinalize(const ForwardArgs& a, cudaStream_t stream);

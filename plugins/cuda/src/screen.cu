@@ -1,8 +1,9 @@
 // Certified i8 screening and the approximate mode on int8 tensor cores (mma.sync m16n8k32, exact s32 dots).
 //
-// One warp per (pair, group of 16*MT query rows), query codes in registers as A fragments, document codes and
-// metadata streamed into registers (the next 32 tokens' loads in flight while the current ones compute).
-// One pass per document:
+// Two kernels share the per-tile work (ScreenWarp): ScreenKernel, one warp per (pair, group of 16*MT query rows)
+// with the document codes and metadata loaded straight into registers (the next 32 tokens' loads in flight while
+// the current ones compute), and ScreenPipeKernel, persistent warps streaming many short-query pairs through a
+// per-warp shared-memory ring. Both hold the query codes in registers as A fragments. One pass per document:
 //   A_j = fl(fl(float(I_j) * s_d) * s_q)  (times inv|d| for cosine), I_j the exact integer dot.
 //   Per 8-token tile t the margin is made uniform: M_t = alpha * max_t(|d|) + beta * max_t(resid_d) + s
 //   (cosine: of |d|/|d| and resid/|d|), where alpha = resid_q + gamma' |q| and beta = resid_q + |q|
@@ -19,6 +20,9 @@
 // similarity comes from tensor cores (their f32 accumulation may truncate), gamma_dim for the FMA chain.
 // APPROXIMATE: the i8 argmax (A_j ranked with scales; ties to the lower index), that one token refined.
 #include <math.h>
+
+#include <cstdlib>
+#include <string>
 
 #include "forward_common.cuh"
 
@@ -165,12 +169,239 @@ __device__ void Compact(WarpLists& L, int& count) {
   count = out;
 }
 
+// One warp's screening state for one (query group, document): the per-row constants of the query group, the
+// running lower bounds (certified) or i8 argmax (approximate), and the candidate list in shared memory. Both
+// kernels below feed it 16x8 tiles of exact int dots with their columns' metadata; they differ only in how the
+// document codes reach the registers.
+template <typename RT, int MT, bool CERT>
+struct ScreenWarp {
+  const ForwardArgs& a;
+  const ScreenConsts consts;
+  WarpLists& L;
+  uint64_t qb = 0, db = 0, ld = 0;
+  uint32_t r0 = 0;
+  float sq[MT][2], al[MT][2], be[MT][2];
+  bool rv[MT][2];
+  float lower[MT][2], top[MT][2];
+  int topi[MT][2];
+  int count = 0;
+  uint64_t refined = 0;
+
+  __device__ ScreenWarp(const ForwardArgs& a_, ScreenConsts c, WarpLists& l) : a(a_), consts(c), L(l) {}
+
+  // Per row slot (mt, h) -> row r0 + mt*16 + g + 8h: the query scale and the margin coefficients.
+  __device__ __forceinline__ void BeginQuery(uint64_t qb_, uint64_t lq, uint32_t r0_) {
+    const int g = (threadIdx.x & 31) >> 2;
+    qb = qb_;
+    r0 = r0_;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint64_t r = r0 + mt * 16 + g + 8 * h;
+        rv[mt][h] = r < lq;
+        const float4 m = rv[mt][h] ? __ldg(reinterpret_cast<const float4*>(a.q.meta + qb + r)) : make_float4(0, 0, 0, 0);
+        // m = {scale, norm, resid, code_sum}. |A| 2^-21 <= 2^-21 (|q| + e_q)(|d| + e_d): folded into alpha, beta.
+        const float rel = 1.0f + 0x1p-18f;
+        const float abs_a = 0x1p-21f * (m.y + m.z);
+        sq[mt][h] = m.x;
+        al[mt][h] = (m.z + consts.gamma * m.y + abs_a) * rel;
+        be[mt][h] = (m.z + m.y + abs_a) * rel;
+      }
+    }
+  }
+
+  __device__ __forceinline__ void BeginDoc(uint64_t db_, uint64_t ld_) {
+    const int lane = threadIdx.x & 31;
+    db = db_;
+    ld = ld_;
+    __syncwarp();
+    L.best[lane] = 0ull;
+    L.count_per_row[lane] = 0u;
+    L.lower[lane] = -INFINITY;
+    __syncwarp();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        lower[mt][h] = -INFINITY;
+        top[mt][h] = -INFINITY;
+        topi[mt][h] = -1;
+      }
+    }
+    count = 0;
+  }
+
+  __device__ __forceinline__ void Flush(bool in_loop) {
+    if (count == 0) return;
+    __syncwarp();
+    // The rare in-loop flush (a list still nearly full after filtering) uses the lean variant, so that the main
+    // loop keeps its registers.
+    if (in_loop) Refine<RT, false>(a, qb, r0, db, L, count);
+    else Refine<RT, true>(a, qb, r0, db, L, count);
+    refined += static_cast<uint64_t>(count);
+    count = 0;
+  }
+
+  __device__ __forceinline__ void ShareLower() {
+    if constexpr (CERT) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          lower[mt][h] = fmaxf(lower[mt][h], __shfl_xor_sync(kFull, lower[mt][h], 1));
+          lower[mt][h] = fmaxf(lower[mt][h], __shfl_xor_sync(kFull, lower[mt][h], 2));
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void PublishLower() {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      if (t == 0) {
+        L.lower[mt * 16 + g] = lower[mt][0];
+        L.lower[mt * 16 + g + 8] = lower[mt][1];
+      }
+    }
+  }
+
+  // One 16x8 tile per m tile: columns col0 + 2t + e of this lane, m[e] their metadata {scale, norm, resid, sum}.
+  __device__ __forceinline__ void Tile(const int (&acc)[MT][4], const float4 (&m)[2], uint64_t col0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const bool cosine = a.cosine != 0;
+    // Per column: the scale (times inv|d| for cosine) and the tile's margin inputs.
+    float sc[2], c1 = 0.0f, c2 = 0.0f;
+    bool cv[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      cv[e] = col0 + 2 * t + e < ld;
+      const float w = cosine ? InvNorm(m[e].y) : 1.0f;
+      sc[e] = m[e].x * w;
+      if (CERT && cv[e]) {
+        c1 = fmaxf(c1, m[e].y * w);
+        c2 = fmaxf(c2, m[e].z * w);
+      }
+    }
+    if constexpr (CERT) {
+      c1 = fmaxf(c1, __shfl_xor_sync(kFull, c1, 1));
+      c1 = fmaxf(c1, __shfl_xor_sync(kFull, c1, 2));
+      c2 = fmaxf(c2, __shfl_xor_sync(kFull, c2, 1));
+      c2 = fmaxf(c2, __shfl_xor_sync(kFull, c2, 2));
+      float mt_m[MT][2];
+      bool any = false;
+      float xs[MT][2][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float M = fmaf(al[mt][h], c1, fmaf(be[mt][h], c2, consts.slack));
+          float tmax = -INFINITY;
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float x = static_cast<float>(acc[mt][2 * h + e]) * sc[e] * sq[mt][h];
+            xs[mt][h][e] = x;
+            if (cv[e]) tmax = fmaxf(tmax, x);
+          }
+          lower[mt][h] = fmaxf(lower[mt][h], tmax - M);
+          mt_m[mt][h] = M;
+#pragma unroll
+          for (int e = 0; e < 2; ++e) any |= rv[mt][h] && cv[e] && xs[mt][h][e] + M >= lower[mt][h];
+        }
+      }
+      if (__any_sync(kFull, any)) {
+        if (count > kCap - 32 * 8) {
+          ShareLower();
+          PublishLower();
+          Compact(L, count);
+          if (count > kCap - 32 * 8) Flush(true);
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float hi = xs[mt][h][e] + mt_m[mt][h];
+              const bool pred = rv[mt][h] && cv[e] && hi >= lower[mt][h];
+              Push(L, count, pred, mt * 16 + g + 8 * h, static_cast<uint32_t>(col0 + 2 * t + e), hi);
+            }
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float x = static_cast<float>(acc[mt][2 * h + e]) * sc[e];
+            if (cv[e] && x > top[mt][h]) {
+              top[mt][h] = x;
+              topi[mt][h] = static_cast<int>(col0 + 2 * t + e);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // The final filter, refinement and statistics; returns the rows' (value, index) in WriteRows' layout.
+  __device__ __forceinline__ Best<MT> EndDoc() {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if constexpr (CERT) {
+      PublishLower();
+      Compact(L, count);
+      // Per-row candidate counts (statistics) of the final list.
+      for (int e = lane; e < count; e += 32) atomicAdd(&L.count_per_row[L.row[e]], 1u);
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          MergeBest(top[mt][h], topi[mt][h], 1);
+          MergeBest(top[mt][h], topi[mt][h], 2);
+          const bool pred = t == 0 && rv[mt][h] && topi[mt][h] >= 0;
+          Push(L, count, pred, mt * 16 + g + 8 * h, static_cast<uint32_t>(topi[mt][h] < 0 ? 0 : topi[mt][h]), 0.0f);
+        }
+      }
+    }
+    Flush(false);
+    __syncwarp();
+    if (a.counters) {
+      uint32_t multi = 0;
+      if (CERT) multi = L.count_per_row[lane] > 1 ? 1u : 0u;
+      for (int off = 16; off > 0; off >>= 1) multi += __shfl_xor_sync(kFull, multi, off);
+      if (lane == 0) {
+        atomicAdd(&a.counters[0], static_cast<unsigned long long>(refined));
+        atomicAdd(&a.counters[1], static_cast<unsigned long long>(multi));
+      }
+    }
+    refined = 0;
+    Best<MT> best;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const unsigned long long k = L.best[mt * 16 + g + 8 * h];
+        best.v[mt][h] = k ? KeyValue(k) : -INFINITY;
+        best.i[mt][h] = k ? static_cast<int>(KeyIndex(k)) : -1;
+      }
+    }
+    return best;
+  }
+};
+
 template <int CC>
 struct Step {
   uint4 b[kTiles][CC > 0 ? CC : 1];
   float4 m[kTiles][2];  // metadata of this lane's two columns of each tile
 };
 
+// One warp per (pair, group of 16*MT query rows); the document's codes and metadata go straight from global
+// memory into registers, the next 32 tokens' loads in flight while the current ones compute.
 template <typename RT, int MT, int CC, bool CERT>
 __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs a, ScreenConsts consts) {
   __shared__ WarpLists lists[kWarps];
@@ -189,35 +420,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs
   const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
   const uint32_t r0 = grp * MT * 16;
   if (grp > 0 && r0 >= lq) return;
-  WarpLists& L = lists[warp];
-  L.best[lane] = 0ull;
-  L.count_per_row[lane] = 0u;
-  L.lower[lane] = -INFINITY;
-  __syncwarp();
-  const bool cosine = a.cosine != 0;
+  ScreenWarp<RT, MT, CERT> sw(a, consts, lists[warp]);
+  sw.BeginQuery(qb, lq, r0);
+  sw.BeginDoc(db, ld);
   const uint32_t cb = a.q.code_bytes;
   const int8_t* qcodes = a.q.codes + qb * cb;
   const int8_t* dcodes = a.d.codes + db * cb;
   const float4* dmeta = reinterpret_cast<const float4*>(a.d.meta + db);
 
-  // Per row slot (mt, h) -> row r0 + mt*16 + g + 8h: the query scale and the margin coefficients.
-  float sq[MT][2], al[MT][2], be[MT][2];
-  bool rv[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint64_t r = r0 + mt * 16 + g + 8 * h;
-      rv[mt][h] = r < lq;
-      const float4 m = rv[mt][h] ? __ldg(reinterpret_cast<const float4*>(a.q.meta + qb + r)) : make_float4(0, 0, 0, 0);
-      // m = {scale, norm, resid, code_sum}. |A| 2^-21 <= 2^-21 (|q| + e_q)(|d| + e_d): folded into alpha, beta.
-      const float rel = 1.0f + 0x1p-18f;
-      const float abs_a = 0x1p-21f * (m.y + m.z);
-      sq[mt][h] = m.x;
-      al[mt][h] = (m.z + consts.gamma * m.y + abs_a) * rel;
-      be[mt][h] = (m.z + m.y + abs_a) * rel;
-    }
-  }
   // CC > 0: the query codes live in registers (code rows of up to 128 bytes); CC == 0: any dimension, A and B
   // reloaded per 64-byte chunk.
   constexpr int KCR = CC > 0 ? CC : 1;
@@ -246,39 +456,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs
       for (int e = 0; e < 2; ++e) {
         const uint64_t col = base + u * 8 + 2 * t + e;
         st.m[u][e] = col < ld ? __ldg(dmeta + col) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-    }
-  };
-  float lower[MT][2], top[MT][2];
-  int topi[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      lower[mt][h] = -INFINITY;
-      top[mt][h] = -INFINITY;
-      topi[mt][h] = -1;
-    }
-  }
-  int count = 0;
-  uint64_t refined = 0;
-  auto flush = [&](bool in_loop) {
-    if (count == 0) return;
-    __syncwarp();
-    // The rare in-loop flush (a list still nearly full after filtering) uses the lean variant, so that the main
-    // loop keeps its registers.
-    if (in_loop) Refine<RT, false>(a, qb, r0, db, L, count);
-    else Refine<RT, true>(a, qb, r0, db, L, count);
-    refined += static_cast<uint64_t>(count);
-    count = 0;
-  };
-  auto share_lower = [&]() {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        lower[mt][h] = fmaxf(lower[mt][h], __shfl_xor_sync(kFull, lower[mt][h], 1));
-        lower[mt][h] = fmaxf(lower[mt][h], __shfl_xor_sync(kFull, lower[mt][h], 2));
       }
     }
   };
@@ -313,137 +490,183 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs
           }
         }
       }
-      // Per column: the scale (times inv|d| for cosine) and the tile's margin inputs.
-      float sc[2], c1 = 0.0f, c2 = 0.0f;
-      bool cv[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float4 m = cur.m[u][e];
-        cv[e] = base + u * 8 + 2 * t + e < ld;
-        const float w = cosine ? InvNorm(m.y) : 1.0f;
-        sc[e] = m.x * w;
-        if (CERT && cv[e]) {
-          c1 = fmaxf(c1, m.y * w);
-          c2 = fmaxf(c2, m.z * w);
-        }
-      }
-      if constexpr (CERT) {
-        c1 = fmaxf(c1, __shfl_xor_sync(kFull, c1, 1));
-        c1 = fmaxf(c1, __shfl_xor_sync(kFull, c1, 2));
-        c2 = fmaxf(c2, __shfl_xor_sync(kFull, c2, 1));
-        c2 = fmaxf(c2, __shfl_xor_sync(kFull, c2, 2));
-        float mt_m[MT][2];
-        bool any = false;
-        float xs[MT][2][2];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float M = fmaf(al[mt][h], c1, fmaf(be[mt][h], c2, consts.slack));
-            float tmax = -INFINITY;
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float x = static_cast<float>(acc[mt][2 * h + e]) * sc[e] * sq[mt][h];
-              xs[mt][h][e] = x;
-              if (cv[e]) tmax = fmaxf(tmax, x);
-            }
-            lower[mt][h] = fmaxf(lower[mt][h], tmax - M);
-            mt_m[mt][h] = M;
-#pragma unroll
-            for (int e = 0; e < 2; ++e) any |= rv[mt][h] && cv[e] && xs[mt][h][e] + M >= lower[mt][h];
-          }
-        }
-        if (__any_sync(kFull, any)) {
-          if (count > kCap - 32 * 8) {
-            share_lower();
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              if (t == 0) {
-                L.lower[mt * 16 + g] = lower[mt][0];
-                L.lower[mt * 16 + g + 8] = lower[mt][1];
-              }
-            }
-            Compact(L, count);
-            if (count > kCap - 32 * 8) flush(true);
-          }
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float hi = xs[mt][h][e] + mt_m[mt][h];
-                const bool pred = rv[mt][h] && cv[e] && hi >= lower[mt][h];
-                Push(L, count, pred, mt * 16 + g + 8 * h, static_cast<uint32_t>(base + u * 8 + 2 * t + e), hi);
-              }
-            }
-          }
-        }
-      } else {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float x = static_cast<float>(acc[mt][2 * h + e]) * sc[e];
-              if (cv[e] && x > top[mt][h]) {
-                top[mt][h] = x;
-                topi[mt][h] = static_cast<int>(base + u * 8 + 2 * t + e);
-              }
-            }
-          }
-        }
-      }
+      sw.Tile(acc, cur.m[u], base + u * 8);
     }
-    if constexpr (CERT) share_lower();
+    sw.ShareLower();
     if (more) cur = nxt;
   }
-  if constexpr (CERT) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      if (t == 0) {
-        L.lower[mt * 16 + g] = lower[mt][0];
-        L.lower[mt * 16 + g + 8] = lower[mt][1];
-      }
-    }
-    Compact(L, count);
-    // Per-row candidate counts (statistics) of the final list.
-    for (int e = lane; e < count; e += 32) atomicAdd(&L.count_per_row[L.row[e]], 1u);
-  } else {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        MergeBest(top[mt][h], topi[mt][h], 1);
-        MergeBest(top[mt][h], topi[mt][h], 2);
-        const bool pred = t == 0 && rv[mt][h] && topi[mt][h] >= 0;
-        Push(L, count, pred, mt * 16 + g + 8 * h, static_cast<uint32_t>(topi[mt][h] < 0 ? 0 : topi[mt][h]), 0.0f);
-      }
-    }
-  }
-  flush(false);
-  __syncwarp();
-  if (a.counters) {
-    uint32_t multi = 0;
-    if (CERT) multi = L.count_per_row[lane] > 1 ? 1u : 0u;
-    for (int off = 16; off > 0; off >>= 1) multi += __shfl_xor_sync(kFull, multi, off);
-    if (lane == 0) {
-      atomicAdd(&a.counters[0], static_cast<unsigned long long>(refined));
-      atomicAdd(&a.counters[1], static_cast<unsigned long long>(multi));
-    }
-  }
-  Best<MT> best;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const unsigned long long k = L.best[mt * 16 + g + 8 * h];
-      best.v[mt][h] = k ? KeyValue(k) : -INFINITY;
-      best.i[mt][h] = k ? static_cast<int>(KeyIndex(k)) : -1;
-    }
-  }
+  Best<MT> best = sw.EndDoc();
   WriteRows<MT>(a, p, qi, dj, grp, qb, lq, ld > 0, best, s_term[warp], s_arg[warp]);
+}
+
+// ---- per-warp cp.async ring (many single-group pairs) -------------------------------------------------
+//
+// ScreenPipeKernel: persistent warps, each owning a contiguous range of pairs (queries of at most 16*MT rows,
+// code rows of CC*64 bytes). A warp copies its documents' code rows and metadata into its own shared-memory
+// ring (S stages of 32 tokens: 32 code rows, then 32 metadata entries) with coalesced 16-byte cp.async, S - 1
+// steps ahead of the mma work and across document boundaries, so the HBM stream does not stop at a document's
+// end or while the warp refines. Per element it is ScreenKernel's arithmetic (the same ScreenWarp), so
+// candidate sets, refinement and results are identical to it. With 128-byte code rows the 16-byte slots are
+// XOR-swizzled by token parity: a B-fragment read (8 tokens x 4 slots) then touches every bank once per pair of
+// tokens instead of 8 tokens on the same 4 banks.
+
+constexpr int kScreenStep = 32;  // tokens per stage
+
+template <int CC>
+__device__ __forceinline__ int ScreenSlot(int slot, int tok) {
+  return CC == 2 ? (slot ^ ((tok & 1) << 2)) : slot;
+}
+
+template <typename RT, int MT, int CC, bool CERT, int W, int S>
+__global__ void __launch_bounds__(W * 32, 1) ScreenPipeKernel(const ForwardArgs a, ScreenConsts consts, uint64_t n_warps) {
+  constexpr int kCodeBytes = 64 * CC;
+  constexpr int kMetaOffset = kScreenStep * kCodeBytes;
+  constexpr int kStageBytes = kMetaOffset + kScreenStep * 16;
+  extern __shared__ __align__(128) uint8_t screen_ring[];
+  __shared__ WarpLists lists[W];
+  __shared__ float s_term[W][MT * 16];
+  __shared__ int s_arg[W][MT * 16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * W + warp;
+  if (wid >= n_warps) return;
+  const uint64_t p_begin = wid * a.pairs.n_pairs / n_warps;
+  const uint64_t p_end = (wid + 1) * a.pairs.n_pairs / n_warps;
+  if (p_begin >= p_end) return;
+  const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(screen_ring)) +
+                        static_cast<uint32_t>(warp) * (S * kStageBytes);
+  const uint8_t* codes = reinterpret_cast<const uint8_t*>(a.d.codes);
+  const uint8_t* meta = reinterpret_cast<const uint8_t*>(a.d.meta);
+  // Producer cursor: the next step to copy (pair pp, first token pb); pld/pdb describe pair pp's document.
+  uint64_t pp = p_begin, pb = 0, pld = 0, pdb = 0;
+  auto resolve_doc = [&](uint64_t p, uint64_t* db, uint64_t* ld) {
+    uint64_t qi, dj;
+    a.pairs.Resolve(p, &qi, &dj);
+    *db = a.d.Begin(dj);
+    *ld = a.d.End(dj) - *db;
+  };
+  auto skip_empty = [&]() {
+    while (pp < p_end) {
+      resolve_doc(pp, &pdb, &pld);
+      if (pld > 0) return;
+      ++pp;
+    }
+  };
+  skip_empty();
+  uint32_t produced = 0;
+  auto produce = [&]() {
+    if (pp < p_end) {
+      const uint32_t st = ring + (produced % S) * kStageBytes;
+      constexpr int kSlots = kCodeBytes / 16;
+#pragma unroll
+      for (int i = 0; i < kScreenStep * kSlots / 32; ++i) {
+        const int e = lane + 32 * i, tok = e / kSlots, slot = e % kSlots;
+        const uint64_t n = pb + tok;
+        const bool pred = n < pld;
+        const uint8_t* src = codes + (pred ? (pdb + n) * kCodeBytes + slot * 16 : 0);
+        CpAsync16(st + tok * kCodeBytes + (ScreenSlot<CC>(slot, tok) << 4), src, pred);
+      }
+      {
+        const uint64_t n = pb + lane;
+        const bool pred = n < pld;
+        CpAsync16(st + kMetaOffset + lane * 16, meta + (pred ? (pdb + n) * 16 : 0), pred);
+      }
+      ++produced;
+      pb += kScreenStep;
+      if (pb >= pld) {
+        pb = 0;
+        ++pp;
+        skip_empty();
+      }
+    }
+    CpAsyncCommit();
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) produce();
+
+  ScreenWarp<RT, MT, CERT> sw(a, consts, lists[warp]);
+  uint4 qa[MT][CC], qc[MT][CC];
+  uint64_t loaded_q = ~0ull;
+  uint32_t consumed = 0;
+  for (uint64_t p = p_begin; p < p_end; ++p) {
+    uint64_t qi, dj;
+    a.pairs.Resolve(p, &qi, &dj);
+    const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
+    const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+    if (qi != loaded_q) {
+      loaded_q = qi;
+      const int8_t* qcodes = a.q.codes + qb * kCodeBytes;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint64_t ra = mt * 16 + g, rb = ra + 8;
+#pragma unroll
+        for (int c = 0; c < CC; ++c) {
+          qa[mt][c] = ra < lq ? Ld16(qcodes + ra * kCodeBytes + 64 * c + 16 * t) : Zero4();
+          qc[mt][c] = rb < lq ? Ld16(qcodes + rb * kCodeBytes + 64 * c + 16 * t) : Zero4();
+        }
+      }
+      sw.BeginQuery(qb, lq, 0);
+    }
+    sw.BeginDoc(db, ld);
+    for (uint64_t base = 0; base < ld; base += kScreenStep) {
+      CpAsyncWait<S - 2>();
+      __syncwarp();
+      produce();
+      const uint32_t st = ring + (consumed % S) * kStageBytes;
+      ++consumed;
+#pragma unroll
+      for (int u = 0; u < kScreenStep / 8; ++u) {
+        if (base + u * 8 < ld) {
+          const int tok = u * 8 + g;
+          uint4 bv[CC];
+#pragma unroll
+          for (int c = 0; c < CC; ++c) bv[c] = Lds16(st + tok * kCodeBytes + (ScreenSlot<CC>(4 * c + t, tok) << 4));
+          int acc[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0;
+#pragma unroll
+          for (int c = 0; c < CC; ++c) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) MmaChunkI8(acc[mt], qa[mt][c], qc[mt][c], bv[c]);
+          }
+          float4 m[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const uint4 raw = Lds16(st + kMetaOffset + (u * 8 + 2 * t + e) * 16);
+            m[e] = make_float4(__uint_as_float(raw.x), __uint_as_float(raw.y), __uint_as_float(raw.z),
+                               __uint_as_float(raw.w));
+          }
+          sw.Tile(acc, m, base + u * 8);
+        }
+      }
+      sw.ShareLower();
+    }
+    Best<MT> best = sw.EndDoc();
+    WriteRows<MT>(a, p, qi, dj, 0, qb, lq, ld > 0, best, s_term[warp], s_arg[warp]);
+    __syncwarp();
+  }
+  CpAsyncWait<0>();
+}
+
+template <typename RT, int MT, int CC, bool CERT, int W, int S>
+cudaError_t LaunchPipeShape(const ForwardArgs& a, ScreenConsts c, int sms, cudaStream_t stream) {
+  const int smem = W * S * (kScreenStep * 64 * CC + kScreenStep * 16);
+  const cudaError_t e = AllowDynamicSmemOnce<ScreenPipeKernel<RT, MT, CC, CERT, W, S>>(smem);
+  if (e != cudaSuccess) return e;
+  const uint64_t n_warps = static_cast<uint64_t>(sms) * W;
+  ScreenPipeKernel<RT, MT, CC, CERT, W, S><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, c, n_warps);
+  return cudaGetLastError();
+}
+
+// Ring shapes (warps per block x stages, one block per SM): 8x4 by default; MAXSIM_CUDA_SCREEN_PIPE=6x6 or 4x8
+// picks another for measurement.
+template <typename RT, int MT, int CC, bool CERT>
+cudaError_t LaunchPipeCC(const ForwardArgs& a, ScreenConsts c, int sms, cudaStream_t stream) {
+  const char* v = std::getenv("MAXSIM_CUDA_SCREEN_PIPE");
+  const std::string shape = v ? v : "";
+  if (shape == "6x6") return LaunchPipeShape<RT, MT, CC, CERT, 6, 6>(a, c, sms, stream);
+  if (shape == "4x8") return LaunchPipeShape<RT, MT, CC, CERT, 4, 8>(a, c, sms, stream);
+  return LaunchPipeShape<RT, MT, CC, CERT, 8, 4>(a, c, sms, stream);
 }
 
 template <typename RT, int MT>
@@ -452,8 +675,15 @@ cudaError_t LaunchMt(const ForwardArgs& a, ScreenConsts c, cudaStream_t stream) 
   const uint64_t blocks = (tasks + kWarps - 1) / kWarps;
   if (blocks == 0) return cudaSuccess;
   if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
-  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
   const bool cert = a.mode == MAXSIM_MODE_CERTIFIED;
+  const int sms = SmCount();
+  if (ScreenPipeApplies(a.part.groups, a.q.code_bytes, a.pairs.n_pairs, sms)) {
+    if (a.q.code_bytes == 64) {
+      return cert ? LaunchPipeCC<RT, MT, 1, true>(a, c, sms, stream) : LaunchPipeCC<RT, MT, 1, false>(a, c, sms, stream);
+    }
+    return cert ? LaunchPipeCC<RT, MT, 2, true>(a, c, sms, stream) : LaunchPipeCC<RT, MT, 2, false>(a, c, sms, stream);
+  }
+  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
   switch (a.q.code_bytes / 64) {
 #define MSC_SCREEN_CASE(CC)                                                                   \
   case CC:                                                                                    \
@@ -479,6 +709,13 @@ cudaError_t LaunchRt(const ForwardArgs& a, ScreenConsts c, cudaStream_t stream) 
 }  // namespace
 
 uint32_t ScreenGroupRows(uint64_t max_lq) { return max_lq <= 16 ? 16 : 32; }
+
+// The ring kernel: queries in one group, code rows of 64 or 128 bytes, and at least half a pair per warp of a
+// full launch (fewer pairs leave most warps idle; the one-pair-per-warp kernel spreads them instead).
+bool ScreenPipeApplies(uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, int sms) {
+  return groups == 1 && (code_bytes == 64 || code_bytes == 128) && 2 * n_pairs >= static_cast<uint64_t>(sms) * 8 &&
+         std::getenv("MAXSIM_CUDA_NO_SCREEN_PIPE") == nullptr;
+}
 
 cudaError_t LaunchScreen(const ForwardArgs& a, cudaStream_t stream) {
   const bool tc = TcSupported(a.q, a.d);
