@@ -382,6 +382,31 @@ Plan MakePlan(const SetsView& q, const SetsView& d, uint64_t max_lq, int mode) {
   return p;
 }
 
+// The arguments of one matrix-layout forward: all nq queries against nd documents (a chunk of a corpus, or all of
+// it), scores [nq x nd] at `scores`, argmax (optional) in the matrix layout with nd columns, and the plan's
+// partial results at `partials` (PartialBytes(nq * nd) bytes; unused when the plan needs none).
+ForwardArgs MatrixForwardArgs(const SetsView& q, const SetsView& d, uint64_t nq, uint64_t nd, int metric, int mode,
+                              ull* counters, float* scores, int32_t* argmax, uint8_t* partials, const Plan& plan) {
+  ForwardArgs fa;
+  fa.q = q;
+  fa.d = d;
+  fa.cosine = metric == MAXSIM_METRIC_COSINE;
+  fa.mode = mode;
+  fa.counters = counters;
+  fa.pairs.layout = kPairsMatrix;
+  fa.pairs.n_pairs = nq * nd;
+  fa.pairs.nd = nd;
+  fa.pairs.scores = scores;
+  fa.pairs.score_stride = nd;
+  fa.pairs.argmax = argmax;
+  fa.pairs.am_rows = nd;
+  if (plan.partials && partials) {
+    fa.part.term = reinterpret_cast<float*>(partials);
+    fa.part.arg = reinterpret_cast<int32_t*>(partials + nq * nd * plan.groups * plan.rows * 4);
+  }
+  return fa;
+}
+
 // Launches the kernels of one forward (a.part.term/arg must point at PartialBytes(n_pairs) when partials).
 Status LaunchForward(const Plan& plan, ForwardArgs a, cudaStream_t stream) {
   a.part.groups = plan.groups;
@@ -542,26 +567,15 @@ Status ScoreMatrixDevice(Backend& b, const DeviceQueries& q, const Corpus& c, in
   if (c.streamed) return Fail(MAXSIM_ERR_UNSUPPORTED, "ScoreMatrixDevice needs a resident corpus");
   MSC_RETURN(CheckPair(q.info, c));
   const uint64_t nq = q.info.n_sets, nd = c.info.n_sets;
-  ForwardArgs a;
-  a.q = q.view;
-  a.d = c.View();
-  a.cosine = metric == MAXSIM_METRIC_COSINE;
-  a.mode = b.KernelMode(mode, q.view, q.max_len, nq * nd);
-  a.counters = d_counters;
-  const Plan plan = MakePlan(a.q, a.d, q.max_len, a.mode);
-  a.pairs.layout = kPairsMatrix;
-  a.pairs.n_pairs = nq * nd;
-  a.pairs.nd = nd;
-  a.pairs.scores = d_scores;
-  a.pairs.score_stride = nd;
-  a.pairs.argmax = d_argmax;
-  a.pairs.am_rows = nd;
+  const SetsView d = c.View();
+  const int kmode = b.KernelMode(mode, q.view, q.max_len, nq * nd);
+  const Plan plan = MakePlan(q.view, d, q.max_len, kmode);
+  uint8_t* partials = nullptr;
   if (plan.partials) {
-    const uint64_t n = a.pairs.n_pairs * plan.groups * plan.rows;
-    MSC_RETURN(b.scratch.Reserve(n * 8, "partial results"));
-    a.part.term = reinterpret_cast<float*>(b.scratch.data());
-    a.part.arg = reinterpret_cast<int32_t*>(b.scratch.data() + n * 4);
+    MSC_RETURN(b.scratch.Reserve(plan.PartialBytes(nq * nd), "partial results"));
+    partials = b.scratch.data();
   }
+  const ForwardArgs a = MatrixForwardArgs(q.view, d, nq, nd, metric, kmode, d_counters, d_scores, d_argmax, partials, plan);
   return LaunchForward(plan, a, stream);
 }
 
@@ -621,21 +635,9 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
   const bool single = chunks.size() == 1;
   Status st = ForEachChunk(b, c, chunks, need_codes, [&](const DocChunk& ch, const SetsView& d) -> Status {
     const uint64_t n = ch.j1 - ch.j0;
-    ForwardArgs fa;
-    fa.q = q.view;
-    fa.d = d;
-    fa.cosine = a.metric == MAXSIM_METRIC_COSINE;
-    fa.mode = mode;
-    fa.counters = counters;
-    fa.pairs.layout = kPairsMatrix;
-    fa.pairs.n_pairs = nq * n;
-    fa.pairs.nd = n;
-    fa.pairs.scores = reinterpret_cast<float*>(s + o_scores);
-    fa.pairs.score_stride = n;
-    fa.pairs.argmax = a.argmax ? reinterpret_cast<int32_t*>(s + o_argmax) : nullptr;
-    fa.pairs.am_rows = n;
-    fa.part.term = reinterpret_cast<float*>(s + o_part);
-    fa.part.arg = reinterpret_cast<int32_t*>(s + o_part + nq * n * plan.groups * plan.rows * 4);
+    const ForwardArgs fa =
+        MatrixForwardArgs(q.view, d, nq, n, a.metric, mode, counters, reinterpret_cast<float*>(s + o_scores),
+                          a.argmax ? reinterpret_cast<int32_t*>(s + o_argmax) : nullptr, s + o_part, plan);
     MSC_RETURN(LaunchForward(plan, fa, b.stream));
     uint8_t* hs = b.stage.data();
     uint8_t* ha = hs + RoundUp(nq * n * 4, kAlign);
@@ -805,19 +807,8 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
     int cur = 0;
     Status st = ForEachChunk(b, c, chunks, need_codes, [&](const DocChunk& ch, const SetsView& d) -> Status {
       const uint64_t n = ch.j1 - ch.j0;
-      ForwardArgs fa;
-      fa.q = q.view;
-      fa.d = d;
-      fa.cosine = a.metric == MAXSIM_METRIC_COSINE;
-      fa.mode = mode;
-      fa.counters = counters;
-      fa.pairs.layout = kPairsMatrix;
-      fa.pairs.n_pairs = nq * n;
-      fa.pairs.nd = n;
-      fa.pairs.scores = reinterpret_cast<float*>(s + o_scores);
-      fa.pairs.score_stride = n;
-      fa.part.term = reinterpret_cast<float*>(s + o_part);
-      fa.part.arg = reinterpret_cast<int32_t*>(s + o_part + nq * n * plan.groups * plan.rows * 4);
+      const ForwardArgs fa = MatrixForwardArgs(q.view, d, nq, n, a.metric, mode, counters,
+                                               reinterpret_cast<float*>(s + o_scores), nullptr, s + o_part, plan);
       MSC_RETURN(LaunchForward(plan, fa, b.stream));
       const cudaError_t e = LaunchTopkMerge(fa.pairs.scores, n, n, ch.j0, nq, run[cur], run[1 - cur], have, k, b.stream);
       if (e != cudaSuccess) return CudaFail(e, "launching the top-k merge");

@@ -440,49 +440,28 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   const int g = lane >> 2, t = lane & 3;
   const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * kPipeWarps + warp;
   if (wid >= n_warps) return;
-  const uint64_t p_begin = wid * a.pairs.n_pairs / n_warps;
-  const uint64_t p_end = (wid + 1) * a.pairs.n_pairs / n_warps;
-  if (p_begin >= p_end) return;
+  const PairRange range(a.pairs.n_pairs, wid, n_warps);
+  if (range.begin >= range.end) return;
   const uint32_t dim = a.q.dim;
   const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) +
                         static_cast<uint32_t>(warp) * (kPipeStages * kPipeStageBytes);
-  // Producer cursor: the next step to copy (pair pp, first token pb); pld/pdb describe pair pp's document.
-  uint64_t pp = p_begin, pb = 0, pld = 0, pdb = 0;
-  auto resolve_doc = [&](uint64_t p, uint64_t* db, uint64_t* ld) {
-    uint64_t qi, dj;
-    a.pairs.Resolve(p, &qi, &dj);
-    *db = a.d.Begin(dj);
-    *ld = a.d.End(dj) - *db;
-  };
-  auto skip_empty = [&]() {
-    while (pp < p_end) {
-      resolve_doc(pp, &pdb, &pld);
-      if (pld > 0) return;
-      ++pp;
-    }
-  };
-  skip_empty();
+  StepCursor<kPipeStep> cur(a, range);
   uint32_t produced = 0;
   auto produce = [&]() {
-    if (pp < p_end) {
+    if (cur.Active()) {
       const uint32_t st = ring + (produced % kPipeStages) * kPipeStageBytes;
-      const uint8_t* dbase = a.d.orig + pdb * drb;
+      const uint8_t* dbase = a.d.orig + cur.first_row * drb;
 #pragma unroll
       for (int i = 0; i < kPipeStep * 16 / 32; ++i) {
         const int e = lane + 32 * i, tok = e >> 4, slot = e & 15;
-        const uint64_t n = pb + tok;
-        const bool pred = n < pld && static_cast<uint32_t>(slot) * 8 < dim;
+        const uint64_t n = cur.token + tok;
+        const bool pred = n < cur.len && static_cast<uint32_t>(slot) * 8 < dim;
         const uint8_t* src = dbase + (pred ? n * drb + slot * 16 : 0);
         CpAsync16(st + tok * kRowBytes + ((slot ^ ((tok & 1) << 2)) << 4), src, pred);
       }
       ++produced;
-      pb += kPipeStep;
-      if (pb >= pld) {
-        pb = 0;
-        ++pp;
-        skip_empty();
-      }
+      cur.Advance(a);
     }
     CpAsyncCommit();
   };
@@ -492,7 +471,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   uint4 qa[MT][4], qc[MT][4];
   uint64_t loaded_q = ~0ull;
   uint32_t consumed = 0;
-  for (uint64_t p = p_begin; p < p_end; ++p) {
+  for (uint64_t p = range.begin; p < range.end; ++p) {
     uint64_t qi, dj;
     a.pairs.Resolve(p, &qi, &dj);
     const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;

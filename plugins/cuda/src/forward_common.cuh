@@ -68,6 +68,42 @@ __device__ __forceinline__ void WriteRows(const ForwardArgs& a, uint64_t p, uint
   }
 }
 
+// ---- per-warp rings over a contiguous range of pairs (ExactTcPipeKernel, ScreenPipeKernel) -------------------
+
+// Warp `wid` of `n_warps` owns pairs [begin, end) of an even split.
+struct PairRange {
+  uint64_t begin = 0, end = 0;
+  __device__ PairRange(uint64_t n_pairs, uint64_t wid, uint64_t n_warps)
+      : begin(wid * n_pairs / n_warps), end((wid + 1) * n_pairs / n_warps) {}
+};
+
+// The producer side of such a ring: the next step of `Step` tokens to copy is tokens [token, token + Step) of
+// pair `pair`'s document (rows [first_row, first_row + len) of the document sets); empty documents are skipped,
+// so the copies run on across document boundaries. Done when pair == end.
+template <int Step>
+struct StepCursor {
+  uint64_t pair, end, token = 0, len = 0, first_row = 0;
+  __device__ StepCursor(const ForwardArgs& a, const PairRange& r) : pair(r.begin), end(r.end) { SkipEmpty(a); }
+  __device__ bool Active() const { return pair < end; }
+  __device__ void SkipEmpty(const ForwardArgs& a) {
+    for (; pair < end; ++pair) {
+      uint64_t qi, dj;
+      a.pairs.Resolve(pair, &qi, &dj);
+      first_row = a.d.Begin(dj);
+      len = a.d.End(dj) - first_row;
+      if (len > 0) return;
+    }
+  }
+  __device__ void Advance(const ForwardArgs& a) {
+    token += Step;
+    if (token >= len) {
+      token = 0;
+      ++pair;
+      SkipEmpty(a);
+    }
+  }
+};
+
 }  // namespace mscuda
 
 #endif  // MAXSIM_PLUGINS_CUDA_FORWARD_COMMON_CUH_

@@ -530,54 +530,33 @@ __global__ void __launch_bounds__(W * 32, 1) ScreenPipeKernel(const ForwardArgs 
   const int g = lane >> 2, t = lane & 3;
   const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * W + warp;
   if (wid >= n_warps) return;
-  const uint64_t p_begin = wid * a.pairs.n_pairs / n_warps;
-  const uint64_t p_end = (wid + 1) * a.pairs.n_pairs / n_warps;
-  if (p_begin >= p_end) return;
+  const PairRange range(a.pairs.n_pairs, wid, n_warps);
+  if (range.begin >= range.end) return;
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(screen_ring)) +
                         static_cast<uint32_t>(warp) * (S * kStageBytes);
   const uint8_t* codes = reinterpret_cast<const uint8_t*>(a.d.codes);
   const uint8_t* meta = reinterpret_cast<const uint8_t*>(a.d.meta);
-  // Producer cursor: the next step to copy (pair pp, first token pb); pld/pdb describe pair pp's document.
-  uint64_t pp = p_begin, pb = 0, pld = 0, pdb = 0;
-  auto resolve_doc = [&](uint64_t p, uint64_t* db, uint64_t* ld) {
-    uint64_t qi, dj;
-    a.pairs.Resolve(p, &qi, &dj);
-    *db = a.d.Begin(dj);
-    *ld = a.d.End(dj) - *db;
-  };
-  auto skip_empty = [&]() {
-    while (pp < p_end) {
-      resolve_doc(pp, &pdb, &pld);
-      if (pld > 0) return;
-      ++pp;
-    }
-  };
-  skip_empty();
+  StepCursor<kScreenStep> cur(a, range);
   uint32_t produced = 0;
   auto produce = [&]() {
-    if (pp < p_end) {
+    if (cur.Active()) {
       const uint32_t st = ring + (produced % S) * kStageBytes;
       constexpr int kSlots = kCodeBytes / 16;
 #pragma unroll
       for (int i = 0; i < kScreenStep * kSlots / 32; ++i) {
         const int e = lane + 32 * i, tok = e / kSlots, slot = e % kSlots;
-        const uint64_t n = pb + tok;
-        const bool pred = n < pld;
-        const uint8_t* src = codes + (pred ? (pdb + n) * kCodeBytes + slot * 16 : 0);
+        const uint64_t n = cur.token + tok;
+        const bool pred = n < cur.len;
+        const uint8_t* src = codes + (pred ? (cur.first_row + n) * kCodeBytes + slot * 16 : 0);
         CpAsync16(st + tok * kCodeBytes + (ScreenSlot<CC>(slot, tok) << 4), src, pred);
       }
       {
-        const uint64_t n = pb + lane;
-        const bool pred = n < pld;
-        CpAsync16(st + kMetaOffset + lane * 16, meta + (pred ? (pdb + n) * 16 : 0), pred);
+        const uint64_t n = cur.token + lane;
+        const bool pred = n < cur.len;
+        CpAsync16(st + kMetaOffset + lane * 16, meta + (pred ? (cur.first_row + n) * 16 : 0), pred);
       }
       ++produced;
-      pb += kScreenStep;
-      if (pb >= pld) {
-        pb = 0;
-        ++pp;
-        skip_empty();
-      }
+      cur.Advance(a);
     }
     CpAsyncCommit();
   };
@@ -588,7 +567,7 @@ __global__ void __launch_bounds__(W * 32, 1) ScreenPipeKernel(const ForwardArgs 
   uint4 qa[MT][CC], qc[MT][CC];
   uint64_t loaded_q = ~0ull;
   uint32_t consumed = 0;
-  for (uint64_t p = p_begin; p < p_end; ++p) {
+  for (uint64_t p = range.begin; p < range.end; ++p) {
     uint64_t qi, dj;
     a.pairs.Resolve(p, &qi, &dj);
     const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
