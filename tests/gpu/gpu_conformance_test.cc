@@ -453,6 +453,10 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
   const std::string report = gpu.Report();
+  // The suite forces screening (kScreenCertified), and the report says so.
+  EXPECT_NE(report.find("certified and approximate: int8 screening (forced, set by MAXSIM_CUDA_CERTIFIED=screen)"),
+            std::string::npos)
+      << report;
   if (major == 9 && minor == 0) {
     EXPECT_NE(report.find("long queries: wgmma kernel"), std::string::npos) << report;
   } else {

@@ -235,6 +235,12 @@ Status Probe(std::string* info) {
     return Fail(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", info->c_str());
   }
   *info += WgmmaAvailable(dev) ? "; long queries: wgmma kernel (sm_90a)" : "; long queries: mma.sync kernel";
+  // How certified and approximate requests are served (Backend::ScreenRoute; read again by CreateBackend).
+  const char* route = std::getenv("MAXSIM_CUDA_CERTIFIED");
+  const std::string r = route ? route : "";
+  if (r == "screen") *info += "; certified and approximate: int8 screening (forced, set by MAXSIM_CUDA_CERTIFIED=screen)";
+  else if (r == "exact") *info += "; certified and approximate: exact kernel (forced, set by MAXSIM_CUDA_CERTIFIED=exact)";
+  else *info += "; certified: exact kernel (same bits, faster here); approximate: int8 screening for queries of <= 32 tokens over many documents, else exact";
   return Status::Ok();
 }
 
