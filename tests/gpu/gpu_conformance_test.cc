@@ -304,7 +304,9 @@ TEST_F(Gpu, ScreeningRoutesByModeAndShape) {
   for (const RouteCase& rc : {RouteCase{40, 32, false}, RouteCase{40, 300, false}, RouteCase{800, 32, true},
                               RouteCase{800, 100, false}}) {
     auto rng = Rng(90 + rc.lq + rc.nd);
-    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 2, 1, rc.lq, 128), MAXSIM_BF16);
+    // Query lengths: a long case must stay longer than 32 tokens (the route depends on the longest query).
+    const uint64_t min_lq = rc.lq > 32 ? 33 : 1;
+    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 2, min_lq, rc.lq, 128), MAXSIM_BF16);
     const TokenSets d = Encoded(Generate(rng, Shape::kClustered, rc.nd, 0, 120, 128), MAXSIM_BF16);
     Packed pq = Packed::Pack(routed, q.Dense());
     Packed pd = Packed::Pack(routed, d.Dense());
