@@ -197,6 +197,19 @@ SetsView Corpus::View() const { return PackedView(info, dev.data()); }
 
 // ---- device discovery -------------------------------------------------------------------------------------
 
+namespace {
+
+// MAXSIM_CUDA_CERTIFIED: "screen" or "exact" force a route (Backend::ScreenRoute); anything else is kAuto.
+Backend::ScreenRoute ScreenRouteFromEnv() {
+  const char* v = std::getenv("MAXSIM_CUDA_CERTIFIED");
+  const std::string route = v ? v : "";
+  if (route == "screen") return Backend::ScreenRoute::kScreen;
+  if (route == "exact") return Backend::ScreenRoute::kExact;
+  return Backend::ScreenRoute::kAuto;
+}
+
+}  // namespace
+
 Status Probe(std::string* info) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
@@ -235,12 +248,19 @@ Status Probe(std::string* info) {
     return Fail(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", info->c_str());
   }
   *info += WgmmaAvailable(dev) ? "; long queries: wgmma kernel (sm_90a)" : "; long queries: mma.sync kernel";
-  // How certified and approximate requests are served (Backend::ScreenRoute; read again by CreateBackend).
-  const char* route = std::getenv("MAXSIM_CUDA_CERTIFIED");
-  const std::string r = route ? route : "";
-  if (r == "screen") *info += "; certified and approximate: int8 screening (forced, set by MAXSIM_CUDA_CERTIFIED=screen)";
-  else if (r == "exact") *info += "; certified and approximate: exact kernel (forced, set by MAXSIM_CUDA_CERTIFIED=exact)";
-  else *info += "; certified: exact kernel (same bits, faster here); approximate: int8 screening for queries of <= 32 tokens over many documents, else exact";
+  // How certified and approximate requests are served (the route CreateBackend will take).
+  switch (ScreenRouteFromEnv()) {
+    case Backend::ScreenRoute::kScreen:
+      *info += "; certified and approximate: int8 screening (forced, set by MAXSIM_CUDA_CERTIFIED=screen)";
+      break;
+    case Backend::ScreenRoute::kExact:
+      *info += "; certified and approximate: exact kernel (forced, set by MAXSIM_CUDA_CERTIFIED=exact)";
+      break;
+    case Backend::ScreenRoute::kAuto:
+      *info += "; certified: exact kernel (same bits, faster here); approximate: int8 screening for queries of <= 32 "
+               "tokens over many documents, else exact";
+      break;
+  }
   return Status::Ok();
 }
 
@@ -268,10 +288,7 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out) {
   b->resident_limit = EnvU64("MAXSIM_CUDA_RESIDENT_LIMIT", 0);
   b->force_stream = EnvU64("MAXSIM_CUDA_STREAM", 0) != 0;
   b->chunk_bytes = std::max<uint64_t>(4096, EnvU64("MAXSIM_CUDA_STREAM_CHUNK_BYTES", 256ull << 20));
-  const char* route = std::getenv("MAXSIM_CUDA_CERTIFIED");
-  const std::string route_s = route ? route : "";
-  if (route_s == "screen") b->screen_route = Backend::ScreenRoute::kScreen;
-  if (route_s == "exact") b->screen_route = Backend::ScreenRoute::kExact;
+  b->screen_route = ScreenRouteFromEnv();
   Status s = b->flags_host.Reserve(64, "status flags");
   if (!s.ok()) return fail(s);
   *out = b;

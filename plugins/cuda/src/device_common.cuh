@@ -175,6 +175,13 @@ inline int SmCount() {
   return n;
 }
 
+// Whether a launch has enough pairs for the per-warp ring kernels (ExactTcPipeKernel, ScreenPipeKernel): at least
+// half a pair per warp of a full launch of 8 warps per SM. Fewer pairs would leave most ring warps idle; the
+// one-pair-per-warp kernels spread them instead.
+inline bool EnoughPairsForWarpRings(uint64_t n_pairs, int sms) {
+  return 2 * n_pairs >= static_cast<uint64_t>(sms) * 8;
+}
+
 }  // namespace mscuda
 
 #endif  // MAXSIM_PLUGINS_CUDA_DEVICE_COMMON_CUH_

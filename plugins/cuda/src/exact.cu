@@ -197,8 +197,7 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
   const uint32_t chunks = (a.q.dim + 31) / 32;
   // Many single-group pairs (at least half a pair per resident warp): the per-warp cp.async pipeline.
   const int sms = SmCount();
-  const uint64_t resident_warps = static_cast<uint64_t>(sms) * 8;
-  if (a.part.groups == 1 && chunks <= 4 && 2 * a.pairs.n_pairs >= resident_warps &&
+  if (a.part.groups == 1 && chunks <= 4 && EnoughPairsForWarpRings(a.pairs.n_pairs, sms) &&
       std::getenv("MAXSIM_CUDA_NO_PIPE") == nullptr) {
     return LaunchPipe<T, MT>(a, sms, stream);
   }

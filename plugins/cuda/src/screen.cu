@@ -512,6 +512,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ScreenKernel(const ForwardArgs
 
 constexpr int kScreenStep = 32;  // tokens per stage
 
+// Bytes of one ring stage: kScreenStep code rows of 64 * CC bytes, then their 16-byte metadata entries.
+template <int CC>
+constexpr int ScreenStageBytes() {
+  return kScreenStep * 64 * CC + kScreenStep * 16;
+}
+
 template <int CC>
 __device__ __forceinline__ int ScreenSlot(int slot, int tok) {
   return CC == 2 ? (slot ^ ((tok & 1) << 2)) : slot;
@@ -521,7 +527,7 @@ template <typename RT, int MT, int CC, bool CERT, int W, int S>
 __global__ void __launch_bounds__(W * 32, 1) ScreenPipeKernel(const ForwardArgs a, ScreenConsts consts, uint64_t n_warps) {
   constexpr int kCodeBytes = 64 * CC;
   constexpr int kMetaOffset = kScreenStep * kCodeBytes;
-  constexpr int kStageBytes = kMetaOffset + kScreenStep * 16;
+  constexpr int kStageBytes = ScreenStageBytes<CC>();
   extern __shared__ __align__(128) uint8_t screen_ring[];
   __shared__ WarpLists lists[W];
   __shared__ float s_term[W][MT * 16];
@@ -629,7 +635,7 @@ __global__ void __launch_bounds__(W * 32, 1) ScreenPipeKernel(const ForwardArgs 
 
 template <typename RT, int MT, int CC, bool CERT, int W, int S>
 cudaError_t LaunchPipeShape(const ForwardArgs& a, ScreenConsts c, int sms, cudaStream_t stream) {
-  const int smem = W * S * (kScreenStep * 64 * CC + kScreenStep * 16);
+  const int smem = W * S * ScreenStageBytes<CC>();
   const cudaError_t e = AllowDynamicSmemOnce<ScreenPipeKernel<RT, MT, CC, CERT, W, S>>(smem);
   if (e != cudaSuccess) return e;
   const uint64_t n_warps = static_cast<uint64_t>(sms) * W;
@@ -689,10 +695,9 @@ cudaError_t LaunchRt(const ForwardArgs& a, ScreenConsts c, cudaStream_t stream) 
 
 uint32_t ScreenGroupRows(uint64_t max_lq) { return max_lq <= 16 ? 16 : 32; }
 
-// The ring kernel: queries in one group, code rows of 64 or 128 bytes, and at least half a pair per warp of a
-// full launch (fewer pairs leave most warps idle; the one-pair-per-warp kernel spreads them instead).
+// The ring kernel: queries in one group, code rows of 64 or 128 bytes, and enough pairs (EnoughPairsForWarpRings).
 bool ScreenPipeApplies(uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, int sms) {
-  return groups == 1 && (code_bytes == 64 || code_bytes == 128) && 2 * n_pairs >= static_cast<uint64_t>(sms) * 8 &&
+  return groups == 1 && (code_bytes == 64 || code_bytes == 128) && EnoughPairsForWarpRings(n_pairs, sms) &&
          std::getenv("MAXSIM_CUDA_NO_SCREEN_PIPE") == nullptr;
 }
 
