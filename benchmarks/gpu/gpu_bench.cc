@@ -194,6 +194,12 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     setenv("MAXSIM_CUDA_WGMMA", "0", 1);
     Emit(s.name, "exact-mma", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
     unsetenv("MAXSIM_CUDA_WGMMA");
+    if (s.lq > 128) {
+      // The warp-specialised wgmma kernel (producer warpgroup, two consumers of 128 rows, m64n256; opt-in).
+      setenv("MAXSIM_CUDA_WGMMA_SHAPE", "ws", 1);
+      Emit(s.name, "exact-wgmma-ws", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
+      unsetenv("MAXSIM_CUDA_WGMMA_SHAPE");
+    }
   }
   if (std::string(s.name) == "textual-1k" || std::string(s.name) == "colpali-rerank") {
     // The one-pair-per-warp kernel (register double buffering) for comparison with the pipeline kernel.

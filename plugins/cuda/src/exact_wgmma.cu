@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "forward_common.cuh"
 
@@ -71,12 +72,6 @@ template <int N>
 __device__ __forceinline__ void WgWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Keeps the compiler from moving accumulator reads across a wgmma wait.
-__device__ __forceinline__ void PinAcc(float (&d)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
 // mbarriers (shared::cta): init, arrive, the cp.async arrive (fires when this thread's prior copies land; it
 // does not add to the pending count, so the init count includes it), and the parity wait.
 __device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
@@ -97,8 +92,15 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
-// D (64 x 128 f32: this thread's 64 values) = A (registers, 4 x 32 bits) x B (shared-memory descriptor) + D,
-// or A x B when sd == 0. TY: the 16-bit input type's PTX name.
+// D (64 x N f32: this thread's N/2 values) = A (registers, 4 x 32 bits) x B (shared-memory descriptor) + D,
+// or A x B when sd == 0. TY: the 16-bit input type's PTX name. The operand lists are spelled out because inline
+// asm takes no arrays.
+#define MAXSIM_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                     "+f"(d[i + 6]), "+f"(d[i + 7])
+#define MAXSIM_D64(i) MAXSIM_D8(i), MAXSIM_D8(i + 8), MAXSIM_D8(i + 16), MAXSIM_D8(i + 24), MAXSIM_D8(i + 32), \
+                      MAXSIM_D8(i + 40), MAXSIM_D8(i + 48), MAXSIM_D8(i + 56)
+#define MAXSIM_R10(b) "%" #b "0, %" #b "1, %" #b "2, %" #b "3, %" #b "4, %" #b "5, %" #b "6, %" #b "7, " \
+                      "%" #b "8, %" #b "9, "
 #define MAXSIM_WGMMA_M64N128K16(TY) \
   asm volatile( \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
@@ -109,73 +111,118 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
       "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+      : MAXSIM_D64(0) \
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(sd))
+#define MAXSIM_WGMMA_M64N256K16(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " \
+      "{" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, " MAXSIM_R10(1) MAXSIM_R10(2) MAXSIM_R10(3) MAXSIM_R10(4) \
+      MAXSIM_R10(5) MAXSIM_R10(6) MAXSIM_R10(7) MAXSIM_R10(8) MAXSIM_R10(9) MAXSIM_R10(10) MAXSIM_R10(11) \
+      "%120, %121, %122, %123, %124, %125, %126, %127" \
+      "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n" \
+      : MAXSIM_D64(0), MAXSIM_D64(64) \
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(sd))
 
-template <typename T>
-__device__ __forceinline__ void Wgmma(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+template <typename T, int N>
+__device__ __forceinline__ void Wgmma(float (&d)[N / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                       uint64_t desc, int sd) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    MAXSIM_WGMMA_M64N128K16("bf16");
+  static_assert(N == 128 || N == 256, "wgmma N");
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  if constexpr (N == 128) {
+    if constexpr (kBf16) {
+      MAXSIM_WGMMA_M64N128K16("bf16");
+    } else {
+      MAXSIM_WGMMA_M64N128K16("f16");
+    }
   } else {
-    MAXSIM_WGMMA_M64N128K16("f16");
+    if constexpr (kBf16) {
+      MAXSIM_WGMMA_M64N256K16("bf16");
+    } else {
+      MAXSIM_WGMMA_M64N256K16("f16");
+    }
   }
 }
 #undef MAXSIM_WGMMA_M64N128K16
+#undef MAXSIM_WGMMA_M64N256K16
+#undef MAXSIM_R10
+#undef MAXSIM_D64
+#undef MAXSIM_D8
 
-// One 64 x 128 tile: 8 k steps over the stage at `stage`. qa / qc: rows g / g+8 of this warp's 16 rows,
-// 32-dimension chunk c as one uint4 (device_common.cuh: step 2c uses .x/.y, step 2c+1 .z/.w). Step 0 runs with
-// scale-d = 0 (D = A*B) instead of adding a zeroed accumulator: the same value as mma.sync's +0 start except
-// that an exact zero may come out as -0 (where the +0 start gives +0); the folds map -0 back to +0 (below).
-template <typename T>
-__device__ __forceinline__ void IssueTile(float (&d)[64], const uint4 (&qa)[4], const uint4 (&qc)[4],
+// Keeps the compiler from moving accumulator reads across a wgmma wait.
+template <int V>
+__device__ __forceinline__ void PinAcc(float (&d)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// One 64 x N tile: 8 k steps over the stage at `stage`, whose two 64-position k halves are `region` bytes apart
+// (N tokens x 128 bytes each). qa / qc: rows g / g+8 of this warp's 16 rows, 32-dimension chunk c as one uint4
+// (device_common.cuh: step 2c uses .x/.y, step 2c+1 .z/.w). Step 0 runs with scale-d = 0 (D = A*B) instead of
+// adding a zeroed accumulator: the same value as mma.sync's +0 start except that an exact zero may come out as
+// -0 (where the +0 start gives +0); the folds map -0 back to +0 (below).
+template <typename T, int N>
+__device__ __forceinline__ void IssueTile(float (&d)[N / 2], const uint4 (&qa)[4], const uint4 (&qc)[4],
                                           uint32_t stage) {
+  constexpr uint32_t kRegion = N * 128;
   WgFence();
 #pragma unroll
   for (int s = 0; s < 8; ++s) {
     const int c = s >> 1;
     const uint32_t a0 = (s & 1) ? qa[c].z : qa[c].x, a1 = (s & 1) ? qc[c].z : qc[c].x;
     const uint32_t a2 = (s & 1) ? qa[c].w : qa[c].y, a3 = (s & 1) ? qc[c].w : qc[c].y;
-    Wgmma<T>(d, a0, a1, a2, a3, SmemDesc(stage + (s >> 2) * kWgRegionBytes + (s & 3) * 32), s > 0);
+    Wgmma<T, N>(d, a0, a1, a2, a3, SmemDesc(stage + (s >> 2) * kRegion + (s & 3) * 32), s > 0);
   }
   WgCommit();
   PinAcc(d);
 }
 
-// Folds one finished tile into the running maxima of rows g (ra) and g+8 (rb). Lane (g, t) holds, for n8 block
-// j, columns 8j + 2t and 8j + 2t + 1 of rows g (d[4j], d[4j+1]) and g+8 (d[4j+2], d[4j+3]).
-__device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&d)[64], uint64_t db, uint64_t ld,
+// One level of a reduction tree per instantiation (W, W/2, ..., 1): constant indices, so that the partial maxima
+// stay in registers (a loop over levels was not unrolled by nvcc 13 and put them in local memory: 1.8 GB of
+// local traffic through L2 per visual call, 0.73 ms instead of 0.54).
+template <int W>
+__device__ __forceinline__ void TreeLevels(float* m, float* n) {
+  if constexpr (W >= 1) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      m[j] = fmaxf(m[j], m[j + W]);
+      n[j] = fmaxf(n[j], n[j + W]);
+    }
+    TreeLevels<W / 2>(m, n);
+  }
+}
+
+// The maxima of rows g (into ra) and g+8 (into rb) over a 64 x N tile: two independent log-depth reduction
+// trees instead of an N/4-long chain. Lane (g, t) holds, for n8 block j, columns 8j + 2t and 8j + 2t + 1 of
+// rows g (d[4j], d[4j+1]) and g+8 (d[4j+2], d[4j+3]).
+template <int N>
+__device__ __forceinline__ void TreeMax(const float (&d)[N / 2], float& ra, float& rb) {
+  constexpr int kB = N / 16;
+  float m[kB], n[kB];
+#pragma unroll
+  for (int j = 0; j < kB; ++j) {
+    m[j] = fmaxf(fmaxf(d[4 * j], d[4 * j + 1]), fmaxf(d[4 * j + N / 4], d[4 * j + N / 4 + 1]));
+    n[j] = fmaxf(fmaxf(d[4 * j + 2], d[4 * j + 3]), fmaxf(d[4 * j + N / 4 + 2], d[4 * j + N / 4 + 3]));
+  }
+  TreeLevels<kB / 2>(m, n);
+  ra = fmaxf(ra, m[0]);
+  rb = fmaxf(rb, n[0]);
+}
+
+// Folds one finished 64 x N tile (document tokens base .. base + N - 1) into the running maxima of rows g (ra)
+// and g+8 (rb), reading the document's mask and norms per column where needed.
+template <int N>
+__device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&d)[N / 2], uint64_t db, uint64_t ld,
                                             uint64_t base, bool plain, float& ra, float& rb, bool& saw_kept) {
   const int t = threadIdx.x & 3;
-  if (plain && base + kWgTokens <= ld) {
-    // Two independent reduction trees (rows g and g+8), 4 levels deep instead of a 32-long chain.
-    float m[8], n[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      m[j] = fmaxf(fmaxf(d[4 * j], d[4 * j + 1]), fmaxf(d[4 * j + 32], d[4 * j + 33]));
-      n[j] = fmaxf(fmaxf(d[4 * j + 2], d[4 * j + 3]), fmaxf(d[4 * j + 34], d[4 * j + 35]));
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      m[j] = fmaxf(m[j], m[j + 4]);
-      n[j] = fmaxf(n[j], n[j + 4]);
-    }
-    m[0] = fmaxf(fmaxf(m[0], m[2]), fmaxf(m[1], m[3]));
-    n[0] = fmaxf(fmaxf(n[0], n[2]), fmaxf(n[1], n[3]));
-    ra = fmaxf(ra, m[0]);
-    rb = fmaxf(rb, n[0]);
+  if (plain && base + N <= ld) {
+    TreeMax<N>(d, ra, rb);
     saw_kept = true;
     return;
   }
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
+  for (int j = 0; j < N / 8; ++j) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const uint64_t col = base + 8 * j + 2 * t + e;
@@ -188,6 +235,147 @@ __device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&
         ra = fmaxf(ra, va);
         rb = fmaxf(rb, vb);
         saw_kept = true;
+      }
+    }
+  }
+}
+
+// The same fold with the per-column work done once per stage by the producer: w[c] (shared memory) is the weight
+// of column base + c, negative when the column is past the document or masked. The columns are weighted in place
+// and then folded by the one tree, so the rare case (masks, cosine, a document's last partial stage) adds no
+// live registers to the common one. cosine: w = 1 / |d| (products (v + 0) * w, as above); dot: w = 1.
+template <int N>
+__device__ __forceinline__ void FoldTileMaxWeighted(float (&d)[N / 2], const float* w, bool weighted, bool cosine,
+                                                    float& ra, float& rb, bool& saw_kept) {
+  if (weighted) {
+    const int t = threadIdx.x & 3;
+    bool any = false;
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float wc = w[8 * j + 2 * t + e];
+        const bool keep = wc >= 0.0f;
+        any |= keep;
+        float& va = d[4 * j + e];
+        float& vb = d[4 * j + 2 + e];
+        va = !keep ? -INFINITY : cosine ? (va + 0.0f) * wc : va;
+        vb = !keep ? -INFINITY : cosine ? (vb + 0.0f) * wc : vb;
+      }
+    }
+    saw_kept |= any;
+  } else {
+    saw_kept = true;
+  }
+  TreeMax<N>(d, ra, rb);
+}
+
+// This warp's query rows as wgmma A fragments: for set qs, rows row0 + qs*64 (qa: lane row g) and + 8 (qc),
+// rows at or past lq and dimensions past dim as zeros. Lane t's A elements at logical k 2t, 2t+1 / 2t+8, 2t+9 of
+// step 2c+h are, with the copy placement (dims 32c + 8u + 4h + 0..3 at logical k 4u..4u+3), dims
+// 32c + 8(t/2) + 4h + 2(t%2) + {0,1} / the same + 16: word 2h + t%2 of two 16-byte row slices.
+// qa[qs][c] = {step 2c a0, step 2c a2, step 2c+1 a0, step 2c+1 a2} (IssueTile's order).
+template <int QS>
+__device__ __forceinline__ void LoadQueryFragments(const uint8_t* qbase, uint64_t qrb, uint64_t lq, uint32_t dim,
+                                                   uint64_t row0, uint4 (&qa)[QS][4], uint4 (&qc)[QS][4]) {
+  const int t = threadIdx.x & 3;
+  auto frag = [&](uint64_t r, int c) -> uint4 {
+    const uint32_t off = 32 * c + 8 * (t >> 1);
+    if (r >= lq || off >= dim) return Zero4();
+    const uint4 lo = Ld16(qbase + r * qrb + off * 2);
+    const uint4 hi4 = off + 16 < dim ? Ld16(qbase + r * qrb + (off + 16) * 2) : Zero4();
+    return (t & 1) ? make_uint4(lo.y, hi4.y, lo.w, hi4.w) : make_uint4(lo.x, hi4.x, lo.z, hi4.z);
+  };
+#pragma unroll
+  for (int qs = 0; qs < QS; ++qs) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      qa[qs][c] = frag(row0 + qs * 64, c);
+      qc[qs][c] = frag(row0 + qs * 64 + 8, c);
+    }
+  }
+}
+
+// Block-wide and named (a subset of warps) barriers for the per-pair epilogue.
+struct BlockBarrier {
+  __device__ __forceinline__ void Sync() const { __syncthreads(); }
+  __device__ __forceinline__ bool SyncOr(bool v) const { return __syncthreads_or(v) != 0; }
+};
+struct NamedBarrier {
+  uint32_t id, threads;
+  __device__ __forceinline__ void Sync() const {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+  }
+  __device__ __forceinline__ void Arrive() const {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+  }
+  __device__ __forceinline__ bool SyncOr(bool v) const {
+    uint32_t out;
+    asm volatile(
+        "{\n.reg .pred pi, po;\nsetp.ne.u32 pi, %1, 0;\nbar.red.or.pred po, %2, %3, pi;\nselp.u32 %0, 1, 0, po;\n}\n"
+        : "=r"(out)
+        : "r"(static_cast<uint32_t>(v)), "r"(id), "r"(threads)
+        : "memory");
+    return out != 0;
+  }
+};
+
+// The end of pair p for the threads that computed it (`bar` spans them all; `first` is one of them): the quad max
+// of each row's running maximum, then either the score (one group covers the query: these threads sum its rows
+// through s_term, two barriers) or this group's partial terms (finalize sums the groups and decides emptiness
+// from the mask). run[qs][h]: this lane's maximum of local row row0 + qs*64 + 8h (row0 = warp rows + g).
+template <int QS, class Barrier>
+__device__ __forceinline__ void FinishPair(const ForwardArgs& a, const Barrier& bar, bool first, float* s_term,
+                                           float (&run)[QS][2], uint32_t row0, uint32_t grp, uint32_t r0b,
+                                           uint64_t p, uint64_t qi, uint64_t dj, uint64_t qb, uint64_t lq,
+                                           uint64_t ld, bool saw_kept) {
+  const int t = threadIdx.x & 3;
+  const uint32_t G = a.part.groups;
+#pragma unroll
+  for (int qs = 0; qs < QS; ++qs) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float v = run[qs][h];
+      v = fmaxf(v, __shfl_xor_sync(kFull, v, 1));
+      v = fmaxf(v, __shfl_xor_sync(kFull, v, 2));
+      // A dot-product maximum of -0 is the mma.sync chain's +0 (IssueTile); cosine keys were fixed per element.
+      run[qs][h] = a.cosine ? v : v + 0.0f;
+    }
+  }
+  auto term_of = [&](uint64_t r, float v) -> float {
+    if (!a.q.Kept(qb + r)) return 0.0f;
+    return a.cosine ? v * InvNorm(RowNorm(a.q, qb + r)) : v;
+  };
+  if (G == 1) {
+    const bool doc_nonempty = a.d.mask ? bar.SyncOr(saw_kept) : (bar.Sync(), ld > 0);
+    if (t == 0) {
+#pragma unroll
+      for (int qs = 0; qs < QS; ++qs) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t r = row0 + qs * 64 + 8 * h;
+          s_term[r] = r < lq ? term_of(r, run[qs][h]) : 0.0f;
+        }
+      }
+    }
+    bar.Sync();
+    if (first) {
+      double sum = 0.0;
+      for (uint64_t r = 0; r < lq; ++r) sum += static_cast<double>(s_term[r]);
+      *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? static_cast<float>(sum) : -INFINITY;
+    }
+  } else if (t == 0) {
+#pragma unroll
+    for (int qs = 0; qs < QS; ++qs) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t rl = row0 + qs * 64 + 8 * h;
+        const uint64_t r = r0b + rl;
+        if (r < lq) {
+          const uint64_t slot = (p * G + grp) * a.part.group_rows + rl;
+          a.part.term[slot] = term_of(r, run[qs][h]);
+          a.part.arg[slot] = -1;
+        }
       }
     }
   }
@@ -209,7 +397,7 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
   __shared__ __align__(8) uint64_t s_full[S], s_empty[S];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wq = warp & 3;
-  const int g = lane >> 2, t = lane & 3;
+  const int g = lane >> 2;
   const uint32_t G = a.part.groups;
   const uint32_t grp = blockIdx.x % G;
   const uint64_t c0 = blockIdx.x / G;
@@ -296,28 +484,9 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
     if (grp > 0 && r0b >= lq) continue;  // no rows here (the producer skipped it too)
     const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
     if (qi != loaded_q) {
-      // This warpgroup's two 64-row sets: rows r0b + wg*128 + qs*64 + wq*16 + g (+8). Every wgmma that read the
-      // previous fragments has completed (each tile ends with wait_group 0).
-      const uint8_t* qbase = a.q.orig + qb * qrb;
-      // Lane t's A elements at logical k 2t, 2t+1 / 2t+8, 2t+9 of step 2c+h are, with the placement above, dims
-      // 32c + 8(t/2) + 4h + 2(t%2) + {0,1} / the same + 16: word 2h + t%2 of two 16-byte row slices.
-      // qa[qs][c] = {step 2c a0, step 2c a2, step 2c+1 a0, step 2c+1 a2} (IssueTile's order); qc: row + 8.
-      auto frag = [&](uint64_t r, int c) -> uint4 {
-        const uint32_t off = 32 * c + 8 * (t >> 1);
-        if (r >= lq || off >= dim) return Zero4();
-        const uint4 lo = Ld16(qbase + r * qrb + off * 2);
-        const uint4 hi4 = off + 16 < dim ? Ld16(qbase + r * qrb + (off + 16) * 2) : Zero4();
-        return (t & 1) ? make_uint4(lo.y, hi4.y, lo.w, hi4.w) : make_uint4(lo.x, hi4.x, lo.z, hi4.z);
-      };
-#pragma unroll
-      for (int qs = 0; qs < QS; ++qs) {
-        const uint64_t ra = r0b + wg * QS * 64 + qs * 64 + wq * 16 + g, rb = ra + 8;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          qa[qs][c] = frag(ra, c);
-          qc[qs][c] = frag(rb, c);
-        }
-      }
+      // This warpgroup's sets: rows r0b + wg*QS*64 + qs*64 + wq*16 + g (+8). Every wgmma that read the previous
+      // fragments has completed (each tile ends with wait_group 0).
+      LoadQueryFragments<QS>(a.q.orig + qb * qrb, qrb, lq, dim, r0b + wg * QS * 64 + wq * 16 + g, qa, qc);
       loaded_q = qi;
     }
     float run[QS][2];
@@ -334,77 +503,27 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
       // (Folding set 1 of the previous tile during set 0 of this one, across iterations, makes ptxas
       // serialise every wgmma: ptxas report C7514.)
       if constexpr (QS == 2) {
-        IssueTile<T>(acc0, qa[0], qc[0], st);
-        IssueTile<T>(acc1, qa[QS - 1], qc[QS - 1], st);
+        IssueTile<T, kWgTokens>(acc0, qa[0], qc[0], st);
+        IssueTile<T, kWgTokens>(acc1, qa[QS - 1], qc[QS - 1], st);
         produce();
         WgWait<1>();
         PinAcc(acc0);
-        FoldTileMax(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept);
+        FoldTileMax<kWgTokens>(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept);
         WgWait<0>();
         PinAcc(acc1);
         MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
-        FoldTileMax(a, acc1, db, ld, tile * kWgTokens, plain, run[1][0], run[1][1], saw_kept);
+        FoldTileMax<kWgTokens>(a, acc1, db, ld, tile * kWgTokens, plain, run[1][0], run[1][1], saw_kept);
       } else {
-        IssueTile<T>(acc0, qa[0], qc[0], st);
+        IssueTile<T, kWgTokens>(acc0, qa[0], qc[0], st);
         produce();
         WgWait<0>();
         PinAcc(acc0);
         MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
-        FoldTileMax(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept);
+        FoldTileMax<kWgTokens>(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept);
       }
     }
-#pragma unroll
-    for (int qs = 0; qs < QS; ++qs) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float v = run[qs][h];
-        v = fmaxf(v, __shfl_xor_sync(kFull, v, 1));
-        v = fmaxf(v, __shfl_xor_sync(kFull, v, 2));
-        // A dot-product maximum of -0 is the mma.sync chain's +0 (IssueTile); cosine keys were fixed per element.
-        run[qs][h] = a.cosine ? v : v + 0.0f;
-      }
-    }
-    if (G == 1) {
-      // One group covers the query: the block sums its rows (two block barriers per pair).
-      const bool doc_nonempty = a.d.mask ? __syncthreads_or(saw_kept) != 0 : (__syncthreads(), ld > 0);
-      if (t == 0) {
-#pragma unroll
-        for (int qs = 0; qs < QS; ++qs) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t r = wg * QS * 64 + qs * 64 + wq * 16 + g + 8 * h;
-            float term = 0.0f;
-            if (r < lq && a.q.Kept(qb + r)) {
-              term = a.cosine ? run[qs][h] * InvNorm(RowNorm(a.q, qb + r)) : run[qs][h];
-            }
-            s_term[r] = term;
-          }
-        }
-      }
-      __syncthreads();
-      if (tid == 0) {
-        double sum = 0.0;
-        for (uint64_t r = 0; r < lq; ++r) sum += static_cast<double>(s_term[r]);
-        *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? static_cast<float>(sum) : -INFINITY;
-      }
-    } else if (t == 0) {
-      // Partials (finalize sums the groups and decides emptiness from the mask).
-#pragma unroll
-      for (int qs = 0; qs < QS; ++qs) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t rl = wg * QS * 64 + qs * 64 + wq * 16 + g + 8 * h;
-          const uint64_t r = r0b + rl;
-          if (r < lq) {
-            float term = 0.0f;
-            if (a.q.Kept(qb + r)) term = a.cosine ? run[qs][h] * InvNorm(RowNorm(a.q, qb + r)) : run[qs][h];
-            const uint64_t slot = (p * G + grp) * a.part.group_rows + rl;
-            a.part.term[slot] = term;
-            a.part.arg[slot] = -1;
-          }
-        }
-      }
-    }
+    FinishPair<QS>(a, BlockBarrier{}, tid == 0, s_term, run, wg * QS * 64 + wq * 16 + g, grp, r0b, p, qi, dj, qb,
+                   lq, ld, saw_kept);
   }
 #endif
 }
@@ -433,18 +552,181 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Block shapes (H100, bf16, 2026-11-24, visual shape: 4 x 64 rows 0.595 ms against 2 x 128 rows 0.622-0.628):
-//  - 256-row blocks: 4 warpgroups of one 64-row set, 4 stages (129 KB, one block per SM, 128 registers);
-//  - 128-row blocks: 2 warpgroups of one set, 3 stages (97 KB, two blocks per SM).
-// MAXSIM_CUDA_WGMMA_SHAPE=2x2 selects 2 warpgroups of two 64-row sets (255 registers), for measurement.
+// Warp-specialised variant for 256-row groups (opt-in: MAXSIM_CUDA_WGMMA_SHAPE=ws): three warpgroups. Warpgroup 0
+// produces: its 128 threads copy the document into a ring of 3 stages of 256 tokens (2 x 32 KB each, the layout
+// above with N = 256), write each stage's column weights (FoldTileMaxWeighted) and hold few registers
+// (setmaxnreg.dec). Warpgroups 1 and 2 consume: each holds two 64-row sets of the query as A fragments (64
+// registers) and one m64n256 accumulator (128 registers; setmaxnreg.inc), and runs a set's 8 wgmma.m64n256k16
+// steps, waits, and folds the tile. The consumers take turns to issue (named barriers, as in FlashAttention-3's
+// ping-pong) so that one folds while the other's wgmma run. Per 64 KB stage the tensor pipe gets 2 x 2 x 8 wgmma
+// of 128 cycles: 16 bytes per SM cycle from L2, as for the 4-warpgroup kernel, with half the wgmma instructions
+// and no copies in the consumers' instruction stream.
+// Measured (H100, visual, 2026-11-24): 0.568-0.573 ms against 0.534-0.538 for the 4-warpgroup kernel in the
+// same runs, with or without the turns (MAXSIM_CUDA_WGMMA_TURNS=0); ncu: tensor pipe ~54% busy, 0.29 issued
+// instructions per cycle per scheduler, L2 18%. Two accumulator chains per SM (one per consumer, one of them
+// often folding) against four in the 4-warpgroup kernel; docs/cuda.md has what would be tried next.
+constexpr int kWsTokens = 256;
+constexpr int kWsRegionBytes = kWsTokens * 128;
+constexpr int kWsStageBytes = 2 * kWsRegionBytes;
+constexpr int kWsStages = 3;
+constexpr int kWsThreads = 384;
+
+template <typename T>
+__global__ void __launch_bounds__(kWsThreads, 1) ExactWgmmaWsKernel(const ForwardArgs a, uint32_t cpg, bool turns) {
+#if defined(MAXSIM_HAVE_WGMMA)
+  extern __shared__ uint8_t smem_raw[];
+  constexpr int S = kWsStages;
+  constexpr uint32_t kWsConsumerThreads = 256;
+  constexpr uint32_t kWsTurnBar0 = 1, kWsPairBar = 3;  // named barriers: 1, 2 = consumer turns; 3 = pair end
+  __shared__ float s_term[256];
+  __shared__ float s_w[S][kWsTokens];  // per stage: column weights (FoldTileMaxWeighted)
+  __shared__ __align__(8) uint64_t s_full[S], s_empty[S];
+  const int tid = threadIdx.x, warp = tid >> 5, wg = warp >> 2;
+  const uint32_t G = a.part.groups;
+  const uint32_t grp = blockIdx.x % G;
+  const uint64_t c0 = blockIdx.x / G;
+  const uint32_t r0b = grp * 256;
+  const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(s_full));
+  const uint32_t empty0 = static_cast<uint32_t>(__cvta_generic_to_shared(s_empty));
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      MbarInit(full0 + 8 * s, 256);                  // every producer thread's copies landed and weights written
+      MbarInit(empty0 + 8 * s, kWsConsumerThreads);  // every consumer thread's wgmma reading it finished
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();  // the last block-wide barrier: from here the warpgroups run apart
+  const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sbase = (sraw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+  // Whether this block's row group has rows of pair p's query (the producer and the consumers skip the same pairs).
+  auto has_rows = [&](uint64_t qi) { return grp == 0 || r0b < a.q.End(qi) - a.q.Begin(qi); };
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    // Thread tid moves 8-byte piece pc of tokens tok0, tok0 + 4, ... (placement as in ExactWgmmaKernel).
+    const int pc = tid & 31, tok0 = tid >> 5;
+    const int cc = pc >> 3, uu = (pc >> 1) & 3, hh = pc & 1;
+    const int ks = 2 * cc + hh;
+    const uint32_t dst_off = static_cast<uint32_t>(ks >> 2) * kWsRegionBytes + 8 * (uu & 1);
+    const uint32_t chunk = 2 * (ks & 3) + (uu >> 1);
+    const bool pc_in_dim = static_cast<uint32_t>(4 * pc) < a.q.dim;
+    const uint64_t drb = a.d.row_bytes;
+    uint64_t produced = 0;
+    for (uint64_t p = c0; p < a.pairs.n_pairs; p += cpg) {
+      uint64_t qi, dj;
+      a.pairs.Resolve(p, &qi, &dj);
+      if (!has_rows(qi)) continue;
+      const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
+      const uint8_t* dbase = a.d.orig + db * drb;
+      for (uint64_t n0 = 0; n0 < ld; n0 += kWsTokens, ++produced) {
+        const uint32_t s = static_cast<uint32_t>(produced % S);
+        if (produced >= S) MbarWait(empty0 + 8 * s, static_cast<uint32_t>((produced / S - 1) & 1));
+        const uint32_t st = sbase + s * kWsStageBytes + dst_off;
+#pragma unroll 8
+        for (int i = 0; i < kWsTokens / 4; ++i) {
+          const int tok = tok0 + 4 * i;
+          const uint64_t n = n0 + tok;
+          const bool pred = pc_in_dim && n < ld;
+          CpAsync8(st + tok * 128 + ((chunk ^ (tok & 7)) << 4), dbase + (pred ? n * drb + pc * 8 : 0), pred);
+        }
+        // Column weights for the consumers' fold (columns tid and tid + 128 of the stage).
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t c = tid + 128 * h;
+          const uint64_t n = n0 + c;
+          float w = -1.0f;
+          if (n < ld && a.d.Kept(db + n)) w = a.cosine ? InvNorm(RowNorm(a.d, db + n)) : 1.0f;
+          s_w[s][c] = w;
+        }
+        MbarArrive(full0 + 8 * s);        // release: the weights above
+        MbarArriveCopies(full0 + 8 * s);  // when this thread's copies land
+      }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives its thread
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int cw = wg - 1, wq = warp & 3, lane = tid & 31, g = lane >> 2;
+  const NamedBarrier my_turn{kWsTurnBar0 + cw, kWsConsumerThreads};
+  const NamedBarrier other_turn{kWsTurnBar0 + (1 - cw), kWsConsumerThreads};
+  const NamedBarrier pair_bar{kWsPairBar, kWsConsumerThreads};
+  const bool plain = a.d.mask == nullptr && !a.cosine;
+  const uint32_t row0 = cw * 128 + wq * 16 + g;  // local row of this lane's set 0, row g
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;  // never read (scale-d = 0), but defined
+  uint4 qa[2][4], qc[2][4];
+  uint64_t loaded_q = ~0ull, consumed = 0;
+  if (turns && cw == 1) other_turn.Arrive();  // consumer 0 issues first
+  for (uint64_t p = c0; p < a.pairs.n_pairs; p += cpg) {
+    uint64_t qi, dj;
+    a.pairs.Resolve(p, &qi, &dj);
+    if (!has_rows(qi)) continue;
+    const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+    const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
+    if (qi != loaded_q) {
+      // Every wgmma that read the previous fragments has completed (each set ends with wait_group 0).
+      LoadQueryFragments<2>(a.q.orig + qb * a.q.row_bytes, a.q.row_bytes, lq, a.q.dim, r0b + row0, qa, qc);
+      loaded_q = qi;
+    }
+    float run[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
+    bool saw_kept = false;
+    for (uint64_t n0 = 0; n0 < ld; n0 += kWsTokens, ++consumed) {
+      const uint32_t s = static_cast<uint32_t>(consumed % S);
+      MbarWait(full0 + 8 * s, static_cast<uint32_t>((consumed / S) & 1));
+      FenceProxyAsync();  // the copies (generic proxy) before this thread's wgmma reads (async proxy)
+      const uint32_t st = sbase + s * kWsStageBytes;
+      const bool weighted = !plain || n0 + kWsTokens > ld;
+#pragma unroll
+      for (int qs = 0; qs < 2; ++qs) {
+        if (turns) my_turn.Sync();  // the other consumer has issued its previous set
+        IssueTile<T, kWsTokens>(acc, qa[qs], qc[qs], st);
+        if (turns) other_turn.Arrive();
+        WgWait<0>();
+        PinAcc(acc);
+        FoldTileMaxWeighted<kWsTokens>(acc, s_w[s], weighted, a.cosine, run[qs][0], run[qs][1], saw_kept);
+      }
+      MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage (wgmma and weights) are done
+    }
+    FinishPair<2>(a, pair_bar, tid == 128, s_term, run, row0, grp, r0b, p, qi, dj, qb, lq, ld, saw_kept);
+  }
+#endif
+}
+
+template <typename T>
+cudaError_t LaunchWgmmaWs(const ForwardArgs& a, cudaStream_t stream) {
+  const int smem = kWsStages * kWsStageBytes + 1024;  // + alignment slack for the 1024-byte swizzle period
+  const cudaError_t e = AllowDynamicSmemOnce<ExactWgmmaWsKernel<T>>(smem);
+  if (e != cudaSuccess) return e;
+  const uint64_t G = a.part.groups;
+  const uint64_t per_group = std::max<uint64_t>(1, static_cast<uint64_t>(SmCount()) / G);
+  const uint64_t cpg = std::min<uint64_t>(per_group, a.pairs.n_pairs);
+  const uint64_t blocks = G * cpg;
+  if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
+  // MAXSIM_CUDA_WGMMA_TURNS=0: the consumers issue without taking turns (for measurement; read per call).
+  const char* turns_env = std::getenv("MAXSIM_CUDA_WGMMA_TURNS");
+  const bool turns = turns_env == nullptr || std::strcmp(turns_env, "0") != 0;
+  ExactWgmmaWsKernel<T>
+      <<<static_cast<unsigned>(blocks), kWsThreads, smem, stream>>>(a, static_cast<uint32_t>(cpg), turns);
+  return cudaGetLastError();
+}
+
+// Block shapes (H100, bf16; MAXSIM_CUDA_WGMMA_SHAPE is read per call, so that tests and benchmarks can compare
+// them in one process):
+//  - 256-row groups: 4 warpgroups of one 64-row set, 4 stages of 128 tokens (129 KB, 128 registers; visual
+//    0.534-0.549 ms). MAXSIM_CUDA_WGMMA_SHAPE=ws selects the warp-specialised kernel above (visual 0.568-0.573
+//    against 0.534-0.538 for this one in the same runs, 2026-11-24: slower, so not the default; docs/cuda.md),
+//    2x2 the 2 warpgroups of two sets (255 registers; 0.579).
+//  - 128-row groups: 2 warpgroups of one set, 3 stages of 128 tokens (97 KB, two blocks per SM).
 template <typename T>
 cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {
   if (a.part.group_rows == 128) return LaunchWgmmaShape<T, 2, 1, 3, 2>(a, stream);
-  static const bool two_sets = [] {
-    const char* v = std::getenv("MAXSIM_CUDA_WGMMA_SHAPE");
-    return v != nullptr && std::strcmp(v, "2x2") == 0;
-  }();
-  return two_sets ? LaunchWgmmaShape<T, 2, 2, 4, 1>(a, stream) : LaunchWgmmaShape<T, 4, 1, 4, 1>(a, stream);
+  const char* v = std::getenv("MAXSIM_CUDA_WGMMA_SHAPE");
+  const std::string shape = v ? v : "";
+  if (shape == "ws") return LaunchWgmmaWs<T>(a, stream);
+  if (shape == "2x2") return LaunchWgmmaShape<T, 2, 2, 4, 1>(a, stream);
+  return LaunchWgmmaShape<T, 4, 1, 4, 1>(a, stream);
 }
 
 }  // namespace
