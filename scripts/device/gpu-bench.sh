@@ -28,8 +28,15 @@ if [ "${MAXSIM_GPU_PROFILE:-1}" = 1 ] && command -v ncu > /dev/null; then
       -k "regex:ExactTc|ExactWgmma|Screen" --launch-skip 34 --launch-count 2 "$B" --only $shape > "$OUT/ncu-$shape.txt" 2>&1
   done
 fi
+# Local memory in a kernel's SASS (a spilled or dynamically indexed array) costs L2 traffic per thread: nvcc 13
+# once put a fold's partial maxima there (1.8 GB of local traffic per visual call). Listed, not fatal.
+if command -v cuobjdump > /dev/null; then
+  cuobjdump -sass "$BUILD/libmaxsim-plugin-cuda.so" 2> /dev/null |
+    awk '/Function :/{f=$3} /LDL|STL/{n[f]++} END{for (k in n) print n[k], k}' | sort -rn > "$OUT/sass-local.txt"
+fi
 python3 benchmarks/gpu/report.py "$OUT/gpu-bench.json" "$OUT/gpu-baselines.json" > "$OUT/summary-gpu-bench.txt"
 echo "bench rc $brc, baselines rc $prc" >> "$OUT/summary-gpu-bench.txt"
+[ -f "$OUT/sass-local.txt" ] && { echo "--- kernels with local-memory loads/stores in SASS: $(wc -l < "$OUT/sass-local.txt")"; head -n 8 "$OUT/sass-local.txt"; } >> "$OUT/summary-gpu-bench.txt"
 [ -f "$OUT/gpu-variants.txt" ] && { echo "--- long-query exact kernel variants"; cat "$OUT/gpu-variants.txt"; } >> "$OUT/summary-gpu-bench.txt"
 for f in "$OUT"/ncu-*.txt; do
   [ -f "$f" ] && { echo "--- $(basename "$f")"; grep -E "ExactTc|ExactWgmma|Screen|Duration|Memory Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|DRAM Throughput" "$f" | head -24; } >> "$OUT/summary-gpu-bench.txt"
