@@ -93,10 +93,7 @@ TEST(Api, MatrixPairsCandidatesAndTopKAgree) {
       for (uint64_t k : {uint64_t{1}, uint64_t{7}, nd, nd + 5}) {
         const TopKResult top = ctx.TopK(f.q.Dense(), nq, pd, k, o);
         for (uint64_t i = 0; i < nq; ++i) {
-          std::vector<uint64_t> order(nd);
-          std::iota(order.begin(), order.end(), 0);
-          std::stable_sort(order.begin(), order.end(),
-                           [&](uint64_t a, uint64_t b) { return matrix[i * nd + a] > matrix[i * nd + b]; });
+          const std::vector<uint64_t> order = RankDescending(matrix.data() + i * nd, nd);
           for (uint64_t r = 0; r < k; ++r) {
             if (r < nd) {
               EXPECT_EQ(top.index[i * k + r], order[r]) << "query " << i << " rank " << r;

@@ -83,9 +83,7 @@ TEST_F(RealData, ExactTopKRankingEqualsTheFloat64Ranking) {
         ref[j] = r.score;
         tol[j] = r.tolerance;
       }
-      std::vector<uint64_t> order(nd);
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) { return ref[a] > ref[b]; });
+      const std::vector<uint64_t> order = RankDescending(ref.data(), nd);
       for (uint64_t r = 0; r < nd; ++r) {
         if (top.index[i * nd + r] == order[r]) continue;
         // Only a pair of documents whose float64 scores are within the f32 error bound may swap.

@@ -2,6 +2,7 @@
 #ifndef MAXSIM_TESTS_TEST_UTIL_H_
 #define MAXSIM_TESTS_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -75,6 +76,17 @@ class AlignedBytes {
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
 };
+
+// Indices 0..n-1 ordered by value descending, ties by index ascending (the library's top-k order). std::sort
+// with the index as the tie-break instead of std::stable_sort, whose libstdc++ 12 buffer call (the deprecated
+// get_temporary_buffer) warned under clang 19.
+template <typename V>
+std::vector<uint64_t> RankDescending(const V* v, uint64_t n) {
+  std::vector<uint64_t> order(n);
+  for (uint64_t j = 0; j < n; ++j) order[j] = j;
+  std::sort(order.begin(), order.end(), [v](uint64_t a, uint64_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+  return order;
+}
 
 // ---- real embeddings --------------------------------------------------------------------------------------
 

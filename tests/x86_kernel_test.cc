@@ -189,9 +189,7 @@ TopKResult RankMatrix(const std::vector<float>& m, uint64_t nq, uint64_t nd, uin
   TopKResult r;
   r.k = k;
   for (uint64_t i = 0; i < nq; ++i) {
-    std::vector<uint64_t> order(nd);
-    for (uint64_t j = 0; j < nd; ++j) order[j] = j;
-    std::stable_sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) { return m[i * nd + a] > m[i * nd + b]; });
+    const std::vector<uint64_t> order = RankDescending(m.data() + i * nd, nd);
     for (uint64_t r2 = 0; r2 < k; ++r2) {
       r.index.push_back(r2 < nd ? order[r2] : UINT64_MAX);
       r.scores.push_back(r2 < nd ? m[i * nd + order[r2]] : -std::numeric_limits<float>::infinity());

@@ -608,10 +608,8 @@ TEST_F(Gpu, CandidatesPairsAndTopK) {
       for (uint64_t k : {1ull, 7ull, 75ull}) {
         TopKResult top = gpu.TopK(pq, q.n_sets(), pd, k, o, true);
         for (uint64_t i = 0; i < q.n_sets(); ++i) {
-          std::vector<uint64_t> order(d.n_sets());
-          for (uint64_t j = 0; j < order.size(); ++j) order[j] = j;
           const float* row = full.scores.data() + i * d.n_sets();
-          std::stable_sort(order.begin(), order.end(), [&](uint64_t x, uint64_t y) { return row[x] > row[y]; });
+          const std::vector<uint64_t> order = RankDescending(row, d.n_sets());
           for (uint64_t r = 0; r < k; ++r) {
             if (r < d.n_sets()) {
               ASSERT_EQ(top.index[i * k + r], order[r]) << "query " << i << " rank " << r << " k " << k;
