@@ -563,8 +563,9 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
 // and no copies in the consumers' instruction stream.
 // Measured (H100, visual, 2026-11-24): 0.568-0.573 ms against 0.534-0.538 for the 4-warpgroup kernel in the
 // same runs, with or without the turns (MAXSIM_CUDA_WGMMA_TURNS=0); ncu: tensor pipe ~54% busy, 0.29 issued
-// instructions per cycle per scheduler, L2 18%. Two accumulator chains per SM (one per consumer, one of them
-// often folding) against four in the 4-warpgroup kernel; docs/cuda.md has what would be tried next.
+// instructions per cycle per scheduler, L2 18%. Likely limits: two accumulator chains per SM (one per consumer,
+// one of them often folding) against four in the 4-warpgroup kernel, and the 8-byte copies (~1 per SM cycle in
+// both kernels; 16-byte copies measured ~10% faster for the 4-warpgroup kernel, docs/cuda.md).
 constexpr int kWsTokens = 256;
 constexpr int kWsRegionBytes = kWsTokens * 128;
 constexpr int kWsStageBytes = 2 * kWsRegionBytes;
