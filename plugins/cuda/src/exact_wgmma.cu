@@ -528,6 +528,17 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
 #endif
 }
 
+// The persistent grid of both wgmma kernels: bps resident blocks per SM, the G row-group blocks of a pair at a
+// time (so a document is read from memory once and then from L2); block (c, grp) serves row group grp of pairs
+// c, c + cpg, c + 2 cpg, ... False when the grid is too large to launch.
+bool PersistentGrid(const ForwardArgs& a, int bps, uint64_t* cpg, uint64_t* blocks) {
+  const uint64_t G = a.part.groups;
+  const uint64_t per_group = std::max<uint64_t>(1, static_cast<uint64_t>(bps) * SmCount() / G);
+  *cpg = std::min<uint64_t>(per_group, a.pairs.n_pairs);
+  *blocks = G * *cpg;
+  return *blocks <= 0x7fffffffull;
+}
+
 template <typename T, int WGS, int QS, int S, int BPS>
 cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
   const int smem = S * kWgStageBytes + 1024;  // + alignment slack for the 1024-byte swizzle period
@@ -541,12 +552,8 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
     return v == nullptr ? 0 : std::atoi(v);
   }();
   const int ahead = ahead_env >= 1 && ahead_env <= S - 1 ? ahead_env : S - 1;
-  // BPS resident blocks per SM, G blocks per pair at a time.
-  const uint64_t G = a.part.groups;
-  const uint64_t per_group = std::max<uint64_t>(1, static_cast<uint64_t>(BPS) * SmCount() / G);
-  const uint64_t cpg = std::min<uint64_t>(per_group, a.pairs.n_pairs);
-  const uint64_t blocks = G * cpg;
-  if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
+  uint64_t cpg = 0, blocks = 0;
+  if (!PersistentGrid(a, BPS, &cpg, &blocks)) return cudaErrorInvalidConfiguration;
   ExactWgmmaKernel<T, WGS, QS, S, BPS>
       <<<static_cast<unsigned>(blocks), WGS * 128, smem, stream>>>(a, static_cast<uint32_t>(cpg), ahead);
   return cudaGetLastError();
@@ -700,11 +707,8 @@ cudaError_t LaunchWgmmaWs(const ForwardArgs& a, cudaStream_t stream) {
   const int smem = kWsStages * kWsStageBytes + 1024;  // + alignment slack for the 1024-byte swizzle period
   const cudaError_t e = AllowDynamicSmemOnce<ExactWgmmaWsKernel<T>>(smem);
   if (e != cudaSuccess) return e;
-  const uint64_t G = a.part.groups;
-  const uint64_t per_group = std::max<uint64_t>(1, static_cast<uint64_t>(SmCount()) / G);
-  const uint64_t cpg = std::min<uint64_t>(per_group, a.pairs.n_pairs);
-  const uint64_t blocks = G * cpg;
-  if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
+  uint64_t cpg = 0, blocks = 0;
+  if (!PersistentGrid(a, 1, &cpg, &blocks)) return cudaErrorInvalidConfiguration;
   // MAXSIM_CUDA_WGMMA_TURNS=0: the consumers issue without taking turns (for measurement; read per call).
   const char* turns_env = std::getenv("MAXSIM_CUDA_WGMMA_TURNS");
   const bool turns = turns_env == nullptr || std::strcmp(turns_env, "0") != 0;
