@@ -6,6 +6,9 @@
 #   .carry/blas.tar.xz  oneDNN + OpenBLAS shared libraries and their runtime deps (benchmark baselines)
 #   .carry/include-blas/ their headers
 #   .carry/shared/   the real ColBERT embeddings from ../shared/data
+#   .carry/base-src/ only with MAXSIM_BASE_REV=<git rev>: that revision's sources, for the device section gpu-ab
+#                    (the GPU benchmark of that revision against the working tree's, alternating, one process
+#                    per run)
 # Idempotent; about 40 s the first time (xz), instant afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,5 +35,11 @@ fi
 if [ -d ../shared/data/colbert-nanofiqa ]; then
   mkdir -p $C/shared/data && rm -rf $C/shared/data/colbert-nanofiqa
   cp -a ../shared/data/colbert-nanofiqa $C/shared/data/
+fi
+rm -rf $C/base-src
+if [ -n "${MAXSIM_BASE_REV:-}" ]; then
+  mkdir -p $C/base-src
+  git archive "$MAXSIM_BASE_REV" | tar -x -C $C/base-src
+  echo "$(git rev-parse --short "$MAXSIM_BASE_REV") $(git log -1 --format=%s "$MAXSIM_BASE_REV" | cut -c1-80)" > $C/base-src/REV
 fi
 du -sh $C

@@ -18,13 +18,24 @@ constexpr unsigned kFull = 0xffffffffu;
 //
 // mma.sync.m16n8k16 takes, in lane (g = lane / 4, t = lane % 4), A elements of rows g and g+8 at logical k
 // {2t, 2t+1} (a0/a1) and {2t+8, 2t+9} (a2/a3), and B elements of column g at the same logical k. Any bijection
-// of physical dimensions onto logical k applied to both A and B gives the same dot product, so we pick the
-// one that lets every lane fetch 16 contiguous bytes straight from a row: in 32-dimension chunk c, lane t
-// loads dims [32c + 8t, 32c + 8t + 8) as one uint4 {x, y, z, w}; k step 2c uses (x, y) and k step 2c + 1
-// uses (z, w). No shared memory, no ldmatrix, no transposes; every kernel that computes a 16-bit similarity
-// uses this order and steps c = 0, 1, ... in sequence from a zero accumulator.
+// of physical dimensions onto logical k applied to both A and B gives the same dot product. Every kernel that
+// computes a 16-bit similarity runs the same chain of k steps s = 0, 1, ... from a zero accumulator, and step s
+// sums the 16 contiguous dimensions [16s, 16s + 16). Within a step, kernels place the 16 dimensions in one of
+// two ways, whichever suits how they load (a 32-dimension chunk c, two steps, is one uint4 per lane: .x/.y for
+// step 2c, .z/.w for step 2c + 1; MmaChunk16):
+//  * quad-contiguous (LdFrag16: loads straight from global memory): lane t holds dims 16s + 4t .. 16s + 4t + 3,
+//    one 8-byte piece, at logical k 2t, 2t+1, 2t+8, 2t+9;
+//  * natural (LdFragNatural, LdsmFrag16 = ldmatrix from a shared-memory ring, and the Hopper wgmma kernels):
+//    dim 16s + k at logical k, so lane t holds the 32-bit words at dims 16s + 2t and 16s + 8 + 2t.
+// The two placements give the same bits because a tensor-core k16 step does not depend on the order of its 16
+// products. PTX does not promise that; the GPU suite checks it on every run (the ring kernels against
+// ExactTcKernel, wgmma against mma.sync, certified refinement against the exact kernels). Contiguous steps are
+// what let shared-memory rings be filled with whole 16-byte pieces in their natural order (and read with
+// ldmatrix), and the Hopper kernels copy 16-byte pieces: with the earlier k order, whose steps took 4 of every
+// 8 dimensions, those copies had to be 8 bytes (visual 0.54 ms against 0.48).
 //
-// The int8 kernel (m16n8k32) uses the same idea on 64-byte chunks: lane t loads bytes [64c + 16t, +16).
+// The int8 kernel (m16n8k32) uses 64-byte chunks: lane t loads bytes [64c + 16t, +16) (integer dot products
+// are exact, so its order matters to nobody else).
 
 template <typename T>
 struct Mma16;
@@ -53,7 +64,8 @@ struct Mma16<__half> {
   }
 };
 
-// One 32-dimension chunk: two k16 steps. qa = row g's uint4, qb = row g+8's, b = column g's.
+// One 32-dimension chunk: two k16 steps (dims [32c, 32c + 16), then [32c + 16, 32c + 32)). qa = row g's
+// fragment, qb = row g+8's, b = column g's (LdFrag16 / LdsFrag16).
 template <typename T>
 __device__ __forceinline__ void MmaChunk16(float* c, const uint4& qa, const uint4& qb, const uint4& b) {
   Mma16<T>::Run(c, qa.x, qb.x, qa.y, qb.y, b.x, b.y);
@@ -88,6 +100,30 @@ __device__ __forceinline__ uint4 Ld16Stream(const void* p) {
   return r;
 }
 
+// Quad-contiguous placement: lane t's fragment of 32-dimension chunk c of a 16-bit row that starts at `row`:
+// dims [32c + 4t, +4) in .x/.y (k step 2c) and [32c + 16 + 4t, +4) in .z/.w (step 2c + 1); pieces at or past
+// `dim` (a multiple of 8), and everything when !row_ok, are zero. A quad's two loads each read 32 contiguous
+// bytes (one sector).
+__device__ __forceinline__ uint4 LdFrag16(const uint8_t* row, uint32_t c, int t, uint32_t dim, bool row_ok) {
+  const uint32_t lo = 32 * c + 4 * t, hi = lo + 16;
+  const uint2 x = (row_ok && lo < dim) ? __ldg(reinterpret_cast<const uint2*>(row + 2 * lo)) : make_uint2(0u, 0u);
+  const uint2 z = (row_ok && hi < dim) ? __ldg(reinterpret_cast<const uint2*>(row + 2 * hi)) : make_uint2(0u, 0u);
+  return make_uint4(x.x, x.y, z.x, z.y);
+}
+
+// Natural placement: lane t's fragment of 32-dimension chunk c: the 32-bit words at dims 32c + 2t, + 8, + 16,
+// + 24 (a0 and a2 of steps 2c and 2c + 1 for an A row; b0 and b1 for a B column). Used for the query rows of
+// the ring and wgmma kernels, which are loaded once.
+__device__ __forceinline__ uint4 LdFragNatural(const uint8_t* row, uint32_t c, int t, uint32_t dim, bool row_ok) {
+  uint32_t w[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const uint32_t d0 = 32 * c + 8 * m + 2 * t;  // dim is a multiple of 8: a word is wholly in or out
+    w[m] = (row_ok && d0 < dim) ? __ldg(reinterpret_cast<const uint32_t*>(row + 2 * d0)) : 0u;
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // ---- cp.async (sm_80+) and shared-memory loads ----------------------------------------------------------
 
 // 16-byte asynchronous copy global -> shared; pred = false writes 16 zero bytes (src-size 0, nothing is read).
@@ -103,6 +139,24 @@ __device__ __forceinline__ void CpAsyncWait() {
 __device__ __forceinline__ uint4 Lds16(uint32_t addr) {
   uint4 r;
   asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(addr));
+  return r;
+}
+
+// 16-bit document rows of 256 bytes (dim <= 128) in a shared-memory ring: 16-byte slot `slot` (dims
+// 8 slot .. 8 slot + 7) of token `tok` sits at slot ^ (tok % 8), the 128-byte swizzle. An ldmatrix 8x8 matrix
+// (8 consecutive tokens, one slot) then touches 8 distinct 16-byte bank groups: conflict-free.
+__device__ __forceinline__ uint32_t RingSlot16(uint32_t slot, uint32_t tok) { return slot ^ (tok & 7u); }
+
+// B fragments, natural placement, of ring tokens tok0 .. tok0 + 7 (tok0 a multiple of 8), 32-dimension chunk c,
+// from the ring stage at `stage`: one ldmatrix.x4 whose matrix j is dims 32c + 8j .. + 7 (lane l addresses
+// token tok0 + l % 8 of matrix l / 8); lane (g, t) receives token tok0 + g's words at dims 32c + 8j + 2t.
+__device__ __forceinline__ uint4 LdsmFrag16(uint32_t stage, uint32_t tok0, uint32_t c, int lane) {
+  const uint32_t row = static_cast<uint32_t>(lane & 7);  // = (tok0 + row) % 8, as tok0 % 8 == 0
+  const uint32_t addr = stage + (tok0 + row) * 256u + (RingSlot16(4 * c + (lane >> 3), row) << 4);
+  uint4 r;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "r"(addr));
   return r;
 }
 

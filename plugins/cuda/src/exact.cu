@@ -2,8 +2,8 @@
 //
 // ExactTcKernel (16-bit originals, tensor cores): one warp per (pair, group of 16*MT query rows). The warp holds
 // its query rows as mma A fragments in registers (KC 32-dimension chunks, dims <= 128) and streams the
-// document's rows straight from global memory into B fragments (16-byte loads in the k order of
-// device_common.cuh, 32 tokens per step, the next step's loads in flight while the current one computes).
+// document's rows straight from global memory into B fragments (two 8-byte loads per 32-dim chunk in the k order
+// of device_common.cuh, 32 tokens per step, the next step's loads in flight while the current one computes).
 // Each 16x8 tile of similarities is folded into a per-row running max in registers (strict >, tokens in
 // increasing order per lane, then a quad merge with ties to the lower index), so nothing of size Lq x Ld ever
 // leaves the register file. KC = 0 is the any-dimension variant: A and B are reloaded per 32-dim chunk.
@@ -100,9 +100,8 @@ __global__ void __launch_bounds__(kTcWarps * 32, 1) ExactTcKernel(const ForwardA
       const uint64_t ra = r0 + mt * 16 + g, rb = ra + 8;
 #pragma unroll
       for (int c = 0; c < KC; ++c) {
-        const uint32_t off = 32 * c + 8 * t;
-        qa[mt][c] = (ra < lq && off < dim) ? Ld16(qbase + ra * qrb + off * 2) : Zero4();
-        qc[mt][c] = (rb < lq && off < dim) ? Ld16(qbase + rb * qrb + off * 2) : Zero4();
+        qa[mt][c] = LdFrag16(qbase + ra * qrb, c, t, dim, ra < lq);
+        qc[mt][c] = LdFrag16(qbase + rb * qrb, c, t, dim, rb < lq);
       }
     }
     uint4 cur[kTcTiles][KC];
@@ -113,8 +112,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, 1) ExactTcKernel(const ForwardA
         const uint8_t* row = dbase + n * drb;
 #pragma unroll
         for (int c = 0; c < KC; ++c) {
-          const uint32_t off = 32 * c + 8 * t;
-          buf[u][c] = (n < ld && off < dim) ? Ld16(row + off * 2) : Zero4();
+          buf[u][c] = LdFrag16(row, c, t, dim, n < ld);
         }
       }
     };
@@ -155,18 +153,17 @@ __global__ void __launch_bounds__(kTcWarps * 32, 1) ExactTcKernel(const ForwardA
         for (int mt = 0; mt < MT; ++mt) acc[u][mt][0] = acc[u][mt][1] = acc[u][mt][2] = acc[u][mt][3] = 0.0f;
       }
       for (uint32_t c = 0; c < nchunks; ++c) {
-        const uint32_t off = 32 * c + 8 * t;
         uint4 qa[MT], qc[MT], bv[kTcTiles];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           const uint64_t ra = r0 + mt * 16 + g, rb = ra + 8;
-          qa[mt] = (ra < lq && off < dim) ? Ld16(qbase + ra * qrb + off * 2) : Zero4();
-          qc[mt] = (rb < lq && off < dim) ? Ld16(qbase + rb * qrb + off * 2) : Zero4();
+          qa[mt] = LdFrag16(qbase + ra * qrb, c, t, dim, ra < lq);
+          qc[mt] = LdFrag16(qbase + rb * qrb, c, t, dim, rb < lq);
         }
 #pragma unroll
         for (int u = 0; u < kTcTiles; ++u) {
           const uint64_t n = base + u * 8 + g;
-          bv[u] = (n < ld && off < dim) ? Ld16(dbase + n * drb + off * 2) : Zero4();
+          bv[u] = LdFrag16(dbase + n * drb, c, t, dim, n < ld);
         }
 #pragma unroll
         for (int u = 0; u < kTcTiles; ++u) {
@@ -216,18 +213,18 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
 // ExactTcSmemKernel: one block of W warps per (pair, block of 32*W query rows). Each warp keeps its 32 rows as A
 // fragments in registers; the document streams through shared memory in 64-token tiles (a 3-stage cp.async
 // pipeline, 16 KB per stage), so every document byte is read from global memory once per block instead of once
-// per warp. The 16-byte slots of a token row are XOR-swizzled by token parity so that the B-fragment reads
-// (8 lanes = 2 tokens x 4 slots) hit 8 distinct bank groups. Same k order and the same per-element arithmetic as
-// ExactTcKernel (a row's similarity is the same mma chain from a zero accumulator), so results are identical to
-// it and to certified refinement. ARGMAX = false folds values only (one max per element).
+// per warp. The 16-byte slots of a token row are XOR-swizzled by token (RingSlot16) so that the B-fragment
+// reads (ldmatrix, natural placement) are conflict-free. Same k steps and the same per-element arithmetic as
+// ExactTcKernel (a row's similarity is the same mma chain from a zero
+// accumulator), so results are identical to it and to certified refinement. ARGMAX = false folds values only (one max per element).
 
 constexpr int kSmemTile = 64;    // tokens per stage (default shape)
 constexpr int kSmemStages = 3;
-constexpr int kRowBytes = 256;   // 128 dims x 2 bytes
+constexpr int kRowBytes = 256;   // 128 dims x 2 bytes (the ring row of RingSlot16 / LdsmFrag16)
 
 // TILE tokens per stage x STAGES stages (64 x 3 or 128 x 2, chosen in LaunchSmemA).
 template <typename T, int W, bool ARGMAX, int TILE, int STAGES>
-__global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a) {
+__global__ void __launch_bounds__(W * 32, 1) ExactTcSmemKernel(const ForwardArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float s_term[W * 32];
   __shared__ int s_arg[W * 32];
@@ -255,9 +252,8 @@ __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a)
     const uint64_t ra = r0 + mt * 16 + g, rb = ra + 8;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const uint32_t off = 32 * c + 8 * t;
-      qa[mt][c] = (ra < lq && off < dim) ? Ld16(qbase + ra * qrb + off * 2) : Zero4();
-      qc[mt][c] = (rb < lq && off < dim) ? Ld16(qbase + rb * qrb + off * 2) : Zero4();
+      qa[mt][c] = LdFragNatural(qbase + ra * qrb, c, t, dim, ra < lq);
+      qc[mt][c] = LdFragNatural(qbase + rb * qrb, c, t, dim, rb < lq);
     }
   }
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -270,7 +266,7 @@ __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a)
         const uint64_t n = tile * TILE + tok;
         const bool pred = n < ld && static_cast<uint32_t>(slot) * 8 < dim;
         const uint8_t* src = dbase + (pred ? n : 0) * drb + (pred ? slot * 16 : 0);
-        CpAsync16(st + tok * kRowBytes + ((slot ^ ((tok & 1) << 2)) << 4), src, pred);
+        CpAsync16(st + tok * kRowBytes + (RingSlot16(slot, tok) << 4), src, pred);
       }
     }
     CpAsyncCommit();
@@ -295,11 +291,9 @@ __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a)
     const int steps = base + TILE <= ld ? TILE / 8 : static_cast<int>((ld - base + 7) / 8);
 #pragma unroll 2
     for (int u = 0; u < steps; ++u) {
-      const int tok = u * 8 + g;
-      const uint32_t row = st + tok * kRowBytes;
       uint4 bv[4];
 #pragma unroll
-      for (int c = 0; c < 4; ++c) bv[c] = Lds16(row + (((4 * c + t) ^ ((tok & 1) << 2)) << 4));
+      for (int c = 0; c < 4; ++c) bv[c] = LdsmFrag16(st, u * 8, c, lane);
       float acc[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
@@ -423,7 +417,8 @@ cudaError_t LaunchSmemT(const ForwardArgs& a, cudaStream_t stream) {
 // ExactTcPipeKernel: each warp walks a contiguous range of pairs as one stream of 32-token steps. A step's
 // document rows are copied into the warp's own shared-memory ring (kPipeStages x 8 KB) with fully coalesced
 // 16-byte cp.async (each instruction moves two whole 256-byte rows), kPipeStages - 1 steps ahead of the mma
-// work, across document boundaries; B fragments are read back with the same parity swizzle as the tiled kernel.
+// work, across document boundaries; B fragments are read back with the same swizzle as the tiled kernel
+// (RingSlot16).
 // No block-level barrier: the ring is private to the warp (cp.async.wait_group + __syncwarp). Per element it is
 // exactly ExactTcKernel's arithmetic.
 
@@ -457,7 +452,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
         const uint64_t n = cur.token + tok;
         const bool pred = n < cur.len && static_cast<uint32_t>(slot) * 8 < dim;
         const uint8_t* src = dbase + (pred ? n * drb + slot * 16 : 0);
-        CpAsync16(st + tok * kRowBytes + ((slot ^ ((tok & 1) << 2)) << 4), src, pred);
+        CpAsync16(st + tok * kRowBytes + (RingSlot16(slot, tok) << 4), src, pred);
       }
       ++produced;
       cur.Advance(a);
@@ -483,9 +478,8 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
         const uint64_t ra = mt * 16 + g, rb = ra + 8;
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          const uint32_t off = 32 * c + 8 * t;
-          qa[mt][c] = (ra < lq && off < dim) ? Ld16(qbase + ra * qrb + off * 2) : Zero4();
-          qc[mt][c] = (rb < lq && off < dim) ? Ld16(qbase + rb * qrb + off * 2) : Zero4();
+          qa[mt][c] = LdFragNatural(qbase + ra * qrb, c, t, dim, ra < lq);
+          qc[mt][c] = LdFragNatural(qbase + rb * qrb, c, t, dim, rb < lq);
         }
       }
     }
@@ -505,11 +499,9 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
 #pragma unroll
       for (int u = 0; u < kPipeStep / 8; ++u) {
         if (base + u * 8 < ld) {
-          const int tok = u * 8 + g;
-          const uint32_t row = st + tok * kRowBytes;
           uint4 bv[4];
 #pragma unroll
-          for (int c = 0; c < 4; ++c) bv[c] = Lds16(row + (((4 * c + t) ^ ((tok & 1) << 2)) << 4));
+          for (int c = 0; c < 4; ++c) bv[c] = LdsmFrag16(st, u * 8, c, lane);
           float acc[MT][4];
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;

@@ -11,11 +11,13 @@
 //
 // Numbers: the same bits as every other 16-bit kernel (kernels.h). A similarity is the chain of 8 k16
 // tensor-core steps from a +0 start, and wgmma step s sums exactly the dimensions that mma.sync step s sums in
-// device_common.cuh's fixed k order: {32c + 8u + 4h + j : u, j in 0..3} for s = 2c + h. Within a step the
-// placement differs (the 4 contiguous dimensions 32c + 8u + 4h + 0..3 sit at logical k 4u..4u+3, so that a
-// document row can be copied in 8-byte pieces; 4-byte pieces, which keep mma.sync's placement, made the copies
-// the bottleneck: visual 0.76 ms against 0.60), and the query fragments follow that placement. That a k16 step
-// does not depend on the order of its 16 products is what the tensor cores do, not something PTX promises:
+// device_common.cuh's fixed k order: the 16 contiguous dimensions [16s, 16s + 16), in the natural placement
+// (dimension 16s + k at logical k: the K-major layout, so that document rows are copied in whole 16-byte
+// pieces), as in the ldmatrix ring kernels; ExactTcKernel and certified refinement use the quad-contiguous
+// placement of the same steps. (An earlier k order, whose steps took 4 of every
+// 8 dimensions, allowed only 8-byte copies: visual 0.54 ms and q128 0.122 against ~0.49 and ~0.11 with 16-byte
+// copies.) That a k16 step does not depend on the order of its 16 products is what the tensor cores do, not
+// something PTX promises:
 // gpu_conformance_test (LongQueryWgmmaKernelEqualsMmaSync) checks the bits against the mma.sync kernel
 // (MAXSIM_CUDA_WGMMA=0), against the argmax path and against certified refinement on random, clustered,
 // near-tie, duplicate and large-norm data, every run.
@@ -61,8 +63,13 @@ __device__ __forceinline__ uint64_t SmemDesc(uint32_t addr) {
   return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
 
-__device__ __forceinline__ void CpAsync8(uint32_t smem, const void* gmem, bool pred) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem), "l"(gmem), "r"(pred ? 8 : 0));
+// Where the 16-byte piece pc (dims 8pc .. 8pc + 7) of stage token `tok` goes: the natural K-major layout with
+// the 128-byte swizzle, in two k regions (dims 0..63 and 64..127) kRegion bytes apart; 16-byte chunk pc % 8 of
+// the token's 128-byte row in region pc / 8 is stored at chunk (pc % 8) ^ (tok % 8).
+template <uint32_t kRegion>
+__device__ __forceinline__ uint32_t PieceOffset(int pc, int tok) {
+  return static_cast<uint32_t>(pc >> 3) * kRegion + static_cast<uint32_t>(tok) * 128u +
+         (static_cast<uint32_t>((pc & 7) ^ (tok & 7)) << 4);
 }
 // cp.async writes through the generic proxy; wgmma reads through the async proxy.
 __device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -157,9 +164,9 @@ __device__ __forceinline__ void PinAcc(float (&d)[V]) {
   for (int i = 0; i < V; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// One 64 x N tile: 8 k steps over the stage at `stage`, whose two 64-position k halves are `region` bytes apart
-// (N tokens x 128 bytes each). qa / qc: rows g / g+8 of this warp's 16 rows, 32-dimension chunk c as one uint4
-// (device_common.cuh: step 2c uses .x/.y, step 2c+1 .z/.w). Step 0 runs with scale-d = 0 (D = A*B) instead of
+// One 64 x N tile: 8 k steps over the stage at `stage`, whose two 64-dimension k regions are N * 128 bytes
+// apart (PieceOffset). qa / qc: rows g / g+8 of this warp's 16 rows, 32-dimension chunk c as one uint4
+// (LoadQueryFragments: step 2c uses .x/.y, step 2c+1 .z/.w). Step 0 runs with scale-d = 0 (D = A*B) instead of
 // adding a zeroed accumulator: the same value as mma.sync's +0 start except that an exact zero may come out as
 // -0 (where the +0 start gives +0); the folds map -0 back to +0 (below).
 template <typename T, int N>
@@ -271,21 +278,13 @@ __device__ __forceinline__ void FoldTileMaxWeighted(float (&d)[N / 2], const flo
 }
 
 // This warp's query rows as wgmma A fragments: for set qs, rows row0 + qs*64 (qa: lane row g) and + 8 (qc),
-// rows at or past lq and dimensions past dim as zeros. Lane t's A elements at logical k 2t, 2t+1 / 2t+8, 2t+9 of
-// step 2c+h are, with the copy placement (dims 32c + 8u + 4h + 0..3 at logical k 4u..4u+3), dims
-// 32c + 8(t/2) + 4h + 2(t%2) + {0,1} / the same + 16: word 2h + t%2 of two 16-byte row slices.
-// qa[qs][c] = {step 2c a0, step 2c a2, step 2c+1 a0, step 2c+1 a2} (IssueTile's order).
+// rows at or past lq and dimensions past dim as zeros, in the natural placement of the copies (PieceOffset):
+// qa[qs][c] = {step 2c a0, step 2c a2, step 2c+1 a0, step 2c+1 a2} (IssueTile's order; LdFragNatural).
 template <int QS>
 __device__ __forceinline__ void LoadQueryFragments(const uint8_t* qbase, uint64_t qrb, uint64_t lq, uint32_t dim,
                                                    uint64_t row0, uint4 (&qa)[QS][4], uint4 (&qc)[QS][4]) {
   const int t = threadIdx.x & 3;
-  auto frag = [&](uint64_t r, int c) -> uint4 {
-    const uint32_t off = 32 * c + 8 * (t >> 1);
-    if (r >= lq || off >= dim) return Zero4();
-    const uint4 lo = Ld16(qbase + r * qrb + off * 2);
-    const uint4 hi4 = off + 16 < dim ? Ld16(qbase + r * qrb + (off + 16) * 2) : Zero4();
-    return (t & 1) ? make_uint4(lo.y, hi4.y, lo.w, hi4.w) : make_uint4(lo.x, hi4.x, lo.z, hi4.z);
-  };
+  auto frag = [&](uint64_t r, int c) -> uint4 { return LdFragNatural(qbase + r * qrb, c, t, dim, r < lq); };
 #pragma unroll
   for (int qs = 0; qs < QS; ++qs) {
 #pragma unroll
@@ -429,15 +428,10 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
   };
 
   // Producer cursor: the next tile to copy is tile `pt` of pair `pp` (document rows from pdb, pld tokens).
-  // Copy assignment: thread tid always moves 8-byte piece pc (dims 8pc..8pc+3 = 32c + 8u + 4h + 0..3) of
-  // tokens tok0, tok0 + 8, ...; the piece is k step s = 2c + h's dimension set quarter u, placed at logical k
-  // 4u..4u+3 of that step (the query fragments below use the same placement).
-  const int pc = tid & 31, tok0 = tid >> 5;
-  const int cc = pc >> 3, uu = (pc >> 1) & 3, hh = pc & 1;
-  const int ks = 2 * cc + hh;
-  const uint32_t dst_off = static_cast<uint32_t>(ks >> 2) * kWgRegionBytes + 8 * (uu & 1);
-  const int chunk = 2 * (ks & 3) + (uu >> 1);
-  const bool pc_in_dim = static_cast<uint32_t>(4 * pc) < dim;
+  // Copy assignment: thread tid always moves 16-byte piece pc (dims 8pc .. 8pc + 7) of tokens tok0,
+  // tok0 + kThreads / 16, ... (a warp copies two whole 256-byte rows per instruction).
+  const int pc = tid & 15, tok0 = tid >> 4;
+  const bool pc_in_dim = static_cast<uint32_t>(8 * pc) < dim;
   uint64_t pp = c0, pt = 0, pdb = 0, pld = 0, pn = 0;
   uint64_t produced = 0;
   auto skip_done = [&]() {
@@ -453,15 +447,15 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
     if (pp >= a.pairs.n_pairs) return;
     const uint32_t s = static_cast<uint32_t>(produced % S);
     if (produced >= S) MbarWait(empty0 + 8 * s, static_cast<uint32_t>((produced / S - 1) & 1));
-    const uint32_t st = sbase + s * kWgStageBytes + dst_off;
+    const uint32_t st = sbase + s * kWgStageBytes;
     const uint8_t* dbase = a.d.orig + pdb * drb;
 #pragma unroll
-    for (int i = 0; i < kWgTokens * 32 / kThreads; ++i) {
-      const int tok = tok0 + i * (kThreads / 32);
+    for (int i = 0; i < kWgTokens * 16 / kThreads; ++i) {
+      const int tok = tok0 + i * (kThreads / 16);
       const uint64_t n = pt * kWgTokens + tok;
       const bool pred = pc_in_dim && n < pld;
-      const uint8_t* src = dbase + (pred ? n * drb + pc * 8 : 0);
-      CpAsync8(st + tok * 128 + ((chunk ^ (tok & 7)) << 4), src, pred);
+      const uint8_t* src = dbase + (pred ? n * drb + pc * 16 : 0);
+      CpAsync16(st + PieceOffset<kWgRegionBytes>(pc, tok), src, pred);
     }
     MbarArriveCopies(full0 + 8 * s);
     ++produced;
@@ -571,8 +565,8 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
 // Measured (H100, visual, 2026-11-24): 0.568-0.573 ms against 0.534-0.538 for the 4-warpgroup kernel in the
 // same runs, with or without the turns (MAXSIM_CUDA_WGMMA_TURNS=0); ncu: tensor pipe ~54% busy, 0.29 issued
 // instructions per cycle per scheduler, L2 18%. Likely limits: two accumulator chains per SM (one per consumer,
-// one of them often folding) against four in the 4-warpgroup kernel, and the 8-byte copies (~1 per SM cycle in
-// both kernels; 16-byte copies measured ~10% faster for the 4-warpgroup kernel, docs/cuda.md).
+// one of them often folding) against four in the 4-warpgroup kernel. (Measured with the earlier 8-byte copies;
+// docs/cuda.md.)
 constexpr int kWsTokens = 256;
 constexpr int kWsRegionBytes = kWsTokens * 128;
 constexpr int kWsStageBytes = 2 * kWsRegionBytes;
@@ -611,13 +605,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) ExactWgmmaWsKernel(const Forwar
 
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    // Thread tid moves 8-byte piece pc of tokens tok0, tok0 + 4, ... (placement as in ExactWgmmaKernel).
-    const int pc = tid & 31, tok0 = tid >> 5;
-    const int cc = pc >> 3, uu = (pc >> 1) & 3, hh = pc & 1;
-    const int ks = 2 * cc + hh;
-    const uint32_t dst_off = static_cast<uint32_t>(ks >> 2) * kWsRegionBytes + 8 * (uu & 1);
-    const uint32_t chunk = 2 * (ks & 3) + (uu >> 1);
-    const bool pc_in_dim = static_cast<uint32_t>(4 * pc) < a.q.dim;
+    // Thread tid moves 16-byte piece pc of tokens tok0, tok0 + 8, ... (placement as in ExactWgmmaKernel).
+    const int pc = tid & 15, tok0 = tid >> 4;
+    const bool pc_in_dim = static_cast<uint32_t>(8 * pc) < a.q.dim;
     const uint64_t drb = a.d.row_bytes;
     uint64_t produced = 0;
     for (uint64_t p = c0; p < a.pairs.n_pairs; p += cpg) {
@@ -629,13 +619,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) ExactWgmmaWsKernel(const Forwar
       for (uint64_t n0 = 0; n0 < ld; n0 += kWsTokens, ++produced) {
         const uint32_t s = static_cast<uint32_t>(produced % S);
         if (produced >= S) MbarWait(empty0 + 8 * s, static_cast<uint32_t>((produced / S - 1) & 1));
-        const uint32_t st = sbase + s * kWsStageBytes + dst_off;
+        const uint32_t st = sbase + s * kWsStageBytes;
 #pragma unroll 8
-        for (int i = 0; i < kWsTokens / 4; ++i) {
-          const int tok = tok0 + 4 * i;
+        for (int i = 0; i < kWsTokens / 8; ++i) {
+          const int tok = tok0 + 8 * i;
           const uint64_t n = n0 + tok;
           const bool pred = pc_in_dim && n < ld;
-          CpAsync8(st + tok * 128 + ((chunk ^ (tok & 7)) << 4), dbase + (pred ? n * drb + pc * 8 : 0), pred);
+          CpAsync16(st + PieceOffset<kWsRegionBytes>(pc, tok), dbase + (pred ? n * drb + pc * 16 : 0), pred);
         }
         // Column weights for the consumers' fold (columns tid and tid + 128 of the stage).
 #pragma unroll

@@ -86,10 +86,9 @@ __device__ __forceinline__ void Refine(const ForwardArgs& a, uint64_t qb, uint32
           const uint8_t* dr = a.d.orig + (db + toks[sb]) * a.d.row_bytes;
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            const uint32_t off = 32 * c + 8 * t;
-            const bool ok = valid[sb] && c < static_cast<int>(nchunks) && off < dim;
-            qa[sb][c] = ok ? Ld16(qr + off * 2) : Zero4();
-            bv[sb][c] = ok ? Ld16(dr + off * 2) : Zero4();
+            const bool ok = valid[sb] && c < static_cast<int>(nchunks);
+            qa[sb][c] = LdFrag16(qr, c, t, dim, ok);
+            bv[sb][c] = LdFrag16(dr, c, t, dim, ok);
           }
         }
 #pragma unroll
@@ -115,9 +114,8 @@ __device__ __forceinline__ void Refine(const ForwardArgs& a, uint64_t qb, uint32
         const uint8_t* dr = a.d.orig + (db + tok) * a.d.row_bytes;
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (uint32_t ch = 0; ch < nchunks; ++ch) {
-          const uint32_t off = 32 * ch + 8 * t;
-          const uint4 qa = (valid && off < dim) ? Ld16(qr + off * 2) : Zero4();
-          const uint4 bv = (valid && off < dim) ? Ld16(dr + off * 2) : Zero4();
+          const uint4 qa = LdFrag16(qr, ch, t, dim, valid);
+          const uint4 bv = LdFrag16(dr, ch, t, dim, valid);
           MmaChunk16<RT>(c, qa, Zero4(), bv);
         }
         if (valid && t == (g >> 1)) {
