@@ -496,11 +496,11 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
       const std::vector<float> mma = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       unsetenv("MAXSIM_CUDA_WGMMA");
       ExpectSameBits(values, mma, what + " values vs MAXSIM_CUDA_WGMMA=0");
-      // Queries over 128 tokens: the warp-specialised wgmma kernel against the default one.
-      setenv("MAXSIM_CUDA_WGMMA_SHAPE", "ws", 1);
-      const std::vector<float> ws = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      // Queries over 128 tokens: the 4-warpgroup wgmma kernel against the default (warp-specialised) one.
+      setenv("MAXSIM_CUDA_WGMMA_SHAPE", "4x1", 1);
+      const std::vector<float> wg4 = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       unsetenv("MAXSIM_CUDA_WGMMA_SHAPE");
-      ExpectSameBits(values, ws, what + " values vs MAXSIM_CUDA_WGMMA_SHAPE=ws");
+      ExpectSameBits(values, wg4, what + " values vs MAXSIM_CUDA_WGMMA_SHAPE=4x1");
       ExpectSameBits(values, with_argmax.scores, what + " values vs with argmax");
       const std::vector<float> cert =
           ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);
@@ -523,10 +523,10 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
       const std::vector<float> mma = DeviceScoreValues(gpu, dq, dd, metric);
       unsetenv("MAXSIM_CUDA_WGMMA");
       ExpectSameBits(values, mma, what + " vs MAXSIM_CUDA_WGMMA=0");
-      setenv("MAXSIM_CUDA_WGMMA_SHAPE", "ws", 1);
-      const std::vector<float> ws = DeviceScoreValues(gpu, dq, dd, metric);
+      setenv("MAXSIM_CUDA_WGMMA_SHAPE", "4x1", 1);
+      const std::vector<float> wg4 = DeviceScoreValues(gpu, dq, dd, metric);
       unsetenv("MAXSIM_CUDA_WGMMA_SHAPE");
-      ExpectSameBits(values, ws, what + " vs MAXSIM_CUDA_WGMMA_SHAPE=ws");
+      ExpectSameBits(values, wg4, what + " vs MAXSIM_CUDA_WGMMA_SHAPE=4x1");
       const Matrix ref = ScoreMatrix(gpu, q.Dense(), q.n_sets(), q.rows(), d.Dense(), d.n_sets(), metric,
                                      MAXSIM_MODE_EXACT);
       ExpectReference(q, d, metric, ref, what + " reference");

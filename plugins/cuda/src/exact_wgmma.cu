@@ -553,7 +553,7 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Warp-specialised variant for 256-row groups (opt-in: MAXSIM_CUDA_WGMMA_SHAPE=ws): three warpgroups. Warpgroup 0
+// Warp-specialised kernel for 256-row groups (the default for them; LaunchWgmmaT): three warpgroups. Warpgroup 0
 // produces: its 128 threads copy the document into a ring of 3 stages of 256 tokens (2 x 32 KB each, the layout
 // above with N = 256), write each stage's column weights (FoldTileMaxWeighted) and hold few registers
 // (setmaxnreg.dec). Warpgroups 1 and 2 consume: each holds two 64-row sets of the query as A fragments (64
@@ -562,11 +562,10 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
 // ping-pong) so that one folds while the other's wgmma run. Per 64 KB stage the tensor pipe gets 2 x 2 x 8 wgmma
 // of 128 cycles: 16 bytes per SM cycle from L2, as for the 4-warpgroup kernel, with half the wgmma instructions
 // and no copies in the consumers' instruction stream.
-// Measured (H100, visual, 2026-11-24): 0.568-0.573 ms against 0.534-0.538 for the 4-warpgroup kernel in the
-// same runs, with or without the turns (MAXSIM_CUDA_WGMMA_TURNS=0); ncu: tensor pipe ~54% busy, 0.29 issued
-// instructions per cycle per scheduler, L2 18%. Likely limits: two accumulator chains per SM (one per consumer,
-// one of them often folding) against four in the 4-warpgroup kernel. (Measured with the earlier 8-byte copies;
-// docs/cuda.md.)
+// Measured (H100, visual): with 16-byte copies 0.460-0.467 ms against 0.481-0.485 for the 4-warpgroup kernel in
+// the same runs (session 6), hence the default; with the earlier 8-byte copies it was the slower one
+// (0.568-0.573 against 0.534-0.538; ncu then: tensor pipe ~54% busy, 0.29 issued instructions per cycle per
+// scheduler, L2 18%). The turns made no measurable difference (MAXSIM_CUDA_WGMMA_TURNS=0, 8-byte copies).
 constexpr int kWsTokens = 256;
 constexpr int kWsRegionBytes = kWsTokens * 128;
 constexpr int kWsStageBytes = 2 * kWsRegionBytes;
@@ -709,19 +708,19 @@ cudaError_t LaunchWgmmaWs(const ForwardArgs& a, cudaStream_t stream) {
 
 // Block shapes (H100, bf16; MAXSIM_CUDA_WGMMA_SHAPE is read per call, so that tests and benchmarks can compare
 // them in one process):
-//  - 256-row groups: 4 warpgroups of one 64-row set, 4 stages of 128 tokens (129 KB, 128 registers; visual
-//    0.534-0.549 ms). MAXSIM_CUDA_WGMMA_SHAPE=ws selects the warp-specialised kernel above (visual 0.568-0.573
-//    against 0.534-0.538 for this one in the same runs, 2026-11-24: slower, so not the default; docs/cuda.md),
-//    2x2 the 2 warpgroups of two sets (255 registers; 0.579).
+//  - 256-row groups: the warp-specialised kernel above (visual 0.460-0.467 ms, 2026-11-24, 16-byte copies).
+//    MAXSIM_CUDA_WGMMA_SHAPE=4x1 selects 4 warpgroups of one 64-row set that all copy and compute, 4 stages
+//    of 128 tokens (129 KB, 128 registers; 0.481-0.485 in the same runs; it was the faster one while the
+//    copies were 8 bytes: 0.534-0.538 against 0.563-0.573), 2x2 the 2 warpgroups of two sets (255 registers).
 //  - 128-row groups: 2 warpgroups of one set, 3 stages of 128 tokens (97 KB, two blocks per SM).
 template <typename T>
 cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {
   if (a.part.group_rows == 128) return LaunchWgmmaShape<T, 2, 1, 3, 2>(a, stream);
   const char* v = std::getenv("MAXSIM_CUDA_WGMMA_SHAPE");
   const std::string shape = v ? v : "";
-  if (shape == "ws") return LaunchWgmmaWs<T>(a, stream);
+  if (shape == "4x1") return LaunchWgmmaShape<T, 4, 1, 4, 1>(a, stream);
   if (shape == "2x2") return LaunchWgmmaShape<T, 2, 2, 4, 1>(a, stream);
-  return LaunchWgmmaShape<T, 4, 1, 4, 1>(a, stream);
+  return LaunchWgmmaWs<T>(a, stream);
 }
 
 }  // namespace
