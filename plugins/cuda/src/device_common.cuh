@@ -113,15 +113,37 @@ __device__ __forceinline__ uint4 LdFrag16(const uint8_t* row, uint32_t c, int t,
 
 // Natural placement: lane t's fragment of 32-dimension chunk c: the 32-bit words at dims 32c + 2t, + 8, + 16,
 // + 24 (a0 and a2 of steps 2c and 2c + 1 for an A row; b0 and b1 for a B column). Used for the query rows of
-// the ring and wgmma kernels, which are loaded once.
+// the ring and wgmma kernels, which are loaded once. Each lane loads dims [32c + 8t, +8) as one 16-byte vector
+// (word j = dims 32c + 8t + 2j), and a 4 x 4 transpose inside the quad (4 shuffles) hands lane t word t of each
+// quad lane's vector. (Four 4-byte loads per fragment instead made ptxas hoist 128 loads with their addresses
+// into the prologue of ExactTcSmemKernel: 172 registers instead of 124, one block per SM instead of two, and
+// the long-query mma.sync kernel 40% slower.) Every lane of the warp must call it (shuffles).
 __device__ __forceinline__ uint4 LdFragNatural(const uint8_t* row, uint32_t c, int t, uint32_t dim, bool row_ok) {
-  uint32_t w[4];
-#pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const uint32_t d0 = 32 * c + 8 * m + 2 * t;  // dim is a multiple of 8: a word is wholly in or out
-    w[m] = (row_ok && d0 < dim) ? __ldg(reinterpret_cast<const uint32_t*>(row + 2 * d0)) : 0u;
+  const uint32_t off = 32 * c + 8 * t;  // dim is a multiple of 8: the vector is wholly in or out
+  uint4 v = (row_ok && off < dim) ? __ldg(reinterpret_cast<const uint4*>(row + 2 * off)) : make_uint4(0u, 0u, 0u, 0u);
+  // Round 1, lanes t ^ 2: words 2, 3 of lanes 0, 1 trade places with words 0, 1 of lanes 2, 3.
+  const bool b1 = (t & 2) != 0;
+  uint32_t s0 = __shfl_xor_sync(0xffffffffu, b1 ? v.x : v.z, 2);
+  uint32_t s1 = __shfl_xor_sync(0xffffffffu, b1 ? v.y : v.w, 2);
+  if (b1) {
+    v.x = s0;
+    v.y = s1;
+  } else {
+    v.z = s0;
+    v.w = s1;
   }
-  return make_uint4(w[0], w[1], w[2], w[3]);
+  // Round 2, lanes t ^ 1: words 1, 3 of even lanes trade places with words 0, 2 of odd lanes.
+  const bool b0 = (t & 1) != 0;
+  s0 = __shfl_xor_sync(0xffffffffu, b0 ? v.x : v.y, 1);
+  s1 = __shfl_xor_sync(0xffffffffu, b0 ? v.z : v.w, 1);
+  if (b0) {
+    v.x = s0;
+    v.z = s1;
+  } else {
+    v.y = s0;
+    v.w = s1;
+  }
+  return v;
 }
 
 // ---- cp.async (sm_80+) and shared-memory loads ----------------------------------------------------------

@@ -224,7 +224,7 @@ constexpr int kRowBytes = 256;   // 128 dims x 2 bytes (the ring row of RingSlot
 
 // TILE tokens per stage x STAGES stages (64 x 3 or 128 x 2, chosen in LaunchSmemA).
 template <typename T, int W, bool ARGMAX, int TILE, int STAGES>
-__global__ void __launch_bounds__(W * 32, 1) ExactTcSmemKernel(const ForwardArgs a) {
+__global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float s_term[W * 32];
   __shared__ int s_arg[W * 32];
