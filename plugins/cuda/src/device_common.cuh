@@ -113,12 +113,28 @@ __device__ __forceinline__ uint4 LdFrag16(const uint8_t* row, uint32_t c, int t,
 
 // Natural placement: lane t's fragment of 32-dimension chunk c: the 32-bit words at dims 32c + 2t, + 8, + 16,
 // + 24 (a0 and a2 of steps 2c and 2c + 1 for an A row; b0 and b1 for a B column). Used for the query rows of
-// the ring and wgmma kernels, which are loaded once. Each lane loads dims [32c + 8t, +8) as one 16-byte vector
-// (word j = dims 32c + 8t + 2j), and a 4 x 4 transpose inside the quad (4 shuffles) hands lane t word t of each
-// quad lane's vector. (Four 4-byte loads per fragment instead made ptxas hoist 128 loads with their addresses
-// into the prologue of ExactTcSmemKernel: 172 registers instead of 124, one block per SM instead of two, and
-// the long-query mma.sync kernel 40% slower.) Every lane of the warp must call it (shuffles).
+// the ring and wgmma kernels, which are loaded once per query. Two ways to load the same fragment, measured on
+// the H100 (session 6):
+//  * LdFragNatural: four independent 4-byte loads. Lowest latency; ExactTcPipeKernel loads its query once per
+//    pair (textual-1k: about one pair per warp), and the shuffle version below made it 11% slower there
+//    (0.0435 against 0.0390 ms; colpali-rerank 4.5%).
+//  * LdFragNaturalShfl: one 16-byte load per lane (dims [32c + 8t, +8): word j = dims 32c + 8t + 2j) and a 4 x 4
+//    transpose inside the quad (4 shuffles) that hands lane t word t of each quad lane's vector. For
+//    ExactTcSmemKernel: with LdFragNatural, ptxas hoisted all 128 of its query loads with their addresses into
+//    the prologue (172 registers instead of 124: one 256-thread block per SM instead of two; visual through
+//    this kernel 1.18 ms instead of 0.84). Every lane of the warp must call it (shuffles).
 __device__ __forceinline__ uint4 LdFragNatural(const uint8_t* row, uint32_t c, int t, uint32_t dim, bool row_ok) {
+  uint32_t w[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const uint32_t d0 = 32 * c + 8 * m + 2 * t;  // dim is a multiple of 8: a word is wholly in or out
+    w[m] = (row_ok && d0 < dim) ? __ldg(reinterpret_cast<const uint32_t*>(row + 2 * d0)) : 0u;
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ uint4 LdFragNaturalShfl(const uint8_t* row, uint32_t c, int t, uint32_t dim,
+                                                   bool row_ok) {
   const uint32_t off = 32 * c + 8 * t;  // dim is a multiple of 8: the vector is wholly in or out
   uint4 v = (row_ok && off < dim) ? __ldg(reinterpret_cast<const uint4*>(row + 2 * off)) : make_uint4(0u, 0u, 0u, 0u);
   // Round 1, lanes t ^ 2: words 2, 3 of lanes 0, 1 trade places with words 0, 1 of lanes 2, 3.

@@ -252,8 +252,8 @@ __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a)
     const uint64_t ra = r0 + mt * 16 + g, rb = ra + 8;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      qa[mt][c] = LdFragNatural(qbase + ra * qrb, c, t, dim, ra < lq);
-      qc[mt][c] = LdFragNatural(qbase + rb * qrb, c, t, dim, rb < lq);
+      qa[mt][c] = LdFragNaturalShfl(qbase + ra * qrb, c, t, dim, ra < lq);
+      qc[mt][c] = LdFragNaturalShfl(qbase + rb * qrb, c, t, dim, rb < lq);
     }
   }
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
