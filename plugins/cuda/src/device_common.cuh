@@ -133,32 +133,29 @@ __device__ __forceinline__ uint4 LdFragNatural(const uint8_t* row, uint32_t c, i
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// One round of the quad transpose below: a lane with `first` set sends (a0, a1) to lane ^ m and replaces them
+// with what that lane sent; a lane without it does the same with (b0, b1).
+__device__ __forceinline__ void TradeWordPair(uint32_t& a0, uint32_t& a1, uint32_t& b0, uint32_t& b1, bool first,
+                                              int m) {
+  const uint32_t p = __shfl_xor_sync(0xffffffffu, first ? a0 : b0, m);
+  const uint32_t q = __shfl_xor_sync(0xffffffffu, first ? a1 : b1, m);
+  if (first) {
+    a0 = p;
+    a1 = q;
+  } else {
+    b0 = p;
+    b1 = q;
+  }
+}
+
 __device__ __forceinline__ uint4 LdFragNaturalShfl(const uint8_t* row, uint32_t c, int t, uint32_t dim,
                                                    bool row_ok) {
   const uint32_t off = 32 * c + 8 * t;  // dim is a multiple of 8: the vector is wholly in or out
   uint4 v = (row_ok && off < dim) ? __ldg(reinterpret_cast<const uint4*>(row + 2 * off)) : make_uint4(0u, 0u, 0u, 0u);
   // Round 1, lanes t ^ 2: words 2, 3 of lanes 0, 1 trade places with words 0, 1 of lanes 2, 3.
-  const bool b1 = (t & 2) != 0;
-  uint32_t s0 = __shfl_xor_sync(0xffffffffu, b1 ? v.x : v.z, 2);
-  uint32_t s1 = __shfl_xor_sync(0xffffffffu, b1 ? v.y : v.w, 2);
-  if (b1) {
-    v.x = s0;
-    v.y = s1;
-  } else {
-    v.z = s0;
-    v.w = s1;
-  }
+  TradeWordPair(v.x, v.y, v.z, v.w, (t & 2) != 0, 2);
   // Round 2, lanes t ^ 1: words 1, 3 of even lanes trade places with words 0, 2 of odd lanes.
-  const bool b0 = (t & 1) != 0;
-  s0 = __shfl_xor_sync(0xffffffffu, b0 ? v.x : v.y, 1);
-  s1 = __shfl_xor_sync(0xffffffffu, b0 ? v.z : v.w, 1);
-  if (b0) {
-    v.x = s0;
-    v.z = s1;
-  } else {
-    v.y = s0;
-    v.w = s1;
-  }
+  TradeWordPair(v.x, v.z, v.y, v.w, (t & 1) != 0, 1);
   return v;
 }
 
