@@ -65,7 +65,8 @@ struct Mma16<__half> {
 };
 
 // One 32-dimension chunk: two k16 steps (dims [32c, 32c + 16), then [32c + 16, 32c + 32)). qa = row g's
-// fragment, qb = row g+8's, b = column g's (LdFrag16 / LdsFrag16).
+// fragment, qb = row g+8's, b = column g's, all in the same placement (LdFrag16, or LdFragNatural with
+// LdsmFrag16).
 template <typename T>
 __device__ __forceinline__ void MmaChunk16(float* c, const uint4& qa, const uint4& qb, const uint4& b) {
   Mma16<T>::Run(c, qa.x, qb.x, qa.y, qb.y, b.x, b.y);
