@@ -7,7 +7,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXSIM_CUDA=ON \
     -DMAXSIM_BLAS_DIR="$MAXSIM_BLAS_DIR" -DMAXSIM_BLAS_INCLUDE="$MAXSIM_BLAS_INCLUDE" || exit 1
 fi
-ninja -C "$BUILD" -j"$NPROC" maxsim_gpu_bench || exit 1
+ninja -C "$BUILD" -j"$NPROC" maxsim_gpu_bench maxsim_plugin_cuda || exit 1
 B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
 timeout 240 "$B" --json "$OUT/gpu-bench.json" > "$OUT/gpu-bench.txt" 2>&1
 brc=$?
@@ -30,7 +30,8 @@ if [ "${MAXSIM_GPU_PROFILE:-1}" = 1 ] && command -v ncu > /dev/null; then
 fi
 # Local memory in a kernel's SASS (a spilled or dynamically indexed array) costs L2 traffic per thread: nvcc 13
 # once put a fold's partial maxima there (1.8 GB of local traffic per visual call). Listed, not fatal.
-if command -v cuobjdump > /dev/null; then
+# (The plugin library is built above: without it cuobjdump would read nothing and the list would look empty.)
+if command -v cuobjdump > /dev/null && [ -f "$BUILD/libmaxsim-plugin-cuda.so" ]; then
   cuobjdump -sass "$BUILD/libmaxsim-plugin-cuda.so" 2> /dev/null |
     awk '/Function :/{f=$3} /LDL|STL/{n[f]++} END{for (k in n) print n[k], k}' | sort -rn > "$OUT/sass-local.txt"
 fi

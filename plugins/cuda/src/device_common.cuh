@@ -181,6 +181,7 @@ __device__ __forceinline__ uint4 Lds16(uint32_t addr) {
 // 16-bit document rows of 256 bytes (dim <= 128) in a shared-memory ring: 16-byte slot `slot` (dims
 // 8 slot .. 8 slot + 7) of token `tok` sits at slot ^ (tok % 8), the 128-byte swizzle. An ldmatrix 8x8 matrix
 // (8 consecutive tokens, one slot) then touches 8 distinct 16-byte bank groups: conflict-free.
+constexpr uint32_t kRingRowBytes = 256;
 __device__ __forceinline__ uint32_t RingSlot16(uint32_t slot, uint32_t tok) { return slot ^ (tok & 7u); }
 
 // B fragments, natural placement, of ring tokens tok0 .. tok0 + 7 (tok0 a multiple of 8), 32-dimension chunk c,
@@ -188,7 +189,7 @@ __device__ __forceinline__ uint32_t RingSlot16(uint32_t slot, uint32_t tok) { re
 // token tok0 + l % 8 of matrix l / 8); lane (g, t) receives token tok0 + g's words at dims 32c + 8j + 2t.
 __device__ __forceinline__ uint4 LdsmFrag16(uint32_t stage, uint32_t tok0, uint32_t c, int lane) {
   const uint32_t row = static_cast<uint32_t>(lane & 7);  // = (tok0 + row) % 8, as tok0 % 8 == 0
-  const uint32_t addr = stage + (tok0 + row) * 256u + (RingSlot16(4 * c + (lane >> 3), row) << 4);
+  const uint32_t addr = stage + (tok0 + row) * kRingRowBytes + (RingSlot16(4 * c + (lane >> 3), row) << 4);
   uint4 r;
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)

@@ -215,12 +215,12 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
 // pipeline, 16 KB per stage), so every document byte is read from global memory once per block instead of once
 // per warp. The 16-byte slots of a token row are XOR-swizzled by token (RingSlot16) so that the B-fragment
 // reads (ldmatrix, natural placement) are conflict-free. Same k steps and the same per-element arithmetic as
-// ExactTcKernel (a row's similarity is the same mma chain from a zero
-// accumulator), so results are identical to it and to certified refinement. ARGMAX = false folds values only (one max per element).
+// ExactTcKernel (a row's similarity is the same mma chain from a zero accumulator), so results are identical to
+// it and to certified refinement. ARGMAX = false folds values only (one max per element).
 
 constexpr int kSmemTile = 64;    // tokens per stage (default shape)
 constexpr int kSmemStages = 3;
-constexpr int kRowBytes = 256;   // 128 dims x 2 bytes (the ring row of RingSlot16 / LdsmFrag16)
+constexpr int kRowBytes = kRingRowBytes;  // 128 dims x 2 bytes (device_common.cuh: RingSlot16, LdsmFrag16)
 
 // TILE tokens per stage x STAGES stages (64 x 3 or 128 x 2, chosen in LaunchSmemA).
 template <typename T, int W, bool ARGMAX, int TILE, int STAGES>

@@ -14,10 +14,9 @@
 // device_common.cuh's fixed k order: the 16 contiguous dimensions [16s, 16s + 16), in the natural placement
 // (dimension 16s + k at logical k: the K-major layout, so that document rows are copied in whole 16-byte
 // pieces), as in the ldmatrix ring kernels; ExactTcKernel and certified refinement use the quad-contiguous
-// placement of the same steps. (An earlier k order, whose steps took 4 of every
-// 8 dimensions, allowed only 8-byte copies: visual 0.54 ms and q128 0.122 against ~0.49 and ~0.11 with 16-byte
-// copies.) That a k16 step does not depend on the order of its 16 products is what the tensor cores do, not
-// something PTX promises:
+// placement of the same steps. (An earlier k order, whose steps took 4 of every 8 dimensions, allowed only
+// 8-byte copies: visual 0.54 ms and q128 0.122 against ~0.49 and ~0.11 with 16-byte copies.) That a k16 step
+// does not depend on the order of its 16 products is what the tensor cores do, not something PTX promises:
 // gpu_conformance_test (LongQueryWgmmaKernelEqualsMmaSync) checks the bits against the mma.sync kernel
 // (MAXSIM_CUDA_WGMMA=0), against the argmax path and against certified refinement on random, clustered,
 // near-tie, duplicate and large-norm data, every run.
