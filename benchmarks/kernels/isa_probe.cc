@@ -16,6 +16,7 @@
 
 #include "cpu_features.h"
 #include "half.h"
+#include "kernels/x86/amx_tiles.h"
 #include "kernels/x86/x86_kernels.h"
 
 namespace {
@@ -121,28 +122,11 @@ TGT_BF16 double PeakBf16() {
   return 16.0 * 32 * kIters / s / 1e9;
 }
 
-struct alignas(64) TileConfig {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-
-TGT_AMX void AmxConfigure() {
-  TileConfig cfg;
-  std::memset(&cfg, 0, sizeof(cfg));
-  cfg.palette = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
-
 // Four C tiles, two A, two B, all resident: the tile unit alone.
 TGT_AMX double PeakAmx(bool bf16) {
   alignas(64) static int8_t data[16 * 64];
   for (int i = 0; i < 16 * 64; ++i) data[i] = static_cast<int8_t>(i % 7 == 0 ? 0 : 1);  // small bf16 values
-  AmxConfigure();
+  maxsim::x86::AmxConfigure16x64();
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -195,7 +179,7 @@ TGT_AMX void AmxBf16Semantics(int steps, int* match_natural, int* match_swapped,
   }
   for (int i = 0; i < 256; ++i) init[i] = maxsim::Bf16ToF32(value());
   std::memcpy(c, init, sizeof(c));
-  AmxConfigure();
+  maxsim::x86::AmxConfigure16x64();
   _tile_loadd(0, c, 64);
   for (int s = 0; s < steps; ++s) {
     _tile_loadd(4, a[s], 64);

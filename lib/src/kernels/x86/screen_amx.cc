@@ -23,6 +23,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/x86/amx_tiles.h"
 #include "kernels/x86/x86_kernels.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -40,26 +41,6 @@ namespace x86 {
 namespace {
 
 constexpr uint32_t kW = 16;
-
-struct alignas(64) TileConfig {
-  uint8_t palette;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
-
-MAXSIM_TARGET_AMX void Configure() {
-  TileConfig cfg;
-  std::memset(&cfg, 0, sizeof(cfg));
-  cfg.palette = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
 
 MAXSIM_TARGET_AMX void Release() { _tile_release(); }
 
@@ -243,7 +224,7 @@ void ScreenedBatchAmx(const PreparedQuery& q, const DocRef* docs, size_t n, maxs
                       const ScreenPrune* prune) {
   const ScreenCall c = MakeScreenCall(q, docs, n, metric, mode, best_key, best_index, scratch, counters, prune,
                                       &AmxKeys);
-  Configure();
+  AmxConfigure16x64();
   HwyExactAvx3()->screen(c);
   Release();
 }
