@@ -146,6 +146,46 @@ TEST(X86Kernels, EveryKernelMatchesScalarBitForBitOnEveryTileShape) {
   }
 }
 
+// Queries of 128 tokens and more: their transposed layouts (qt, the i8 interleaved layout, the bf16 pairs) use a
+// padded row stride (LaneStride) so that a block's rows do not share one L1 set; every kernel must still equal
+// the scalar kernel bit for bit, candidate sets included.
+TEST(X86Kernels, LongQueriesWithPaddedLayoutsMatchScalarBitForBit) {
+  ForceBf16Dp force;
+  std::mt19937_64 rng(4242);
+  EXPECT_EQ(LaneStride(16), 16u);
+  EXPECT_EQ(LaneStride(112), 112u);
+  EXPECT_EQ(LaneStride(128), 144u);  // 8 lines -> 9
+  EXPECT_EQ(LaneStride(144), 144u);  // already odd
+  EXPECT_EQ(LaneStride(1024), 1040u);
+  const uint64_t lq_lengths[] = {113, 128, 129, 200, 1024};
+  for (uint32_t dim : {64u, 128u, 130u}) {
+    for (maxsim_dtype dtype : {MAXSIM_F32, MAXSIM_BF16}) {
+      TokenSets q;
+      q.dim = dim;
+      q.offsets = {0};
+      for (uint64_t len : lq_lengths) q.offsets.push_back(q.offsets.back() + len);
+      q.values = Generate(rng, Shape::kClustered, 1, q.offsets.back(), q.offsets.back(), dim).values;
+      TokenSets d = Generate(rng, Shape::kClustered, 6, 0, 40, dim);
+      q.Encode(dtype);
+      d.Encode(dtype);
+      for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+        for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+          Context ref_ctx = Ctx("scalar");
+          const Outcome ref = Score(ref_ctx, q, d, metric, mode);
+          for (const std::string& k : Available()) {
+            if (k == "scalar") continue;
+            Context ctx = Ctx(k, 2);
+            const std::string what = k + " dim " + std::to_string(dim) + " dtype " + std::to_string(dtype) +
+                                     " metric " + std::to_string(metric) + " mode " + std::to_string(mode);
+            ExpectSame(ref, Score(ctx, q, d, metric, mode), what, true,
+                       mode == MAXSIM_MODE_EXACT ? 0 : Evaluations(q, d));
+          }
+        }
+      }
+    }
+  }
+}
+
 // Many queries against the same documents (the engine reuses per-document work across queries: widened rows,
 // re-laid-out bf16 rows): results must not depend on which query came first.
 TEST(X86Kernels, PerDocumentCachesDoNotLeakAcrossQueriesOrDocuments) {
@@ -269,12 +309,13 @@ struct Direct {
   Direct(const std::vector<float>& qv, uint32_t lq, const std::vector<float>& dv, uint32_t ld, uint32_t dim) {
     q.n_tokens = lq;
     q.n_padded = (lq + 15) / 16 * 16;
+    q.lane_stride = LaneStride(q.n_padded);
     q.dim = dim;
     q.padded_dim = (dim + 63) / 64 * 64;
     rows = qv;
-    qt.assign(static_cast<size_t>(q.n_padded) * dim, 0.0f);
+    qt.assign(static_cast<size_t>(q.lane_stride) * dim, 0.0f);
     for (uint32_t s = 0; s < lq; ++s) {
-      for (uint32_t k = 0; k < dim; ++k) qt[static_cast<size_t>(k) * q.n_padded + s] = qv[s * dim + k];
+      for (uint32_t k = 0; k < dim; ++k) qt[static_cast<size_t>(k) * q.lane_stride + s] = qv[s * dim + k];
     }
     q.rows = rows.data();
     q.qt = qt.data();

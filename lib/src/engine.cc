@@ -165,11 +165,12 @@ Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, co
     qs.token_offset = positions;
     qs.q.n_tokens = static_cast<uint32_t>(kept);
     qs.q.n_padded = static_cast<uint32_t>(RoundUp(kept, 16));
+    qs.q.lane_stride = LaneStride(qs.q.n_padded);
     qs.q.dim = dim;
     qs.q.padded_dim = padded_dim;
     positions += pos;
     kept_before[i + 1] = kept_before[i] + kept;
-    qt_before[i + 1] = qt_before[i] + static_cast<uint64_t>(qs.q.n_padded) * dim;
+    qt_before[i + 1] = qt_before[i] + static_cast<uint64_t>(qs.q.lane_stride) * dim;
   }
   b.total_positions = positions;
   const uint64_t total_kept = kept_before[n];
@@ -233,9 +234,15 @@ Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, co
         qs.q.codes = codes;
         qs.kept = kept;
       }
-      for (uint32_t s = 0; s < qs.q.n_tokens; ++s) {
-        inv[s] = InvNorm(qs.q.meta[s].norm);
-        for (uint32_t k = 0; k < dim; ++k) qt[static_cast<uint64_t>(k) * qs.q.n_padded + s] = rows[s * dim + k];
+      for (uint32_t s = 0; s < qs.q.n_tokens; ++s) inv[s] = InvNorm(qs.q.meta[s].norm);
+      // Transposed in blocks of 16 tokens (one 64-byte line of qt per k), not token by token: for long
+      // queries a token's column touches dim lines far apart, and the blocks keep them in L1.
+      for (uint32_t s0 = 0; s0 < qs.q.n_tokens; s0 += 16) {
+        const uint32_t s1 = std::min(qs.q.n_tokens, s0 + 16);
+        for (uint32_t k = 0; k < dim; ++k) {
+          float* out = qt + static_cast<uint64_t>(k) * qs.q.lane_stride;
+          for (uint32_t s = s0; s < s1; ++s) out[s] = rows[static_cast<uint64_t>(s) * dim + k];
+        }
       }
     }
   }

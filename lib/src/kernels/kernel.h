@@ -17,7 +17,8 @@
 //   - every value is finite and every vector's norm <= 1e19 (validated), so no dot product overflows;
 //   - for CERTIFIED/APPROXIMATE, codes and metadata are present and consistent with the originals (packed by
 //     this library, or validated);
-//   - q.qt has q.n_padded (a multiple of 16) lanes per k; lanes >= n_tokens are zero.
+//   - q.qt has q.n_padded (a multiple of 16) lanes per k, its k rows q.lane_stride floats apart; lanes >=
+//     n_tokens are zero.
 #ifndef MAXSIM_SRC_KERNELS_KERNEL_H_
 #define MAXSIM_SRC_KERNELS_KERNEL_H_
 
@@ -31,13 +32,26 @@
 
 namespace maxsim {
 
+// The row stride (in 4-byte lanes) of every transposed query layout: qt, the i8 interleaved layout, the bf16 pair
+// layout. Why not n_padded: the kernels read one row per k (or k group) of a 16- or 32-lane block, and with
+// n_padded * 4 bytes a multiple of 4 KB (Lq = 1024) every row of a block falls into the same L1 set (64 sets of
+// 64-byte lines), 128 rows into 12 ways: each query load came from L2. An odd number of cache lines per row
+// spreads consecutive rows over all 64 sets. Short queries (under 8 lines a row) keep n_padded: their whole
+// block sits in consecutive lines anyway.
+inline uint32_t LaneStride(uint32_t n_padded) {
+  const uint32_t lines = n_padded / 16;
+  return lines >= 8 && lines % 2 == 0 ? n_padded + 16 : n_padded;
+}
+
 // One query set, prepared once per call in layouts every kernel can read.
 struct PreparedQuery {
   uint32_t n_tokens = 0;     // kept (unmasked) tokens
   uint32_t n_padded = 0;     // n_tokens rounded up to 16
+  uint32_t lane_stride = 0;  // LaneStride(n_padded): distance between consecutive k rows of qt (floats) and k
+                             // groups of the kernels' interleaved layouts (lanes of 4 bytes)
   uint32_t dim = 0;
   uint32_t padded_dim = 0;   // code row bytes (multiple of 64)
-  const float* qt = nullptr;               // [dim][n_padded] f32, transposed, zero padding lanes
+  const float* qt = nullptr;               // [dim][lane_stride] f32, transposed, zero padding lanes
   const float* rows = nullptr;             // [n_tokens][dim] f32, row-major
   const int8_t* codes = nullptr;           // [n_tokens][padded_dim], present for CERTIFIED/APPROXIMATE
   const maxsim_vector_meta* meta = nullptr;  // [n_tokens]: norm always; scale/resid/code_sum with codes

@@ -81,7 +81,7 @@ inline void Exact(const PreparedQuery& q, const DocRef& d, maxsim_metric metric,
       const float* d2 = rows + (j + 2) * stride;
       const float* d3 = rows + (j + 3) * stride;
       for (uint32_t k = 0; k < dim; ++k) {
-        const float* qk = qt + static_cast<size_t>(k) * q.n_padded;
+        const float* qk = qt + static_cast<size_t>(k) * q.lane_stride;
         const float b0 = d0[k], b1 = d1[k], b2 = d2[k], b3 = d3[k];
         for (uint32_t l = 0; l < kLanes; ++l) {
           acc[0][l] = std::fma(qk[l], b0, acc[0][l]);
@@ -99,7 +99,7 @@ inline void Exact(const PreparedQuery& q, const DocRef& d, maxsim_metric metric,
       std::memset(acc, 0, sizeof(acc));
       const float* d0 = rows + j * stride;
       for (uint32_t k = 0; k < dim; ++k) {
-        const float* qk = qt + static_cast<size_t>(k) * q.n_padded;
+        const float* qk = qt + static_cast<size_t>(k) * q.lane_stride;
         const float b0 = d0[k];
         for (uint32_t l = 0; l < kLanes; ++l) acc[l] = std::fma(qk[l], b0, acc[l]);
       }

@@ -44,7 +44,7 @@ namespace {
 
 enum DpOrder : uint32_t { kDpUnusable = 0, kDpLowFirst = 1, kDpHighFirst = 2 };
 
-// Header of the bf16 query layout (64 bytes), followed by [pairs][n_padded] dwords.
+// Header of the bf16 query layout (64 bytes), followed by [pairs][lane_stride] dwords.
 struct Bf16Header {
   uint32_t usable;   // 1: query values are bf16 and not denormal, and the CPU passed the self-test
   int32_t min_exp;   // smallest unbiased exponent of a nonzero query value (INT32_MAX if all are zero)
@@ -268,7 +268,7 @@ MAXSIM_TARGET_BF16 void SwapPairs(const DocRef& d, uint32_t pairs, uint32_t* out
 }  // namespace
 
 size_t Bf16LayoutBytes(const PreparedQuery& q) {
-  return sizeof(Bf16Header) + static_cast<size_t>((q.dim + 1) / 2) * q.n_padded * 4;
+  return sizeof(Bf16Header) + static_cast<size_t>((q.dim + 1) / 2) * q.lane_stride * 4;
 }
 
 void Bf16Prepare(const PreparedQuery& q, void* out) {
@@ -304,7 +304,7 @@ void Bf16Prepare(const PreparedQuery& q, void* out) {
       const float* row = q.rows + static_cast<size_t>(s) * q.dim;
       const uint32_t e0 = FloatToBits(row[2 * p]) >> 16;
       const uint32_t e1 = 2 * p + 1 < q.dim ? FloatToBits(row[2 * p + 1]) >> 16 : 0;
-      dw[static_cast<size_t>(p) * q.n_padded + s] = low_first ? (e0 | (e1 << 16)) : (e1 | (e0 << 16));
+      dw[static_cast<size_t>(p) * q.lane_stride + s] = low_first ? (e0 | (e1 << 16)) : (e1 | (e0 << 16));
     }
   }
 }
@@ -357,11 +357,11 @@ bool ExactBf16Dp(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, 
     }
     const uint32_t* qv = ql + static_cast<size_t>(v) * 16;
     if (nq == 2) {
-      inv ? Rows<2, true>(qv, q.n_padded, pairs, rows, row_bytes, d.n_tokens, inv, best, arg)
-          : Rows<2, false>(qv, q.n_padded, pairs, rows, row_bytes, d.n_tokens, inv, best, arg);
+      inv ? Rows<2, true>(qv, q.lane_stride, pairs, rows, row_bytes, d.n_tokens, inv, best, arg)
+          : Rows<2, false>(qv, q.lane_stride, pairs, rows, row_bytes, d.n_tokens, inv, best, arg);
     } else {
-      inv ? Rows<1, true>(qv, q.n_padded, pairs, rows, row_bytes, d.n_tokens, inv, best, arg)
-          : Rows<1, false>(qv, q.n_padded, pairs, rows, row_bytes, d.n_tokens, inv, best, arg);
+      inv ? Rows<1, true>(qv, q.lane_stride, pairs, rows, row_bytes, d.n_tokens, inv, best, arg)
+          : Rows<1, false>(qv, q.lane_stride, pairs, rows, row_bytes, d.n_tokens, inv, best, arg);
     }
     for (uint32_t l = 0; l < 16 * nq && v * 16 + l < q.n_tokens; ++l) {
       best_key[v * 16 + l] = best[l];

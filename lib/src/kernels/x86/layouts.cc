@@ -16,7 +16,7 @@ void I8QueryLayout::Write(const PreparedQuery& q, uint8_t xor_bias, void* out_vo
   for (uint32_t s = 0; s < q.n_padded; ++s) {
     const int8_t* codes = s < q.n_tokens ? q.codes + static_cast<size_t>(s) * q.padded_dim : nullptr;
     for (size_t g = 0; g < groups; ++g) {
-      uint8_t* o = reinterpret_cast<uint8_t*>(out) + (g * q.n_padded + s) * 4;
+      uint8_t* o = reinterpret_cast<uint8_t*>(out) + (g * q.lane_stride + s) * 4;
       for (size_t b = 0; b < 4; ++b) {
         const size_t k = 4 * g + b;
         const int8_t c = codes && k < q.dim ? codes[k] : 0;

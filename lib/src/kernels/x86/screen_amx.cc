@@ -4,7 +4,7 @@
 // tileloadd, tdpbssd (signed x signed bytes: no bias needed), tilestored, tilerelease at the end of the call.
 // Tile roles: A = 16 document tokens x 64 code bytes, read row-major straight from the packed codes (stride
 // padded_dim); B = 16 groups of 4 code bytes x 16 query tokens, i.e. the interleaved query layout
-// [k/4][lane][4] that the AVX2 kernel uses, read with stride n_padded * 4 (the query is packed once per call
+// [k/4][lane][4] that the AVX2 kernel uses, read with stride lane_stride * 4 (the query is packed once per call
 // by the layout hook); C = 16 document tokens x 16 query tokens of i32: C[m][n] = I(doc m, query n).
 // Blocking: 2 document blocks x 2 query groups per step = 4 C tiles (tmm0-3), 2 A (tmm4-5), 2 B (tmm6-7): per
 // 64 bytes of k, 4 tile loads feed 4 tdpbssd (16 x 16 x 64 multiply-adds each). The C tiles are stored to one
@@ -152,7 +152,7 @@ MAXSIM_TARGET_AMX void KeysT(const ScreenJob& job, uint32_t g0, uint32_t ng, flo
   alignas(64) int32_t cbuf[2][4 * 256];
   alignas(64) int8_t buf[16 * 64];
   std::memset(buf, 0, sizeof(buf));
-  const size_t bs = static_cast<size_t>(q.n_padded) * 4;
+  const size_t bs = static_cast<size_t>(q.lane_stride) * 4;
   const size_t bstep = 16 * bs;
   const int8_t* b0 = static_cast<const int8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4;
   const int8_t* b1 = b0 + kW * 4;

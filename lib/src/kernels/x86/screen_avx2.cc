@@ -59,7 +59,7 @@ struct Avx2Call {
 // exact negation here (query codes are in [-127, 127]).
 MAXSIM_TARGET_AVX2 void SignTable(const PreparedQuery& q, int8_t* out) {
   const size_t groups4 = I8QueryLayout::Groups4(q.dim);
-  const int8_t* ql = static_cast<const int8_t*>(q.layout);  // [groups4][n_padded][4]
+  const int8_t* ql = static_cast<const int8_t*>(q.layout);  // [groups4][lane_stride][4]
   __m256i sgn[kPatterns];
   for (size_t p = 0; p < kPatterns; ++p) {
     uint32_t w = 0;
@@ -69,7 +69,7 @@ MAXSIM_TARGET_AVX2 void SignTable(const PreparedQuery& q, int8_t* out) {
   const size_t nv = q.n_padded / kW;
   for (size_t v = 0; v < nv; ++v) {
     for (size_t g = 0; g < groups4; ++g) {
-      const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ql + (g * q.n_padded + v * kW) * 4));
+      const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ql + (g * q.lane_stride + v * kW) * 4));
       int8_t* o = out + ((v / 2 * groups4 + g) * 2 + v % 2) * kVecGroup;
       for (size_t p = 0; p < kPatterns; ++p) {
         _mm256_store_si256(reinterpret_cast<__m256i*>(o + p * kEntry), _mm256_sign_epi8(qv, sgn[p]));

@@ -882,7 +882,7 @@ void RefineDocT(const ScreenCall& c, const DocRef& d, ScreenState& st, const Scr
       a1[l] = -1;
     }
     if (n[0] + n[1]) {
-      RefineRound<kCos>(st, q0, q1, q.n_padded, d.dim, lists[0], n[0], lists[1], n[1], refined - round_pairs, inv,
+      RefineRound<kCos>(st, q0, q1, q.lane_stride, d.dim, lists[0], n[0], lists[1], n[1], refined - round_pairs, inv,
                         b1, a1);
     }
     // Round 2 (certified): the other candidates whose bound still reaches the lane's round-1 key.
@@ -915,7 +915,7 @@ void RefineDocT(const ScreenCall& c, const DocRef& d, ScreenState& st, const Scr
           b2[l] = -kInf;
           a2[l] = -1;
         }
-        RefineRound<kCos>(st, q0, q1, q.n_padded, d.dim, lists[0], n[0], lists[1], n[1], refined - round_pairs,
+        RefineRound<kCos>(st, q0, q1, q.lane_stride, d.dim, lists[0], n[0], lists[1], n[1], refined - round_pairs,
                           inv, b2, a2);
         for (uint32_t gl = 0; gl < ng; ++gl) {
           const VF x1 = hn::Load(df, b1 + gl * W), x2 = hn::Load(df, b2 + gl * W);

@@ -241,14 +241,14 @@ size_t VnniLayoutBytes(const PreparedQuery& q, maxsim_mode mode);
 void VnniPrepare(const PreparedQuery& q, maxsim_mode mode, void* out);
 
 // Query layouts shared by the screening kernels, written by the per-kernel prepare hook into one block:
-//   i8 interleaved:  [padded_dim / 4][n_padded][4] int8: lane s holds q8[s][4g .. 4g+3] (zero codes beyond
+//   i8 interleaved:  [padded_dim / 4][lane_stride][4] int8: lane s holds q8[s][4g .. 4g+3] (zero codes beyond
 //                    dim). AVX2 and AMX (as the B tile, 16 groups per tile) read it signed; VNNI reads it with
 //                    a +128 bias (xor 0x80) as unsigned. The SIMD loops stop after Groups4(dim) groups.
 //   then QueryLanes:  sq, qn, qr, gq, n_padded floats each (64-byte aligned: n_padded is a multiple of 16).
 struct I8QueryLayout {
   static size_t Groups4(uint32_t dim) { return (dim + 3) / 4; }
   static size_t CodeBytes(const PreparedQuery& q) {
-    return static_cast<size_t>(q.padded_dim / 4) * q.n_padded * 4;
+    return static_cast<size_t>(q.padded_dim / 4) * q.lane_stride * 4;
   }
   static size_t Bytes(const PreparedQuery& q) { return CodeBytes(q) + 4 * sizeof(float) * q.n_padded; }
   // Writes the layout; xor_bias = 0x80 gives the biased unsigned form.
@@ -270,7 +270,7 @@ struct I8QueryLayout {
 template <uint32_t W, typename RowsT>
 void BiasedLayoutKeys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride, float* top) {
   const PreparedQuery& q = *job.q;
-  const size_t qstride = static_cast<size_t>(q.n_padded) * 4;
+  const size_t qstride = static_cast<size_t>(q.lane_stride) * 4;
   const uint8_t* ql = static_cast<const uint8_t*>(job.layout) + static_cast<size_t>(g0) * W * 4;
   const uint32_t groups4 = static_cast<uint32_t>(I8QueryLayout::Groups4(q.dim));
   const float* sq = job.lanes.sq + static_cast<size_t>(g0) * W;
