@@ -186,6 +186,34 @@ TEST(X86Kernels, LongQueriesWithPaddedLayoutsMatchScalarBitForBit) {
   }
 }
 
+// The amx kernel's fused i8 phase (survivors against a running threshold) falls back to storing every key when
+// a lane's final threshold is not finite; with validated inputs that does not happen, so the test forces the
+// fallback on every block and expects the same bits as scalar, and (unforced) as the fused path itself.
+TEST(X86Kernels, AmxFusedScreeningAndItsFallbackMatchScalar) {
+  if (!Has("amx")) GTEST_SKIP() << "kernel amx unavailable here";
+  struct ForceFallback {
+    ForceFallback() { x86::ForceFusedFallbackForTest(true); }
+    ~ForceFallback() { x86::ForceFusedFallbackForTest(false); }
+  };
+  std::mt19937_64 rng(777);
+  for (uint32_t dim : {64u, 128u, 200u}) {
+    TokenSets q = Generate(rng, Shape::kClustered, 5, 1, 80, dim);
+    TokenSets d = Generate(rng, Shape::kClustered, 9, 0, 150, dim);
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      for (maxsim_mode mode : {MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+        Context ref_ctx = Ctx("scalar");
+        const Outcome ref = Score(ref_ctx, q, d, metric, mode);
+        Context ctx = Ctx("amx", 2);
+        const std::string what = "dim " + std::to_string(dim) + " metric " + std::to_string(metric) + " mode " +
+                                 std::to_string(mode);
+        ExpectSame(ref, Score(ctx, q, d, metric, mode), what + " (fused)", true, Evaluations(q, d));
+        ForceFallback force;
+        ExpectSame(ref, Score(ctx, q, d, metric, mode), what + " (fallback)", true, Evaluations(q, d));
+      }
+    }
+  }
+}
+
 // Many queries against the same documents (the engine reuses per-document work across queries: widened rows,
 // re-laid-out bf16 rows): results must not depend on which query came first.
 TEST(X86Kernels, PerDocumentCachesDoNotLeakAcrossQueriesOrDocuments) {

@@ -572,9 +572,13 @@ struct DocCtx {
   uint64_t multi;
 };
 
-// Steps 1-4 for one query group g whose keys are K ([nd][W]) with per-lane maximum top (NaN keys ignored).
+// Steps 1-4 for one query group g whose keys are K ([n_in][W]) with per-lane maximum top (NaN keys ignored):
+// K[i] holds the keys of row rows_in[i] (rows increasing), or of row i when rows_in is nullptr (n_in = nd, every
+// row). With a list, it must hold every row that some lane keeps at the final threshold (a fused i8 phase's
+// survivors: a superset; the scan below drops the rest, so the result is the same as with every row).
 // Appends the group's entries at doc.n (capacity for nd more is reserved by the caller).
-HWY_INLINE void SelectGroup(DocCtx& x, uint32_t g, const float* HWY_RESTRICT K, const float* top_p) {
+HWY_INLINE void SelectGroup(DocCtx& x, uint32_t g, const float* HWY_RESTRICT K, const uint32_t* rows_in,
+                            size_t n_in, const float* top_p) {
   const DF df;
   const DI di;
   const size_t W = hn::Lanes(df);
@@ -582,7 +586,6 @@ HWY_INLINE void SelectGroup(DocCtx& x, uint32_t g, const float* HWY_RESTRICT K, 
   const DocRef& d = *x.d;
   ScreenState& st = *x.st;
   ScreenState::Doc& doc = *x.doc;
-  const uint32_t nd = d.n_tokens;
   const uint32_t s0 = g * static_cast<uint32_t>(W);
   const size_t lanes = std::min<size_t>(W, q.n_tokens - s0);
   const MF valid = hn::FirstN(df, lanes);
@@ -598,12 +601,12 @@ HWY_INLINE void SelectGroup(DocCtx& x, uint32_t g, const float* HWY_RESTRICT K, 
   } else {
     tk = hn::IfThenElse(valid, hn::IfThenElse(hn::IsFinite(top), top, hn::Neg(inf)), inf);
   }
-  // 2. scan (branch-free list of the rows that some lane keeps).
+  // 2. scan (branch-free list of the rows that some lane keeps; entries index K).
   uint32_t* HWY_RESTRICT list = st.scan_rows.data();
   size_t n = 0;
-  for (uint32_t j = 0; j < nd; ++j) {
-    const MF below = hn::Lt(hn::LoadU(df, K + static_cast<size_t>(j) * W), tk);
-    list[n] = j;
+  for (uint32_t i = 0; i < n_in; ++i) {
+    const MF below = hn::Lt(hn::LoadU(df, K + static_cast<size_t>(i) * W), tk);
+    list[n] = i;
     n += !hn::AllTrue(df, below);
   }
   // 3. exact margins on the survivors (screening.h, the same f32 operations in the same order), lower, and
@@ -620,9 +623,10 @@ HWY_INLINE void SelectGroup(DocCtx& x, uint32_t g, const float* HWY_RESTRICT K, 
   const MF top_ok = hn::Gt(top, hn::Neg(inf));
   const float* inv = x.cosine ? doc.inv.data() : nullptr;
   for (size_t e = n; e-- > 0;) {
-    const uint32_t j = list[e];
+    const uint32_t i = list[e];
+    const uint32_t j = rows_in ? rows_in[i] : i;
     const maxsim_vector_meta& dm = d.meta[j];
-    const VF key = hn::LoadU(df, K + static_cast<size_t>(j) * W);
+    const VF key = hn::LoadU(df, K + static_cast<size_t>(i) * W);
     const VF eps = hn::Add(
         hn::Add(hn::Mul(qr, hn::Set(df, dm.norm + dm.resid_norm)), hn::Mul(qn, hn::Set(df, dm.resid_norm))), tiny);
     const VF fp = hn::Mul(gq, hn::Set(df, dm.norm));
@@ -647,7 +651,7 @@ HWY_INLINE void SelectGroup(DocCtx& x, uint32_t g, const float* HWY_RESTRICT K, 
   const VI one = hn::Set(di, 1);
   VF ub = hn::Neg(inf);
   for (size_t e = 0; e < n; ++e) {
-    const uint32_t j = list[e];
+    const uint32_t j = rows_in ? rows_in[list[e]] : list[e];
     const VF up = hn::LoadU(df, ups + e * W);
     const MF cand = hn::And(hn::Not(hn::Lt(up, lower)), valid);
     const MF is_top = hn::And(hn::RebindMask(df, hn::Eq(best_j, hn::Set(di, static_cast<int32_t>(j)))), valid);
@@ -679,6 +683,67 @@ HWY_INLINE void SelectGroup(DocCtx& x, uint32_t g, const float* HWY_RESTRICT K, 
     x.multi += hn::CountTrue(df, hn::And(hn::RebindMask(df, hn::Gt(ncand, one)), valid));
   }
   hn::StoreU(ub, df, doc.ub.data() + s0);
+}
+
+// The per-lane margin bound mb of Threshold, and whether a lane's threshold can be finite at all.
+HWY_INLINE VF MarginBound(VF qr, VF qn, const DocCoef& c) {
+  const DF df;
+  return hn::Add(hn::Add(hn::Mul(qr, hn::Set(df, c.x)), hn::Mul(qn, hn::Set(df, c.y))), hn::Set(df, c.c));
+}
+
+// RunningRule constants of query group g (x86_kernels.h) into rule[0..4W): c1, c3, lo, hi.
+// Why rt(a) <= tk(b) for every running maximum a <= final maximum b with tk(b) finite (then tk(b) is Threshold's
+// t(b), and c1 = fl(2.5 mb), c3 = fl(3 mb) are the same f32 values Threshold uses). Write
+// E_s(y) = y - c1 - 2^-s (|y| + c3) in real arithmetic. Each of the two expressions is E_s of its argument up to
+// its f32 roundings (two subtractions, an addition; the product by a power of two is exact but for underflow):
+// |t(b) - E_14(b)| <= 2^-22 (|b| + c3) + 2^-150 and |rt(a) - E_13(a)| <= 2^-22 (|a| + c3) + 2^-150 (c1 < c3).
+// With |b| <= |a| + (b - a) and E_14(b) - E_14(a) >= (1 - 2^-14)(b - a):
+//   t(b) - rt(a) >= (1 - 2^-14 - 2^-22)(b - a) + (2^-14 - 2^-21)(|a| + c3) - 2^-149 > 0,
+// because c3 >= 3 mb >= 3 abs_slack > 2^-120. Lanes whose tk is -inf whatever the keys (mb not finite, s_q not
+// positive: a zero query vector) keep every row (lo = hi = -inf); padding lanes keep none (lo = hi = +inf). A
+// finite a with a later +inf or non-finite t(b) is the one case the bound does not cover: FusedComplete catches
+// it. APPROXIMATE: rt = a <= b = tk(b).
+HWY_INLINE void MakeRunningRule(const DocCtx& x, uint32_t g, float* HWY_RESTRICT rule) {
+  const DF df;
+  const size_t W = hn::Lanes(df);
+  const uint32_t s0 = g * static_cast<uint32_t>(W);
+  const MF valid = hn::FirstN(df, std::min<size_t>(W, x.c->q->n_tokens - s0));
+  const VF inf = hn::Set(df, kInf);
+  VF c1 = hn::Zero(df), c3 = hn::Zero(df), lo = hn::Neg(inf), hi = inf;
+  if (x.certified) {
+    const VF mb = MarginBound(hn::LoadU(df, x.lanes.qr + s0), hn::LoadU(df, x.lanes.qn + s0), x.coef);
+    c1 = hn::Mul(mb, hn::Set(df, 2.5f));
+    c3 = hn::Mul(mb, hn::Set(df, 3.0f));
+    const MF can = hn::And(hn::IsFinite(mb), hn::Gt(hn::LoadU(df, x.lanes.sq + s0), hn::Zero(df)));
+    hi = hn::IfThenElse(can, inf, hn::Neg(inf));
+    c1 = hn::IfThenElseZero(can, c1);
+    c3 = hn::IfThenElseZero(can, c3);
+  }
+  lo = hn::IfThenElse(valid, lo, inf);
+  hi = hn::IfThenElse(valid, hi, inf);
+  hn::StoreU(c1, df, rule);
+  hn::StoreU(c3, df, rule + W);
+  hn::StoreU(lo, df, rule + 2 * W);
+  hn::StoreU(hi, df, rule + 3 * W);
+}
+
+// Whether a fused i8 phase's survivors of group g are complete: every lane that could have a finite threshold
+// (hi = +inf and valid) has one at the final maximum top.
+HWY_INLINE bool FusedComplete(const DocCtx& x, uint32_t g, const float* top_p, const float* rule) {
+  const DF df;
+  const size_t W = hn::Lanes(df);
+  const uint32_t s0 = g * static_cast<uint32_t>(W);
+  const MF valid = hn::FirstN(df, std::min<size_t>(W, x.c->q->n_tokens - s0));
+  const VF top = hn::LoadU(df, top_p);
+  VF tk;
+  if (x.certified) {
+    tk = Threshold(top, hn::LoadU(df, x.lanes.qr + s0), hn::LoadU(df, x.lanes.qn + s0),
+                   hn::LoadU(df, x.lanes.sq + s0), x.coef, valid);
+  } else {
+    tk = hn::IfThenElse(hn::IsFinite(top), top, hn::Set(df, -kInf));
+  }
+  const MF could = hn::And(valid, hn::Eq(hn::LoadU(df, rule + 3 * W), hn::Set(df, kInf)));
+  return hn::AllFalse(df, hn::And(could, hn::Not(hn::Gt(tk, hn::Set(df, -kInf)))));
 }
 
 // Screens one document: i8 phase per block of groups, selection per group, bound, prefetch of candidate rows.
@@ -737,6 +802,19 @@ void ScreenDoc(const ScreenCall& c, const DocRef& d, const DocRef* next, ScreenS
   if (st.pf_next.size() < 2 * static_cast<size_t>(nd) + 1) st.pf_next.resize(2 * static_cast<size_t>(nd) + 1);
   st.pf_next_n = 0;
   bool have_coef = !x.certified;
+  // A fused i8 phase needs the thresholds' constants before it starts (one pass over the metadata).
+  const bool fused = c.survivors != nullptr;
+  float* surv_keys = nullptr;
+  if (fused) {
+    if (!have_coef) {
+      x.coef = Coefficients(d, cosine ? doc.inv.data() : nullptr, x.consts.gamma, x.consts.abs_slack);
+      have_coef = true;
+    }
+    if (st.surv_rows.size() < 2 * static_cast<size_t>(nd)) st.surv_rows.resize(2 * static_cast<size_t>(nd));
+    if (st.surv_keys.size() < 2 * nd_pad * W + 16) st.surv_keys.resize(2 * nd_pad * W + 16);
+    if (st.rule.size() < 8 * W) st.rule.resize(8 * W);
+    surv_keys = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(st.surv_keys.data()) + 63) & ~uintptr_t{63});
+  }
   for (uint32_t g0 = 0; g0 < n_groups; g0 += gpb) {
     const uint32_t ng = std::min(gpb, n_groups - g0);
     // Groups made only of padding lanes (AVX2: 8-lane groups past the last token) need nothing.
@@ -746,7 +824,29 @@ void ScreenDoc(const ScreenCall& c, const DocRef& d, const DocRef* next, ScreenS
     }
     const uint32_t live =
         std::min<uint32_t>(ng, static_cast<uint32_t>((q.n_tokens - g0 * W + W - 1) / W));
-    c.keys(job, g0, live, K, nd_pad * W, st.top.data());
+    x86::SurvivorList surv[2];
+    bool full = !fused;
+    if (fused) {
+      x86::RunningRule rules[2];
+      for (uint32_t gl = 0; gl < live; ++gl) {
+        float* r = st.rule.data() + gl * 4 * W;
+        MakeRunningRule(x, g0 + gl, r);
+        rules[gl].c1 = r;
+        rules[gl].c3 = r + W;
+        rules[gl].lo = r + 2 * W;
+        rules[gl].hi = r + 3 * W;
+        rules[gl].approximate = !x.certified;
+        surv[gl].rows = st.surv_rows.data() + static_cast<size_t>(gl) * nd;
+        surv[gl].keys = surv_keys + gl * nd_pad * W;
+        surv[gl].n = 0;
+      }
+      c.survivors(job, g0, live, rules, surv, st.top.data());
+      for (uint32_t gl = 0; gl < live; ++gl) {
+        if (!FusedComplete(x, g0 + gl, st.top.data() + gl * W, st.rule.data() + gl * 4 * W)) full = true;
+      }
+      if (x86::FusedFallbackForced()) full = true;
+    }
+    if (full) c.keys(job, g0, live, K, nd_pad * W, st.top.data());
     if (!have_coef) {  // after the first i8 phase: the metadata is in cache by now
       x.coef = Coefficients(d, cosine ? doc.inv.data() : nullptr, x.consts.gamma, x.consts.abs_slack);
       have_coef = true;
@@ -761,7 +861,11 @@ void ScreenDoc(const ScreenCall& c, const DocRef& d, const DocRef* next, ScreenS
         doc.tm.resize(cap);
         doc.up.resize(cap * W);
       }
-      SelectGroup(x, g0 + gl, K + gl * nd_pad * W, st.top.data() + gl * W);
+      if (full) {
+        SelectGroup(x, g0 + gl, K + gl * nd_pad * W, nullptr, nd, st.top.data() + gl * W);
+      } else {
+        SelectGroup(x, g0 + gl, surv[gl].keys, surv[gl].rows, surv[gl].n, st.top.data() + gl * W);
+      }
     }
   }
   doc.group_begin[n_groups] = static_cast<uint32_t>(doc.n);
@@ -807,9 +911,19 @@ void ScreenDoc(const ScreenCall& c, const DocRef& d, const DocRef* next, ScreenS
   // is 45 against ~46 entries (~41 distinct rows) per document, so about half of the documents got no
   // prefetch at all and their refinement tiles waited on DRAM (avx2: 6.1K against 4.5K TSC ticks per document).
   const bool few = n_rows <= std::max<size_t>(16, nd / 3);
-  st.pf.rows.resize(few ? n_rows : 0);
-  st.pf.lines_per_row = (static_cast<size_t>(d.dim) * (d.dtype == MAXSIM_F32 ? 4 : 2) + 63) / 64 +
-                        ((reinterpret_cast<uintptr_t>(d.originals) | d.orig_row_bytes) % 64 != 0);
+  if (few || doc.pruned) {
+    st.pf.rows.resize(few ? n_rows : 0);
+    st.pf.lines_per_row = (static_cast<size_t>(d.dim) * (d.dtype == MAXSIM_F32 ? 4 : 2) + 63) / 64 +
+                          ((reinterpret_cast<uintptr_t>(d.originals) | d.orig_row_bytes) % 64 != 0);
+  } else {
+    // Most rows wanted: the whole document as one sequential region, a few lines per step of the next i8
+    // phase (one line at the start, not line 0 of every row at once: that burst stalled the i8 loop on the
+    // line fill buffers). The refinement then finds its rows in L2 instead of waiting on DRAM row by row.
+    const uintptr_t b = reinterpret_cast<uintptr_t>(d.originals) & ~uintptr_t{63};
+    const uintptr_t e = reinterpret_cast<uintptr_t>(d.originals) + static_cast<uintptr_t>(nd) * d.orig_row_bytes;
+    st.pf.rows.assign(1, reinterpret_cast<const char*>(b));
+    st.pf.lines_per_row = (e - b + 63) / 64;
+  }
   st.pf.Reset();
 }
 

@@ -107,6 +107,43 @@ struct ScreenJob {
 using ComputeKeysFn = void (*)(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride,
                                float* top);
 
+// A fused i8 phase (ComputeSurvivorsFn) keeps, per lane, a running threshold rt from the running maximum key a:
+//   rt = fl(fl(a - c1) - fl(fl(|a| + c3) 2^-13)), clamped to [lo, hi]   (CERTIFIED)
+//   rt = a, clamped to [lo, hi]                                          (APPROXIMATE)
+// with per-lane constants from the pipeline (screen_hwy-inl.h, MakeRunningRule): c1 = fl(2.5 mb), c3 = fl(3 mb)
+// of the lane's final threshold tk (Threshold); lo = hi = -inf for lanes whose tk is -inf whatever the keys
+// (every row is kept there), lo = hi = +inf for padding lanes, else lo = -inf, hi = +inf. The doubled relative
+// term (2^-13 against tk's 2^-14) absorbs every f32 rounding, so rt(a) <= tk(b) whenever a <= b and tk(b) is
+// finite (proof at MakeRunningRule): a row whose key is below rt in a lane is below the final tk there.
+struct RunningRule {
+  const float* c1 = nullptr;  // W floats each, per lane of the group
+  const float* c3 = nullptr;
+  const float* lo = nullptr;
+  const float* hi = nullptr;
+  bool approximate = false;
+};
+
+// One query group's survivors of a fused i8 phase: every row that some lane kept (key >= rt there, or rt NaN),
+// rows increasing, with its keys (the ComputeKeysFn expression, W floats per row).
+struct SurvivorList {
+  uint32_t* rows = nullptr;  // capacity: the document's rows
+  float* keys = nullptr;     // [capacity][W], 64-byte aligned
+  size_t n = 0;
+};
+
+// The fused i8 phase: like ComputeKeysFn for groups [g0, g0 + ng), but instead of storing every row's keys it
+// keeps a running threshold per lane (rules[gl]) and stores only the rows some lane keeps (out[gl]); top as
+// for ComputeKeysFn. The kept rows are a superset of the rows the selection keeps with the final threshold,
+// as long as the final threshold of every lane that was not -inf from the start is finite (the pipeline checks
+// that and otherwise redoes the block with ComputeKeysFn).
+using ComputeSurvivorsFn = void (*)(const ScreenJob& job, uint32_t g0, uint32_t ng, const RunningRule* rules,
+                                    SurvivorList* out, float* top);
+
+// Tests only: make the pipeline treat every fused block as incomplete (it then redoes the block with
+// ComputeKeysFn), so the fallback path runs on inputs where it would not be needed (screen_amx.cc).
+void ForceFusedFallbackForTest(bool on);
+bool FusedFallbackForced();
+
 // One screened call: one query set against n documents (KernelOps::screened_batch).
 struct ScreenCall {
   const PreparedQuery* q = nullptr;
@@ -120,6 +157,9 @@ struct ScreenCall {
   ScreenCounters* counters = nullptr;
   const ScreenPrune* prune = nullptr;
   ComputeKeysFn keys = nullptr;
+  // Optional fused i8 phase (AMX); when set, the pipeline uses it and falls back to `keys` per block of groups
+  // where a lane's final threshold is not finite.
+  ComputeSurvivorsFn survivors = nullptr;
   uint32_t groups_per_block = 2;  // query groups per ComputeKeysFn call (at most 2)
   // How often `keys` calls ScreenJob::pf->Step(): at least once per pf_rows_per_step rows of every block of
   // groups, or (pf_skip_first_block) of every block but a document's first when it has several. The pipeline
@@ -178,6 +218,9 @@ struct ScreenState : KernelState {
   Doc doc[2];
   std::vector<float> keys, top, scan_up;
   std::vector<uint32_t> scan_rows;
+  std::vector<uint32_t> surv_rows;  // fused i8 phase: survivor rows of two groups, then
+  std::vector<float> surv_keys;     // their keys (64-byte aligned inside), and
+  std::vector<float> rule;          // the running-threshold constants of two groups (RunningRule, 4 x 2W)
   std::vector<float> widened;  // f16/bf16 rows of the refinement, widened to f32
   std::vector<uint8_t> items;  // refinement item lists (target-specific layout)
   std::vector<uint8_t> pairs;  // refinement (query lane, row) pairs of the pair-per-lane tile (target-specific)
