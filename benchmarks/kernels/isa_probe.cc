@@ -7,6 +7,7 @@
 // Output: one line per measurement; "peak" lines give G multiply-adds/s (x2 for GFLOP/s or GSO/s).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -161,6 +162,97 @@ TGT_AMX double PeakAmx(bool bf16) {
   return 4.0 * macs_per_op * iters / s / 1e9;
 }
 
+// Do the tile unit and AVX-512 overlap? The amx kernel's shape at Lq = Ld = 1024 (d = 128), one document: per
+// block of 32 rows x 32 query lanes, 2 k steps of 4 tile loads + 4 tdpbssd, 4 tile stores (4 KB), and an
+// epilogue of 64 key vectors (vcvtdq2ps, vmulps by the row scale, vmaxps; the loads read the other 2 KB half
+// of the previous block's stores, as the kernel does). Timed three ways: tiles only, epilogue only (on the same
+// buffers), both; prints microseconds per document. If the two overlapped, "both" would be near the larger
+// of the other two. On a Sapphire Rapids-class core it is 98-99% of their sum (docs/kernels.md, session 7): the
+// epilogue's instruction count adds to the tile time, which is why the amx kernel keeps it minimal.
+struct AmxOverlap {
+  double tiles_us, epilogue_us, both_us;
+};
+template <bool kTiles, bool kEpilogue>
+TGT_AMX double AmxOverlapRun(const int8_t* codes, const int8_t* ql, size_t bs, const float* scale, int32_t* cbase,
+                             float* sink) {
+  __m512 top = _mm512_set1_ps(-1e30f);
+  const auto t0 = Clock::now();
+  for (int gp = 0; gp < 1024 / 32; ++gp) {
+    const int8_t* b0 = ql + gp * 32 * 4;
+    for (int j = 0; j < 1024; j += 32) {
+      const int8_t* a0 = codes + j * 128;
+      int32_t* c = cbase;
+      if (kTiles) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int kb = 0; kb < 2; ++kb) {
+          _tile_loadd(4, a0 + kb * 64, 128);
+          _tile_loadd(5, a0 + 16 * 128 + kb * 64, 128);
+          _tile_loadd(6, b0 + kb * 16 * bs, bs);
+          _tile_loadd(7, b0 + 64 + kb * 16 * bs, bs);
+          _tile_dpbssd(0, 4, 6);
+          _tile_dpbssd(1, 4, 7);
+          _tile_dpbssd(2, 5, 6);
+          _tile_dpbssd(3, 5, 7);
+        }
+        _tile_stored(0, c, 64);
+        _tile_stored(1, c + 256, 64);
+      }
+      __asm__ volatile("" ::: "memory");
+      if (kEpilogue) {
+        for (int t = 0; t < 4; ++t) {
+          const int32_t* src = c + (t < 2 ? 512 + t * 256 : (t - 2) * 256);
+          const int row0 = t < 2 ? j - 16 : j;
+          __m512 m = _mm512_set1_ps(-1e30f);
+          for (int r = 0; r < 16; ++r) {
+            const __m512 x = _mm512_cvtepi32_ps(_mm512_load_si512(src + r * 16));
+            m = _mm512_max_ps(m, _mm512_mul_ps(x, _mm512_set1_ps(scale[(row0 + r) & 1023])));
+          }
+          top = _mm512_max_ps(top, m);
+          if (t == 1 && kTiles) {
+            __asm__ volatile("" ::: "memory");
+            _tile_stored(2, c + 512, 64);
+            _tile_stored(3, c + 768, 64);
+            __asm__ volatile("" ::: "memory");
+          }
+        }
+      } else if (kTiles) {
+        _tile_stored(2, c + 512, 64);
+        _tile_stored(3, c + 768, 64);
+      }
+      __asm__ volatile("" ::: "memory");
+    }
+  }
+  const double s = Seconds(t0);
+  *sink += _mm512_reduce_max_ps(top);
+  return s * 1e6;
+}
+
+TGT_AMX AmxOverlap AmxOverlapProbe() {
+  const size_t bs = 1040 * 4;  // the query layout's row stride at Lq = 1024 (LaneStride)
+  // 64-byte aligned like the packed codes and the query layout (a tile row split across two lines costs ~2.4x).
+  alignas(64) static int8_t codes[1024 * 128], ql[32 * 1040 * 4 + 64];
+  std::vector<float> scale(1024);
+  std::mt19937 rng(3);
+  for (auto& v : codes) v = static_cast<int8_t>(rng() % 255 - 127);
+  for (auto& v : ql) v = static_cast<int8_t>(rng() % 255 - 127);
+  for (auto& v : scale) v = 1e-3f * static_cast<float>(1 + rng() % 7);
+  alignas(64) static int32_t c[1024];
+  float sink = 0;
+  maxsim::x86::AmxConfigure16x64();
+  AmxOverlap r{1e30, 1e30, 1e30};
+  for (int rep = 0; rep < 20; ++rep) {
+    r.tiles_us = std::min(r.tiles_us, AmxOverlapRun<true, false>(codes, ql, bs, scale.data(), c, &sink));
+    r.epilogue_us = std::min(r.epilogue_us, AmxOverlapRun<false, true>(codes, ql, bs, scale.data(), c, &sink));
+    r.both_us = std::min(r.both_us, AmxOverlapRun<true, true>(codes, ql, bs, scale.data(), c, &sink));
+  }
+  _tile_release();
+  if (sink == 1234.5f) std::printf(" ");
+  return r;
+}
+
 // AMX-BF16 semantics: C (16 x 16 f32) += A (16 x 32 bf16) . B (16 pairs x 16 columns x 2), chained over
 // `steps` instructions, against the canonical chain over k in both pair orders.
 TGT_AMX void AmxBf16Semantics(int steps, int* match_natural, int* match_swapped, int* total, float* example) {
@@ -243,6 +335,12 @@ int main() {
     std::printf("semantics vdpbf16ps: %s\n", x86::Bf16DpVerdict());
   }
   if (amx) std::printf("peak  AMX tdpbssd (4 C tiles)          %8.1f G i8 multiply-adds/s\n", PeakAmx(false));
+  if (amx) {
+    const AmxOverlap o = AmxOverlapProbe();
+    std::printf("overlap AMX tiles + AVX-512 epilogue, 1024 x 1024 document: tiles %.1f us, epilogue %.1f us, both "
+                "%.1f us (%.0f%% of the sum; 50%% would be full overlap)\n",
+                o.tiles_us, o.epilogue_us, o.both_us, 100.0 * o.both_us / (o.tiles_us + o.epilogue_us));
+  }
   if (amx_bf16) {
     std::printf("peak  AMX tdpbf16ps (4 C tiles)        %8.1f G bf16 multiply-adds/s\n", PeakAmx(true));
     for (int steps : {1, 4}) {
