@@ -144,6 +144,24 @@ MAXSIM_TARGET_AMX void Block11(const int8_t* a0, size_t as, uint32_t tail, const
   MAXSIM_MEMORY_BARRIER();
 }
 
+// The tile operands of one (query group pair, document) job: B = the query groups g0, g0 + 1 in the interleaved
+// layout (16 k groups of 4 bytes x 16 lanes per tile, rows lane_stride * 4 bytes apart), A = the document's code
+// rows (padded_dim bytes apart), kblocks tiles of 64 code bytes along k.
+struct TileOperands {
+  size_t bs, bstep, as;
+  const int8_t* b0;
+  const int8_t* b1;
+  uint32_t kblocks, nd;
+  TileOperands(const ScreenJob& job, uint32_t g0)
+      : bs(static_cast<size_t>(job.q->lane_stride) * 4),
+        bstep(16 * bs),
+        as(job.d->padded_dim),
+        b0(static_cast<const int8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4),
+        b1(b0 + kW * 4),
+        kblocks(job.d->padded_dim / 64),
+        nd(job.d->n_tokens) {}
+};
+
 // C tile (16 rows = document tokens j0.., 16 lanes = query tokens) -> keys and their running max.
 template <bool kCos>
 MAXSIM_TARGET_AMX inline void Post(const int32_t* c, uint32_t j0, uint32_t rows, const maxsim_vector_meta* meta,
@@ -163,20 +181,17 @@ MAXSIM_TARGET_AMX inline void Post(const int32_t* c, uint32_t j0, uint32_t rows,
 
 template <bool kCos>
 MAXSIM_TARGET_AMX void KeysT(const ScreenJob& job, uint32_t g0, uint32_t ng, float* B, size_t gs, float* top_p) {
-  const PreparedQuery& q = *job.q;
   const DocRef& d = *job.d;
   // Two C buffers, alternating per 32-row block: the tile stores of block b + 1 need not wait for the vector
-  // loads of block b's post-processing, so the tile unit and the AVX-512 epilogue overlap.
+  // loads of block b's post-processing.
   alignas(64) int32_t cbuf[2][4 * 256];
   alignas(64) int8_t buf[16 * 64];
   std::memset(buf, 0, sizeof(buf));
-  const size_t bs = static_cast<size_t>(q.lane_stride) * 4;
-  const size_t bstep = 16 * bs;
-  const int8_t* b0 = static_cast<const int8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4;
-  const int8_t* b1 = b0 + kW * 4;
-  const uint32_t kblocks = d.padded_dim / 64;
-  const size_t as = d.padded_dim;
-  const uint32_t nd = d.n_tokens;
+  const TileOperands t(job, g0);
+  const size_t bs = t.bs, bstep = t.bstep, as = t.as;
+  const int8_t* b0 = t.b0;
+  const int8_t* b1 = t.b1;
+  const uint32_t kblocks = t.kblocks, nd = t.nd;
   const __m512 sq0 = _mm512_loadu_ps(job.lanes.sq + static_cast<size_t>(g0) * kW);
   const __m512 sq1 = ng == 2 ? _mm512_loadu_ps(job.lanes.sq + static_cast<size_t>(g0 + 1) * kW) : sq0;
   __m512 top[2] = {_mm512_set1_ps(-std::numeric_limits<float>::infinity()),
@@ -311,19 +326,16 @@ MAXSIM_TARGET_AMX inline void Survive(const int32_t* c, uint32_t j0, uint32_t ro
 template <bool kCos>
 MAXSIM_TARGET_AMX void SurvivorsT(const ScreenJob& job, uint32_t g0, uint32_t ng, const RunningRule* rules,
                                   SurvivorList* out, float* top_p) {
-  const PreparedQuery& q = *job.q;
   const DocRef& d = *job.d;
   alignas(64) int32_t half[2][2 * 256];
   alignas(64) int32_t cbuf[4 * 256];
   alignas(64) int8_t buf[16 * 64];
   std::memset(buf, 0, sizeof(buf));
-  const size_t bs = static_cast<size_t>(q.lane_stride) * 4;
-  const size_t bstep = 16 * bs;
-  const int8_t* b0 = static_cast<const int8_t*>(job.layout) + static_cast<size_t>(g0) * kW * 4;
-  const int8_t* b1 = b0 + kW * 4;
-  const uint32_t kblocks = d.padded_dim / 64;
-  const size_t as = d.padded_dim;
-  const uint32_t nd = d.n_tokens;
+  const TileOperands t(job, g0);
+  const size_t bs = t.bs, bstep = t.bstep, as = t.as;
+  const int8_t* b0 = t.b0;
+  const int8_t* b1 = t.b1;
+  const uint32_t kblocks = t.kblocks, nd = t.nd;
   GroupRun g[2];
   for (uint32_t gl = 0; gl < ng; ++gl) {
     GroupRun& r = g[gl];
