@@ -104,6 +104,41 @@ void ExpectSame(const Outcome& a, const Outcome& b, const std::string& what, boo
   }
 }
 
+// One query set per length, clustered tokens, encoded as dtype.
+TokenSets QueriesOfLengths(std::mt19937_64& rng, const std::vector<uint64_t>& lengths, uint32_t dim,
+                           maxsim_dtype dtype) {
+  TokenSets q;
+  q.dim = dim;
+  q.offsets = {0};
+  for (uint64_t len : lengths) q.offsets.push_back(q.offsets.back() + len);
+  q.values = Generate(rng, Shape::kClustered, 1, q.offsets.back(), q.offsets.back(), dim).values;
+  q.Encode(dtype);
+  return q;
+}
+
+// Every available kernel against scalar, both metrics, every mode: identical scores, argmaxes and candidate
+// counters (ExpectSame). With dense_certified, certified mode is also scored against dense documents.
+void ExpectEveryKernelMatchesScalar(const TokenSets& q, const TokenSets& d, const std::string& label,
+                                    bool dense_certified) {
+  for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+    for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+      Context ref_ctx = Ctx("scalar");
+      const Outcome ref = Score(ref_ctx, q, d, metric, mode);
+      for (const std::string& k : Available()) {
+        if (k == "scalar") continue;
+        Context ctx = Ctx(k, 2);
+        const std::string what =
+            k + " " + label + " metric " + std::to_string(metric) + " mode " + std::to_string(mode);
+        const uint64_t min_refined = mode == MAXSIM_MODE_EXACT ? 0 : Evaluations(q, d);
+        ExpectSame(ref, Score(ctx, q, d, metric, mode), what, true, min_refined);
+        if (dense_certified && mode == MAXSIM_MODE_CERTIFIED) {
+          ExpectSame(ref, Score(ctx, q, d, metric, mode, false), what + " (dense documents)", true, min_refined);
+        }
+      }
+    }
+  }
+}
+
 // Every kernel against the scalar kernel, every mode: identical scores and argmaxes. The i8 dot is exact in
 // every kernel and the keys, margins and candidate tests use the same f32 expressions, so even the candidate
 // sets (multi_candidate) and the approximate choices must agree.
@@ -111,37 +146,13 @@ TEST(X86Kernels, EveryKernelMatchesScalarBitForBitOnEveryTileShape) {
   ForceBf16Dp force;  // the bf16 data below goes through vdpbf16ps where the CPU has it (and it is exact)
   std::mt19937_64 rng(31337);
   // Query lengths around the 8/16/32-lane groups, document lengths around the 1/2/4/6/8/12/16/32-row tiles.
-  const uint64_t lq_lengths[] = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 64, 65, 100};
+  const std::vector<uint64_t> lq_lengths = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 64, 65, 100};
   for (uint32_t dim : {5u, 48u, 64u, 96u, 128u, 130u, 256u}) {
     for (maxsim_dtype dtype : {MAXSIM_F32, MAXSIM_BF16, MAXSIM_F16}) {
-      TokenSets q;
-      q.dim = dim;
-      q.offsets = {0};
-      for (uint64_t len : lq_lengths) q.offsets.push_back(q.offsets.back() + len);
-      {
-        TokenSets g = Generate(rng, Shape::kClustered, 1, q.offsets.back(), q.offsets.back(), dim);
-        q.values = g.values;
-      }
+      const TokenSets q = QueriesOfLengths(rng, lq_lengths, dim, dtype);
       TokenSets d = Generate(rng, Shape::kClustered, 24, 0, 70, dim);
-      q.Encode(dtype);
       d.Encode(dtype);
-      for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
-        for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
-          Context ref_ctx = Ctx("scalar");
-          const Outcome ref = Score(ref_ctx, q, d, metric, mode);
-          for (const std::string& k : Available()) {
-            if (k == "scalar") continue;
-            Context ctx = Ctx(k, 2);
-            const std::string what = k + " dim " + std::to_string(dim) + " dtype " + std::to_string(dtype) +
-                                     " metric " + std::to_string(metric) + " mode " + std::to_string(mode);
-            const uint64_t min_refined = mode == MAXSIM_MODE_EXACT ? 0 : Evaluations(q, d);
-            ExpectSame(ref, Score(ctx, q, d, metric, mode), what, true, min_refined);
-            if (mode == MAXSIM_MODE_CERTIFIED) {
-              ExpectSame(ref, Score(ctx, q, d, metric, mode, false), what + " (dense documents)", true, min_refined);
-            }
-          }
-        }
-      }
+      ExpectEveryKernelMatchesScalar(q, d, "dim " + std::to_string(dim) + " dtype " + std::to_string(dtype), true);
     }
   }
 }
@@ -157,31 +168,13 @@ TEST(X86Kernels, LongQueriesWithPaddedLayoutsMatchScalarBitForBit) {
   EXPECT_EQ(LaneStride(128), 144u);  // 8 lines -> 9
   EXPECT_EQ(LaneStride(144), 144u);  // already odd
   EXPECT_EQ(LaneStride(1024), 1040u);
-  const uint64_t lq_lengths[] = {113, 128, 129, 200, 1024};
+  const std::vector<uint64_t> lq_lengths = {113, 128, 129, 200, 1024};
   for (uint32_t dim : {64u, 128u, 130u}) {
     for (maxsim_dtype dtype : {MAXSIM_F32, MAXSIM_BF16}) {
-      TokenSets q;
-      q.dim = dim;
-      q.offsets = {0};
-      for (uint64_t len : lq_lengths) q.offsets.push_back(q.offsets.back() + len);
-      q.values = Generate(rng, Shape::kClustered, 1, q.offsets.back(), q.offsets.back(), dim).values;
+      const TokenSets q = QueriesOfLengths(rng, lq_lengths, dim, dtype);
       TokenSets d = Generate(rng, Shape::kClustered, 6, 0, 40, dim);
-      q.Encode(dtype);
       d.Encode(dtype);
-      for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
-        for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
-          Context ref_ctx = Ctx("scalar");
-          const Outcome ref = Score(ref_ctx, q, d, metric, mode);
-          for (const std::string& k : Available()) {
-            if (k == "scalar") continue;
-            Context ctx = Ctx(k, 2);
-            const std::string what = k + " dim " + std::to_string(dim) + " dtype " + std::to_string(dtype) +
-                                     " metric " + std::to_string(metric) + " mode " + std::to_string(mode);
-            ExpectSame(ref, Score(ctx, q, d, metric, mode), what, true,
-                       mode == MAXSIM_MODE_EXACT ? 0 : Evaluations(q, d));
-          }
-        }
-      }
+      ExpectEveryKernelMatchesScalar(q, d, "dim " + std::to_string(dim) + " dtype " + std::to_string(dtype), false);
     }
   }
 }

@@ -173,7 +173,7 @@ struct AmxOverlap {
   double tiles_us, epilogue_us, both_us;
 };
 template <bool kTiles, bool kEpilogue>
-TGT_AMX double AmxOverlapRun(const int8_t* codes, const int8_t* ql, size_t bs, const float* scale, int32_t* cbase,
+TGT_AMX double AmxOverlapRun(const int8_t* codes, const int8_t* ql, size_t bs, const float* scale, int32_t* c,
                              float* sink) {
   __m512 top = _mm512_set1_ps(-1e30f);
   const auto t0 = Clock::now();
@@ -181,7 +181,6 @@ TGT_AMX double AmxOverlapRun(const int8_t* codes, const int8_t* ql, size_t bs, c
     const int8_t* b0 = ql + gp * 32 * 4;
     for (int j = 0; j < 1024; j += 32) {
       const int8_t* a0 = codes + j * 128;
-      int32_t* c = cbase;
       if (kTiles) {
         _tile_zero(0);
         _tile_zero(1);

@@ -189,8 +189,8 @@ HWY_INLINE void Dots2x12(const float* qt, size_t qstride, const float* row0, siz
 }
 #endif
 
-// Rows [j, j + R) of a contiguous document. pf / pf_step: the next tile's lines, spread over the k loop (only
-// the asm tile takes them; see Dots2x12).
+// Rows [j, j + R) of a contiguous document. pf / pf_step: the next tile's lines, one prefetch per k (see
+// Dots2x12 and RunRows).
 template <size_t NQ, size_t R, bool kCos>
 HWY_INLINE void ContiguousTile(const float* qt, size_t qstride, const float* rows, uint64_t stride, uint32_t j,
                                uint32_t dim, const float* inv, float* best, int32_t* arg, const char* pf = nullptr,

@@ -22,7 +22,6 @@
 // kCpuAMXPermitted, so without it the registry reports why and another kernel runs.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <limits>

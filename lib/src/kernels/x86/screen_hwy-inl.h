@@ -538,6 +538,13 @@ inline DocCoef Coefficients(const DocRef& d, const float* inv, float gamma, floa
   return c;
 }
 
+// mb = fl(fl(fl(qr X) + fl(qn Y)) + C) per lane: bounds the |A|-free part of every margin of the lane in this
+// document (Coefficients). Threshold and the fused i8 phase's running rule (MakeRunningRule) both start from it.
+HWY_INLINE VF MarginBound(VF qr, VF qn, const DocCoef& c) {
+  const DF df;
+  return hn::Add(hn::Add(hn::Mul(qr, hn::Set(df, c.x)), hn::Mul(qn, hn::Set(df, c.y))), hn::Set(df, c.c));
+}
+
 // Threshold tk per lane. Notation: a_j the key (f32, the portable kernel's), m_j its margin, t the first row of
 // maximal key (top = a_t), L = max_j fl(a_j - m_j), Mb >= m_j - 2^-21 |a_j| for every row (mb above bounds it
 // with room to spare). Then (the first-round driver's derivation): L >= fl(a_t - m_t) >= top - Mb - 2^-20.9 |top|
@@ -551,7 +558,7 @@ inline DocCoef Coefficients(const DocRef& d, const float* inv, float gamma, floa
 // test. Padding lanes get +inf (no row survives for them).
 HWY_INLINE VF Threshold(VF top, VF qr, VF qn, VF sq, const DocCoef& c, MF valid) {
   const DF df;
-  const VF mb = hn::Add(hn::Add(hn::Mul(qr, hn::Set(df, c.x)), hn::Mul(qn, hn::Set(df, c.y))), hn::Set(df, c.c));
+  const VF mb = MarginBound(qr, qn, c);
   const VF t = hn::Sub(hn::Sub(top, hn::Mul(mb, hn::Set(df, 2.5f))),
                        hn::Mul(hn::Add(hn::Abs(top), hn::Mul(mb, hn::Set(df, 3.0f))), hn::Set(df, 0x1p-14f)));
   const MF ok = hn::And(hn::And(hn::IsFinite(t), hn::IsFinite(top)),
@@ -683,12 +690,6 @@ HWY_INLINE void SelectGroup(DocCtx& x, uint32_t g, const float* HWY_RESTRICT K, 
     x.multi += hn::CountTrue(df, hn::And(hn::RebindMask(df, hn::Gt(ncand, one)), valid));
   }
   hn::StoreU(ub, df, doc.ub.data() + s0);
-}
-
-// The per-lane margin bound mb of Threshold, and whether a lane's threshold can be finite at all.
-HWY_INLINE VF MarginBound(VF qr, VF qn, const DocCoef& c) {
-  const DF df;
-  return hn::Add(hn::Add(hn::Mul(qr, hn::Set(df, c.x)), hn::Mul(qn, hn::Set(df, c.y))), hn::Set(df, c.c));
 }
 
 // RunningRule constants of query group g (x86_kernels.h) into rule[0..4W): c1, c3, lo, hi.
