@@ -227,6 +227,25 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
       return b.KernelMode(mode, q.view, q.max_len, s.nq * s.nd) == MAXSIM_MODE_EXACT ? exact_bytes : cert_bytes;
     };
     Emit(s.name, "certified", run(MAXSIM_MODE_CERTIFIED), flops, routed_bytes(MAXSIM_MODE_CERTIFIED));
+    if (s.lq > 64) {
+      // The wgmma screening kernel (screen_wgmma.cu: forced screening's long-query kernel; opt-in on the default
+      // route), here for every query length, with its candidate statistics.
+      setenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", "1", 1);
+      setenv("MAXSIM_CUDA_SCREEN_WGMMA", "1", 1);
+      CHECK_CUDA(cudaMemset(counters, 0, 16));
+      const double wms = run(MAXSIM_MODE_CERTIFIED);
+      unsetenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ");
+      unsetenv("MAXSIM_CUDA_SCREEN_WGMMA");
+      unsigned long long wc[2];
+      CHECK_CUDA(cudaMemcpy(wc, counters, 16, cudaMemcpyDeviceToHost));
+      const double wevals = static_cast<double>(iters + warm) * s.nq * s.lq * s.nd;
+      // Bytes: the per-document-scale codes + the query (the refined originals come on top).
+      const double wbytes = static_cast<double>(s.nd) * s.ld * 128 + s.nq * s.lq * (128 + 16 + s.dim * 2.0) + s.nq * s.nd * 4.0;
+      char wextra[160];
+      std::snprintf(wextra, sizeof(wextra), "\"refined_per_token\": %.3f, \"multi_fraction\": %.4f", wc[0] / wevals,
+                    wc[1] / wevals);
+      Emit(s.name, "certified-wgmma", wms, flops, wbytes, wextra);
+    }
     b.screen_route = mscuda::Backend::ScreenRoute::kScreen;
     CHECK_CUDA(cudaMemset(counters, 0, 16));
     const double ms = run(MAXSIM_MODE_CERTIFIED);

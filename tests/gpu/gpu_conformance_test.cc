@@ -539,6 +539,97 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
   }
 }
 
+TEST_F(Gpu, CertifiedWgmmaScreeningEqualsExact) {
+  // Certified requests for long queries on an sm_90 device screen with int8 wgmma over per-document-scale codes
+  // (screen_wgmma.cu) and refine exactly: the scores must be the exact kernel's bits. Random, clustered, near-tie,
+  // duplicate, large-norm and zero-vector data; ragged and empty documents; query lengths off the 256-row group;
+  // bf16 and f16; dims 104..128. Also: tiny candidate lists (MAXSIM_CUDA_SCREEN_WGMMA_CAP=1: most tasks overflow
+  // and are refined over every token), short queries forced onto the kernel (MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ=1),
+  // the kernel switched off (MAXSIM_CUDA_SCREEN_WGMMA=0: the mma.sync screening kernel) and certified top-k.
+  Context gpu(Options("cuda"));
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  if (!(major == 9 && minor == 0)) {
+    std::printf("gpu tests: compute capability %d.%d: the wgmma screening kernel does not run here\n", major, minor);
+  }
+  struct WgCase {
+    maxsim_dtype dtype;
+    uint32_t dim;
+    uint64_t lq_min, lq_max;
+    Shape shape;
+    bool zero_rows;
+  };
+  const WgCase cases[] = {
+      {MAXSIM_BF16, 128, 256, 1100, Shape::kUnitGaussian, false}, {MAXSIM_BF16, 128, 300, 600, Shape::kClustered, false},
+      {MAXSIM_F16, 104, 256, 520, Shape::kGaussian, false},       {MAXSIM_BF16, 120, 256, 400, Shape::kNearTies, false},
+      {MAXSIM_BF16, 112, 257, 700, Shape::kDuplicates, false},    {MAXSIM_BF16, 128, 256, 300, Shape::kLargeNorm, true},
+  };
+  uint64_t salt = 900;
+  for (const WgCase& c : cases) {
+    auto rng = Rng(++salt);
+    TokenSets q0 = Generate(rng, c.shape, 3, c.lq_min, c.lq_max, c.dim);
+    TokenSets d0 = Generate(rng, c.shape, 12, 0, 600, c.dim);
+    if (c.zero_rows) {
+      // Zero query rows (scale 0: every token a candidate) and an all-zero document.
+      for (uint64_t r = 0; r < q0.rows(); r += 7) std::fill_n(q0.values.begin() + r * c.dim, c.dim, 0.0);
+      for (uint64_t r = d0.offsets[1]; r < d0.offsets[2]; ++r) std::fill_n(d0.values.begin() + r * c.dim, c.dim, 0.0);
+    }
+    const TokenSets q = Encoded(q0, c.dtype), d = Encoded(d0, c.dtype);
+    Packed pq = Packed::Pack(gpu, q.Dense());
+    Packed pd = Packed::Pack(gpu, d.Dense());
+    const std::string what = std::string(ShapeName(c.shape)) + " dtype " + std::to_string(c.dtype) + " dim " +
+                             std::to_string(c.dim);
+    const std::vector<float> exact = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    for (uint64_t i = 0; i < q.n_sets(); ++i) {
+      for (uint64_t j = 0; j < d.n_sets(); ++j) {
+        const std::string err = CheckPair(q, i, d, j, MAXSIM_METRIC_DOT, exact[i * d.n_sets() + j], nullptr);
+        ASSERT_TRUE(err.empty()) << what << " exact query " << i << " doc " << j << ": " << err;
+      }
+    }
+    maxsim_stats st{};
+    ScoreOptions o;
+    o.metric = MAXSIM_METRIC_DOT;
+    o.mode = MAXSIM_MODE_CERTIFIED;
+    o.stats = &st;
+    const std::vector<float> cert = gpu.ScoreMatrix(pq, q.n_sets(), pd, d.n_sets(), o);
+    ExpectSameBits(cert, exact, what + " certified vs exact");
+    EXPECT_GT(st.refined, 0u) << what;
+    setenv("MAXSIM_CUDA_SCREEN_WGMMA_CAP", "1", 1);
+    const std::vector<float> tiny = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
+    unsetenv("MAXSIM_CUDA_SCREEN_WGMMA_CAP");
+    ExpectSameBits(tiny, exact, what + " certified with 1-entry-per-row candidate lists vs exact");
+    setenv("MAXSIM_CUDA_SCREEN_WGMMA", "0", 1);
+    const std::vector<float> old = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
+    unsetenv("MAXSIM_CUDA_SCREEN_WGMMA");
+    ExpectSameBits(old, exact, what + " certified (mma.sync screening) vs exact");
+    if (::testing::Test::HasFatalFailure()) return;
+    // Certified top-k: the exact matrix's k best, same bits.
+    o.stats = nullptr;
+    TopKResult top = gpu.TopK(pq, q.n_sets(), pd, 5, o);
+    for (uint64_t i = 0; i < q.n_sets(); ++i) {
+      const std::vector<uint64_t> order = RankDescending(exact.data() + i * d.n_sets(), d.n_sets());
+      for (uint64_t r = 0; r < 5; ++r) {
+        ASSERT_EQ(top.index[i * 5 + r], order[r]) << what << " top-k query " << i << " rank " << r;
+        ASSERT_EQ(0, std::memcmp(&top.scores[i * 5 + r], &exact[i * d.n_sets() + order[r]], 4)) << what;
+      }
+    }
+  }
+  // Short queries forced onto the kernel: most of each 256-row group is past the query.
+  setenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", "1", 1);
+  for (maxsim_dtype dtype : {MAXSIM_BF16, MAXSIM_F16}) {
+    auto rng = Rng(++salt);
+    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 5, 0, 70, 128), dtype);
+    const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 20, 0, 300, 128), dtype);
+    Packed pq = Packed::Pack(gpu, q.Dense());
+    Packed pd = Packed::Pack(gpu, d.Dense());
+    const std::vector<float> exact = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    const std::vector<float> cert = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
+    ExpectSameBits(cert, exact, "short queries dtype " + std::to_string(dtype) + " certified vs exact");
+  }
+  unsetenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ");
+}
+
 TEST_F(Gpu, AdversarialNearTies) {
   Context gpu(Options("cuda"));
   for (double spread : {1e-2, 1e-4, 1e-6, 0.0}) {

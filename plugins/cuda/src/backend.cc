@@ -193,7 +193,12 @@ uint64_t MaxLen(const uint64_t* offsets, uint64_t n) {
 
 }  // namespace
 
-SetsView Corpus::View() const { return PackedView(info, dev.data()); }
+SetsView Corpus::View() const {
+  SetsView v = PackedView(info, dev.data());
+  v.dscodes = doc_scale_codes;
+  v.dsinfo = doc_scale_info;
+  return v;
+}
 
 // ---- device discovery -------------------------------------------------------------------------------------
 
@@ -361,6 +366,29 @@ Status UploadCorpus(Backend& b, const void* packed, uint64_t size, Corpus** out)
   return Status::Ok();
 }
 
+namespace {
+
+// Builds the corpus's per-document-scale codes once (on b.stream, waited for).
+Status EnsureDocScaleCodes(Backend& b, const Corpus& c) {
+  std::lock_guard<std::mutex> lock(c.doc_scale_mutex);
+  if (c.doc_scale_codes != nullptr || c.streamed) return Status::Ok();
+  MSC_RETURN(c.doc_scale.Reserve(DocScaleCodeBytes(c.info.n_vectors, c.info.n_sets),
+                                 "the corpus's per-document-scale codes (certified screening)"));
+  const int8_t* codes = nullptr;
+  const float4* info = nullptr;
+  const cudaError_t e = LaunchDocScaleCodes(PackedView(c.info, c.dev.data()), c.info.n_vectors, c.doc_scale.data(),
+                                            &codes, &info, b.stream);
+  if (e != cudaSuccess) return CudaFail(e, "launching the per-document-scale code builder");
+  // The codes are complete before any later work on b.stream; other streams wait for them here.
+  MSC_CUDA(cudaStreamSynchronize(b.stream));
+  c.doc_scale_codes = codes;
+  c.doc_scale_info = info;
+  b.Log(MAXSIM_LOG_INFO, "cuda: built per-document-scale int8 codes for certified screening of long queries");
+  return Status::Ok();
+}
+
+}  // namespace
+
 void FreeCorpus(Backend& b, Corpus* c) {
   if (!c) return;
   cudaSetDevice(b.device);
@@ -373,17 +401,51 @@ void FreeCorpus(Backend& b, Corpus* c) {
 
 namespace {
 
-enum class KernelKind { kTc, kTcSmem, kFfma, kScreen };
+enum class KernelKind { kTc, kTcSmem, kFfma, kScreen, kScreenWgmma };
 
 struct Plan {
   KernelKind kind = KernelKind::kFfma;
   uint32_t rows = kFfmaGroupRows;  // RG
   uint32_t groups = 1;             // G
   bool partials = true;
+  uint32_t cand_cap = 0;           // kScreenWgmma: candidate entries per task
   uint64_t PartialBytes(uint64_t n_pairs) const {
-    return partials ? n_pairs * groups * rows * (sizeof(float) + sizeof(int32_t)) : 0;
+    return (partials ? n_pairs * groups * rows * (sizeof(float) + sizeof(int32_t)) : 0) + CandidateBytes(n_pairs);
+  }
+  // kScreenWgmma's candidate lists, thresholds and counts (CandidateLists), after the partials.
+  uint64_t CandidateBytes(uint64_t n_pairs) const {
+    if (kind != KernelKind::kScreenWgmma) return 0;
+    return n_pairs * groups * (cand_cap * sizeof(uint2) + kScreenWgmmaRows * sizeof(int32_t) + sizeof(uint32_t)) + 16;
   }
 };
+
+// Whether a certified request runs the wgmma screening kernel (screen_wgmma.cu: dot, values only, 16-bit
+// originals of 96 < dim <= 128, a resident corpus, an sm_90 device with the sm_90a module, queries of at least
+// MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ tokens, default 256, read per call). It is the long-query kernel of forced
+// screening (MAXSIM_CUDA_CERTIFIED=screen; visual 1.49 ms against 3.46 for the mma.sync screening kernel), but
+// not the default certified route: the exact kernel is faster on the H100 (0.47 ms, same bits; docs/cuda.md).
+// MAXSIM_CUDA_SCREEN_WGMMA=1 puts it on the default route too, =0 never uses it.
+bool UseScreenWgmma(const Backend& b, int requested_mode, const DeviceQueries& q, const Corpus& c, int metric,
+                    bool argmax) {
+  if (requested_mode != MAXSIM_MODE_CERTIFIED || b.screen_route == Backend::ScreenRoute::kExact) return false;
+  const char* on = std::getenv("MAXSIM_CUDA_SCREEN_WGMMA");
+  if (b.screen_route == Backend::ScreenRoute::kAuto && (on == nullptr || std::strcmp(on, "1") != 0)) return false;
+  if (c.streamed || metric != MAXSIM_METRIC_DOT || argmax) return false;
+  const char* v = std::getenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ");
+  const uint64_t min_lq = v ? std::strtoull(v, nullptr, 10) : 256;
+  if (q.max_len < std::max<uint64_t>(min_lq, 1)) return false;
+  return ScreenWgmmaSupported(q.view, c.info.dtype, c.info.padded_dim, c.max_len);
+}
+
+Plan MakeScreenWgmmaPlan(uint64_t max_lq) {
+  Plan p;
+  p.kind = KernelKind::kScreenWgmma;
+  p.rows = kScreenWgmmaRows;
+  p.groups = static_cast<uint32_t>(std::max<uint64_t>(1, (max_lq + p.rows - 1) / p.rows));
+  p.partials = p.groups > 1;
+  p.cand_cap = ScreenWgmmaCap();
+  return p;
+}
 
 Plan MakePlan(const SetsView& q, const SetsView& d, uint64_t max_lq, int mode) {
   Plan p;
@@ -427,6 +489,15 @@ ForwardArgs MatrixForwardArgs(const SetsView& q, const SetsView& d, uint64_t nq,
     fa.part.term = reinterpret_cast<float*>(partials);
     fa.part.arg = reinterpret_cast<int32_t*>(partials + nq * nd * plan.groups * plan.rows * 4);
   }
+  if (plan.kind == KernelKind::kScreenWgmma && partials) {
+    const uint64_t tasks = nq * nd * plan.groups;
+    uint8_t* c = partials + (plan.partials ? tasks * plan.rows * 8 : 0);
+    c = reinterpret_cast<uint8_t*>(RoundUp(reinterpret_cast<uintptr_t>(c), 16));
+    fa.cand.list = reinterpret_cast<uint2*>(c);
+    fa.cand.threshold = reinterpret_cast<int32_t*>(c + tasks * plan.cand_cap * sizeof(uint2));
+    fa.cand.count = reinterpret_cast<uint32_t*>(c + tasks * (plan.cand_cap * sizeof(uint2) + kScreenWgmmaRows * 4));
+    fa.cand.cap = plan.cand_cap;
+  }
   return fa;
 }
 
@@ -443,6 +514,7 @@ Status LaunchForward(const Plan& plan, ForwardArgs a, cudaStream_t stream) {
     case KernelKind::kTcSmem: e = LaunchExactTcSmem(a, stream); break;
     case KernelKind::kFfma: e = LaunchExactFfma(a, stream); break;
     case KernelKind::kScreen: e = LaunchScreen(a, stream); break;
+    case KernelKind::kScreenWgmma: e = LaunchScreenWgmma(a, stream); break;
   }
   if (e != cudaSuccess) return CudaFail(e, "launching the forward kernel");
   if (plan.partials) {
@@ -494,6 +566,7 @@ Status ForEachChunk(Backend& b, const Corpus& c, const std::vector<DocChunk>& ch
     for (const DocChunk& ch : chunks) {
       SetsView d = v;
       d.offsets = v.offsets + ch.j0;
+      if (v.dsinfo) d.dsinfo = v.dsinfo + ch.j0;
       d.n_sets = ch.j1 - ch.j0;
       MSC_RETURN(fn(ch, d));
     }
@@ -590,11 +663,13 @@ Status ScoreMatrixDevice(Backend& b, const DeviceQueries& q, const Corpus& c, in
   if (c.streamed) return Fail(MAXSIM_ERR_UNSUPPORTED, "ScoreMatrixDevice needs a resident corpus");
   MSC_RETURN(CheckPair(q.info, c));
   const uint64_t nq = q.info.n_sets, nd = c.info.n_sets;
+  const bool wg = UseScreenWgmma(b, mode, q, c, metric, d_argmax != nullptr);
+  if (wg) MSC_RETURN(EnsureDocScaleCodes(b, c));
   const SetsView d = c.View();
-  const int kmode = b.KernelMode(mode, q.view, q.max_len, nq * nd);
-  const Plan plan = MakePlan(q.view, d, q.max_len, kmode);
+  const int kmode = wg ? static_cast<int>(MAXSIM_MODE_CERTIFIED) : b.KernelMode(mode, q.view, q.max_len, nq * nd);
+  const Plan plan = wg ? MakeScreenWgmmaPlan(q.max_len) : MakePlan(q.view, d, q.max_len, kmode);
   uint8_t* partials = nullptr;
-  if (plan.partials) {
+  if (plan.PartialBytes(nq * nd) > 0) {
     MSC_RETURN(b.scratch.Reserve(plan.PartialBytes(nq * nd), "partial results"));
     partials = b.scratch.data();
   }
@@ -629,7 +704,9 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
     FillStats(a.stats, 0, 0, nullptr);
     return Status::Ok();
   }
-  const int mode = b.KernelMode(a.mode, q.view, q.max_len, nq * nd);
+  const bool wg = UseScreenWgmma(b, a.mode, q, c, a.metric, a.argmax != nullptr);
+  if (wg) MSC_RETURN(EnsureDocScaleCodes(b, c));
+  const int mode = wg ? static_cast<int>(MAXSIM_MODE_CERTIFIED) : b.KernelMode(a.mode, q.view, q.max_len, nq * nd);
   const bool need_codes = mode != MAXSIM_MODE_EXACT;
   SetsView probe_d = c.streamed ? SetsView{} : c.View();
   if (c.streamed) {
@@ -638,7 +715,7 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
     probe_d.dtype = c.info.dtype;
     probe_d.dim = c.info.dim;
   }
-  const Plan plan = MakePlan(q.view, probe_d, q.max_len, mode);
+  const Plan plan = wg ? MakeScreenWgmmaPlan(q.max_len) : MakePlan(q.view, probe_d, q.max_len, mode);
   // Per-document-column device bytes of one chunk: scores, argmax, partials.
   const uint64_t col_bytes = nq * 4 + (a.argmax ? qpos * 4 : 0) + plan.PartialBytes(nq);
   const uint64_t max_docs = std::max<uint64_t>(1, kOutputBudget / std::max<uint64_t>(1, col_bytes));
@@ -805,7 +882,9 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
   std::vector<ull> keys;
   uint64_t have = 0;
   ull hc[2] = {0, 0};
-  const int mode = b.KernelMode(a.mode, q.view, q.max_len, nq * nd);
+  const bool wg = nq > 0 && nd > 0 && UseScreenWgmma(b, a.mode, q, c, a.metric, false);
+  if (wg) MSC_RETURN(EnsureDocScaleCodes(b, c));
+  const int mode = wg ? static_cast<int>(MAXSIM_MODE_CERTIFIED) : b.KernelMode(a.mode, q.view, q.max_len, nq * nd);
   const bool need_codes = mode != MAXSIM_MODE_EXACT;
   if (nq > 0 && nd > 0) {
     SetsView probe_d;
@@ -813,7 +892,7 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
     probe_d.row_bytes = c.info.orig_row_bytes;
     probe_d.dtype = c.info.dtype;
     probe_d.dim = c.info.dim;
-    const Plan plan = MakePlan(q.view, probe_d, q.max_len, mode);
+    const Plan plan = wg ? MakeScreenWgmmaPlan(q.max_len) : MakePlan(q.view, probe_d, q.max_len, mode);
     const uint64_t col_bytes = nq * 4 + plan.PartialBytes(nq);
     const uint64_t max_docs = std::max<uint64_t>(1, kOutputBudget / std::max<uint64_t>(1, col_bytes));
     const std::vector<DocChunk> chunks = MakeChunks(c, max_docs, StreamedRowBytes(c, need_codes), b.chunk_bytes);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,12 @@ struct Corpus {
   bool streamed = false;
   DeviceBuffer dev;               // resident: the whole buffer; streamed: the offsets only
   PinnedBuffer host;              // streamed: the whole buffer
+  // Resident: the per-document-scale codes of the wgmma screening kernel (screen_wgmma.cu), built by the first
+  // certified request that uses it (EnsureDocScaleCodes) and kept with the corpus.
+  mutable std::mutex doc_scale_mutex;
+  mutable DeviceBuffer doc_scale;
+  mutable const int8_t* doc_scale_codes = nullptr;
+  mutable const float4* doc_scale_info = nullptr;
   SetsView View() const;          // resident only
 };
 

@@ -34,13 +34,10 @@
 #include <string>
 
 #include "forward_common.cuh"
+#include "wgmma_common.cuh"
 
 namespace mscuda {
 namespace {
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define MAXSIM_HAVE_WGMMA 1
-#endif
 
 // 1 in the module compiled for sm_90a, 0 in the others: read back by the host to learn what the loaded module
 // can do (a PTX JIT for a later GPU, or a build without sm_90a, must not launch the kernel).
@@ -57,11 +54,6 @@ constexpr int kWgStageBytes = 2 * kWgRegionBytes;   // 128 logical k positions
 
 #if defined(MAXSIM_HAVE_WGMMA)  // the device helpers exist only in the sm_90a pass
 
-// Shared-memory matrix descriptor: 128-byte swizzle, K-major, 8-row groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t SmemDesc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
 // Where the 16-byte piece pc (dims 8pc .. 8pc + 7) of stage token `tok` goes: the natural K-major layout with
 // the 128-byte swizzle, in two k regions (dims 0..63 and 64..127) kRegion bytes apart; 16-byte chunk pc % 8 of
 // the token's 128-byte row in region pc / 8 is stored at chunk (pc % 8) ^ (tok % 8).
@@ -70,34 +62,6 @@ __device__ __forceinline__ uint32_t PieceOffset(int pc, int tok) {
   return static_cast<uint32_t>(pc >> 3) * kRegion + static_cast<uint32_t>(tok) * 128u +
          (static_cast<uint32_t>((pc & 7) ^ (tok & 7)) << 4);
 }
-// cp.async writes through the generic proxy; wgmma reads through the async proxy.
-__device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void WgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void WgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void WgWait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// mbarriers (shared::cta): init, arrive, the cp.async arrive (fires when this thread's prior copies land; it
-// does not add to the pending count, so the init count includes it), and the parity wait.
-__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void MbarArrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void MbarArriveCopies(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
 // D (64 x N f32: this thread's N/2 values) = A (registers, 4 x 32 bits) x B (shared-memory descriptor) + D,
 // or A x B when sd == 0. TY: the 16-bit input type's PTX name. The operand lists are spelled out because inline
 // asm takes no arrays.
@@ -155,13 +119,6 @@ __device__ __forceinline__ void Wgmma(float (&d)[N / 2], uint32_t a0, uint32_t a
 #undef MAXSIM_R10
 #undef MAXSIM_D64
 #undef MAXSIM_D8
-
-// Keeps the compiler from moving accumulator reads across a wgmma wait.
-template <int V>
-__device__ __forceinline__ void PinAcc(float (&d)[V]) {
-#pragma unroll
-  for (int i = 0; i < V; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 
 // One 64 x N tile: 8 k steps over the stage at `stage`, whose two 64-dimension k regions are N * 128 bytes
 // apart (PieceOffset). qa / qc: rows g / g+8 of this warp's 16 rows, 32-dimension chunk c as one uint4
@@ -519,17 +476,6 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
                    lq, ld, saw_kept);
   }
 #endif
-}
-
-// The persistent grid of both wgmma kernels: bps resident blocks per SM, the G row-group blocks of a pair at a
-// time (so a document is read from memory once and then from L2); block (c, grp) serves row group grp of pairs
-// c, c + cpg, c + 2 cpg, ... False when the grid is too large to launch.
-bool PersistentGrid(const ForwardArgs& a, int bps, uint64_t* cpg, uint64_t* blocks) {
-  const uint64_t G = a.part.groups;
-  const uint64_t per_group = std::max<uint64_t>(1, static_cast<uint64_t>(bps) * SmCount() / G);
-  *cpg = std::min<uint64_t>(per_group, a.pairs.n_pairs);
-  *blocks = G * *cpg;
-  return *blocks <= 0x7fffffffull;
 }
 
 template <typename T, int WGS, int QS, int S, int BPS>

@@ -40,6 +40,10 @@ struct SetsView {
   uint64_t row_base = 0;                     // subtracted from offsets (a chunk of a larger collection)
   const uint8_t* mask = nullptr;             // dense: per row, 0 = padding token (else null)
   uint64_t n_sets = 0;
+  // Per-document-scale codes of a resident corpus (screen_wgmma.cu), once built: row r at dscodes + r * 128,
+  // and per set {scale, max norm, max residual norm, 0} at dsinfo[i] (else null).
+  const int8_t* dscodes = nullptr;
+  const float4* dsinfo = nullptr;
 
   __host__ __device__ uint64_t Begin(uint64_t i) const {
     return (offsets ? offsets[i] : i * set_length) - row_base;
@@ -109,10 +113,22 @@ struct Partials {
   uint32_t group_rows = 0;   // RG
 };
 
+// Candidate lists of the wgmma screening kernel, per task (pair p, row group grp) = p * G + grp: up to `cap`
+// entries {row << 24 | token, int8 dot} at list + task * cap, the number found at count[task] (more than cap:
+// the task is refined over every token), and per row of the group the final integer threshold at
+// threshold[task * 256 + row].
+struct CandidateLists {
+  uint2* list = nullptr;
+  int32_t* threshold = nullptr;
+  uint32_t* count = nullptr;
+  uint32_t cap = 0;
+};
+
 struct ForwardArgs {
   SetsView q, d;
   PairSpec pairs;
   Partials part;             // used when part.groups > 1 (tensor-core kernel) and always by the FFMA kernel
+  CandidateLists cand;       // the wgmma screening kernel's
   int cosine = 0;
   int mode = 0;              // maxsim_mode (screening kernel)
   unsigned long long* counters = nullptr;  // optional [2]: refined, multi_candidate (screening)
@@ -143,6 +159,28 @@ uint32_t ScreenGroupRows(uint64_t max_lq);
 // Whether LaunchScreen uses its per-warp ring kernel (ScreenPipeKernel) for this launch.
 bool ScreenPipeApplies(uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, int sms);
 cudaError_t LaunchScreen(const ForwardArgs& a, cudaStream_t stream);
+// The screening bound's constants for similarities computed as the exact kernels compute them: relative error
+// factor gamma' of a similarity (times |q| |d|) and an absolute slack for underflow (screen.cu).
+struct ScreenBound {
+  float gamma = 0.0f, slack = 0.0f;
+};
+ScreenBound ScreenBoundFor(const SetsView& q, const SetsView& d);
+
+// Certified screening for long queries on Hopper (screen_wgmma.cu): int8 wgmma over per-document-scale codes
+// (built once per resident corpus by LaunchDocScaleCodes), candidates compared in the integer domain, then an
+// exact refinement kernel. Scope: dot, values only, 16-bit originals of 96 < dim <= 128 (128-byte code rows),
+// documents of < 2^24 tokens, 256-row groups; ScreenWgmmaSupported says whether a request fits.
+constexpr uint32_t kScreenWgmmaRows = 256;
+bool ScreenWgmmaSupported(const SetsView& q, int dtype_d, uint32_t code_bytes_d, uint64_t max_ld);
+uint64_t DocScaleCodeBytes(uint64_t n_vectors, uint64_t n_sets);  // device bytes LaunchDocScaleCodes writes
+// d: the whole packed corpus; out: DocScaleCodeBytes(...) bytes (codes, then the 16-byte-aligned set info).
+cudaError_t LaunchDocScaleCodes(const SetsView& d, uint64_t n_vectors, uint8_t* out, const int8_t** codes,
+                                const float4** info, cudaStream_t stream);
+// Candidate entries per task for a group of 256 rows (MAXSIM_CUDA_SCREEN_WGMMA_CAP: entries per row, read per
+// call; default 16).
+uint32_t ScreenWgmmaCap();
+cudaError_t LaunchScreenWgmma(const ForwardArgs& a, cudaStream_t stream);
+
 // Partials -> scores + argmax.
 cudaError_t LaunchFinalize(const ForwardArgs& a, cudaStream_t stream);
 

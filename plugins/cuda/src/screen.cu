@@ -70,40 +70,25 @@ __device__ __forceinline__ void Refine(const ForwardArgs& a, uint64_t qb, uint32
   } else {
     const int g = lane >> 2, t = lane & 3;
     const uint32_t nchunks = (dim + 31) / 32;
-    constexpr int kSub = 2;
     if (FAST && nchunks <= 4) {
-      for (int b = 0; b < n; b += 8 * kSub) {
-        uint4 qa[kSub][4], bv[kSub][4];
-        uint32_t rows[kSub], toks[kSub];
-        bool valid[kSub];
+      for (int b = 0; b < n; b += 16) {
+        const uint8_t* qr[2];
+        const uint8_t* dr[2];
+        uint32_t rows[2], toks[2];
+        bool valid[2];
 #pragma unroll
-        for (int sb = 0; sb < kSub; ++sb) {
+        for (int sb = 0; sb < 2; ++sb) {
           const int e = b + 8 * sb + g;
           valid[sb] = e < n;
           rows[sb] = valid[sb] ? L.row[e] : 0;
           toks[sb] = valid[sb] ? L.tok[e] : 0;
-          const uint8_t* qr = a.q.orig + (qb + r0 + rows[sb]) * a.q.row_bytes;
-          const uint8_t* dr = a.d.orig + (db + toks[sb]) * a.d.row_bytes;
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const bool ok = valid[sb] && c < static_cast<int>(nchunks);
-            qa[sb][c] = LdFrag16(qr, c, t, dim, ok);
-            bv[sb][c] = LdFrag16(dr, c, t, dim, ok);
-          }
+          qr[sb] = a.q.orig + (qb + r0 + rows[sb]) * a.q.row_bytes;
+          dr[sb] = a.d.orig + (db + toks[sb]) * a.d.row_bytes;
         }
-#pragma unroll
-        for (int sb = 0; sb < kSub; ++sb) {
-          float c4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            if (c < static_cast<int>(nchunks)) MmaChunk16<RT>(c4, qa[sb][c], Zero4(), bv[sb][c]);
-          }
-          if (valid[sb] && t == (g >> 1)) {
-            const float e_sim = (g & 1) ? c4[1] : c4[0];
-            const float key = a.cosine ? e_sim * InvNorm(a.d.meta[db + toks[sb]].norm) : e_sim;
-            atomicMax(&L.best[rows[sb]], PackKey(key, toks[sb]));
-          }
-        }
+        RefineRound16<RT>(qr, dr, valid, dim, [&](int sb, float e_sim) {
+          const float key = a.cosine ? e_sim * InvNorm(a.d.meta[db + toks[sb]].norm) : e_sim;
+          atomicMax(&L.best[rows[sb]], PackKey(key, toks[sb]));
+        });
       }
     } else {
       for (int b = 0; b < n; b += 8) {
@@ -699,12 +684,21 @@ bool ScreenPipeApplies(uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, i
          std::getenv("MAXSIM_CUDA_NO_SCREEN_PIPE") == nullptr;
 }
 
+ScreenBound ScreenBoundFor(const SetsView& q, const SetsView& d) {
+  const bool tc = TcSupported(q, d);
+  const double g = (q.dim + 2.0) * 0x1p-24;
+  ScreenBound c;
+  c.gamma = static_cast<float>(g / (1.0 - g) * (1.0 + 0x1p-20)) * (tc ? kTcGammaFactor : 1.0f);
+  c.slack = static_cast<float>((q.dim + 16.0) * 0x1p-124);
+  return c;
+}
+
 cudaError_t LaunchScreen(const ForwardArgs& a, cudaStream_t stream) {
   const bool tc = TcSupported(a.q, a.d);
-  const double g = (a.q.dim + 2.0) * 0x1p-24;
+  const ScreenBound bound = ScreenBoundFor(a.q, a.d);
   ScreenConsts c;
-  c.gamma = static_cast<float>(g / (1.0 - g) * (1.0 + 0x1p-20)) * (tc ? kTcGammaFactor : 1.0f);
-  c.slack = static_cast<float>((a.q.dim + 16.0) * 0x1p-124);
+  c.gamma = bound.gamma;
+  c.slack = bound.slack;
   if (!tc) return LaunchRt<float>(a, c, stream);
   return a.q.dtype == kBF16 ? LaunchRt<__nv_bfloat16>(a, c, stream) : LaunchRt<__half>(a, c, stream);
 }

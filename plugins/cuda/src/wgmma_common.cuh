@@ -1,0 +1,82 @@
+// Hopper (sm_90a) building blocks shared by the wgmma kernels (exact_wgmma.cu: exact forward; screen_wgmma.cu:
+// certified int8 screening): shared-memory descriptors, wgmma fences and groups, mbarriers, and the persistent
+// grid. The device helpers exist only in the sm_90a compilation pass (MAXSIM_HAVE_WGMMA); kernels that use them
+// compile to an empty body elsewhere and their host side asks WgmmaAvailable() before launching.
+#ifndef MAXSIM_PLUGINS_CUDA_WGMMA_COMMON_CUH_
+#define MAXSIM_PLUGINS_CUDA_WGMMA_COMMON_CUH_
+
+#include <stdint.h>
+
+#include <algorithm>
+
+#include "device_common.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MAXSIM_HAVE_WGMMA 1
+#endif
+
+namespace mscuda {
+
+#if defined(MAXSIM_HAVE_WGMMA)
+
+// Shared-memory matrix descriptor: 128-byte swizzle, K-major, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t SmemDesc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// cp.async writes through the generic proxy; wgmma reads through the async proxy.
+__device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void WgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void WgWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// mbarriers (shared::cta): init, arrive, the cp.async arrive (fires when this thread's prior copies land; it
+// does not add to the pending count, so the init count includes it), and the parity wait.
+__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void MbarArriveCopies(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// Keeps the compiler from moving accumulator reads across a wgmma wait.
+template <int V>
+__device__ __forceinline__ void PinAcc(float (&d)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int V>
+__device__ __forceinline__ void PinAcc(int (&d)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
+#endif  // MAXSIM_HAVE_WGMMA
+
+// The persistent grid of both wgmma kernels: bps resident blocks per SM, the G row-group blocks of a pair at a
+// time (so a document is read from memory once and then from L2); block (c, grp) serves row group grp of pairs
+// c, c + cpg, c + 2 cpg, ... False when the grid is too large to launch.
+inline bool PersistentGrid(const ForwardArgs& a, int bps, uint64_t* cpg, uint64_t* blocks) {
+  const uint64_t G = a.part.groups;
+  const uint64_t per_group = std::max<uint64_t>(1, static_cast<uint64_t>(bps) * SmCount() / G);
+  *cpg = std::min<uint64_t>(per_group, a.pairs.n_pairs);
+  *blocks = G * *cpg;
+  return *blocks <= 0x7fffffffull;
+}
+
+}  // namespace mscuda
+
+#endif  // MAXSIM_PLUGINS_CUDA_WGMMA_COMMON_CUH_
