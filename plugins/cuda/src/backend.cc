@@ -415,7 +415,7 @@ struct Plan {
   // kScreenWgmma's candidate lists, thresholds and counts (CandidateLists), after the partials.
   uint64_t CandidateBytes(uint64_t n_pairs) const {
     if (kind != KernelKind::kScreenWgmma) return 0;
-    return n_pairs * groups * (cand_cap * sizeof(uint2) + kScreenWgmmaRows * sizeof(int32_t) + sizeof(uint32_t)) + 16;
+    return n_pairs * groups * (cand_cap * sizeof(uint4) + kScreenWgmmaRows * sizeof(int32_t) + sizeof(uint32_t)) + 16;
   }
 };
 
@@ -493,9 +493,9 @@ ForwardArgs MatrixForwardArgs(const SetsView& q, const SetsView& d, uint64_t nq,
     const uint64_t tasks = nq * nd * plan.groups;
     uint8_t* c = partials + (plan.partials ? tasks * plan.rows * 8 : 0);
     c = reinterpret_cast<uint8_t*>(RoundUp(reinterpret_cast<uintptr_t>(c), 16));
-    fa.cand.list = reinterpret_cast<uint2*>(c);
-    fa.cand.threshold = reinterpret_cast<int32_t*>(c + tasks * plan.cand_cap * sizeof(uint2));
-    fa.cand.count = reinterpret_cast<uint32_t*>(c + tasks * (plan.cand_cap * sizeof(uint2) + kScreenWgmmaRows * 4));
+    fa.cand.list = reinterpret_cast<uint4*>(c);
+    fa.cand.threshold = reinterpret_cast<int32_t*>(c + tasks * plan.cand_cap * sizeof(uint4));
+    fa.cand.count = reinterpret_cast<uint32_t*>(c + tasks * (plan.cand_cap * sizeof(uint4) + kScreenWgmmaRows * 4));
     fa.cand.cap = plan.cand_cap;
   }
   return fa;

@@ -8,41 +8,49 @@
 
 namespace mscuda {
 
-// Exact similarities of up to 16 candidates (query row, document row), 8 per sub-round sb in {0, 1}: lane (g, t)
-// loads candidate 8 sb + g's two rows (LdFrag16, quad-contiguous placement) and one m16n8 tile per sub-round
-// takes the candidates' query rows as A rows g (rows g + 8 zero) and their document rows as B columns g, so the
-// diagonal (g, g) is candidate 8 sb + g's similarity, computed with exactly the exact kernels' arithmetic (the
-// same mma.sync chain over the same k steps). emit(sb, sim) runs on the lane that holds it (t == g / 2), for
-// valid candidates only. Every load of the round is issued before the first mma, so a round costs one memory
-// latency. 16-bit rows, dim <= 128. kQueryShared: the query rows are in shared memory (plain loads, not __ldg).
-template <typename RT, bool kQueryShared = false, typename Emit>
-__device__ __forceinline__ void RefineRound16(const uint8_t* const (&qr)[2], const uint8_t* const (&dr)[2],
-                                              const bool (&valid)[2], uint32_t dim, Emit&& emit) {
+// Exact similarities of up to 8 NSUB candidates (query row, document row), 8 per sub-round sb < NSUB: lane
+// (g, t) loads candidate 8 sb + g's two rows (LdFrag16, quad-contiguous placement) and one m16n8 tile per
+// sub-round takes the candidates' query rows as A rows g (rows g + 8 zero) and their document rows as B columns
+// g, so the diagonal (g, g) is candidate 8 sb + g's similarity, computed with exactly the exact kernels'
+// arithmetic (the same mma.sync chain over the same k steps). emit(sb, sim) runs on the lane that holds it
+// (t == g / 2), for valid candidates only. Every global load of the round is issued before the first mma, so a
+// round costs one memory latency. 16-bit rows, dim <= 128. kQueryShared: the query rows are in shared memory
+// (plain loads, issued just before their mma instead of with the global loads: fewer live registers).
+template <typename RT, bool kQueryShared = false, int NSUB = 2, typename Emit>
+__device__ __forceinline__ void RefineRound16(const uint8_t* const (&qr)[NSUB], const uint8_t* const (&dr)[NSUB],
+                                              const bool (&valid)[NSUB], uint32_t dim, Emit&& emit) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint32_t nchunks = (dim + 31) / 32;
-  uint4 qa[2][4], bv[2][4];
+  auto q_frag = [&](int sb, int c) -> uint4 {
+    const bool ok = valid[sb] && c < static_cast<int>(nchunks);
+    if constexpr (kQueryShared) {
+      const uint32_t lo = 32 * c + 4 * t, hi = lo + 16;
+      const uint2 x = ok && lo < dim ? *reinterpret_cast<const uint2*>(qr[sb] + 2 * lo) : make_uint2(0u, 0u);
+      const uint2 z = ok && hi < dim ? *reinterpret_cast<const uint2*>(qr[sb] + 2 * hi) : make_uint2(0u, 0u);
+      return make_uint4(x.x, x.y, z.x, z.y);
+    } else {
+      return LdFrag16(qr[sb], c, t, dim, ok);
+    }
+  };
+  uint4 qa[kQueryShared ? 1 : NSUB][4], bv[NSUB][4];
 #pragma unroll
-  for (int sb = 0; sb < 2; ++sb) {
+  for (int sb = 0; sb < NSUB; ++sb) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const bool ok = valid[sb] && c < static_cast<int>(nchunks);
-      if constexpr (kQueryShared) {
-        const uint32_t lo = 32 * c + 4 * t, hi = lo + 16;
-        const uint2 x = ok && lo < dim ? *reinterpret_cast<const uint2*>(qr[sb] + 2 * lo) : make_uint2(0u, 0u);
-        const uint2 z = ok && hi < dim ? *reinterpret_cast<const uint2*>(qr[sb] + 2 * hi) : make_uint2(0u, 0u);
-        qa[sb][c] = make_uint4(x.x, x.y, z.x, z.y);
-      } else {
-        qa[sb][c] = LdFrag16(qr[sb], c, t, dim, ok);
-      }
+      if constexpr (!kQueryShared) qa[sb][c] = q_frag(sb, c);
       bv[sb][c] = LdFrag16(dr[sb], c, t, dim, ok);
     }
   }
 #pragma unroll
-  for (int sb = 0; sb < 2; ++sb) {
+  for (int sb = 0; sb < NSUB; ++sb) {
     float c4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      if (c < static_cast<int>(nchunks)) MmaChunk16<RT>(c4, qa[sb][c], Zero4(), bv[sb][c]);
+      if (c < static_cast<int>(nchunks)) {
+        const uint4 a = kQueryShared ? q_frag(sb, c) : qa[kQueryShared ? 0 : sb][c];
+        MmaChunk16<RT>(c4, a, Zero4(), bv[sb][c]);
+      }
     }
     if (valid[sb] && t == (g >> 1)) emit(sb, (g & 1) ? c4[1] : c4[0]);
   }

@@ -113,12 +113,13 @@ struct Partials {
   uint32_t group_rows = 0;   // RG
 };
 
-// Candidate lists of the wgmma screening kernel, per task (pair p, row group grp) = p * G + grp: up to `cap`
-// entries {row << 24 | token, int8 dot} at list + task * cap, the number found at count[task] (more than cap:
-// the task is refined over every token), and per row of the group the final integer threshold at
+// Candidate records of the wgmma screening kernel, per task (pair p, row group grp) = p * G + grp: up to `cap`
+// records {row << 24 | first column, 32-bit mask of flagged columns first + 8 (i / 2) + i % 2, the largest int8
+// dot among the lane's columns, 0} at list + task * cap, the number written at count[task] (more than cap: the
+// task is refined over every token), and per row of the group the final integer threshold at
 // threshold[task * 256 + row].
 struct CandidateLists {
-  uint2* list = nullptr;
+  uint4* list = nullptr;
   int32_t* threshold = nullptr;
   uint32_t* count = nullptr;
   uint32_t cap = 0;
@@ -176,8 +177,8 @@ uint64_t DocScaleCodeBytes(uint64_t n_vectors, uint64_t n_sets);  // device byte
 // d: the whole packed corpus; out: DocScaleCodeBytes(...) bytes (codes, then the 16-byte-aligned set info).
 cudaError_t LaunchDocScaleCodes(const SetsView& d, uint64_t n_vectors, uint8_t* out, const int8_t** codes,
                                 const float4** info, cudaStream_t stream);
-// Candidate entries per task for a group of 256 rows (MAXSIM_CUDA_SCREEN_WGMMA_CAP: entries per row, read per
-// call; default 16).
+// Candidate records per task for a group of 256 rows (MAXSIM_CUDA_SCREEN_WGMMA_CAP: records per row, read per
+// call; default 12, at most 64).
 uint32_t ScreenWgmmaCap();
 cudaError_t LaunchScreenWgmma(const ForwardArgs& a, cudaStream_t stream);
 

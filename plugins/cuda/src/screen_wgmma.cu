@@ -18,14 +18,16 @@
 // ScreenWgmmaKernel (one block per 256-row group of a pair, persistent, as ExactWgmmaKernel): warpgroups hold
 // their 64-row query sets as wgmma A fragments (int8 codes, 16 registers a set) and the document's codes stream
 // through an mbarrier-guarded ring of 128-token stages (16 KB). Per stage and row: the stage maximum (quad
-// shuffles), the running maximum, and the threshold max - delta; a lane whose own maximum reaches it scans its
-// 32 columns and appends {row, token, I} to the task's candidate list in global memory. Per element that is a
-// max and, mostly, nothing else. At the end of a pair the rows' final thresholds are stored.
-// ScreenWgmmaRefineKernel (one block per task): keeps the entries that reach their row's final threshold and
-// computes their similarities with the exact kernels' arithmetic (RefineRound16), folding (value, lowest index)
-// keys per row; then scores or partial terms exactly as the exact kernels write them. A task whose list
-// overflowed (more than cap entries: near-ties, duplicates, zero vectors) is refined over every token instead,
-// which is slow but exact.
+// shuffles), the running maximum, and the threshold max - delta; every lane sets one flag bit per column that
+// reaches it (no branches) and a lane with flags appends one record {row, first column, flags, its largest dot}
+// to the task's list in global memory (one shared atomic per warp and stage). At the end of a pair the rows'
+// final thresholds are stored.
+// ScreenWgmmaRefineKernel (one block per task): expands the records whose largest dot reaches the row's final
+// threshold (with their other flagged columns: a few extra refinements), computes those similarities with the
+// exact kernels' arithmetic (RefineRound16) against the group's query rows in shared memory, and folds
+// (value, lowest index) keys per row; then scores or partial terms exactly as the exact kernels write them. A
+// task whose records overflowed (more than cap: near-ties, duplicates, zero vectors) is refined over every
+// token instead, which is slow but exact.
 #include <math.h>
 
 #include <algorithm>
@@ -286,7 +288,7 @@ __global__ void __launch_bounds__(kSwThreads, 1)
       const double dd = den > 0.0 ? 2.0 * static_cast<double>(M) / den * (1.0 + 0x1p-40) : INFINITY;
       delta[h] = dd < static_cast<double>(kDeltaNone - 2) ? static_cast<int>(ceil(dd)) + 1 : kDeltaNone;
     }
-    uint2* list = a.cand.list + task * a.cand.cap;
+    uint4* list = a.cand.list + task * a.cand.cap;
     const uint32_t cap = a.cand.cap;
     const uint64_t ntiles = (ld + kSwTokens - 1) / kSwTokens;
     for (uint64_t tile = 0; tile < ntiles; ++tile, ++consumed) {
@@ -324,21 +326,31 @@ __global__ void __launch_bounds__(kSwThreads, 1)
         run[h] = max(run[h], q);
         th[h] = delta[h] < 0 ? INT_MAX : run[h] - delta[h];  // run >= -2^21 here: no overflow
       }
-      if (m[0] >= th[0] || m[1] >= th[1]) {
+      // Flag the columns that reach the threshold (a bit per column, no branches), then one record per lane and
+      // row with flags: {row, first column, flags, the lane's largest dot m}. m is the refinement's filter: a
+      // record whose m is below the row's final threshold holds no candidate. One shared atomic per warp.
+      uint32_t flags[2] = {0u, 0u};
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < 16; ++j) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
+        for (int h = 0; h < 2; ++h) {
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int v = acc[4 * j + 2 * h + e];
-              if (v >= th[h]) {
-                const uint32_t pos = atomicAdd(&s_count, 1u);
-                if (pos < cap) {
-                  const uint32_t col = static_cast<uint32_t>(base) + 8 * j + 2 * t + e;
-                  list[pos] = make_uint2(((rl0 + 8 * h) << 24) | col, static_cast<uint32_t>(v));
-                }
-              }
+          for (int e = 0; e < 2; ++e) flags[h] |= (acc[4 * j + 2 * h + e] >= th[h] ? 1u : 0u) << (2 * j + e);
+        }
+      }
+      const unsigned b0 = __ballot_sync(kFull, flags[0] != 0u), b1 = __ballot_sync(kFull, flags[1] != 0u);
+      if ((b0 | b1) != 0u) {
+        uint32_t first = 0;
+        if (lane == 0) first = atomicAdd(&s_count, static_cast<uint32_t>(__popc(b0) + __popc(b1)));
+        first = __shfl_sync(kFull, first, 0);
+        const unsigned lt = (1u << lane) - 1u;
+        const uint32_t col0 = static_cast<uint32_t>(base) + 2 * t;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (flags[h] != 0u) {
+            const uint32_t pos = first + (h ? __popc(b0) + __popc(b1 & lt) : __popc(b0 & lt));
+            if (pos < cap) {
+              list[pos] = make_uint4(((rl0 + 8 * h) << 24) | col0, flags[h], static_cast<uint32_t>(m[h]), 0u);
             }
           }
         }
@@ -366,7 +378,7 @@ __global__ void __launch_bounds__(kSwThreads, 1)
 // sub-round (rows g) and the 4 lanes of a quad (8 bytes at 8t) hit 32 distinct banks.
 constexpr uint32_t kRefineRowStride = 272;
 
-// One block per task: filter, refine, write. Dynamic shared memory: the group's query rows, then cap entries.
+// One block per task: filter, refine, write. Dynamic shared memory: the group's query rows, then 2 cap entries.
 template <typename RT>
 __global__ void __launch_bounds__(256, 2) ScreenWgmmaRefineKernel(const ForwardArgs a) {
   extern __shared__ __align__(16) uint8_t s_dyn[];
@@ -409,33 +421,43 @@ __global__ void __launch_bounds__(256, 2) ScreenWgmmaRefineKernel(const ForwardA
         Ld16(a.q.orig + (qb + r0b + r) * a.q.row_bytes + pc * 16);
   }
   __syncthreads();
+  // Expand the records whose largest dot reaches the row's final threshold (their other flagged columns come
+  // along: a few extra refinements, no extra pass) into s_ent, up to 2 cap entries; more: refine every token.
   uint64_t n = 0;
+  bool all_tokens = overflow;
   if (!overflow) {
-    const uint2* list = a.cand.list + task * cap;
+    const uint4* list = a.cand.list + task * cap;
     for (uint32_t e = tid; e < count; e += blockDim.x) {
-      const uint2 x = list[e];
-      const uint32_t row = x.x >> 24;
-      if (static_cast<int32_t>(x.y) >= s_th[row]) {
-        s_ent[atomicAdd(&s_n, 1u)] = x.x;
-        atomicAdd(&s_rowc[row], 1u);
+      const uint4 x = list[e];
+      const uint32_t row = x.x >> 24, col0 = x.x & 0xffffffu;
+      if (static_cast<int32_t>(x.z) >= s_th[row]) {
+        const uint32_t k = static_cast<uint32_t>(__popc(x.y));
+        const uint32_t pos = atomicAdd(&s_n, k);
+        atomicAdd(&s_rowc[row], k);
+        for (uint32_t f = x.y, i = 0; f != 0u; f &= f - 1u, ++i) {
+          const uint32_t bit = static_cast<uint32_t>(__ffs(f) - 1);
+          if (pos + i < 2 * cap) s_ent[pos + i] = (row << 24) | (col0 + 8 * (bit >> 1) + (bit & 1u));
+        }
       }
     }
     __syncthreads();
     n = s_n;
-  } else {
-    n = static_cast<uint64_t>(rows) * ld;  // every (row, token)
+    if (n > 2 * cap) all_tokens = true;
   }
+  if (all_tokens) n = static_cast<uint64_t>(rows) * ld;  // every (row, token)
   const uint32_t dim = a.q.dim;
-  for (uint64_t b = static_cast<uint64_t>(warp) * 16; b < n; b += 16 * (blockDim.x / 32)) {
-    const uint8_t* qr[2];
-    const uint8_t* dr[2];
-    uint32_t rr[2], tk[2];
-    bool valid[2];
+  // Rounds of 8 kRefineSub candidates per warp (H100, visual: 2 sub-rounds 0.42 ms, 4 sub-rounds 0.46).
+  constexpr int kRefineSub = 2;
+  for (uint64_t b = static_cast<uint64_t>(warp) * 8 * kRefineSub; b < n; b += 8 * kRefineSub * (blockDim.x / 32)) {
+    const uint8_t* qr[kRefineSub];
+    const uint8_t* dr[kRefineSub];
+    uint32_t rr[kRefineSub], tk[kRefineSub];
+    bool valid[kRefineSub];
 #pragma unroll
-    for (int sb = 0; sb < 2; ++sb) {
+    for (int sb = 0; sb < kRefineSub; ++sb) {
       const uint64_t e = b + 8 * sb + g;
       valid[sb] = e < n;
-      if (!overflow) {
+      if (!all_tokens) {
         const uint32_t key = valid[sb] ? s_ent[e] : 0u;
         rr[sb] = key >> 24;
         tk[sb] = key & 0xffffffu;
@@ -446,14 +468,14 @@ __global__ void __launch_bounds__(256, 2) ScreenWgmmaRefineKernel(const ForwardA
       qr[sb] = s_q + rr[sb] * kRefineRowStride;
       dr[sb] = a.d.orig + (db + tk[sb]) * a.d.row_bytes;
     }
-    RefineRound16<RT, true>(qr, dr, valid, dim,
-                      [&](int sb, float sim) { atomicMax(&s_best[rr[sb]], PackKey(sim, tk[sb])); });
+    RefineRound16<RT, true, kRefineSub>(qr, dr, valid, dim,
+                                        [&](int sb, float sim) { atomicMax(&s_best[rr[sb]], PackKey(sim, tk[sb])); });
   }
   __syncthreads();
   // Statistics: candidates refined, and query tokens with more than one.
   if (a.counters) {
     for (uint32_t r = tid; r < rows; r += blockDim.x) {
-      if (overflow ? ld > 1 : s_rowc[r] > 1) atomicAdd(&s_multi, 1u);
+      if (all_tokens ? ld > 1 : s_rowc[r] > 1) atomicAdd(&s_multi, 1u);
     }
     __syncthreads();
     if (tid == 0) {
@@ -513,7 +535,7 @@ cudaError_t LaunchDocScaleCodes(const SetsView& d, uint64_t n_vectors, uint8_t* 
 
 uint32_t ScreenWgmmaCap() {
   const char* v = std::getenv("MAXSIM_CUDA_SCREEN_WGMMA_CAP");
-  const long per_row = v ? std::atol(v) : 16;
+  const long per_row = v ? std::atol(v) : 12;
   return static_cast<uint32_t>(std::min<long>(64, std::max<long>(1, per_row))) * kScreenWgmmaRows;
 }
 
@@ -533,8 +555,8 @@ cudaError_t LaunchScreenWgmma(const ForwardArgs& a, cudaStream_t stream) {
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   const int qsmem = static_cast<int>(kScreenWgmmaRows * kRefineRowStride);
-  const int rsmem = qsmem + static_cast<int>(a.cand.cap * sizeof(uint32_t));
-  const int rsmem_max = qsmem + 64 * kScreenWgmmaRows * 4;  // ScreenWgmmaCap's largest
+  const int rsmem = qsmem + static_cast<int>(2 * a.cand.cap * sizeof(uint32_t));
+  const int rsmem_max = qsmem + 2 * 64 * kScreenWgmmaRows * 4;  // ScreenWgmmaCap's largest
   if (a.q.dtype == kBF16) {
     e = AllowDynamicSmemOnce<ScreenWgmmaRefineKernel<__nv_bfloat16>>(rsmem_max);
     if (e != cudaSuccess) return e;
