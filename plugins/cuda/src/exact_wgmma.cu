@@ -372,51 +372,29 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
 
   const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t sbase = (sraw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
-  // Tiles of pair p for this block's rows: none when the query has no row in this group.
-  auto pair_tiles = [&](uint64_t p, uint64_t* db, uint64_t* ld) -> uint64_t {
-    uint64_t qi, dj;
-    a.pairs.Resolve(p, &qi, &dj);
-    *db = a.d.Begin(dj);
-    *ld = a.d.End(dj) - *db;
-    const uint64_t lq = a.q.End(qi) - a.q.Begin(qi);
-    if (grp > 0 && r0b >= lq) return 0;
-    return (*ld + kWgTokens - 1) / kWgTokens;
-  };
-
-  // Producer cursor: the next tile to copy is tile `pt` of pair `pp` (document rows from pdb, pld tokens).
-  // Copy assignment: thread tid always moves 16-byte piece pc (dims 8pc .. 8pc + 7) of tokens tok0,
-  // tok0 + kThreads / 16, ... (a warp copies two whole 256-byte rows per instruction).
+  // Producer cursor (StageCursor). Copy assignment: thread tid always moves 16-byte piece pc (dims 8pc .. 8pc + 7)
+  // of tokens tok0, tok0 + kThreads / 16, ... (a warp copies two whole 256-byte rows per instruction).
   const int pc = tid & 15, tok0 = tid >> 4;
   const bool pc_in_dim = static_cast<uint32_t>(8 * pc) < dim;
-  uint64_t pp = c0, pt = 0, pdb = 0, pld = 0, pn = 0;
+  StageCursor<kWgTokens> cur(a, c0, cpg, grp, r0b);
   uint64_t produced = 0;
-  auto skip_done = [&]() {
-    while (pp < a.pairs.n_pairs && pt >= pn) {
-      pp += cpg;
-      pt = 0;
-      pn = pp < a.pairs.n_pairs ? pair_tiles(pp, &pdb, &pld) : 0;
-    }
-  };
-  if (pp < a.pairs.n_pairs) pn = pair_tiles(pp, &pdb, &pld);
-  skip_done();
   auto produce = [&]() {
-    if (pp >= a.pairs.n_pairs) return;
+    if (!cur.Active(a)) return;
     const uint32_t s = static_cast<uint32_t>(produced % S);
     if (produced >= S) MbarWait(empty0 + 8 * s, static_cast<uint32_t>((produced / S - 1) & 1));
     const uint32_t st = sbase + s * kWgStageBytes;
-    const uint8_t* dbase = a.d.orig + pdb * drb;
+    const uint8_t* dbase = a.d.orig + cur.db * drb;
 #pragma unroll
     for (int i = 0; i < kWgTokens * 16 / kThreads; ++i) {
       const int tok = tok0 + i * (kThreads / 16);
-      const uint64_t n = pt * kWgTokens + tok;
-      const bool pred = pc_in_dim && n < pld;
+      const uint64_t n = cur.tile * kWgTokens + tok;
+      const bool pred = pc_in_dim && n < cur.ld;
       const uint8_t* src = dbase + (pred ? n * drb + pc * 16 : 0);
       CpAsync16(st + PieceOffset<kWgRegionBytes>(pc, tok), src, pred);
     }
     MbarArriveCopies(full0 + 8 * s);
     ++produced;
-    ++pt;
-    skip_done();
+    cur.Advance(a);
   };
 #pragma unroll 1
   for (int s = 0; s < ahead; ++s) produce();

@@ -206,46 +206,28 @@ __global__ void __launch_bounds__(kSwThreads, 1)
   __syncthreads();
   const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t sbase = (sraw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
-  auto pair_tiles = [&](uint64_t p, uint64_t* db, uint64_t* ld) -> uint64_t {
-    uint64_t qi, dj;
-    a.pairs.Resolve(p, &qi, &dj);
-    *db = a.d.Begin(dj);
-    *ld = a.d.End(dj) - *db;
-    const uint64_t lq = a.q.End(qi) - a.q.Begin(qi);
-    if (grp > 0 && r0b >= lq) return 0;
-    return (*ld + kSwTokens - 1) / kSwTokens;
-  };
-
-  // Producer: thread tid moves 16-byte pieces tid + 512 i (token e / 8, piece e % 8) of each stage; a warp
-  // copies 4 whole 128-byte code rows per instruction. Piece pc of token tok sits at chunk pc ^ (tok % 8).
-  uint64_t pp = c0, pt = 0, pdb = 0, pld = 0, pn = 0, produced = 0;
-  auto skip_done = [&]() {
-    while (pp < a.pairs.n_pairs && pt >= pn) {
-      pp += cpg;
-      pt = 0;
-      pn = pp < a.pairs.n_pairs ? pair_tiles(pp, &pdb, &pld) : 0;
-    }
-  };
-  if (pp < a.pairs.n_pairs) pn = pair_tiles(pp, &pdb, &pld);
-  skip_done();
+  // Producer (StageCursor): thread tid moves 16-byte pieces tid + 512 i (token e / 8, piece e % 8) of each
+  // stage; a warp copies 4 whole 128-byte code rows per instruction. Piece pc of token tok sits at chunk
+  // pc ^ (tok % 8).
+  StageCursor<kSwTokens> cur(a, c0, cpg, grp, r0b);
+  uint64_t produced = 0;
   auto produce = [&]() {
-    if (pp >= a.pairs.n_pairs) return;
+    if (!cur.Active(a)) return;
     const uint32_t s = static_cast<uint32_t>(produced % S);
     if (produced >= S) MbarWait(empty0 + 8 * s, static_cast<uint32_t>((produced / S - 1) & 1));
     const uint32_t st = sbase + s * kSwStageBytes;
-    const int8_t* dbase = a.d.dscodes + pdb * kSwCodeBytes;
+    const int8_t* dbase = a.d.dscodes + cur.db * kSwCodeBytes;
 #pragma unroll
     for (int i = 0; i < kSwTokens * 8 / kSwThreads; ++i) {
       const int e = tid + kSwThreads * i, tok = e >> 3, pc = e & 7;
-      const uint64_t n = pt * kSwTokens + tok;
-      const bool pred = n < pld;
+      const uint64_t n = cur.tile * kSwTokens + tok;
+      const bool pred = n < cur.ld;
       CpAsync16(st + tok * kSwCodeBytes + ((pc ^ (tok & 7)) << 4), dbase + (pred ? n * kSwCodeBytes + pc * 16 : 0),
                 pred);
     }
     MbarArriveCopies(full0 + 8 * s);
     ++produced;
-    ++pt;
-    skip_done();
+    cur.Advance(a);
   };
 #pragma unroll 1
   for (int s = 0; s < S - 1; ++s) produce();
