@@ -12,3 +12,10 @@ export LD_LIBRARY_PATH="/tmp/maxsim-blas:$C/prefix/lib/x86_64-linux-gnu:${LD_LIB
 export MAXSIM_SHARED_DIR="$C/shared"
 export BUILD=${BUILD:-$PWD/build-device}
 export NPROC=$(nproc)
+
+# Configures $BUILD for the GPU sections (Release, CUDA required) unless a configured tree is already there.
+configure_gpu_build() {
+  [ -f "$BUILD/build.ninja" ] && return 0
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXSIM_CUDA=ON \
+    -DMAXSIM_BLAS_DIR="$MAXSIM_BLAS_DIR" -DMAXSIM_BLAS_INCLUDE="$MAXSIM_BLAS_INCLUDE"
+}

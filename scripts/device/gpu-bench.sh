@@ -3,10 +3,7 @@
 # einsum + amax + sum at fp32), one Nsight Compute speed-of-light profile of the main kernels, and one table.
 set -uo pipefail
 source scripts/device/env.sh
-if [ ! -f "$BUILD/build.ninja" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXSIM_CUDA=ON \
-    -DMAXSIM_BLAS_DIR="$MAXSIM_BLAS_DIR" -DMAXSIM_BLAS_INCLUDE="$MAXSIM_BLAS_INCLUDE" || exit 1
-fi
+configure_gpu_build || exit 1
 ninja -C "$BUILD" -j"$NPROC" maxsim_gpu_bench maxsim_plugin_cuda || exit 1
 B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
 timeout 240 "$B" --json "$OUT/gpu-bench.json" > "$OUT/gpu-bench.txt" 2>&1

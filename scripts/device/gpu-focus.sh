@@ -4,10 +4,7 @@
 # are the full record.
 set -uo pipefail
 source scripts/device/env.sh
-if [ ! -f "$BUILD/build.ninja" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXSIM_CUDA=ON \
-    -DMAXSIM_BLAS_DIR="$MAXSIM_BLAS_DIR" -DMAXSIM_BLAS_INCLUDE="$MAXSIM_BLAS_INCLUDE" || exit 1
-fi
+configure_gpu_build || exit 1
 ninja -C "$BUILD" -j"$NPROC" maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench || exit 1
 S="$OUT/summary-gpu-focus.txt"
 : > "$S"

@@ -48,6 +48,15 @@ const bool kScreenCertified = [] {
   return true;
 }();
 
+// fn() with the environment variable `name` set to `value` (the plugin reads these per call), unset afterwards.
+template <typename F>
+auto WithEnv(const char* name, const char* value, F&& fn) {
+  setenv(name, value, 1);
+  auto r = fn();
+  unsetenv(name);
+  return r;
+}
+
 maxsim_options Options(const char* backend) {
   maxsim_options o;
   maxsim_options_init(&o);
@@ -375,9 +384,9 @@ TEST_F(Gpu, ManyPairsPipelineKernel) {
     for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
       const std::string what = "pipeline dim " + std::to_string(dim) + (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
       const Matrix pipe = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      setenv("MAXSIM_CUDA_NO_PIPE", "1", 1);
-      const Matrix plain = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      unsetenv("MAXSIM_CUDA_NO_PIPE");
+      const Matrix plain = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [&] {
+        return ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      });
       ExpectIdentical(pipe, plain, what + " vs one pair per warp");
       ExpectReference(q, d, metric, pipe, what, 500);
       maxsim_stats st_pipe{}, st_plain{};
@@ -492,14 +501,14 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
           ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       ExpectReference(q, d, metric, with_argmax, what + " (with argmax)");
       const std::vector<float> values = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      setenv("MAXSIM_CUDA_WGMMA", "0", 1);
-      const std::vector<float> mma = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      unsetenv("MAXSIM_CUDA_WGMMA");
+      const std::vector<float> mma = WithEnv("MAXSIM_CUDA_WGMMA", "0", [&] {
+        return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      });
       ExpectSameBits(values, mma, what + " values vs MAXSIM_CUDA_WGMMA=0");
       // Queries over 128 tokens: the 4-warpgroup wgmma kernel against the default (warp-specialised) one.
-      setenv("MAXSIM_CUDA_WGMMA_SHAPE", "4x1", 1);
-      const std::vector<float> wg4 = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      unsetenv("MAXSIM_CUDA_WGMMA_SHAPE");
+      const std::vector<float> wg4 = WithEnv("MAXSIM_CUDA_WGMMA_SHAPE", "4x1", [&] {
+        return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      });
       ExpectSameBits(values, wg4, what + " values vs MAXSIM_CUDA_WGMMA_SHAPE=4x1");
       ExpectSameBits(values, with_argmax.scores, what + " values vs with argmax");
       const std::vector<float> cert =
@@ -519,13 +528,13 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
       const std::string what = std::string("masked device tensors dtype ") + std::to_string(dtype) +
                                (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
       const std::vector<float> values = DeviceScoreValues(gpu, dq, dd, metric);
-      setenv("MAXSIM_CUDA_WGMMA", "0", 1);
-      const std::vector<float> mma = DeviceScoreValues(gpu, dq, dd, metric);
-      unsetenv("MAXSIM_CUDA_WGMMA");
+      const std::vector<float> mma = WithEnv("MAXSIM_CUDA_WGMMA", "0", [&] {
+        return DeviceScoreValues(gpu, dq, dd, metric);
+      });
       ExpectSameBits(values, mma, what + " vs MAXSIM_CUDA_WGMMA=0");
-      setenv("MAXSIM_CUDA_WGMMA_SHAPE", "4x1", 1);
-      const std::vector<float> wg4 = DeviceScoreValues(gpu, dq, dd, metric);
-      unsetenv("MAXSIM_CUDA_WGMMA_SHAPE");
+      const std::vector<float> wg4 = WithEnv("MAXSIM_CUDA_WGMMA_SHAPE", "4x1", [&] {
+        return DeviceScoreValues(gpu, dq, dd, metric);
+      });
       ExpectSameBits(values, wg4, what + " vs MAXSIM_CUDA_WGMMA_SHAPE=4x1");
       const Matrix ref = ScoreMatrix(gpu, q.Dense(), q.n_sets(), q.rows(), d.Dense(), d.n_sets(), metric,
                                      MAXSIM_MODE_EXACT);
@@ -595,13 +604,13 @@ TEST_F(Gpu, CertifiedWgmmaScreeningEqualsExact) {
     const std::vector<float> cert = gpu.ScoreMatrix(pq, q.n_sets(), pd, d.n_sets(), o);
     ExpectSameBits(cert, exact, what + " certified vs exact");
     EXPECT_GT(st.refined, 0u) << what;
-    setenv("MAXSIM_CUDA_SCREEN_WGMMA_CAP", "1", 1);
-    const std::vector<float> tiny = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
-    unsetenv("MAXSIM_CUDA_SCREEN_WGMMA_CAP");
-    ExpectSameBits(tiny, exact, what + " certified with 1-entry-per-row candidate lists vs exact");
-    setenv("MAXSIM_CUDA_SCREEN_WGMMA", "0", 1);
-    const std::vector<float> old = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
-    unsetenv("MAXSIM_CUDA_SCREEN_WGMMA");
+    const std::vector<float> tiny = WithEnv("MAXSIM_CUDA_SCREEN_WGMMA_CAP", "1", [&] {
+      return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
+    });
+    ExpectSameBits(tiny, exact, what + " certified with 1-record-per-row candidate lists vs exact");
+    const std::vector<float> old = WithEnv("MAXSIM_CUDA_SCREEN_WGMMA", "0", [&] {
+      return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
+    });
     ExpectSameBits(old, exact, what + " certified (mma.sync screening) vs exact");
     if (::testing::Test::HasFatalFailure()) return;
     // Certified top-k: the exact matrix's k best, same bits.

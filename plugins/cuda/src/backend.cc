@@ -261,10 +261,17 @@ Status Probe(std::string* info) {
     case Backend::ScreenRoute::kExact:
       *info += "; certified and approximate: exact kernel (forced, set by MAXSIM_CUDA_CERTIFIED=exact)";
       break;
-    case Backend::ScreenRoute::kAuto:
-      *info += "; certified: exact kernel (same bits, faster here); approximate: int8 screening for queries of <= 32 "
-               "tokens over many documents, else exact";
+    case Backend::ScreenRoute::kAuto: {
+      const char* wg = std::getenv("MAXSIM_CUDA_SCREEN_WGMMA");
+      if (wg != nullptr && std::strcmp(wg, "1") == 0 && WgmmaAvailable(dev)) {
+        *info += "; certified: int8 wgmma screening for long queries (set by MAXSIM_CUDA_SCREEN_WGMMA=1: dot, scores "
+                 "only, resident corpora), else exact kernel";
+      } else {
+        *info += "; certified: exact kernel (same bits, faster here)";
+      }
+      *info += "; approximate: int8 screening for queries of <= 32 tokens over many documents, else exact";
       break;
+    }
   }
   return Status::Ok();
 }
