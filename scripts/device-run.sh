@@ -9,6 +9,7 @@
 #   gpu-tests   the GPU conformance suite against the CPU reference (+ compute-sanitizer on a small case)
 #   gpu-bench   GPU benchmarks against in-run cuBLAS / copy-bandwidth / PyTorch baselines
 #   gpu-focus   a development round: GPU tests matching GPU_TEST_FILTER and benchmark shapes GPU_SHAPES
+#   gpu-ncu     a full Nsight Compute profile of one kernel on one shape (NCU_SHAPE, NCU_KERNEL)
 #   gpu-ab      the GPU benchmark of .carry/base-src (MAXSIM_BASE_REV=<rev> make-carry.sh) against this tree
 #   x86-kernels the x86 kernel developers' section: kernel_bench per kernel, top-k pruning, pinned thread scaling
 # Full logs and JSON go under $OUT, bundled at the end into $OUT/results.tar.gz (the device tool returns at most

@@ -9,6 +9,11 @@
 #   .carry/base-src/ only with MAXSIM_BASE_REV=<git rev>: that revision's sources, for the device section gpu-ab
 #                    (the GPU benchmark of that revision against the working tree's, alternating, one process
 #                    per run)
+#   .carry/prebuilt.tar.xz  only with MAXSIM_PREBUILT=<build dir>: that tree's GPU binaries (plugin, library, CLI,
+#                    GPU suite, GPU benchmark), which the GPU sections then run instead of building (env.sh
+#                    gpu_build). For development rounds: configure the tree with -DMAXSIM_CUDA=ON
+#                    -DCMAKE_CUDA_ARCHITECTURES=90a-real (one architecture keeps the archive small, ~10 MB) and
+#                    build those targets first; without the variable any earlier archive is removed.
 # Idempotent; about 40 s the first time (xz), instant afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,5 +46,14 @@ if [ -n "${MAXSIM_BASE_REV:-}" ]; then
   mkdir -p $C/base-src
   git archive "$MAXSIM_BASE_REV" | tar -x -C $C/base-src
   echo "$(git rev-parse --short "$MAXSIM_BASE_REV") $(git log -1 --format=%s "$MAXSIM_BASE_REV" | cut -c1-80)" > $C/base-src/REV
+fi
+rm -f $C/prebuilt.tar.xz
+if [ -n "${MAXSIM_PREBUILT:-}" ]; then
+  B=$MAXSIM_PREBUILT
+  ninja -C "$B" -j2 maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench maxsim_cli
+  echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- lib plugins packing tests benchmarks || echo +changes)" \
+    "built $(date -u +%FT%TZ) in $B" > "$B/PREBUILT_REV"
+  (cd "$B" && tar -cf - PREBUILT_REV libmaxsim-plugin-cuda.so libmaxsim.so* lib/cli/maxsim tests/gpu/maxsim_gpu_tests \
+     benchmarks/gpu/maxsim_gpu_bench) | xz -T2 -3 > $C/prebuilt.tar.xz
 fi
 du -sh $C

@@ -19,3 +19,25 @@ configure_gpu_build() {
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXSIM_CUDA=ON \
     -DMAXSIM_BLAS_DIR="$MAXSIM_BLAS_DIR" -DMAXSIM_BLAS_INCLUDE="$MAXSIM_BLAS_INCLUDE"
 }
+
+# Builds the named targets for a GPU section, or, when .carry/prebuilt.tar.xz is there (MAXSIM_PREBUILT=<build
+# dir> scripts/make-carry.sh: binaries built on the development machine, whose glibc and libstdc++ are older than
+# the device's), unpacks those instead: a development round then spends its device time running, not compiling.
+# The targets are not checked against the archive: a section that needs a binary the archive lacks fails when it
+# runs it.
+gpu_build() {
+  if [ -f "$C/prebuilt.tar.xz" ]; then
+    if [ ! -f "$BUILD/.prebuilt" ]; then
+      mkdir -p "$BUILD" && tar -xJf "$C/prebuilt.tar.xz" -C "$BUILD" || return 1
+      touch "$BUILD/.prebuilt"
+    fi
+    echo "gpu_build: prebuilt binaries: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null)"
+    local cudart
+    cudart=$(dirname "$(command -v nvcc 2> /dev/null || echo /usr/local/cuda/bin/nvcc)")/../lib64
+    export LD_LIBRARY_PATH="$BUILD:$cudart:$LD_LIBRARY_PATH"
+    export MAXSIM_PLUGIN_PATH="$BUILD"  # the suite's compiled-in plugin path is the development machine's
+    return 0
+  fi
+  configure_gpu_build || return 1
+  ninja -C "$BUILD" -j"$NPROC" "$@"
+}

@@ -3,8 +3,7 @@
 # einsum + amax + sum at fp32), one Nsight Compute speed-of-light profile of the main kernels, and one table.
 set -uo pipefail
 source scripts/device/env.sh
-configure_gpu_build || exit 1
-ninja -C "$BUILD" -j"$NPROC" maxsim_gpu_bench maxsim_plugin_cuda || exit 1
+gpu_build maxsim_gpu_bench maxsim_plugin_cuda || exit 1
 B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
 timeout 240 "$B" --json "$OUT/gpu-bench.json" > "$OUT/gpu-bench.txt" 2>&1
 brc=$?

@@ -3,8 +3,7 @@
 # a small case of every operation, `maxsim info` (the plugin and backend lines) and the demo on the GPU.
 set -uo pipefail
 source scripts/device/env.sh
-configure_gpu_build || exit 1
-ninja -C "$BUILD" -j"$NPROC" maxsim_plugin_cuda maxsim_gpu_tests maxsim_cli || exit 1
+gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_cli || exit 1
 S="$OUT/summary-gpu-tests.txt"
 : > "$S"
 "$BUILD/lib/cli/maxsim" info > "$OUT/maxsim-info-gpu.txt" 2>&1
