@@ -116,25 +116,31 @@ double Median(std::vector<double> v) {
 }
 
 // Median of event-timed calls (ms) after `warmup` calls. fn(i) enqueues the work of call i on `stream`.
-double TimeIt(cudaStream_t stream, int warmup, int iters, const std::function<void(int)>& fn) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
+// The median device time of a call: CUDA events before and after each of `iters` calls, enqueued back to back
+// (no host synchronisation between calls: the host enqueues ahead while the device works, as
+// triton.testing.do_bench times the published kernels), after `warmup` calls. sync_each = true synchronises
+// after every call instead, so that each interval also holds the host's enqueue work and the launch latency of
+// the call's first kernel: the latency of one call issued on an idle device.
+double TimeIt(cudaStream_t stream, int warmup, int iters, const std::function<void(int)>& fn, bool sync_each = false) {
+  std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(iters));
+  for (cudaEvent_t& e : ev) CHECK_CUDA(cudaEventCreate(&e));
   for (int i = 0; i < warmup; ++i) fn(i);
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  for (int i = 0; i < iters; ++i) {
+    CHECK_CUDA(cudaEventRecord(ev[2 * i], stream));
+    fn(i);
+    CHECK_CUDA(cudaEventRecord(ev[2 * i + 1], stream));
+    if (sync_each) CHECK_CUDA(cudaEventSynchronize(ev[2 * i + 1]));
+  }
   CHECK_CUDA(cudaStreamSynchronize(stream));
   std::vector<double> ms;
   for (int i = 0; i < iters; ++i) {
-    CHECK_CUDA(cudaEventRecord(a, stream));
-    fn(i);
-    CHECK_CUDA(cudaEventRecord(b, stream));
-    CHECK_CUDA(cudaEventSynchronize(b));
     float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
+    CHECK_CUDA(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
     ms.push_back(t);
   }
   CHECK_CUDA(cudaGetLastError());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  for (cudaEvent_t e : ev) cudaEventDestroy(e);
   return Median(ms);
 }
 
@@ -182,13 +188,19 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   const double cert_bytes = static_cast<double>(s.nd) * s.ld * (padded + 16) + s.nq * s.lq * (padded + 16 + s.dim * 2.0) +
                             s.nq * s.nd * 4.0;
   const int iters = 30, warm = 5;
-  auto run = [&](int mode) {
-    return TimeIt(b.stream, warm, iters, [&](int i) {
-      CHECK_ST(mscuda::ScoreMatrixDevice(b, q, *corpora[static_cast<size_t>(i) % copies], MAXSIM_METRIC_DOT, mode,
-                                         scores, nullptr, mode == MAXSIM_MODE_EXACT ? nullptr : counters, b.stream));
-    });
+  auto run = [&](int mode, bool sync_each = false) {
+    return TimeIt(
+        b.stream, warm, iters,
+        [&](int i) {
+          CHECK_ST(mscuda::ScoreMatrixDevice(b, q, *corpora[static_cast<size_t>(i) % copies], MAXSIM_METRIC_DOT,
+                                             mode, scores, nullptr, mode == MAXSIM_MODE_EXACT ? nullptr : counters,
+                                             b.stream));
+        },
+        sync_each);
   };
   Emit(s.name, "exact", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
+  // The same calls one at a time on an idle device: adds the host's enqueue work and the first launch's latency.
+  Emit(s.name, "exact-synced", run(MAXSIM_MODE_EXACT, true), flops, exact_bytes);
   if (s.lq > 64 && s.dim > 96 && s.dim <= 128) {
     // The long-query mma.sync kernel, for comparison with the wgmma kernel that "exact" runs on sm_90.
     setenv("MAXSIM_CUDA_WGMMA", "0", 1);

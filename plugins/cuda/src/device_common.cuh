@@ -273,6 +273,23 @@ inline bool EnoughPairsForWarpRings(uint64_t n_pairs, int sms) {
   return 2 * n_pairs >= static_cast<uint64_t>(sms) * 8;
 }
 
+// A pair's score from its per-row terms t[0 .. n) (shared memory): summed in double in token order, as everywhere
+// (kernels.h, FinalizeKernel, the CPU). One thread runs the chain; loading eight terms ahead keeps the loads off
+// it (a plain loop waited on each load).
+__device__ __forceinline__ double OrderedSum(const float* t, uint64_t n) {
+  double sum = 0.0;
+  uint64_t r = 0;
+  for (; r + 8 <= n; r += 8) {
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = t[r + k];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) sum += static_cast<double>(v[k]);
+  }
+  for (; r < n; ++r) sum += static_cast<double>(t[r]);
+  return sum;
+}
+
 }  // namespace mscuda
 
 #endif  // MAXSIM_PLUGINS_CUDA_DEVICE_COMMON_CUH_

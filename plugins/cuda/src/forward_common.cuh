@@ -106,8 +106,7 @@ __device__ __forceinline__ void WriteRows(const ForwardArgs& a, uint64_t p, uint
   __syncwarp();
   const uint64_t o_i = qb - a.q.Begin(0);
   if (lane == 0) {
-    double sum = 0.0;
-    for (uint64_t r = 0; r < lq; ++r) sum += static_cast<double>(s_term[r]);
+    const double sum = OrderedSum(s_term, lq);
     *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? static_cast<float>(sum) : -INFINITY;
   }
   int32_t* am = a.pairs.ArgmaxPtr(p, qi, dj, o_i, lq);

@@ -210,11 +210,11 @@ __global__ void __launch_bounds__(kSwThreads, 1)
   // stage; a warp copies 4 whole 128-byte code rows per instruction. Piece pc of token tok sits at chunk
   // pc ^ (tok % 8).
   StageCursor<kSwTokens> cur(a, c0, cpg, grp, r0b);
-  uint64_t produced = 0;
+  RingPos produced;
   auto produce = [&]() {
     if (!cur.Active(a)) return;
-    const uint32_t s = static_cast<uint32_t>(produced % S);
-    if (produced >= S) MbarWait(empty0 + 8 * s, static_cast<uint32_t>((produced / S - 1) & 1));
+    const uint32_t s = produced.slot;
+    if (produced.lapped) MbarWait(empty0 + 8 * s, produced.phase ^ 1);
     const uint32_t st = sbase + s * kSwStageBytes;
     const int8_t* dbase = a.d.dscodes + cur.db * kSwCodeBytes;
 #pragma unroll
@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kSwThreads, 1)
                 pred);
     }
     MbarArriveCopies(full0 + 8 * s);
-    ++produced;
+    produced.Advance(S);
     cur.Advance(a);
   };
 #pragma unroll 1
@@ -236,7 +236,8 @@ __global__ void __launch_bounds__(kSwThreads, 1)
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0;  // never read (scale-d = 0), but defined
   uint32_t qa[4][2], qc[4][2];
-  uint64_t loaded_q = ~0ull, consumed = 0;
+  uint64_t loaded_q = ~0ull;
+  RingPos consumed;
   const uint32_t rl0 = wg * 64 + wq * 16 + g;  // this lane's local rows rl0 (h = 0) and rl0 + 8 (h = 1)
   for (uint64_t p = c0; p < a.pairs.n_pairs; p += cpg) {
     uint64_t qi, dj;
@@ -273,9 +274,9 @@ __global__ void __launch_bounds__(kSwThreads, 1)
     uint4* list = a.cand.list + task * a.cand.cap;
     const uint32_t cap = a.cand.cap;
     const uint64_t ntiles = (ld + kSwTokens - 1) / kSwTokens;
-    for (uint64_t tile = 0; tile < ntiles; ++tile, ++consumed) {
-      const uint32_t s = static_cast<uint32_t>(consumed % S);
-      MbarWait(full0 + 8 * s, static_cast<uint32_t>((consumed / S) & 1));
+    for (uint64_t tile = 0; tile < ntiles; ++tile, consumed.Advance(S)) {
+      const uint32_t s = consumed.slot;
+      MbarWait(full0 + 8 * s, consumed.phase);
       FenceProxyAsync();  // the copies (generic proxy) before this thread's wgmma reads (async proxy)
       const uint32_t st = sbase + s * kSwStageBytes;
       WgFence();
@@ -480,8 +481,7 @@ __global__ void __launch_bounds__(256, 2) ScreenWgmmaRefineKernel(const ForwardA
   if (G == 1) {
     __syncthreads();
     if (tid == 0) {
-      double sum = 0.0;
-      for (uint32_t r = 0; r < rows; ++r) sum += static_cast<double>(s_term[r]);
+      const double sum = OrderedSum(s_term, rows);
       *a.pairs.ScorePtr(p, qi, dj) = ld > 0 ? static_cast<float>(sum) : -INFINITY;
     }
   }

@@ -66,6 +66,22 @@ __device__ __forceinline__ void PinAcc(int (&d)[V]) {
 
 #endif  // MAXSIM_HAVE_WGMMA
 
+// A position in a ring of S stages: the slot, the mbarrier phase parity of the current lap, and whether a lap
+// has been completed (a producer waits for a slot's "empty" barrier only from its second lap on, with parity
+// phase ^ 1; a consumer waits for "full" with parity phase). Stepped instead of computed as count % S and
+// (count / S) & 1: no 64-bit division per stage, and correct for any number of stages.
+struct RingPos {
+  uint32_t slot = 0, phase = 0;
+  bool lapped = false;
+  __device__ __forceinline__ void Advance(uint32_t S) {
+    if (++slot == S) {
+      slot = 0;
+      phase ^= 1;
+      lapped = true;
+    }
+  }
+};
+
 // Where the producer of a persistent block stands in its stream of stages: stage `tile` of pair `pair`
 // (document rows from db, ld tokens), over pairs c0, c0 + cpg, ... with rows in the block's row group grp (r0b:
 // its first row), kTokens document tokens per stage. Pairs without rows here and empty documents have no stages
