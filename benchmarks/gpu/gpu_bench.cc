@@ -207,10 +207,10 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     Emit(s.name, "exact-mma", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
     unsetenv("MAXSIM_CUDA_WGMMA");
     if (s.lq > 128) {
-      // The 4-warpgroup wgmma kernel (every warpgroup copies and computes) against the warp-specialised one
-      // that "exact" runs for 256-row groups.
-      setenv("MAXSIM_CUDA_WGMMA_SHAPE", "4x1", 1);
-      Emit(s.name, "exact-wgmma-4x1", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
+      // The warp-specialised wgmma kernel (a producer warpgroup copies, two consumers compute) against the
+      // 4-warpgroup one (every warpgroup copies and computes) that "exact" runs for 256-row groups.
+      setenv("MAXSIM_CUDA_WGMMA_SHAPE", "ws", 1);
+      Emit(s.name, "exact-wgmma-ws", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
       unsetenv("MAXSIM_CUDA_WGMMA_SHAPE");
     }
   }

@@ -505,11 +505,11 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
         return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       });
       ExpectSameBits(values, mma, what + " values vs MAXSIM_CUDA_WGMMA=0");
-      // Queries over 128 tokens: the 4-warpgroup wgmma kernel against the default (warp-specialised) one.
-      const std::vector<float> wg4 = WithEnv("MAXSIM_CUDA_WGMMA_SHAPE", "4x1", [&] {
+      // Queries over 128 tokens: the warp-specialised wgmma kernel against the default (4-warpgroup) one.
+      const std::vector<float> ws = WithEnv("MAXSIM_CUDA_WGMMA_SHAPE", "ws", [&] {
         return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       });
-      ExpectSameBits(values, wg4, what + " values vs MAXSIM_CUDA_WGMMA_SHAPE=4x1");
+      ExpectSameBits(values, ws, what + " values vs MAXSIM_CUDA_WGMMA_SHAPE=ws");
       ExpectSameBits(values, with_argmax.scores, what + " values vs with argmax");
       const std::vector<float> cert =
           ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);
@@ -532,10 +532,10 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
         return DeviceScoreValues(gpu, dq, dd, metric);
       });
       ExpectSameBits(values, mma, what + " vs MAXSIM_CUDA_WGMMA=0");
-      const std::vector<float> wg4 = WithEnv("MAXSIM_CUDA_WGMMA_SHAPE", "4x1", [&] {
+      const std::vector<float> ws = WithEnv("MAXSIM_CUDA_WGMMA_SHAPE", "ws", [&] {
         return DeviceScoreValues(gpu, dq, dd, metric);
       });
-      ExpectSameBits(values, wg4, what + " vs MAXSIM_CUDA_WGMMA_SHAPE=4x1");
+      ExpectSameBits(values, ws, what + " vs MAXSIM_CUDA_WGMMA_SHAPE=ws");
       const Matrix ref = ScoreMatrix(gpu, q.Dense(), q.n_sets(), q.rows(), d.Dense(), d.n_sets(), metric,
                                      MAXSIM_MODE_EXACT);
       ExpectReference(q, d, metric, ref, what + " reference");

@@ -648,19 +648,21 @@ cudaError_t LaunchWgmmaWs(const ForwardArgs& a, cudaStream_t stream) {
 
 // Block shapes (H100, bf16; MAXSIM_CUDA_WGMMA_SHAPE is read per call, so that tests and benchmarks can compare
 // them in one process):
-//  - 256-row groups: the warp-specialised kernel above (visual 0.460-0.467 ms, 2026-11-24, 16-byte copies).
-//    MAXSIM_CUDA_WGMMA_SHAPE=4x1 selects 4 warpgroups of one 64-row set that all copy and compute, 4 stages
-//    of 128 tokens (129 KB, 128 registers; 0.481-0.485 in the same runs; it was the faster one while the
-//    copies were 8 bytes: 0.534-0.538 against 0.563-0.573), 2x2 the 2 warpgroups of two sets (255 registers).
+//  - 256-row groups: 4 warpgroups of one 64-row set that all copy and compute, 4 stages of 128 tokens (129 KB,
+//    128 registers). Visual, session 9 (whole-stage copies, CopyStagePieces): 0.380-0.391 ms against 0.391-0.398
+//    for the warp-specialised kernel (MAXSIM_CUDA_WGMMA_SHAPE=ws), four pairs of runs on one H100. The order has
+//    flipped twice with the copy code: with 8-byte copies this kernel led (0.534-0.538 against 0.563-0.573),
+//    with predicated 16-byte copies the warp-specialised one did (0.460-0.467 against 0.481-0.485), whose
+//    consumers do not copy. 2x2: 2 warpgroups of two sets (255 registers; 0.389).
 //  - 128-row groups: 2 warpgroups of one set, 3 stages of 128 tokens (97 KB, two blocks per SM).
 template <typename T>
 cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {
   if (a.part.group_rows == 128) return LaunchWgmmaShape<T, 2, 1, 3, 2>(a, stream);
   const char* v = std::getenv("MAXSIM_CUDA_WGMMA_SHAPE");
   const std::string shape = v ? v : "";
-  if (shape == "4x1") return LaunchWgmmaShape<T, 4, 1, 4, 1>(a, stream);
+  if (shape == "ws") return LaunchWgmmaWs<T>(a, stream);
   if (shape == "2x2") return LaunchWgmmaShape<T, 2, 2, 4, 1>(a, stream);
-  return LaunchWgmmaWs<T>(a, stream);
+  return LaunchWgmmaShape<T, 4, 1, 4, 1>(a, stream);
 }
 
 }  // namespace

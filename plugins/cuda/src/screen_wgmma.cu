@@ -217,13 +217,28 @@ __global__ void __launch_bounds__(kSwThreads, 1)
     if (produced.lapped) MbarWait(empty0 + 8 * s, produced.phase ^ 1);
     const uint32_t st = sbase + s * kSwStageBytes;
     const int8_t* dbase = a.d.dscodes + cur.db * kSwCodeBytes;
+    constexpr int kCopies = kSwTokens * 8 / kSwThreads, kTokStep = kSwThreads / 8;
+    static_assert(kTokStep % 8 == 0, "a thread's tokens must share the swizzle phase");
+    const int tok0 = tid >> 3, pc = tid & 7;
+    const uint64_t n0 = cur.tile * kSwTokens + tok0;
+    if (cur.tile * kSwTokens + kSwTokens <= cur.ld) {
+      // A whole stage: token tok0 + kTokStep * i is kTokStep * i rows further in both places (as in exact_wgmma.cu's
+      // CopyStagePieces), so no per-copy predicate or swizzle arithmetic.
+      const uint32_t dst = st + tok0 * kSwCodeBytes + ((pc ^ (tok0 & 7)) << 4);
+      const int8_t* src = dbase + n0 * kSwCodeBytes + pc * 16;
 #pragma unroll
-    for (int i = 0; i < kSwTokens * 8 / kSwThreads; ++i) {
-      const int e = tid + kSwThreads * i, tok = e >> 3, pc = e & 7;
-      const uint64_t n = cur.tile * kSwTokens + tok;
-      const bool pred = n < cur.ld;
-      CpAsync16(st + tok * kSwCodeBytes + ((pc ^ (tok & 7)) << 4), dbase + (pred ? n * kSwCodeBytes + pc * 16 : 0),
-                pred);
+      for (int i = 0; i < kCopies; ++i) {
+        CpAsync16(dst + kTokStep * kSwCodeBytes * i, src + kTokStep * kSwCodeBytes * i, true);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int tok = tok0 + kTokStep * i;
+        const uint64_t n = n0 + kTokStep * i;
+        const bool pred = n < cur.ld;
+        CpAsync16(st + tok * kSwCodeBytes + ((pc ^ (tok & 7)) << 4), dbase + (pred ? n * kSwCodeBytes + pc * 16 : 0),
+                  pred);
+      }
     }
     MbarArriveCopies(full0 + 8 * s);
     produced.Advance(S);
