@@ -498,7 +498,7 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Warp-specialised kernel for 256-row groups (the default for them; LaunchWgmmaT): three warpgroups. Warpgroup 0
+// Warp-specialised kernel for 256-row groups (MAXSIM_CUDA_WGMMA_SHAPE=ws; LaunchWgmmaT): three warpgroups. Warpgroup 0
 // produces: its 128 threads copy the document into a ring of 3 stages of 256 tokens (2 x 32 KB each, the layout
 // above with N = 256), write each stage's column weights (FoldTileMaxWeighted) and hold few registers
 // (setmaxnreg.dec). Warpgroups 1 and 2 consume: each holds two 64-row sets of the query as A fragments (64
@@ -507,10 +507,12 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
 // ping-pong) so that one folds while the other's wgmma run. Per 64 KB stage the tensor pipe gets 2 x 2 x 8 wgmma
 // of 128 cycles: 16 bytes per SM cycle from L2, as for the 4-warpgroup kernel, with half the wgmma instructions
 // and no copies in the consumers' instruction stream.
-// Measured (H100, visual): with 16-byte copies 0.460-0.467 ms against 0.481-0.485 for the 4-warpgroup kernel in
-// the same runs (session 6), hence the default; with the earlier 8-byte copies it was the slower one
-// (0.568-0.573 against 0.534-0.538; ncu then: tensor pipe ~54% busy, 0.29 issued instructions per cycle per
-// scheduler, L2 18%). The turns made no measurable difference (MAXSIM_CUDA_WGMMA_TURNS=0, 8-byte copies).
+// Measured (H100, visual): with predicated 16-byte copies 0.460-0.467 ms against 0.481-0.485 for the 4-warpgroup
+// kernel in the same runs (session 6), so it was the default in sessions 6-8; with the earlier 8-byte copies it
+// was the slower one (0.568-0.573 against 0.534-0.538; ncu then: tensor pipe ~54% busy, 0.29 issued
+// instructions per cycle per scheduler, L2 18%), and with whole-stage copies (CopyStagePieces, session 9) again:
+// 0.391-0.406 against 0.380-0.391. Turns: no measurable difference with 8-byte copies; without them 0.454 against
+// 0.441 (session 9, before the copy change).
 constexpr int kWsTokens = 256;
 constexpr int kWsRegionBytes = kWsTokens * 128;
 constexpr int kWsStageBytes = 2 * kWsRegionBytes;
