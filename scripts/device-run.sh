@@ -12,8 +12,8 @@
 #   gpu-ncu     a full Nsight Compute profile of one kernel on one shape (NCU_SHAPE, NCU_KERNEL)
 #   gpu-ab      the GPU benchmark of .carry/base-src (MAXSIM_BASE_REV=<rev> make-carry.sh) against this tree
 #   x86-kernels the x86 kernel developers' section: kernel_bench per kernel, top-k pruning, pinned thread scaling
-# Full logs and JSON go under $OUT, bundled at the end into $OUT/results.tar.gz (the device tool returns at most
-# 8 files); the summaries of all sections are printed last and kept in $OUT/summary.txt.
+# Full logs and JSON go under $OUT, bundled section by section into $OUT/results.tar.gz (the device tool returns
+# at most 8 files); the summaries of all sections are printed last and kept in $OUT/summary.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-$PWD/out}
@@ -21,6 +21,19 @@ mkdir -p "$OUT"
 source scripts/device/env.sh
 sections=("$@")
 [ ${#sections[@]} -eq 0 ] && sections=(build cpu-tests cpu-bench gpu-tests gpu-bench)
+# The device tool returns at most 8 files, and only what is under $OUT when the call ends, also when it runs past
+# its time limit. So after every section its files go into one archive, $OUT/results.tar (summary-*.txt stay
+# until the end), and the summaries so far are rewritten to $OUT/summary.txt: a call cut off mid-way still
+# returns the finished sections whole.
+bundle() {
+  local list
+  list=$(cd "$OUT" && find . -mindepth 1 -type f ! -name results.tar ! -name summary.txt ! -name 'summary-*.txt')
+  [ -n "$list" ] && (cd "$OUT" && echo "$list" | tar -rf results.tar -T - && echo "$list" | xargs rm -f)
+  find "$OUT" -mindepth 1 -type d -empty -delete
+  for s in "${sections[@]}"; do
+    [ -f "$OUT/summary-$s.txt" ] && { echo "--- $s"; cat "$OUT/summary-$s.txt"; }
+  done > "$OUT/summary.txt"
+}
 status=0
 for s in "${sections[@]}"; do
   f=scripts/device/$s.sh
@@ -30,13 +43,11 @@ for s in "${sections[@]}"; do
   if bash "$f" > "$OUT/$s.log" 2>&1; then r=ok; else r="FAILED (rc $?)"; status=1; fi
   echo "=== $s: $r in $(( $(date +%s) - start )) s (log: $s.log) ==="
   [ "$r" != ok ] && tail -n 40 "$OUT/$s.log"
+  bundle
 done
 echo
 echo "################ summary ################"
-for s in "${sections[@]}"; do
-  [ -f "$OUT/summary-$s.txt" ] && { echo "--- $s"; cat "$OUT/summary-$s.txt"; }
-done | tee "$OUT/summary.txt"
-# The device tool returns at most 8 files: bundle every log, JSON and table into one archive beside summary.txt.
-tar -czf /tmp/device-results.tar.gz -C "$OUT" --exclude=summary.txt . && mv /tmp/device-results.tar.gz "$OUT/results.tar.gz" &&
-  find "$OUT" -mindepth 1 ! -name results.tar.gz ! -name summary.txt -delete
+cat "$OUT/summary.txt"
+(cd "$OUT" && ls summary-*.txt > /dev/null 2>&1 && tar -rf results.tar summary-*.txt && rm -f summary-*.txt)
+gzip -f "$OUT/results.tar"
 exit $status
