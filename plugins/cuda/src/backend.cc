@@ -291,6 +291,7 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out) {
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->copy, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->staged, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->qstaged, cudaEventDisableTiming);
   for (int i = 0; i < 2 && e == cudaSuccess; ++i) {
     e = cudaEventCreateWithFlags(&b->copied[i], cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->done[i], cudaEventDisableTiming);
@@ -316,8 +317,10 @@ void DestroyBackend(Backend* b) {
   b->chunk[0].Release();
   b->chunk[1].Release();
   b->stage.Release();
+  b->qstage.Release();
   b->flags_host.Release();
   if (b->staged) cudaEventDestroy(b->staged);
+  if (b->qstaged) cudaEventDestroy(b->qstaged);
   for (int i = 0; i < 2; ++i) {
     if (b->copied[i]) cudaEventDestroy(b->copied[i]);
     if (b->done[i]) cudaEventDestroy(b->done[i]);
@@ -653,11 +656,14 @@ Status UploadQueriesTo(Backend& b, const void* packed, uint64_t size, DeviceBuff
   q.host_offsets = q.info.host_offsets;
   q.max_len = MaxLen(q.host_offsets, q.info.n_sets);
   if (q.max_len > 0x7fffffffull) return Fail(MAXSIM_ERR_UNSUPPORTED, "queries: a set is too long for the CUDA backend");
+  // The copy is not waited for: the kernels that read dst follow it on the stream, and the next upload waits for
+  // it before writing qstage again (an event that never fired, before the first upload, counts as fired).
+  MSC_CUDA(cudaEventSynchronize(b.qstaged));
   MSC_RETURN(dst.Reserve(q.info.total_size, "the queries"));
-  MSC_RETURN(b.stage.Reserve(q.info.total_size, "staging the queries"));
-  std::memcpy(b.stage.data(), packed, q.info.total_size);
-  MSC_CUDA(cudaMemcpyAsync(dst.data(), b.stage.data(), q.info.total_size, cudaMemcpyHostToDevice, b.stream));
-  MSC_CUDA(cudaStreamSynchronize(b.stream));  // the stage is reused right after
+  MSC_RETURN(b.qstage.Reserve(q.info.total_size, "staging the queries"));
+  std::memcpy(b.qstage.data(), packed, q.info.total_size);
+  MSC_CUDA(cudaMemcpyAsync(dst.data(), b.qstage.data(), q.info.total_size, cudaMemcpyHostToDevice, b.stream));
+  MSC_CUDA(cudaEventRecord(b.qstaged, b.stream));
   q.view = PackedView(q.info, dst.data());
   *out = q;
   return Status::Ok();

@@ -103,6 +103,9 @@ struct Backend {
   DeviceBuffer qbuf;                // the current call's queries
   DeviceBuffer chunk[2];            // streamed corpora: double-buffered document chunks
   PinnedBuffer stage;               // host staging for uploads and results
+  PinnedBuffer qstage;              // host staging for query uploads (UploadQueriesTo): its own, so that a
+                                    // call need not wait for the copy before staging its results
+  cudaEvent_t qstaged = nullptr;    // recorded after a query upload: qstage is free once it fires
   PinnedBuffer flags_host;
   cudaEvent_t staged = nullptr;     // recorded after a call's staged uploads: the stage is free once it fires
   uint64_t min_ops = 0;
