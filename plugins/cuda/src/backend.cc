@@ -741,10 +741,14 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
   const uint64_t o_part = cv.Add(plan.PartialBytes(nq * cn));
   const uint64_t o_cnt = cv.Add(16);
   MSC_RETURN(b.scratch.Reserve(cv.size(), "scores and partial results"));
-  MSC_RETURN(b.stage.Reserve(nq * cn * 4 + (a.argmax ? qpos * cn * 4 : 0) + 2 * kAlign, "result staging"));
+  // Host staging: the chunk's scores, its argmax, and the screening counters (read back with the last chunk's
+  // results, so the call waits for the device once per chunk).
+  const uint64_t h_cnt = RoundUp(nq * cn * 4, kAlign) + RoundUp(a.argmax ? qpos * cn * 4 : 0, kAlign);
+  MSC_RETURN(b.stage.Reserve(h_cnt + 16, "result staging"));
   uint8_t* s = b.scratch.data();
-  ull* counters = reinterpret_cast<ull*>(s + o_cnt);
-  MSC_CUDA(cudaMemsetAsync(counters, 0, 16, b.stream));
+  // Only screening counts (refined tokens, multi-candidate tokens); exact kernels take no counters.
+  ull* counters = need_codes ? reinterpret_cast<ull*>(s + o_cnt) : nullptr;
+  if (counters) MSC_CUDA(cudaMemsetAsync(counters, 0, 16, b.stream));
   const bool single = chunks.size() == 1;
   Status st = ForEachChunk(b, c, chunks, need_codes, [&](const DocChunk& ch, const SetsView& d) -> Status {
     const uint64_t n = ch.j1 - ch.j0;
@@ -760,6 +764,9 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
       MSC_CUDA(cudaMemcpyAsync(single ? static_cast<void*>(a.argmax) : ha, s + o_argmax, qpos * n * 4,
                                cudaMemcpyDeviceToHost, b.stream));
     }
+    if (counters && ch.j1 == nd) {
+      MSC_CUDA(cudaMemcpyAsync(b.stage.data() + h_cnt, counters, 16, cudaMemcpyDeviceToHost, b.stream));
+    }
     MSC_CUDA(cudaStreamSynchronize(b.stream));
     if (!single) {
       for (uint64_t i = 0; i < nq; ++i) {
@@ -774,8 +781,8 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
   });
   MSC_RETURN(st);
   ull hc[2] = {0, 0};
-  MSC_CUDA(cudaMemcpy(hc, counters, 16, cudaMemcpyDeviceToHost));
-  FillStats(a.stats, nq * nd, qpos * nd, need_codes ? hc : nullptr);
+  if (counters) std::memcpy(hc, b.stage.data() + h_cnt, 16);
+  FillStats(a.stats, nq * nd, qpos * nd, counters ? hc : nullptr);
   return Status::Ok();
 }
 
