@@ -54,43 +54,6 @@ constexpr int kWgStageBytes = 2 * kWgRegionBytes;   // 128 logical k positions
 
 #if defined(MAXSIM_HAVE_WGMMA)  // the device helpers exist only in the sm_90a pass
 
-// Where the 16-byte piece pc (dims 8pc .. 8pc + 7) of stage token `tok` goes: the natural K-major layout with
-// the 128-byte swizzle, in two k regions (dims 0..63 and 64..127) kRegion bytes apart; 16-byte chunk pc % 8 of
-// the token's 128-byte row in region pc / 8 is stored at chunk (pc % 8) ^ (tok % 8).
-template <uint32_t kRegion>
-__device__ __forceinline__ uint32_t PieceOffset(int pc, int tok) {
-  return static_cast<uint32_t>(pc >> 3) * kRegion + static_cast<uint32_t>(tok) * 128u +
-         (static_cast<uint32_t>((pc & 7) ^ (tok & 7)) << 4);
-}
-// Copies this thread's share of one stage: 16-byte piece pc of stage tokens tok0, tok0 + kStep, ...
-// (kCount of them, kCount * kStep tokens in the stage), i.e. of document rows n0 + tok (drb bytes apart from
-// dbase), to PieceOffset<kRegion>(pc, tok) of the stage at st; rows at or past ld and pieces past the dimension
-// as zeros. A whole stage (the common case) takes a path without predicates: kStep is a multiple of 8, so the
-// swizzle phase tok % 8 is the same for all of a thread's tokens and token tok0 + kStep * i lands
-// 128 * kStep * i bytes after token tok0: each copy is one cp.async with an immediate shared-memory offset and a
-// strided source. (The general path's per-copy index, predicate and swizzle arithmetic made the producer
-// warpgroup issue ~1000 instructions per 64 KB stage: visual 0.432-0.449 ms against 0.404-0.408 with this path,
-// H100, same runs.)
-template <uint32_t kRegion, int kCount, int kStep>
-__device__ __forceinline__ void CopyStagePieces(uint32_t st, int pc, int tok0, bool pc_in_dim, const uint8_t* dbase,
-                                                uint64_t drb, uint64_t n0, uint64_t ld) {
-  static_assert(kStep % 8 == 0, "a thread's tokens must share the swizzle phase");
-  if (pc_in_dim && n0 + kCount * kStep <= ld) {
-    const uint32_t dst = st + PieceOffset<kRegion>(pc, tok0);
-    const uint8_t* src = dbase + (n0 + tok0) * drb + pc * 16;
-#pragma unroll 8
-    for (int i = 0; i < kCount; ++i) CpAsync16(dst + 128u * kStep * i, src + i * kStep * drb, true);
-  } else {
-#pragma unroll 8
-    for (int i = 0; i < kCount; ++i) {
-      const int tok = tok0 + kStep * i;
-      const uint64_t n = n0 + tok;
-      const bool pred = pc_in_dim && n < ld;
-      CpAsync16(st + PieceOffset<kRegion>(pc, tok), dbase + (pred ? n * drb + pc * 16 : 0), pred);
-    }
-  }
-}
-
 // D (64 x N f32: this thread's N/2 values) = A (registers, 4 x 32 bits) x B (shared-memory descriptor) + D,
 // or A x B when sd == 0. TY: the 16-bit input type's PTX name. The operand lists are spelled out because inline
 // asm takes no arrays.

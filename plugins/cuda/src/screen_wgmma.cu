@@ -206,8 +206,8 @@ __global__ void __launch_bounds__(kSwThreads, 1)
   __syncthreads();
   const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t sbase = (sraw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
-  // Producer (StageCursor): thread tid moves 16-byte pieces tid + 512 i (token e / 8, piece e % 8) of each
-  // stage; a warp copies 4 whole 128-byte code rows per instruction. Piece pc of token tok sits at chunk
+  // Producer (StageCursor, CopyStagePieces): thread tid moves 16-byte piece tid % 8 of tokens tid / 8 + 64 i of
+  // each stage; a warp copies 4 whole 128-byte code rows per instruction. Piece pc of token tok sits at chunk
   // pc ^ (tok % 8).
   StageCursor<kSwTokens> cur(a, c0, cpg, grp, r0b);
   RingPos produced;
@@ -216,30 +216,10 @@ __global__ void __launch_bounds__(kSwThreads, 1)
     const uint32_t s = produced.slot;
     if (produced.lapped) MbarWait(empty0 + 8 * s, produced.phase ^ 1);
     const uint32_t st = sbase + s * kSwStageBytes;
-    const int8_t* dbase = a.d.dscodes + cur.db * kSwCodeBytes;
-    constexpr int kCopies = kSwTokens * 8 / kSwThreads, kTokStep = kSwThreads / 8;
-    static_assert(kTokStep % 8 == 0, "a thread's tokens must share the swizzle phase");
-    const int tok0 = tid >> 3, pc = tid & 7;
-    const uint64_t n0 = cur.tile * kSwTokens + tok0;
-    if (cur.tile * kSwTokens + kSwTokens <= cur.ld) {
-      // A whole stage: token tok0 + kTokStep * i is kTokStep * i rows further in both places (as in exact_wgmma.cu's
-      // CopyStagePieces), so no per-copy predicate or swizzle arithmetic.
-      const uint32_t dst = st + tok0 * kSwCodeBytes + ((pc ^ (tok0 & 7)) << 4);
-      const int8_t* src = dbase + n0 * kSwCodeBytes + pc * 16;
-#pragma unroll
-      for (int i = 0; i < kCopies; ++i) {
-        CpAsync16(dst + kTokStep * kSwCodeBytes * i, src + kTokStep * kSwCodeBytes * i, true);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < kCopies; ++i) {
-        const int tok = tok0 + kTokStep * i;
-        const uint64_t n = n0 + kTokStep * i;
-        const bool pred = n < cur.ld;
-        CpAsync16(st + tok * kSwCodeBytes + ((pc ^ (tok & 7)) << 4), dbase + (pred ? n * kSwCodeBytes + pc * 16 : 0),
-                  pred);
-      }
-    }
+    // Code rows are 128 bytes: pieces 0..7 of one k region (kRegion is never reached), no piece past the row.
+    CopyStagePieces<kSwStageBytes, kSwTokens * 8 / kSwThreads, kSwThreads / 8>(
+        st, tid & 7, tid >> 3, true, reinterpret_cast<const uint8_t*>(a.d.dscodes + cur.db * kSwCodeBytes),
+        kSwCodeBytes, cur.tile * kSwTokens, cur.ld);
     MbarArriveCopies(full0 + 8 * s);
     produced.Advance(S);
     cur.Advance(a);
