@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // In-run baselines for the MaxSim benchmarks: the same scores computed by naive loops, by OpenBLAS sgemm +
 // row max, and by oneDNN matmul + row max, reading the very same document rows as the library (the originals
 // region of the packed corpus).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cpu_bench: the libmaxsim CPU benchmarks (Google Benchmark). docs/benchmarks.md explains every figure and
 // holds the measured tables; scripts/bench-table.py renders the JSON output as markdown.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Peak loops. Each runs independent dependency chains (more chains than latency x ports) of one instruction
 // sequence, so that the loop is bound by instruction throughput alone. Intrinsics with per-function target
 // attributes (no global -m flags); the empty asm statements stop the compiler from hoisting loop-invariant

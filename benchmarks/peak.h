@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Machine-peak microbenchmarks: f32 FMA throughput and int8 multiply-add throughput per ISA, measured in the
 // same process as the MaxSim benchmarks so that every figure can be read as a % of what this core (at this
 // clock, on this day) can do.

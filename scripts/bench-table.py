@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Renders cpu_bench JSON output (Google Benchmark --benchmark_out) as markdown tables.
 
     python3 scripts/bench-table.py out.json [more.json ...]           full tables

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job on an embedded default: installs what is missing, builds the library and the `maxsim` tool, and
 # runs `maxsim demo` (a deterministic synthetic ColBERT-like corpus: packed, searched in exact and certified
 # mode, timed, the certified result checked against exact). Extra arguments go to `maxsim demo`

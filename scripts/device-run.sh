@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The one command for the device machine (NVIDIA H100 + Intel Sapphire Rapids CPU). From this machine:
 #   bash scripts/make-carry.sh                         # once: .carry/ with what the device lacks
 #   device run: command "bash scripts/device-run.sh [section ...]", carry [".carry"]

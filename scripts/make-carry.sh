@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds .carry/ (git-ignored): what the device machine lacks, copied from this machine's Debian packages,
 # for `run(carry=[".carry"])`. The device has g++ 13, nvcc, CMake, ninja and PyTorch but no Debian -dev
 # packages and no network.

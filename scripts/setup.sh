@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs what libmaxsim needs to build and test on Debian 12 (bookworm). Idempotent: when everything is
 # present it only asks dpkg and exits in well under a second.
 #   scripts/setup.sh            core build + tests (g++, Highway, oneDNN, OpenMP, GoogleTest, Benchmark, OpenBLAS)

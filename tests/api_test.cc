@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The public API: operations and their layouts (matrix, pairs, candidates, top-k) agree with each other and
 // with the reference; conventions (empty sets, masks, ties); thread-count invariance for every mode; context
 // options and the environment; and bad input giving a status and a message, never a crash.

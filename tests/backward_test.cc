@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU training backward (the reference the GPU plugin is tested against): float64 gradients from the same
 // argmax, a finite-difference check of the forward, every layout, masks, determinism across thread counts, and
 // argument errors.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // End-to-end tests of the `maxsim` command-line tool: the real binary is run as a child process, its output
 // parsed and compared with the library's own top-k computed here; every documented error is provoked and must
 // give a non-zero exit code and a message naming the problem. Also direct tests of the strict .npy reader.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end tests of the `maxsim` tool (lib/cli): included from tests/CMakeLists.txt.
 if(TARGET maxsim_cli)
   add_executable(maxsim_cli_tests cli_test.cc)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The real CUDA plugin as the host sees it, on any machine (CI has no GPU): it was built, exports exactly one
 // symbol, speaks this library's ABI, loads, and its probe says whether it can run here and why. Without a
 // usable GPU (no driver: cudaGetDeviceCount returns 35) the library falls back to the CPU with the same results

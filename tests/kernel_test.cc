@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every kernel in the kernel list, on every input shape the issue names, against the float64 reference; and
 // the two exactness contracts: certified == exact bit for bit, and exact results identical across kernels.
 #include <gtest/gtest.h>

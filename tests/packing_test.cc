@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The packer: byte-for-byte against the independent reference packer (output pre-filled with a sentinel so an
 // unwritten byte shows), every Highway target against the scalar definition, rejection of bad values with
 // nothing written, masks, dtypes, ids, threads, save/load round trips, and a buffer larger than 4 GiB.

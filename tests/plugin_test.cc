@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The plugin host, proved with the CPU-implemented test plugin (tests/plugins/test_plugin.cc) built in working
 // and broken variants into one folder, plus a file that is not a shared library at all.
 #include <gtest/gtest.h>

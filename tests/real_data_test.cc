@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Real ColBERTv2 embeddings (../shared/data/colbert-nanofiqa: 5 queries x 32 tokens, 35 documents, d = 128).
 // Skipped, with a message, where the shared folder is absent (a user's clone).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test data and the float64 reference every kernel and backend is checked against.
 #ifndef MAXSIM_TESTS_TEST_UTIL_H_
 #define MAXSIM_TESTS_TEST_UTIL_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The corruption suite: every header field mutated (with and without resealing the checksums, so each check is
 // reached on its own), truncation and extension, huge counts, misaligned region offsets, corrupted offsets,
 // codes, metadata and originals, and deep validation of consistent-looking lies. Every case must be rejected with

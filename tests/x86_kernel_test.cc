@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for the x86 SIMD kernels (lib/src/kernels/x86/) beyond the generic kernel suite (kernel_test.cc):
 // cross-kernel bit identity on 16-bit inputs and on every tile/remainder shape, identical candidate sets
 // (counters) and approximate choices across kernels, the vdpbf16ps path (taken where it applies, identical to

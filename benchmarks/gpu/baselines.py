@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """In-run baselines for the GPU benchmark (device machine, PyTorch): the cuBLAS bf16 matrix-product rate, the
 device-to-device copy bandwidth, and the naive PyTorch MaxSim at fp32 accumulation for every benchmark shape:
 

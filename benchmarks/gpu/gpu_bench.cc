@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU benchmark of the CUDA plugin (device machine: scripts/device/gpu-bench.sh).
 //
 // Each shape is packed once (bf16 originals + int8 codes, the library's packer), uploaded as a device-resident

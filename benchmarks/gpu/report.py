@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Joins gpu_bench.json (libmaxsim CUDA plugin) and baselines.json (cuBLAS, copy bandwidth, naive PyTorch) into
 the one table the issue asks for: ms, TFLOP/s (TOP/s for int8 screening), GB/s, % of the in-run cuBLAS bf16
 rate and of the in-run copy bandwidth, speed-up over the naive baseline, and the target.

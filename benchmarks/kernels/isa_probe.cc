@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // isa_probe: what the x86 kernels assume about the machine, measured on it (one core).
 //   1. Peaks of the instruction sequences the kernels are built on (independent chains, registers only):
 //      f32 FMA (ymm, zmm), the AVX2 sign-trick i8 sequence, vpdpbusd, vdpbf16ps, AMX tdpbssd / tdpbf16ps.

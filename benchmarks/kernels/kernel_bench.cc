@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kernel_bench: a small driver for kernel development (not the project's benchmark program, which is
 // benchmarks/cpu_bench). Times one (kernel, mode, dtype, shape, threads) combination through the public API on
 // packed documents and prints one line per combination:

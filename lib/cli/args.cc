@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Command-line parsing, help text, shared options and the context they describe.
 #include <cerrno>
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared pieces of the `maxsim` command-line tool: option parsing, errors, progress display, input loading,
 // the synthetic ColBERT-like corpus used by `demo` and `bench`, and a naive reference scorer.
 //

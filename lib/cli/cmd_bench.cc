@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `maxsim bench`: a quick throughput table for the canonical ColBERT shape (d = 128, one query of 32 tokens
 // against 1000 documents of 180 and of 300 tokens), per mode with the selected kernel, as ratios to naive
 // loops. The full benchmark suite (every kernel, BLAS/oneDNN baselines, % of peak) is benchmarks/.

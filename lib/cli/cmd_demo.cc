@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `maxsim demo`: the embedded default. A deterministic synthetic ColBERT-like corpus is generated, packed,
 // scored in every mode (full score matrix and top-k), timed, and certified is checked against exact: every
 // score bit-identical and every top-k ranking identical, or the command fails with exit code 3.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `maxsim info`: what this machine runs and why.
 #include <cstdio>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `maxsim pack`: .npy token vectors + offsets [+ ids] -> a validated packed file.
 #include <algorithm>
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `maxsim search`: top-k documents of a packed corpus for each query set of a .npy batch.
 #include <algorithm>
 #include <cmath>

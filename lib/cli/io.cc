@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading the tool's input files: token matrices, offsets and ids, with messages that say how to fix them.
 #include <cerrno>
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `maxsim` command-line tool: info, pack, search, demo, bench. docs/cli.md shows each with real output.
 #include <cstdio>
 #include <cstring>

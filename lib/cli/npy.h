@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A strict reader/writer for NumPy .npy files (format versions 1.0, 2.0, 3.0) holding plain little-endian
 // numeric arrays. Pickled/object arrays, structured dtypes, Fortran order, big-endian data, malformed headers
 // and sizes that do not match the file are rejected with a message saying what is wrong.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The synthetic ColBERT-like corpus of `demo` and `bench`, and the naive baseline scorer.
 #include <algorithm>
 #include <cmath>

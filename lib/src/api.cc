@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C API: argument checks, routing between the CPU engine and a plugin, and the conversion of internal
 // Status values and C++ exceptions into status codes + the thread-local message. Nothing escapes as an
 // exception and nothing is printed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The object behind maxsim_context: the chosen CPU kernel and thread count, the plugin host, the backend
 // choice, and the cache of corpora uploaded to a plugin's device.
 #ifndef MAXSIM_SRC_CONTEXT_H_

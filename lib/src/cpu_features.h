@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Run-time CPU feature detection. x86: CPUID + XGETBV (the OS must enable the register state, not just the
 // CPU support it) + the AMX tile-data permission (arch_prctl), requested once at first detection. aarch64:
 // getauxval.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checked view of a maxsim_dense_sets from the caller.
 #ifndef MAXSIM_SRC_DENSE_H_
 #define MAXSIM_SRC_DENSE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU scoring engine: validates inputs, prepares queries, materialises documents, runs the selected
 // kernel over (query, document block) tasks with OpenMP, and turns per-token maxima into scores.
 #ifndef MAXSIM_SRC_ENGINE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Packed files: save (write to a temporary name, then rename) and load (read-only mmap, then validate).
 #ifndef MAXSIM_SRC_FILE_IO_H_
 #define MAXSIM_SRC_FILE_IO_H_

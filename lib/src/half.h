@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scalar conversions between f32 and the 16-bit formats. f16/bf16 -> f32 is exact; f32 -> f16/bf16 rounds
 // to nearest even (used by tests and tools to make 16-bit inputs; the library itself only widens).
 #ifndef MAXSIM_SRC_HALF_H_

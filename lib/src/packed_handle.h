@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The object behind the public opaque maxsim_packed handle.
 #ifndef MAXSIM_SRC_PACKED_HANDLE_H_
 #define MAXSIM_SRC_PACKED_HANDLE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Finds, loads and vets backend plugins (see maxsim/plugin.h for the ABI).
 #ifndef MAXSIM_SRC_PLUGIN_HOST_H_
 #define MAXSIM_SRC_PLUGIN_HOST_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal error type. Every internal function that can fail returns a Status; the C API turns it into a
 // maxsim_status plus the thread-local last-error message. Nothing inside the library prints or aborts.
 #ifndef MAXSIM_SRC_STATUS_H_

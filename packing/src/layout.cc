@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Region arithmetic and the checksum of the packed format.
 #include <cstring>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal interface of the packed format: layout arithmetic, checksum, quantisation, validation, views.
 #ifndef MAXSIM_PACKING_PACKED_H_
 #define MAXSIM_PACKING_PACKED_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The packer: dense row-major f32/f16/bf16 sets (+ optional mask and ids) -> canonical packed buffer.
 // Two passes over chunks of rows, threaded with OpenMP:
 //   1. analyse every vector (finite? norm <= 1e19?) into a small side array; on any rejection return the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #ifndef MAXSIM_PACKING_PACKER_H_
 #define MAXSIM_PACKING_PACKER_H_
 

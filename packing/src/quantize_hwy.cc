@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Vectorised quantisation (Highway, one source compiled per target, chosen at run time). Reproduces
 // quantize_ref.cc bit for bit: the order-sensitive double sums use the same 8 lanes (lane = k mod 8) whatever
 // the vector width, by keeping 8 / N accumulators of N double lanes; everything else is order-independent.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The canonical quantisation, written as plainly as possible. It is the definition the vectorised packer
 // (quantize_hwy.cc) must reproduce bit for bit, and the reference the packer tests compare against.
 //

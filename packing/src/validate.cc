@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Validation of packed buffers from outside. Order: header fields (each checked before anything derived from
 // it is used), header checksum, region table against the layout recomputed with overflow checks, offsets, then
 // (STANDARD) the payload checksum and every record, code and original, then (DEEP) a re-quantisation.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 set -euo pipefail
 source scripts/device/env.sh
 { lscpu; echo; nvidia-smi || true; nvcc --version || true; g++ --version | head -1; cmake --version | head -1; } > "$OUT/machine.txt" 2>&1

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 set -euo pipefail
 source scripts/device/env.sh
 "$BUILD/lib/cli/maxsim" info > "$OUT/maxsim-info.txt" 2>&1 || true

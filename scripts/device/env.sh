@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by device-run.sh and by every section: where the carried prerequisites are.
 C=$PWD/.carry
 if [ ! -d "$C/prefix" ]; then

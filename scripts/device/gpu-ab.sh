@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # A/B timing of the GPU benchmark (device machine): the revision in .carry/base-src (made by
 # `MAXSIM_BASE_REV=<rev> bash scripts/make-carry.sh`) against the working tree, on the issue's exact shapes.
 # The two gpu_bench binaries run alternately, one process per run (MAXSIM_AB_ROUNDS rounds, default 3), so

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # GPU benchmarks (device machine): libmaxsim's CUDA plugin on the shapes (bf16, median of CUDA-event-
 # timed calls after warm-up), with in-run baselines (cuBLAS bf16 rate, device copy bandwidth, naive PyTorch
 # einsum + amax + sum at fp32), one Nsight Compute speed-of-light profile of the main kernels, and one table.

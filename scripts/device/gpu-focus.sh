@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # A focused GPU iteration (device machine): builds the plugin, the GPU suite and the GPU benchmark, runs the GPU
 # tests matching GPU_TEST_FILTER (gtest filter, default every test) and the benchmark's GPU_SHAPES (default
 # visual q128), without the baselines and profiles of gpu-bench. For development rounds; gpu-tests and gpu-bench

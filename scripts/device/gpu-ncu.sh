@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # A full Nsight Compute profile of one kernel of one benchmark shape (device machine), for the "what the profile
 # shows" of docs/cuda.md: NCU_SHAPE (default visual), NCU_KERNEL (a regex, default ExactWgmma), NCU_SKIP (launches
 # of that kernel skipped first: warm-up, default 3), NCU_COUNT (launches profiled, default 1). Keeps the report, its details page, and the SASS lines with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # x86 kernels (issue 3) on the device CPU, self-contained: its own build (no CUDA, so it does not depend on
 # the plugin building), instruction peaks and semantics (isa_probe), the whole test suite but the 4 GiB
 # buffer test, kernel_bench (canonical shapes on one pinned core with top-k, Lq=Ld=1024, bf16, thread

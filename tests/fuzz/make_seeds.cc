@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes a seed corpus for the fuzzers: small valid packed buffers (several dims, dtypes, with and without ids,
 // empty sets) prefixed by the fuzz target's control byte, and small .npy files.
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: arbitrary bytes as a .npy file. The parser must reject or accept without crashing, and an
 // accepted array's data must be exactly as large as its shape and dtype say.
 #include <cstdint>

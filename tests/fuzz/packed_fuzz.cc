@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: arbitrary bytes as a packed buffer. Validation must reject or accept without crashing; an
 // accepted buffer is scored (exact, certified, approximate, top-k) against a fixed query, and certified must
 // equal exact bit for bit. If the first byte is odd the checksums are recomputed first, so that mutations reach

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU conformance suite for the CUDA plugin (run on the device machine by scripts/device/gpu-tests.sh; not part
 // of the CPU CI, which has no GPU). Every GPU operation is checked against the CPU float64 reference
 // (tests/test_util.cc: the f32 error bound of every similarity, argmax up to true near-ties) and, for the

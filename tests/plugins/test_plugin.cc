@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A CPU-implemented plugin that proves the plugin host. Built several times with TEST_PLUGIN_VARIANT:
 //   0 "testcpu"             works: reads the packed format, scores with the canonical FMA chain (so its exact
 //                           results equal the CPU engine's bit for bit), training forward/backward on "device"

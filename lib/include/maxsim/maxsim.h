@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libmaxsim: exact late-interaction (MaxSim) scoring. Stable C API.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Thin header-only C++17 wrapper over the C API (maxsim.h): owning handles (RAII), exceptions instead of
 // status codes, and span-like views. Everything here is inline and calls only the stable C ABI.
 //

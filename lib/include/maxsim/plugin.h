@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libmaxsim plugin ABI (GPU and other accelerator backends loaded with dlopen).
  *

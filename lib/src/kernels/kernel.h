@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The contract between the scoring engine and the CPU kernels.
 //
 // A kernel scores one prepared query set against one document set and returns, for every query token, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Portable kernel body: plain C++ written so that a compiler auto-vectorises it across query tokens (16 lanes,
 // 4 document rows per tile). Included twice: by portable_baseline.cc (no ISA assumption) and by
 // portable_x86v3.cc (compiled for AVX2+FMA), each inside its own namespace MAXSIM_PORTABLE_NS so that the two

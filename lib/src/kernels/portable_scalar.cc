@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The "scalar" kernel: portable C++ with no ISA assumption (the fallback on any CPU).
 #include <cmath>
 #include <cstring>

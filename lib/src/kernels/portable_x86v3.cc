@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The "autovec-avx2" kernel: the portable body compiled for x86-64-v3 (AVX2 + FMA + F16C) and left to the
 // compiler's auto-vectoriser. All headers are included before the target pragma (see portable-inl.h).
 #include <cmath>

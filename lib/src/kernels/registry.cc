@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Expands kernels/kernel_list.inc into the kernel table and answers "can this machine run kernel k?".
 #include "cpu_features.h"
 #include "kernels/kernel.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Certified i8 screening: the error bound every screened kernel uses to decide which document tokens must be
 // refined with the originals. docs/semantics.md derives it; in short, with v = s v8 + e for every vector,
 //

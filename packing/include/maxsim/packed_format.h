@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libmaxsim packed buffer format, version 1 (layout "canonical").
  *

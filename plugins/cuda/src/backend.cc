@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of the CUDA plugin: device discovery, device-resident and streamed corpora, the choice of kernel
 // for each call, chunking (bounded scratch whatever the corpus size), and the training calls. Every CUDA call
 // is checked; failures come back as a Status (out of memory -> MAXSIM_ERR_OUT_OF_MEMORY, everything else

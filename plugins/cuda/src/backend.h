@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA plugin's backend object and its operations (host code). plugin_entry.cc wraps these into the C
 // plugin ABI (maxsim/plugin.h); the GPU benchmark links them directly to time device-resident work.
 #ifndef MAXSIM_PLUGINS_CUDA_BACKEND_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Training backward from the forward's argmax (dot metric):
 //   grad_Q[i, s]  = sum over pairs (i, j) of g[i, j] * D[j, argmax[i, j, s]]    (gather: one warp per query row,
 //                   pairs in order, f32 FMA: deterministic)

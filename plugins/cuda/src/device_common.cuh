@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device helpers shared by the kernels: tensor-core fragments, the fixed k order, (value, index) keys.
 #ifndef MAXSIM_PLUGINS_CUDA_DEVICE_COMMON_CUH_
 #define MAXSIM_PLUGINS_CUDA_DEVICE_COMMON_CUH_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exact forward kernels.
 //
 // ExactTcKernel (16-bit originals, tensor cores): one warp per (pair, group of 16*MT query rows). The warp holds

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hopper (sm_90a) exact forward for long queries: wgmma with the query stationary in registers.
 //
 // ExactWgmmaKernel: persistent blocks of WGS warpgroups; a block owns one row group (WGS x QS x 64 query rows)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-row results of the forward kernels: the running best and how a warp writes its rows.
 #ifndef MAXSIM_PLUGINS_CUDA_FORWARD_COMMON_CUH_
 #define MAXSIM_PLUGINS_CUDA_FORWARD_COMMON_CUH_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal interface between the CUDA plugin's host code (backend.cu) and its kernels (*.cu). Plain structs
 // passed by value to kernels; every pointer in them is device memory unless its comment says otherwise.
 //

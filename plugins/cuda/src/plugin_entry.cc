@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA plugin's one exported symbol: maxsim_plugin_entry() returns the ABI table (maxsim/plugin.h).
 // Everything else in the shared library is hidden (-fvisibility=hidden plus a linker version script, which
 // also hides the statically linked CUDA runtime). No function here throws, prints or aborts: C++ exceptions

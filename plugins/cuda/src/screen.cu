@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Certified i8 screening and the approximate mode on int8 tensor cores (mma.sync m16n8k32, exact s32 dots).
 //
 // Two kernels share the per-tile work (ScreenWarp): ScreenKernel, one warp per (pair, group of 16*MT query rows)

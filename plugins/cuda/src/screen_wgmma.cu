@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Certified screening for long queries on Hopper (sm_90a): int8 wgmma over per-document-scale codes, candidates
 // chosen in the integer domain, then exact refinement in a second kernel. Same results as the exact kernels, bit
 // for bit (CERTIFIED == EXACT).

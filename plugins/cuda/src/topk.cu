@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Streaming top-k on the device: the corpus is scored in chunks of documents and each chunk's scores are
 // merged into a running list of k keys per query (one block per query: an exact radix select of the k-th
 // largest 64-bit key over the running list and the chunk, up to 8 passes of 8 bits, then a compaction). Keys are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hopper (sm_90a) building blocks shared by the wgmma kernels (exact_wgmma.cu: exact forward; screen_wgmma.cu:
 // certified int8 screening): shared-memory descriptors, wgmma fences and groups, mbarriers, and the persistent
 // grid. The device helpers exist only in the sm_90a compilation pass (MAXSIM_HAVE_WGMMA); kernels that use them

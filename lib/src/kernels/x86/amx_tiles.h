@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AMX tile configuration shared by the amx kernel (screen_amx.cc) and the isa_probe benchmark.
 //
 // Why our own ldtilecfg: GCC 12's _tile_loadconfig is `asm volatile("ldtilecfg %X0" :: "m"(*(const void**)cfg))`,

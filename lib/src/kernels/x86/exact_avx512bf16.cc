@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel "avx512-bf16": the "avx512-vnni" kernel plus vdpbf16ps for the exact path on bf16 inputs.
 //
 // Instruction: vdpbf16ps zmm (16 f32 lanes; each lane accumulates the two products of one pair of bf16 values),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exact MaxSim on x86, written once with Highway and compiled for AVX2 (8 f32 lanes) and AVX3 = AVX-512
 // (16 lanes). The kernel registry calls one target explicitly (N_AVX2 / N_AVX3 below) instead of
 // HWY_DYNAMIC_DISPATCH, because the kernel list is the one dispatcher: MAXSIM_ISA=avx2 on an AVX-512 machine

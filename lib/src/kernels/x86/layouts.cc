@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Query layouts shared by the x86 screening kernels (x86_kernels.h). Baseline ISA: this runs once per query
 // set and call, not per document.
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel "amx": the "avx512-bf16" exact path, i8 screening with AMX-INT8 tiles.
 //
 // Instructions: ldtilecfg once per (query, document) call (palette 1: eight tiles of 16 rows x 64 bytes),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel "avx2": exact path from exact_hwy.cc (Highway AVX2 target), i8 screening with hand-written AVX2.
 //
 // The integer dot I = sum_k q_k d_k of one query token and one document row, 4 codes (a "k-group") at a time,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel "avx512-vnni": exact path from exact_hwy.cc (Highway AVX3 target), i8 screening with AVX-512 VNNI.
 //
 // Instructions: vpdpbusd zmm (16 lanes x 4 byte products, accumulated in i32 without saturation) with the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel "avx-vnni": exact path from exact_hwy.cc (Highway AVX2 target), i8 screening with AVX-VNNI, the VEX
 // encoding of vpdpbusd on ymm registers (Alder Lake and later Intel client cores, which have no AVX-512;
 // Sapphire Rapids; AMD Zen 5). On a CPU with AVX-512 VNNI the "avx512-vnni" kernel ranks higher.

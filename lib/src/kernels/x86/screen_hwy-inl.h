@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Certified / approximate screening after the i8 phase, written once with Highway and compiled (through
 // exact_hwy.cc, which includes this file per target) for AVX2 (W = 8 lanes) and AVX3 (W = 16). The
 // ISA-specific i8 phase (screen_avx2.cc, screen_avx512vnni.cc, screen_amx.cc) is called through

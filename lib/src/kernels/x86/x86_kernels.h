@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal interfaces between the x86 kernel files (lib/src/kernels/x86/). Each file is compiled for one ISA
 // with per-function target attributes (or Highway's per-target namespaces), never with global -m flags, so a
 // function from here may only be called after the kernel registry has checked the CPU features it needs.
