@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The one command for the device machine (NVIDIA H100 + Intel Sapphire Rapids CPU). From this machine:
-#   bash scripts/make-carry.sh                         # once: .carry/ with what the device lacks
-#   device run: command "bash scripts/device-run.sh [section ...]", carry [".carry"]
+# The GPU (and AVX-512/AMX CPU) tests and benchmarks, on a machine with an NVIDIA GPU (written for an H100 with
+# a Sapphire Rapids-class CPU). Prepare on a machine with the project's Debian packages, run on the GPU machine:
+#   bash scripts/make-carry.sh                         # once: .carry/ with the prerequisites
+#   bash scripts/device-run.sh [section ...]           # on the GPU machine, .carry/ beside the checkout
 # Sections (default: all, in this order), each a file scripts/device/<section>.sh:
 #   build       configure + build everything (library, tests, benchmarks, CUDA plugin) with g++ 13 / nvcc
-#   cpu-tests   the whole CTest suite on the device CPU (every kernel the CPU supports: AVX-512, VNNI, AMX)
+#   cpu-tests   the whole CTest suite on that machine's CPU (every kernel the CPU supports: AVX-512, VNNI, AMX)
 #   cpu-bench   CPU benchmarks (1/4/16 threads) with in-run baselines
 #   gpu-tests   the GPU conformance suite against the CPU reference (+ compute-sanitizer on a small case)
 #   gpu-bench   GPU benchmarks against in-run cuBLAS / copy-bandwidth / PyTorch baselines
@@ -13,8 +14,8 @@
 #   gpu-ncu     a full Nsight Compute profile of one kernel on one shape (NCU_SHAPE, NCU_KERNEL)
 #   gpu-ab      the GPU benchmark of .carry/base-src (MAXSIM_BASE_REV=<rev> make-carry.sh) against this tree
 #   x86-kernels the x86 kernel developers' section: kernel_bench per kernel, top-k pruning, pinned thread scaling
-# Full logs and JSON go under $OUT, bundled section by section into $OUT/results.tar.gz (the device tool returns
-# at most 8 files); the summaries of all sections are printed last and kept in $OUT/summary.txt.
+# Full logs and JSON go under $OUT, bundled section by section into $OUT/results.tar.gz (a remote runner may
+# return only a few files); the summaries of all sections are printed last and kept in $OUT/summary.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-$PWD/out}
@@ -22,8 +23,8 @@ mkdir -p "$OUT"
 source scripts/device/env.sh
 sections=("$@")
 [ ${#sections[@]} -eq 0 ] && sections=(build cpu-tests cpu-bench gpu-tests gpu-bench)
-# The device tool returns at most 8 files, and only what is under $OUT when the call ends, also when it runs past
-# its time limit. So after every section its files go into one archive, $OUT/results.tar (summary-*.txt stay
+# A remote runner may return only a few files, and only what is under $OUT when the call ends, also when it runs
+# past its time limit. So after every section its files go into one archive, $OUT/results.tar (summary-*.txt stay
 # until the end), and the summaries so far are rewritten to $OUT/summary.txt: a call cut off mid-way still
 # returns the finished sections whole.
 bundle() {

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Builds .carry/ (git-ignored): what the device machine lacks, copied from this machine's Debian packages,
-# for `run(carry=[".carry"])`. The device has g++ 13, nvcc, CMake, ninja and PyTorch but no Debian -dev
-# packages and no network.
+# Builds .carry/ (git-ignored): the prerequisites that a machine with an NVIDIA GPU may lack, copied from this
+# machine's Debian packages, to be copied beside the checkout there. scripts/device-run.sh expects that machine
+# to have g++ 13, nvcc, CMake, ninja and PyTorch, and needs neither Debian -dev packages nor network access.
 #   .carry/prefix/   Highway, GoogleTest, Google Benchmark headers + libraries + CMake configs (CMAKE_PREFIX_PATH)
 #   .carry/blas.tar.xz  oneDNN + OpenBLAS shared libraries and their runtime deps (benchmark baselines)
 #   .carry/include-blas/ their headers
 #   .carry/shared/   the real ColBERT embeddings from ../shared/data
-#   .carry/base-src/ only with MAXSIM_BASE_REV=<git rev>: that revision's sources, for the device section gpu-ab
+#   .carry/base-src/ only with MAXSIM_BASE_REV=<git rev>: that revision's sources, for the section gpu-ab
 #                    (the GPU benchmark of that revision against the working tree's, alternating, one process
 #                    per run)
 #   .carry/prebuilt.tar.xz  only with MAXSIM_PREBUILT=<build dir>: that tree's GPU binaries (plugin, library, CLI,
 #                    GPU suite, GPU benchmark), which the GPU sections then run instead of building (env.sh
-#                    gpu_build). For development rounds: configure the tree with -DMAXSIM_CUDA=ON
+#                    gpu_build). To iterate quickly: configure the tree with -DMAXSIM_CUDA=ON
 #                    -DCMAKE_CUDA_ARCHITECTURES=90a-real (one architecture keeps the archive small, ~10 MB) and
 #                    build those targets first; without the variable any earlier archive is removed.
 # Idempotent; about 40 s the first time (xz), instant afterwards.

@@ -4,7 +4,7 @@
 // usable GPU (no driver: cudaGetDeviceCount returns 35) the library falls back to the CPU with the same results
 // as a CPU-only context, MAXSIM_BACKEND=cuda is an error naming the reason, and device-memory inputs are
 // refused with a clear message. On a machine with a GPU the same tests check the available branch instead.
-// The GPU conformance suite proper is tests/gpu/ (run on the device machine by scripts/device/gpu-tests.sh).
+// The GPU conformance suite proper is tests/gpu/ (run on a machine with an NVIDIA GPU by scripts/device/gpu-tests.sh).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""In-run baselines for the GPU benchmark (device machine, PyTorch): the cuBLAS bf16 matrix-product rate, the
+"""In-run baselines for the GPU benchmark (a machine with an NVIDIA GPU, PyTorch): the cuBLAS bf16 matrix-product rate, the
 device-to-device copy bandwidth, and the naive PyTorch MaxSim at fp32 accumulation for every benchmark shape:
 
     S = einsum('qsh,nth->qnst', Q32, D32)      # the full [Nq, Nd, Lq, Ld] tensor, fp32 (TF32 off)

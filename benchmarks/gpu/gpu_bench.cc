@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// GPU benchmark of the CUDA plugin (device machine: scripts/device/gpu-bench.sh).
+// GPU benchmark of the CUDA plugin (a machine with an NVIDIA GPU: scripts/device/gpu-bench.sh).
 //
 // Each shape is packed once (bf16 originals + int8 codes, the library's packer), uploaded as a device-resident
 // corpus, and scored by queries already on the device; every call is timed with CUDA events around exactly
@@ -7,7 +7,7 @@
 // is reported. Shapes whose corpus fits in L2 several times over rotate among copies so that repeated calls
 // do not measure the cache. Also measured in the same run: device-to-device copy bandwidth (bytes read +
 // written), and the end-to-end latency of the public call (host queries in, host scores out) for one shape.
-// cuBLAS and the naive PyTorch baseline are measured by baselines.py in the same device session; report.py
+// cuBLAS and the naive PyTorch baseline are measured by baselines.py in the same run; report.py
 // joins everything into one table.
 //
 // Data: unit-norm Gaussian token vectors (ColBERT-like norms; certified candidate sets of ~2 tokens).

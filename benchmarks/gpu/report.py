@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Joins gpu_bench.json (libmaxsim CUDA plugin) and baselines.json (cuBLAS, copy bandwidth, naive PyTorch) into
-the one table the issue asks for: ms, TFLOP/s (TOP/s for int8 screening), GB/s, % of the in-run cuBLAS bf16
+one table: ms, TFLOP/s (TOP/s for int8 screening), GB/s, % of the in-run cuBLAS bf16
 rate and of the in-run copy bandwidth, speed-up over the naive baseline, and the target.
 
 GB/s counts the fewest bytes the mode must move (exact: bf16 originals; certified/approximate: int8 codes +
@@ -10,7 +10,7 @@ GB/s counts the fewest bytes the mode must move (exact: bf16 originals; certifie
 import json
 import sys
 
-TARGETS = {  # (shape, mode) -> target ms (issue 4)
+TARGETS = {  # (shape, mode) -> the project's target ms on an H100
     ("textual-1k", "exact"): 0.06,
     ("textual-10k", "exact"): 0.28,
     ("textual-10k", "certified"): 0.16,

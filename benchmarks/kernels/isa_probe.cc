@@ -168,7 +168,7 @@ TGT_AMX double PeakAmx(bool bf16) {
 // epilogue of 64 key vectors (vcvtdq2ps, vmulps by the row scale, vmaxps; the loads read the other 2 KB half
 // of the previous block's stores, as the kernel does). Timed three ways: tiles only, epilogue only (on the same
 // buffers), both; prints microseconds per document. If the two overlapped, "both" would be near the larger
-// of the other two. On a Sapphire Rapids-class core it is 98-99% of their sum (docs/kernels.md, session 7): the
+// of the other two. On a Sapphire Rapids-class core it is close to their sum (docs/kernels.md): the
 // epilogue's instruction count adds to the tile time, which is why the amx kernel keeps it minimal.
 struct AmxOverlap {
   double tiles_us, epilogue_us, both_us;

@@ -4,7 +4,7 @@
 // packed documents and prints one line per combination:
 //   kernel mode dtype Lq Ld Nd dim threads  best_us  docs/s  GSO/s  refined/qtok  multi/qtok
 // GSO/s counts 2*Lq*Ld*dim operations per (query, document) pair. The best of `reps` calls is reported (the
-// development machine is shared, so the minimum is the least disturbed figure).
+// on a shared machine the minimum is the least disturbed figure).
 //
 // usage: kernel_bench [--kernels a,b] [--modes exact,certified,approximate] [--dtypes f32,bf16,f16]
 //                     [--shapes Lq:Ld:Nd:dim,...] [--threads 1,2] [--reps N] [--data DIR] [--topk K]

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# Section of scripts/device-run.sh: the CPU benchmarks on the device host (Sapphire Rapids-class CPU), with 1, 4
+# Section of scripts/device-run.sh: the CPU benchmarks on the GPU machine's CPU (Sapphire Rapids-class), with 1, 4
 # and 16 threads, every kernel the CPU supports, and the in-run baselines (naive loops, OpenBLAS, oneDNN, FMA
 # and int8 peaks). Writes under $OUT:
 #   cpu-bench-t<T>.json / .txt   Google Benchmark JSON and console output per thread count

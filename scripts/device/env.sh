@@ -22,8 +22,8 @@ configure_gpu_build() {
 }
 
 # Builds the named targets for a GPU section, or, when .carry/prebuilt.tar.xz is there (MAXSIM_PREBUILT=<build
-# dir> scripts/make-carry.sh: binaries built on the development machine, whose glibc and libstdc++ are older than
-# the device's), unpacks those instead: a development round then spends its device time running, not compiling.
+# dir> scripts/make-carry.sh: binaries built on the preparing machine, whose glibc and libstdc++ must be no newer than
+# the GPU machine's), unpacks those instead: a quick iteration then spends its GPU time running, not compiling.
 # The targets are not checked against the archive: a section that needs a binary the archive lacks fails when it
 # runs it.
 gpu_build() {
@@ -36,7 +36,7 @@ gpu_build() {
     local cudart
     cudart=$(dirname "$(command -v nvcc 2> /dev/null || echo /usr/local/cuda/bin/nvcc)")/../lib64
     export LD_LIBRARY_PATH="$BUILD:$cudart:$LD_LIBRARY_PATH"
-    export MAXSIM_PLUGIN_PATH="$BUILD"  # the suite's compiled-in plugin path is the development machine's
+    export MAXSIM_PLUGIN_PATH="$BUILD"  # the suite's compiled-in plugin path is the preparing machine's
     return 0
   fi
   configure_gpu_build || return 1

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# A/B timing of the GPU benchmark (device machine): the revision in .carry/base-src (made by
-# `MAXSIM_BASE_REV=<rev> bash scripts/make-carry.sh`) against the working tree, on the issue's exact shapes.
+# A/B timing of the GPU benchmark (a machine with an NVIDIA GPU): the revision in .carry/base-src (made by
+# `MAXSIM_BASE_REV=<rev> bash scripts/make-carry.sh`) against the working tree, on the benchmark's exact shapes.
 # The two gpu_bench binaries run alternately, one process per run (MAXSIM_AB_ROUNDS rounds, default 3), so
 # that both see the same machine state; the table gives each side's median and new / base.
 set -uo pipefail

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# GPU benchmarks (device machine): libmaxsim's CUDA plugin on the shapes (bf16, median of CUDA-event-
+# GPU benchmarks (a machine with an NVIDIA GPU): libmaxsim's CUDA plugin on the benchmark shapes (bf16, median of CUDA-event-
 # timed calls after warm-up), with in-run baselines (cuBLAS bf16 rate, device copy bandwidth, naive PyTorch
 # einsum + amax + sum at fp32), one Nsight Compute speed-of-light profile of the main kernels, and one table.
 set -uo pipefail
@@ -8,7 +8,7 @@ gpu_build maxsim_gpu_bench maxsim_plugin_cuda || exit 1
 B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
 timeout 240 "$B" --json "$OUT/gpu-bench.json" > "$OUT/gpu-bench.txt" 2>&1
 brc=$?
-# Measurement knobs of the long-query exact kernel (docs/cuda.md): stage shapes and block rows, same session.
+# Measurement knobs of the long-query exact kernel (docs/cuda.md): stage shapes and block rows, in the same run.
 if [ "${MAXSIM_GPU_VARIANTS:-1}" = 1 ]; then
   for v in default MAXSIM_CUDA_WGMMA_SHAPE=ws MAXSIM_CUDA_WGMMA_SHAPE=2x2 MAXSIM_CUDA_WGMMA=0; do
     for shape in q128 visual; do

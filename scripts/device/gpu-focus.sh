@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-# A focused GPU iteration (device machine): builds the plugin, the GPU suite and the GPU benchmark, runs the GPU
+# A focused GPU iteration (a machine with an NVIDIA GPU): builds the plugin, the GPU suite and the GPU benchmark, runs the GPU
 # tests matching GPU_TEST_FILTER (gtest filter, default every test) and the benchmark's GPU_SHAPES (default
-# visual q128), without the baselines and profiles of gpu-bench. For development rounds; gpu-tests and gpu-bench
+# visual q128), without the baselines and profiles of gpu-bench. For quick iterations; gpu-tests and gpu-bench
 # are the full record.
 set -uo pipefail
 source scripts/device/env.sh

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# A full Nsight Compute profile of one kernel of one benchmark shape (device machine), for the "what the profile
+# A full Nsight Compute profile of one kernel of one benchmark shape (a machine with an NVIDIA GPU), for the "what the profile
 # shows" of docs/cuda.md: NCU_SHAPE (default visual), NCU_KERNEL (a regex, default ExactWgmma), NCU_SKIP (launches
 # of that kernel skipped first: warm-up, default 3), NCU_COUNT (launches profiled, default 1). Keeps the report, its details page, and the SASS lines with
 # the most warp-stall samples (the source page), and prints the headline figures.

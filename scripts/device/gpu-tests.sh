@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# GPU conformance (device machine): builds only what it needs (so that unrelated work in progress cannot stop
+# GPU conformance (a machine with an NVIDIA GPU): builds only what it needs (so that unrelated work in progress cannot stop
 # it), runs the GPU suite against the CPU float64 reference and the CPU backward, compute-sanitizer memcheck on
 # a small case of every operation, `maxsim info` (the plugin and backend lines) and the demo on the GPU.
 set -uo pipefail

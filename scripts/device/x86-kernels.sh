@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# x86 kernels (issue 3) on the device CPU, self-contained: its own build (no CUDA, so it does not depend on
+# x86 kernels on the GPU machine's CPU (AVX-512, AMX), self-contained: its own build (no CUDA, so it does not depend on
 # the plugin building), instruction peaks and semantics (isa_probe), the whole test suite but the 4 GiB
 # buffer test, kernel_bench (canonical shapes on one pinned core with top-k, Lq=Ld=1024, bf16, thread
 # scaling on pinned cores, the real embeddings; d=64/96 with X86_FULL=1), and cpu_bench (the project's
@@ -49,7 +49,7 @@ if [ "${X86_CPU_BENCH:-0}" = 1 ]; then
   } 2>&1 | tee "$OUT/x86-cpu-bench.txt" >> "$S"
 fi
 # The FMA peaks again on the same core: the first reading, right after the build, has come out below what the
-# kernels then sustained (session 4: zmm 95 GFLOP/s against 111 GSO/s exact), so the efficiency is taken
+# kernels then sustained (the exact kernel's GSO/s above the zmm FMA peak), so the efficiency is taken
 # against the higher of the two readings.
 { echo "## isa_probe peaks again, after the benchmarks"; taskset -c 2 "$B/benchmarks/isa_probe" | grep "^peak"; } 2>&1 |
   tee -a "$OUT/x86-probe.txt" >> "$S"

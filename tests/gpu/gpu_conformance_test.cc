@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// GPU conformance suite for the CUDA plugin (run on the device machine by scripts/device/gpu-tests.sh; not part
+// GPU conformance suite for the CUDA plugin (run on a machine with an NVIDIA GPU by scripts/device/gpu-tests.sh; not part
 // of the CPU CI, which has no GPU). Every GPU operation is checked against the CPU float64 reference
 // (tests/test_util.cc: the f32 error bound of every similarity, argmax up to true near-ties) and, for the
 // training backward, against the CPU backward (maxsim_backward on host copies). Also: certified == exact bit for
@@ -8,7 +8,7 @@
 // strides, adversarial near-ties, the real ColBERT embeddings, and error statuses.
 //
 // Data are fresh random draws: the seed comes from MAXSIM_TEST_SEED or std::random_device and is printed.
-// Without a usable GPU every test is skipped (or fails, if MAXSIM_GPU_TESTS_REQUIRE=1, as on the device).
+// Without a usable GPU every test is skipped (or fails, if MAXSIM_GPU_TESTS_REQUIRE=1, as scripts/device/gpu-tests.sh sets it).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

@@ -433,8 +433,9 @@ struct Plan {
 // Whether a certified request runs the wgmma screening kernel (screen_wgmma.cu: dot, values only, 16-bit
 // originals of 96 < dim <= 128, a resident corpus, an sm_90 device with the sm_90a module, queries of at least
 // MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ tokens, default 256, read per call). It is the long-query kernel of forced
-// screening (MAXSIM_CUDA_CERTIFIED=screen; visual 0.98 ms against 3.46 for the mma.sync screening kernel), but
-// not the default certified route: the exact kernel is faster on the H100 (0.47 ms, same bits; docs/cuda.md).
+// screening (MAXSIM_CUDA_CERTIFIED=screen; several times faster than the mma.sync screening kernel on the visual
+// shape), but not the default certified route: the exact kernel is faster still on the H100, with the same bits
+// (gpu_bench, mode certified-screen; docs/cuda.md).
 // MAXSIM_CUDA_SCREEN_WGMMA=1 puts it on the default route too, =0 never uses it.
 bool UseScreenWgmma(const Backend& b, int requested_mode, const DeviceQueries& q, const Corpus& c, int metric,
                     bool argmax) {

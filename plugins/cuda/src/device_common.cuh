@@ -32,8 +32,8 @@ constexpr unsigned kFull = 0xffffffffu;
 // products. PTX does not promise that; the GPU suite checks it on every run (the ring kernels against
 // ExactTcKernel, wgmma against mma.sync, certified refinement against the exact kernels). Contiguous steps are
 // what let shared-memory rings be filled with whole 16-byte pieces in their natural order (and read with
-// ldmatrix), and the Hopper kernels copy 16-byte pieces: with the earlier k order, whose steps took 4 of every
-// 8 dimensions, those copies had to be 8 bytes (visual 0.54 ms against 0.48).
+// ldmatrix), and the Hopper kernels copy 16-byte pieces: with a k order whose steps take 4 of every 8
+// dimensions, those copies would have to be 8 bytes (about 10% slower on the visual shape).
 //
 // The int8 kernel (m16n8k32) uses 64-byte chunks: lane t loads bytes [64c + 16t, +16) (integer dot products
 // are exact, so its order matters to nobody else).
@@ -115,16 +115,16 @@ __device__ __forceinline__ uint4 LdFrag16(const uint8_t* row, uint32_t c, int t,
 
 // Natural placement: lane t's fragment of 32-dimension chunk c: the 32-bit words at dims 32c + 2t, + 8, + 16,
 // + 24 (a0 and a2 of steps 2c and 2c + 1 for an A row; b0 and b1 for a B column). Used for the query rows of
-// the ring and wgmma kernels, which are loaded once per query. Two ways to load the same fragment, measured on
-// the H100 (session 6):
+// the ring and wgmma kernels, which are loaded once per query. Two ways to load the same fragment (gpu_bench on
+// the H100 shows the difference):
 //  * LdFragNatural: four independent 4-byte loads. Lowest latency; ExactTcPipeKernel loads its query once per
-//    pair (textual-1k: about one pair per warp), and the shuffle version below made it 11% slower there
-//    (0.0435 against 0.0390 ms; colpali-rerank 4.5%).
+//    pair (textual-1k: about one pair per warp), and the shuffle version below made it about 10% slower there
+//    (less on colpali-rerank).
 //  * LdFragNaturalShfl: one 16-byte load per lane (dims [32c + 8t, +8): word j = dims 32c + 8t + 2j) and a 4 x 4
 //    transpose inside the quad (4 shuffles) that hands lane t word t of each quad lane's vector. For
 //    ExactTcSmemKernel: with LdFragNatural, ptxas hoisted all 128 of its query loads with their addresses into
-//    the prologue (172 registers instead of 124: one 256-thread block per SM instead of two; visual through
-//    this kernel 1.18 ms instead of 0.84). Every lane of the warp must call it (shuffles).
+//    the prologue (172 registers instead of 124: one 256-thread block per SM instead of two, and the visual
+//    shape through this kernel about 40% slower). Every lane of the warp must call it (shuffles).
 __device__ __forceinline__ uint4 LdFragNatural(const uint8_t* row, uint32_t c, int t, uint32_t dim, bool row_ok) {
   uint32_t w[4];
 #pragma unroll

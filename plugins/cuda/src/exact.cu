@@ -379,9 +379,9 @@ cudaError_t LaunchSmemShape(const ForwardArgs& a, uint64_t tasks, cudaStream_t s
   return cudaGetLastError();
 }
 
-// Stage shapes (H100, bf16, 2026-11-22; docs/cuda.md): 8-warp blocks (queries > 128 rows, compute-bound) take
-// 128-token x 2-stage tiles (visual 0.823 ms against 0.864 for 64 x 3; 64 x 4 0.866, 32 x 6 0.943); 2- and
-// 4-warp blocks keep 64 x 3 (q128 0.139 ms against 0.141 for 32 x 6, 0.147 for 128 x 2, 0.154 for 64 x 4).
+// Stage shapes (H100, bf16; docs/cuda.md): 8-warp blocks (queries > 128 rows, compute-bound) take 128-token x
+// 2-stage tiles, the fastest of 64 x 3, 64 x 4 and 32 x 6 on the visual shape; 2- and 4-warp blocks keep 64 x 3,
+// the fastest on q128 (gpu_bench with MAXSIM_CUDA_SMEM).
 // MAXSIM_CUDA_SMEM=64x3|128x2 overrides the choice, for measurement.
 template <typename T, int W, bool ARGMAX>
 cudaError_t LaunchSmemA(const ForwardArgs& a, uint64_t tasks, cudaStream_t stream) {
@@ -531,8 +531,8 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Ring shapes (warps per block x stages of 8 KB, one block per SM): 8x3 by default (measured on the H100:
-// textual-10k 0.277 ms, against 0.297 for 6x4, 0.317 for 4x7 and 0.360 for 5x5); MAXSIM_CUDA_PIPE=WxS picks
+// Ring shapes (warps per block x stages of 8 KB, one block per SM): 8x3 by default, the fastest of 8x3, 6x4,
+// 4x7 and 5x5 on textual-10k on the H100 (gpu_bench with MAXSIM_CUDA_PIPE); MAXSIM_CUDA_PIPE=WxS picks
 // another for measurement.
 template <typename T, int MT>
 cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {

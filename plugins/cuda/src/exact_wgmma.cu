@@ -15,8 +15,8 @@
 // device_common.cuh's fixed k order: the 16 contiguous dimensions [16s, 16s + 16), in the natural placement
 // (dimension 16s + k at logical k: the K-major layout, so that document rows are copied in whole 16-byte
 // pieces), as in the ldmatrix ring kernels; ExactTcKernel and certified refinement use the quad-contiguous
-// placement of the same steps. (An earlier k order, whose steps took 4 of every 8 dimensions, allowed only
-// 8-byte copies: visual 0.54 ms and q128 0.122 against ~0.49 and ~0.11 with 16-byte copies.) That a k16 step
+// placement of the same steps. (A k order whose steps take 4 of every 8 dimensions allows only 8-byte copies,
+// which gpu_bench shows to be about 10% slower on the visual and q128 shapes.) That a k16 step
 // does not depend on the order of its 16 products is what the tensor cores do, not something PTX promises:
 // gpu_conformance_test (LongQueryWgmmaKernelEqualsMmaSync) checks the bits against the mma.sync kernel
 // (MAXSIM_CUDA_WGMMA=0), against the argmax path and against certified refinement on random, clustered,
@@ -135,8 +135,8 @@ __device__ __forceinline__ void IssueTile(float (&d)[N / 2], const uint4 (&qa)[4
 }
 
 // One level of a reduction tree per instantiation (W, W/2, ..., 1): constant indices, so that the partial maxima
-// stay in registers (a loop over levels was not unrolled by nvcc 13 and put them in local memory: 1.8 GB of
-// local traffic through L2 per visual call, 0.73 ms instead of 0.54).
+// stay in registers (nvcc 13 does not unroll a loop over levels and puts them in local memory: gigabytes of
+// local traffic through L2 per visual call, and a much slower kernel).
 template <int W>
 __device__ __forceinline__ void TreeLevels(float* m, float* n) {
   if constexpr (W >= 1) {
@@ -448,7 +448,7 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
   const cudaError_t e = AllowDynamicSmemOnce<ExactWgmmaKernel<T, WGS, QS, S, BPS>>(smem);
   if (e != cudaSuccess) return e;
   // Stages copied ahead: S - 1 (all but the one being read; producing waits for the stage of the tile before).
-  // H100, 2026-11-24: q128 0.120-0.122 ms against 0.129-0.131 with S - 2, visual 0.545-0.548 against 0.559-0.560.
+  // On the H100 S - 1 is faster than S - 2 on both q128 and visual (gpu_bench with MAXSIM_CUDA_WGMMA_AHEAD).
   // MAXSIM_CUDA_WGMMA_AHEAD=1..S-1 overrides it, for measurement.
   static const int ahead_env = [] {
     const char* v = std::getenv("MAXSIM_CUDA_WGMMA_AHEAD");
@@ -471,12 +471,9 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
 // ping-pong) so that one folds while the other's wgmma run. Per 64 KB stage the tensor pipe gets 2 x 2 x 8 wgmma
 // of 128 cycles: 16 bytes per SM cycle from L2, as for the 4-warpgroup kernel, with half the wgmma instructions
 // and no copies in the consumers' instruction stream.
-// Measured (H100, visual): with predicated 16-byte copies 0.460-0.467 ms against 0.481-0.485 for the 4-warpgroup
-// kernel in the same runs (session 6), so it was the default in sessions 6-8; with the earlier 8-byte copies it
-// was the slower one (0.568-0.573 against 0.534-0.538; ncu then: tensor pipe ~54% busy, 0.29 issued
-// instructions per cycle per scheduler, L2 18%), and with whole-stage copies (CopyStagePieces, session 9) again:
-// 0.391-0.406 against 0.380-0.391. Turns: no measurable difference with 8-byte copies; without them 0.454 against
-// 0.441 (session 9, before the copy change).
+// Which of this kernel and the 4-warpgroup one is faster depends on the copy code (the consumers here do not
+// copy); with whole-stage copies (CopyStagePieces) the 4-warpgroup kernel is slightly faster on the visual
+// shape, so it is the default and this one is kept for comparison (gpu_bench with MAXSIM_CUDA_WGMMA_SHAPE=ws).
 constexpr int kWsTokens = 256;
 constexpr int kWsRegionBytes = kWsTokens * 128;
 constexpr int kWsStageBytes = 2 * kWsRegionBytes;
@@ -615,11 +612,10 @@ cudaError_t LaunchWgmmaWs(const ForwardArgs& a, cudaStream_t stream) {
 // Block shapes (H100, bf16; MAXSIM_CUDA_WGMMA_SHAPE is read per call, so that tests and benchmarks can compare
 // them in one process):
 //  - 256-row groups: 4 warpgroups of one 64-row set that all copy and compute, 4 stages of 128 tokens (129 KB,
-//    128 registers). Visual, session 9 (whole-stage copies, CopyStagePieces): 0.380-0.391 ms against 0.391-0.398
-//    for the warp-specialised kernel (MAXSIM_CUDA_WGMMA_SHAPE=ws), four pairs of runs on one H100. The order has
-//    flipped twice with the copy code: with 8-byte copies this kernel led (0.534-0.538 against 0.563-0.573),
-//    with predicated 16-byte copies the warp-specialised one did (0.460-0.467 against 0.481-0.485), whose
-//    consumers do not copy. 2x2: 2 warpgroups of two sets (255 registers; 0.389).
+//    128 registers). With whole-stage copies (CopyStagePieces) it is slightly faster on the visual shape than
+//    the warp-specialised kernel (MAXSIM_CUDA_WGMMA_SHAPE=ws), whose consumers do not copy; the order depends
+//    on the copy code, so compare them with gpu_bench (scripts/device/gpu-ab.sh) after changing it. 2x2: 2
+//    warpgroups of two sets (255 registers; about as fast).
 //  - 128-row groups: 2 warpgroups of one set, 3 stages of 128 tokens (97 KB, two blocks per SM).
 template <typename T>
 cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {

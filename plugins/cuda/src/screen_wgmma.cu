@@ -5,7 +5,7 @@
 //
 // Why a second code layout. The packed buffer quantises every token with its own scale s_j, so ranking a query
 // row's int8 dots needs one float scaling per element (convert, multiply, compare, plus per-tile margins: ~24
-// instructions per element in ScreenKernel, which made the visual shape 3.5 ms against 0.46 ms exact). Here a
+// instructions per element in ScreenKernel, which made the visual shape several times slower than exact). Here a
 // resident corpus gets, once, a second int8 copy quantised with one scale S per document (DocScaleCodesKernel:
 // S = max |v| / 127 over the document, codes round(v / S), and per document the largest norm |d| and the largest
 // residual norm r = ||v - S c||, both computed in double and rounded up). Within a document the dots I_j of one
@@ -425,7 +425,7 @@ __global__ void __launch_bounds__(256, 2) ScreenWgmmaRefineKernel(const ForwardA
   }
   if (all_tokens) n = static_cast<uint64_t>(rows) * ld;  // every (row, token)
   const uint32_t dim = a.q.dim;
-  // Rounds of 8 kRefineSub candidates per warp (H100, visual: 2 sub-rounds 0.42 ms, 4 sub-rounds 0.46).
+  // Rounds of 8 kRefineSub candidates per warp (on the H100's visual shape 2 sub-rounds beat 4).
   constexpr int kRefineSub = 2;
   for (uint64_t b = static_cast<uint64_t>(warp) * 8 * kRefineSub; b < n; b += 8 * kRefineSub * (blockDim.x / 32)) {
     const uint8_t* qr[kRefineSub];

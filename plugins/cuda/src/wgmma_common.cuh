@@ -81,8 +81,8 @@ __device__ __forceinline__ uint32_t PieceOffset(int pc, int tok) {
 // 128 * kStep * i bytes after token tok0: each copy is one cp.async with an immediate shared-memory offset and a
 // strided source. Used by the producers of exact_wgmma.cu (16-bit document rows, two k regions) and
 // screen_wgmma.cu (128-byte int8 code rows: pieces 0..7 of one region). (The general path's per-copy index,
-// predicate and swizzle arithmetic made the producer warpgroup issue ~1000 instructions per 64 KB stage: visual
-// 0.432-0.449 ms against 0.404-0.408 with this path, H100, same runs.)
+// predicate and swizzle arithmetic made the producer warpgroup issue ~1000 instructions per 64 KB stage, and the
+// visual shape several percent slower in gpu_bench.)
 template <uint32_t kRegion, int kCount, int kStep>
 __device__ __forceinline__ void CopyStagePieces(uint32_t st, int pc, int tok0, bool pc_in_dim, const uint8_t* dbase,
                                                 uint64_t drb, uint64_t n0, uint64_t ld) {

@@ -5,7 +5,7 @@
 // i.e. it tells the compiler that it reads 8 bytes. When the configuration is a local built just before the
 // call, GCC then deletes the stores of colsb[] and rows[] as dead, and ldtilecfg loads "palette 1, every tile 0
 // rows": the first tilezero/tileloadd raises #UD (SIGILL). That is what every AMX call did when built with g++ 12
-// (found on an AMX development machine; g++ 13 on the device host happened to keep the stores). The operand below
+// (g++ 13 happens to keep the stores, so the bug depends on the compiler version). The operand below
 // covers all 64 bytes, so the stores are live whatever the compiler version.
 #ifndef MAXSIM_SRC_KERNELS_X86_AMX_TILES_H_
 #define MAXSIM_SRC_KERNELS_X86_AMX_TILES_H_

@@ -131,7 +131,7 @@ DpOrder Order() {
 // path is twice as fast there). Both paths give the same bits, so this timing can only change the speed.
 MAXSIM_TARGET_BF16 double DpRate(bool dp) {
   // Long enough (~0.5M instructions per attempt) that the core has settled at its AVX-512 clock; a shorter
-  // run on the device machine measured both at the same (wrong) rate.
+  // run measured both at the same (wrong) rate on a Sapphire Rapids-class core.
   constexpr int kIters = 32768;
   double best = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {

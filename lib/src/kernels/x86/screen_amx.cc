@@ -255,8 +255,8 @@ MAXSIM_TARGET_AMX void KeysT(const ScreenJob& job, uint32_t g0, uint32_t ng, flo
 // proof at MakeRunningRule in screen_hwy-inl.h); only a tile where some lane reaches rt has its rows compared
 // one by one, and the rows some lane keeps are stored with their keys (branch-free) in the group's
 // SurvivorList. The selection then scans those instead of every row.
-// Measured on the dev box (one core, kernel_bench, amx certified / approximate, alternating with the previous
-// build): Lq = Ld = 1024 +3-6% / +15%, Lq = 32 Ld = 300 0-4% / +17%, Ld = 180 within noise. It keeps ~220 of
+// kernel_bench (one core, amx certified / approximate) shows the gain: largest at Lq = Ld = 1024 and for
+// approximate, within noise at Ld = 180. It keeps ~220 of
 // 1024 rows per group at Lq = Ld = 1024 where the final threshold keeps ~86: every lane's running maximum
 // climbs through ~ln(nd) records, and one of 16 lanes is enough to keep a row. Tried and dropped: keeping all
 // C tiles of a group pair (4 KB per 32 rows) with per-4-row maxima, then recomputing the rows of the 4-row

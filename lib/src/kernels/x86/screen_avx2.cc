@@ -354,7 +354,7 @@ void Avx2Keys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k
   const bool prep = g0 == 0 || c.prepared != job.d;
   // The previous document's candidate rows are prefetched (PrefetchQueue) during the blocks after the first:
   // the first block streams this document's codes from DRAM, and with both in its tiles the prefetches stalled
-  // it (~10% of the i8 phase's samples on the queue's prefetcht1, Zen 5 dev box). A query of one block steps
+  // it (~10% of the i8 phase's samples on the queue's prefetcht1, Zen 5). A query of one block steps
   // in it (ScreenCall::pf_skip_first_block).
   const bool one_block = q.n_padded <= 2 * kW;
   PrefetchQueue* pf = g0 > 0 || one_block ? job.pf : nullptr;
