@@ -186,8 +186,8 @@ TEST(X86Kernels, LongQueriesWithPaddedLayoutsMatchScalarBitForBit) {
 TEST(X86Kernels, AmxFusedScreeningAndItsFallbackMatchScalar) {
   if (!Has("amx")) GTEST_SKIP() << "kernel amx unavailable here";
   struct ForceFallback {
-    ForceFallback() { x86::ForceFusedFallbackForTest(true); }
-    ~ForceFallback() { x86::ForceFusedFallbackForTest(false); }
+    ForceFallback() { ForceFusedFallbackForTest(true); }
+    ~ForceFallback() { ForceFusedFallbackForTest(false); }
   };
   std::mt19937_64 rng(777);
   for (uint32_t dim : {64u, 128u, 200u}) {
@@ -392,7 +392,7 @@ TEST(X86Kernels, VdpBf16PathIsTakenWhereItAppliesAndEqualsTheCanonicalChain) {
       continue;
     }
     ASSERT_TRUE(taken) << "the vdpbf16ps path refused a pair inside its guard";
-    x86::ExactWithHwy(*x86::HwyExactAvx3(), x.q, x.d, MAXSIM_METRIC_DOT, key_ref.data(), arg_ref.data(),
+    ExactWithHwy(*HwyTargetOps(HWY_AVX3), x.q, x.d, MAXSIM_METRIC_DOT, key_ref.data(), arg_ref.data(),
                       scratch_ref);
     for (uint32_t s = 0; s < lq; ++s) {
       ASSERT_EQ(std::memcmp(&key[s], &key_ref[s], 4), 0) << "token " << s << ": " << key[s] << " vs " << key_ref[s];

@@ -4,15 +4,27 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
+#define MAXSIM_X86 1
+#if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
-#define MAXSIM_X86 1
+#define MAXSIM_X86_LINUX 1  // AMX needs a per-process permission (arch_prctl), a Linux system call
 #endif
-#if defined(__aarch64__) && defined(__linux__)
+#endif
+#if defined(__aarch64__) || defined(_M_ARM64)
+#define MAXSIM_AARCH64 1
+#if defined(__linux__)
 #include <sys/auxv.h>
 #define MAXSIM_AARCH64_LINUX 1
+#elif defined(__APPLE__)
+#include <sys/sysctl.h>
+#define MAXSIM_AARCH64_APPLE 1
+#elif defined(_WIN32)
+#include <windows.h>
+#define MAXSIM_AARCH64_WINDOWS 1
+#endif
 #endif
 
 namespace maxsim {
@@ -83,6 +95,7 @@ void DetectX86(CpuInfo* info) {
     } else if (!os_amx) {
       info->amx_note = "the OS does not enable the AMX tile state (XCR0 bits 17-18)";
     } else {
+#ifdef MAXSIM_X86_LINUX
       // Linux >= 5.16 requires each process to ask for the large tile-data state before the first tile
       // instruction; without it the instruction faults.
       constexpr long kArchReqXcompPerm = 0x1023;
@@ -92,23 +105,68 @@ void DetectX86(CpuInfo* info) {
       } else {
         info->amx_note = "the kernel refused AMX tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM failed)";
       }
+#else
+      // Other systems have no per-process request this library knows how to make: AMX stays off.
+      info->amx_note = "AMX tile-data permission is only requested on Linux";
+#endif
     }
   }
   info->features = f;
 }
 #endif
 
-#ifdef MAXSIM_AARCH64_LINUX
-void DetectAarch64(CpuInfo* info) {
+#ifdef MAXSIM_AARCH64
+// AArch64: NEON (Advanced SIMD) is architectural; the rest comes from the OS, which also says whether it saves
+// the state (SVE/SME registers) across context switches.
+#if defined(MAXSIM_AARCH64_LINUX)
+uint64_t DetectAarch64Features() {
   const unsigned long hw = getauxval(AT_HWCAP);
   const unsigned long hw2 = getauxval(AT_HWCAP2);
-  uint64_t f = kCpuNEON;  // mandatory in AArch64
+  uint64_t f = kCpuNEON;
   if (hw & (1ul << 20)) f |= kCpuDotProd;  // HWCAP_ASIMDDP
   if (hw & (1ul << 22)) f |= kCpuSVE;      // HWCAP_SVE
   if (hw2 & (1ul << 1)) f |= kCpuSVE2;     // HWCAP2_SVE2
   if (hw2 & (1ul << 13)) f |= kCpuI8MM;    // HWCAP2_I8MM
   if (hw2 & (1ul << 23)) f |= kCpuSME;     // HWCAP2_SME
-  info->features = f;
+  return f;
+}
+#elif defined(MAXSIM_AARCH64_APPLE)
+bool Sysctl(const char* name) {
+  int v = 0;
+  size_t len = sizeof(v);
+  return sysctlbyname(name, &v, &len, nullptr, 0) == 0 && v != 0;
+}
+uint64_t DetectAarch64Features() {
+  uint64_t f = kCpuNEON;
+  if (Sysctl("hw.optional.arm.FEAT_DotProd")) f |= kCpuDotProd;
+  if (Sysctl("hw.optional.arm.FEAT_I8MM")) f |= kCpuI8MM;
+  if (Sysctl("hw.optional.arm.FEAT_SME")) f |= kCpuSME;
+  // Apple cores have no SVE outside streaming mode.
+  return f;
+}
+#elif defined(MAXSIM_AARCH64_WINDOWS)
+uint64_t DetectAarch64Features() {
+  uint64_t f = kCpuNEON;
+#ifdef PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE
+  if (IsProcessorFeaturePresent(PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE)) f |= kCpuDotProd;
+#endif
+#ifdef PF_ARM_SVE_INSTRUCTIONS_AVAILABLE
+  if (IsProcessorFeaturePresent(PF_ARM_SVE_INSTRUCTIONS_AVAILABLE)) f |= kCpuSVE;
+#endif
+#ifdef PF_ARM_SVE2_INSTRUCTIONS_AVAILABLE
+  if (IsProcessorFeaturePresent(PF_ARM_SVE2_INSTRUCTIONS_AVAILABLE)) f |= kCpuSVE2;
+#endif
+#ifdef PF_ARM_SVE_I8MM_INSTRUCTIONS_AVAILABLE
+  if (IsProcessorFeaturePresent(PF_ARM_SVE_I8MM_INSTRUCTIONS_AVAILABLE)) f |= kCpuI8MM;
+#endif
+  return f;
+}
+#else
+uint64_t DetectAarch64Features() { return kCpuNEON; }  // no OS query known here: the baseline only
+#endif
+
+void DetectAarch64(CpuInfo* info) {
+  info->features = DetectAarch64Features();
   info->amx_note = "not an x86 CPU";
 }
 #endif
@@ -117,7 +175,7 @@ CpuInfo Detect() {
   CpuInfo info;
 #if defined(MAXSIM_X86)
   DetectX86(&info);
-#elif defined(MAXSIM_AARCH64_LINUX)
+#elif defined(MAXSIM_AARCH64)
   DetectAarch64(&info);
 #elif defined(__wasm_simd128__)
   info.features = kCpuWasmSimd128;

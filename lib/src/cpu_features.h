@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Run-time CPU feature detection. x86: CPUID + XGETBV (the OS must enable the register state, not just the
-// CPU support it) + the AMX tile-data permission (arch_prctl), requested once at first detection. aarch64:
-// getauxval.
+// CPU support it) + the AMX tile-data permission (arch_prctl, Linux), requested once at first detection.
+// AArch64: getauxval HWCAP/HWCAP2 (Linux, Android), sysctlbyname hw.optional.arm.* (macOS),
+// IsProcessorFeaturePresent (Windows).
 #ifndef MAXSIM_SRC_CPU_FEATURES_H_
 #define MAXSIM_SRC_CPU_FEATURES_H_
 

@@ -378,7 +378,7 @@ namespace {
 void ExactBf16OrFma(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key,
                     int32_t* best_index, KernelScratch& scratch) {
   if (!ExactBf16Dp(q, d, metric, best_key, best_index, scratch)) {
-    ExactWithHwy(*HwyExactAvx3(), q, d, metric, best_key, best_index, scratch);
+    ExactWithHwy(*HwyTargetOps(HWY_AVX3), q, d, metric, best_key, best_index, scratch);
   }
 }
 

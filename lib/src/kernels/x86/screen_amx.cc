@@ -421,12 +421,10 @@ void AmxSurvivors(const ScreenJob& job, uint32_t g0, uint32_t ng, const RunningR
   job.cosine ? SurvivorsT<true>(job, g0, ng, rules, out, top) : SurvivorsT<false>(job, g0, ng, rules, out, top);
 }
 
-// ComputeKeysFn (x86_kernels.h) for tdpbssd; the tiles are configured by ScreenedBatchAmx.
+// ComputeKeysFn (kernels/pipeline.h) for tdpbssd; the tiles are configured by ScreenedBatchAmx.
 void AmxKeys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride, float* top) {
   job.cosine ? KeysT<true>(job, g0, ng, K, k_stride, top) : KeysT<false>(job, g0, ng, K, k_stride, top);
 }
-
-std::atomic<bool> g_force_fallback{false};
 
 void ScreenedBatchAmx(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric, maxsim_mode mode,
                       float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters,
@@ -434,7 +432,7 @@ void ScreenedBatchAmx(const PreparedQuery& q, const DocRef* docs, size_t n, maxs
   ScreenCall c = MakeScreenCall(q, docs, n, metric, mode, best_key, best_index, scratch, counters, prune, &AmxKeys);
   c.survivors = &AmxSurvivors;
   AmxConfigure16x64();
-  HwyExactAvx3()->screen(c);
+  HwyTargetOps(HWY_AVX3)->screen(c);
   Release();
 }
 
@@ -456,10 +454,6 @@ void Prepare(const PreparedQuery& q, maxsim_mode mode, void* out) {
 }
 
 }  // namespace
-
-void ForceFusedFallbackForTest(bool on) { g_force_fallback.store(on, std::memory_order_relaxed); }
-bool FusedFallbackForced() { return g_force_fallback.load(std::memory_order_relaxed); }
-
 }  // namespace x86
 
 extern const KernelOps kOpsAmx = {&x86::ExactBf16Kernel, &x86::ScreenedAmx, &x86::LayoutBytes, &x86::Prepare,

@@ -344,7 +344,7 @@ MAXSIM_TARGET_AVX2 void Rows(const int8_t* tb, uint32_t groups4, const DocRef& d
   for (int i = 0; i < NQ; ++i) _mm256_storeu_ps(top_p + i * kW, top[i]);
 }
 
-// ComputeKeysFn (x86_kernels.h) with the sign table. ScreenDoc calls it for g0 = 0 first for every document;
+// ComputeKeysFn (kernels/pipeline.h) with the sign table. ScreenDoc calls it for g0 = 0 first for every document;
 // the document's |d| and offsets are prepared then (and again whenever it is not the prepared one).
 void Avx2Keys(const ScreenJob& job, uint32_t g0, uint32_t ng, float* K, size_t k_stride, float* top) {
   Avx2Call& c = *static_cast<Avx2Call*>(job.ctx);
@@ -395,7 +395,7 @@ void ScreenedBatch(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_
   c.ctx = &call;
   c.pf_rows_per_step = kRows;  // Avx2Keys steps once per tile, in every block but a document's first
   c.pf_skip_first_block = true;
-  HwyExactAvx2()->screen(c);
+  HwyTargetOps(HWY_AVX2)->screen(c);
 }
 
 void Screened(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode, float* best_key,
@@ -405,7 +405,7 @@ void Screened(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, max
 
 void Exact(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key, int32_t* best_index,
            KernelScratch& scratch) {
-  ExactWithHwy(*HwyExactAvx2(), q, d, metric, best_key, best_index, scratch);
+  ExactWithHwy(*HwyTargetOps(HWY_AVX2), q, d, metric, best_key, best_index, scratch);
 }
 
 size_t LayoutBytes(const PreparedQuery& q, maxsim_mode mode) {

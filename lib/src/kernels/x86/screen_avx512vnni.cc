@@ -124,7 +124,7 @@ void ScreenedBatchVnni(const PreparedQuery& q, const DocRef* docs, size_t n, max
                        const ScreenPrune* prune) {
   const ScreenCall c = MakeScreenCall(q, docs, n, metric, mode, best_key, best_index, scratch, counters, prune,
                                       &BiasedLayoutKeys<kW, ZmmRows>);
-  HwyExactAvx3()->screen(c);
+  HwyTargetOps(HWY_AVX3)->screen(c);
 }
 
 void ScreenedVnni(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode,
@@ -143,7 +143,7 @@ void VnniPrepare(const PreparedQuery& q, maxsim_mode mode, void* out) {
 namespace {
 void ExactAvx3(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key, int32_t* best_index,
                KernelScratch& scratch) {
-  ExactWithHwy(*HwyExactAvx3(), q, d, metric, best_key, best_index, scratch);
+  ExactWithHwy(*HwyTargetOps(HWY_AVX3), q, d, metric, best_key, best_index, scratch);
 }
 }  // namespace
 

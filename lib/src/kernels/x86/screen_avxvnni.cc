@@ -112,7 +112,7 @@ void ScreenedBatch(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_
   ScreenCall c = MakeScreenCall(q, docs, n, metric, mode, best_key, best_index, scratch, counters, prune,
                                 &BiasedLayoutKeys<kW, YmmRows>);
   c.pf_rows_per_step = kTileRows;  // YmmRows steps the prefetch queue once per tile
-  HwyExactAvx2()->screen(c);
+  HwyTargetOps(HWY_AVX2)->screen(c);
 }
 
 void Screened(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode, float* best_key,
@@ -122,7 +122,7 @@ void Screened(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, max
 
 void Exact(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key, int32_t* best_index,
            KernelScratch& scratch) {
-  ExactWithHwy(*HwyExactAvx2(), q, d, metric, best_key, best_index, scratch);
+  ExactWithHwy(*HwyTargetOps(HWY_AVX2), q, d, metric, best_key, best_index, scratch);
 }
 
 }  // namespace

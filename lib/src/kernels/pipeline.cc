@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// Query layouts shared by the x86 screening kernels (x86_kernels.h). Baseline ISA: this runs once per query
-// set and call, not per document.
+// The ISA-free parts of the screening pipeline that are not per Highway target (pipeline.h): the shared i8
+// query layout (baseline ISA: it runs once per query set and call, not per document) and the tests' switch for
+// the fused i8 phase's fallback.
+#include <atomic>
 #include <cstring>
 
+#include "kernels/pipeline.h"
 #include "kernels/screening.h"
-#include "kernels/x86/x86_kernels.h"
 
 namespace maxsim {
-namespace x86 {
+namespace {
+std::atomic<bool> g_force_fallback{false};
+}  // namespace
+
+void ForceFusedFallbackForTest(bool on) { g_force_fallback.store(on, std::memory_order_relaxed); }
+bool FusedFallbackForced() { return g_force_fallback.load(std::memory_order_relaxed); }
 
 void I8QueryLayout::Write(const PreparedQuery& q, uint8_t xor_bias, void* out_void) {
   int8_t* out = static_cast<int8_t*>(out_void);
@@ -38,5 +45,4 @@ void I8QueryLayout::Write(const PreparedQuery& q, uint8_t xor_bias, void* out_vo
   }
 }
 
-}  // namespace x86
 }  // namespace maxsim

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Exact MaxSim on x86, written once with Highway and compiled for AVX2 (8 f32 lanes) and AVX3 = AVX-512
-// (16 lanes). The kernel registry calls one target explicitly (N_AVX2 / N_AVX3 below) instead of
-// HWY_DYNAMIC_DISPATCH, because the kernel list is the one dispatcher: MAXSIM_ISA=avx2 on an AVX-512 machine
-// must run the AVX2 code, which Highway's own dispatch would not.
+// Exact MaxSim, written once with Highway and compiled for every target Highway builds here: AVX2 (8 f32
+// lanes) and AVX3 = AVX-512 (16 lanes) on x86, NEON (4 lanes) on AArch64. Kernels look their target's entry
+// points up with HwyTargetOps(HWY_...) instead of HWY_DYNAMIC_DISPATCH, because the kernel list is the one
+// dispatcher: MAXSIM_ISA=avx2 on an AVX-512 machine must run the AVX2 code, which Highway's own dispatch would
+// not. ISA-specific tiles plug in per target from the architecture folders (x86/exact_tile_avx512-inl.h).
 //
-// Instructions: vfmadd231ps (query vector x broadcast document element), vbroadcastss / {1to16} embedded
+// x86 instructions: vfmadd231ps (query vector x broadcast document element), vbroadcastss / {1to16} embedded
 // broadcast for the document element, vmovups of the transposed query (PreparedQuery::qt, lane = query token),
 // vcmpps + vblendvps (AVX2) or k-mask blends (AVX-512) for the running max / first argmax.
 // Tile: NQ query vectors x R document rows of accumulators, the k loop outermost inside the tile:
@@ -20,16 +21,18 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/x86/x86_kernels.h"
+#include "kernels/pipeline.h"
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/x86/exact_hwy.cc"
+#define HWY_TARGET_INCLUDE "kernels/exact_hwy.cc"
+// Not compiled: SSSE3/SSE4 (no kernel uses them), and SVE/SVE2 (sizeless vectors cannot be array elements, which
+// the register tiles are; the SVE kernels have their own files in arm/).
 #ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4)
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_SVE | HWY_SVE2)
 #endif
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/x86/screen_hwy-inl.h"  // per target: the screening pipeline (screen::Screen)
+#include "kernels/screen_hwy-inl.h"  // per target: the screening pipeline (screen::Screen)
 
 HWY_BEFORE_NAMESPACE();
 namespace maxsim {
@@ -116,78 +119,7 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT qt, size_t qstride, const float* 
 #undef MAXSIM_EXACT_ASM_TILE  // per target
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 #define MAXSIM_EXACT_ASM_TILE 1
-// The full AVX-512 tile (2 query vectors x 12 rows of one contiguous document) as one asm loop. Why not the
-// generic Tile: with 12 row pointers, the query pointer and the loop bound live, GCC 12 keeps three of them in
-// xmm registers or on the stack (a vmovq per k on port 0, which the FMAs need, plus two stack loads), and the
-// tile ran at 76% of the measured zmm FMA peak in cache on a Sapphire Rapids-class core. Here the 12 rows are
-// addressed from 4 bases (rows 0, 3, 6, 9) plus the row stride scaled by 1/2/4/8, so everything stays in
-// registers; per k: 2 query loads, 12 vbroadcastss (load port only; folding the broadcast into both FMAs that
-// use it would make 26 loads per 24 FMAs, over the 2 zmm loads per cycle: 74% in a standalone loop, 87% with
-// separate broadcasts), 24 FMAs, and one prefetch of the next tile (`pf`, advancing `pf_step` bytes per k: the
-// next tile's lines spread over this tile's k loop; issued as a burst before the tile they stalled on the line
-// fill buffers, 37% of the exact kernel's samples). Same arithmetic as Tile: acc[i][r] = fma(q_i[k], d_r[k],
-// acc), k = 0..dim-1 from +0, so the results are the canonical chain bit for bit. Leaves acc[i][r] in out[(r *
-// 2 + i) * 16 ..].
-HWY_INLINE void Dots2x12(const float* qt, size_t qstride, const float* row0, size_t row_stride, uint32_t dim,
-                         const char* pf, size_t pf_step, float* HWY_RESTRICT out) {
-  const long s = static_cast<long>(row_stride * sizeof(float));
-  const char* b0 = reinterpret_cast<const char*>(row0);
-  const char* b3 = b0 + 3 * s;
-  const char* b6 = b0 + 6 * s;
-  const char* b9 = b0 + 9 * s;
-  const char* q = reinterpret_cast<const char*>(qt);
-  const long qs = static_cast<long>(qstride * sizeof(float));
-  long n = dim;
-#define MAXSIM_Z(x) "vpxord %%zmm" #x ", %%zmm" #x ", %%zmm" #x "\n\t"
-#define MAXSIM_ROW(addr, i0, i1)                  \
-  "vbroadcastss " addr ", %%zmm31\n\t"            \
-  "vfmadd231ps %%zmm29, %%zmm31, %%zmm" #i0 "\n\t" \
-  "vfmadd231ps %%zmm30, %%zmm31, %%zmm" #i1 "\n\t"
-#define MAXSIM_ST(x) "vmovups %%zmm" #x ", " #x "*64(%[out])\n\t"
-  __asm__ volatile(
-      MAXSIM_Z(0) MAXSIM_Z(1) MAXSIM_Z(2) MAXSIM_Z(3) MAXSIM_Z(4) MAXSIM_Z(5) MAXSIM_Z(6) MAXSIM_Z(7) MAXSIM_Z(8)
-      MAXSIM_Z(9) MAXSIM_Z(10) MAXSIM_Z(11) MAXSIM_Z(12) MAXSIM_Z(13) MAXSIM_Z(14) MAXSIM_Z(15) MAXSIM_Z(16)
-      MAXSIM_Z(17) MAXSIM_Z(18) MAXSIM_Z(19) MAXSIM_Z(20) MAXSIM_Z(21) MAXSIM_Z(22) MAXSIM_Z(23)
-      "test %[n], %[n]\n\t"
-      "jz 2f\n\t"
-      "1:\n\t"
-      "vmovups (%[q]), %%zmm29\n\t"
-      "vmovups 64(%[q]), %%zmm30\n\t"
-      MAXSIM_ROW("(%[b0])", 0, 1)
-      MAXSIM_ROW("(%[b0],%[s],1)", 2, 3)
-      MAXSIM_ROW("(%[b0],%[s],2)", 4, 5)
-      MAXSIM_ROW("(%[b3])", 6, 7)
-      MAXSIM_ROW("(%[b0],%[s],4)", 8, 9)
-      MAXSIM_ROW("(%[b3],%[s],2)", 10, 11)
-      MAXSIM_ROW("(%[b6])", 12, 13)
-      MAXSIM_ROW("(%[b3],%[s],4)", 14, 15)
-      MAXSIM_ROW("(%[b0],%[s],8)", 16, 17)
-      MAXSIM_ROW("(%[b9])", 18, 19)
-      MAXSIM_ROW("(%[b6],%[s],4)", 20, 21)
-      MAXSIM_ROW("(%[b3],%[s],8)", 22, 23)
-      "prefetcht0 (%[pf])\n\t"
-      "add %[pfs], %[pf]\n\t"
-      "add $4, %[b0]\n\t"
-      "add $4, %[b3]\n\t"
-      "add $4, %[b6]\n\t"
-      "add $4, %[b9]\n\t"
-      "add %[qs], %[q]\n\t"
-      "dec %[n]\n\t"
-      "jnz 1b\n\t"
-      "2:\n\t"
-      MAXSIM_ST(0) MAXSIM_ST(1) MAXSIM_ST(2) MAXSIM_ST(3) MAXSIM_ST(4) MAXSIM_ST(5) MAXSIM_ST(6) MAXSIM_ST(7)
-      MAXSIM_ST(8) MAXSIM_ST(9) MAXSIM_ST(10) MAXSIM_ST(11) MAXSIM_ST(12) MAXSIM_ST(13) MAXSIM_ST(14)
-      MAXSIM_ST(15) MAXSIM_ST(16) MAXSIM_ST(17) MAXSIM_ST(18) MAXSIM_ST(19) MAXSIM_ST(20) MAXSIM_ST(21)
-      MAXSIM_ST(22) MAXSIM_ST(23)
-      : [b0] "+r"(b0), [b3] "+r"(b3), [b6] "+r"(b6), [b9] "+r"(b9), [q] "+r"(q), [n] "+r"(n), [pf] "+r"(pf)
-      : [s] "r"(s), [qs] "r"(qs), [pfs] "r"(static_cast<long>(pf_step)), [out] "r"(out)
-      : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
-        "xmm23", "xmm29", "xmm30", "xmm31");
-#undef MAXSIM_Z
-#undef MAXSIM_ROW
-#undef MAXSIM_ST
-}
+#include "kernels/x86/exact_tile_avx512-inl.h"  // Dots2x12: the full 2 x 12 tile as one asm loop
 #endif
 
 // Rows [j, j + R) of a contiguous document. pf / pf_step: the next tile's lines, one prefetch per k (see
@@ -337,7 +269,7 @@ void Widen(const DocRef& d, float* out) {
 }
 
 // Constant-initialised (no call into target code before the registry has checked the CPU).
-extern const x86::HwyExactOps kHwyExactOps = {sizeof(VF) / sizeof(float), &ExactF32, &Widen, &screen::Screen};
+extern const HwyExactOps kHwyExactOps = {sizeof(VF) / sizeof(float), &ExactF32, &Widen, &screen::Screen};
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
@@ -346,22 +278,20 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace maxsim {
-namespace x86 {
 
-const HwyExactOps* HwyExactAvx2() {
-#if HWY_TARGETS & HWY_AVX2
-  return &N_AVX2::kHwyExactOps;
-#else
-  return nullptr;
-#endif
-}
-
-const HwyExactOps* HwyExactAvx3() {
+const HwyExactOps* HwyTargetOps(int64_t target) {
+  switch (target) {
 #if HWY_TARGETS & HWY_AVX3
-  return &N_AVX3::kHwyExactOps;
-#else
-  return nullptr;
+    case HWY_AVX3: return &N_AVX3::kHwyExactOps;
 #endif
+#if HWY_TARGETS & HWY_AVX2
+    case HWY_AVX2: return &N_AVX2::kHwyExactOps;
+#endif
+#if HWY_TARGETS & HWY_NEON
+    case HWY_NEON: return &N_NEON::kHwyExactOps;
+#endif
+    default: return nullptr;
+  }
 }
 
 const float* RowsF32(const HwyExactOps& ops, const DocRef& d, KernelScratch& scratch, uint64_t* stride) {
@@ -393,6 +323,5 @@ void ExactWithHwy(const HwyExactOps& ops, const PreparedQuery& q, const DocRef& 
   ops.exact_f32(q, rows, stride, d.n_tokens, inv, best_key, best_index);
 }
 
-}  // namespace x86
 }  // namespace maxsim
 #endif  // HWY_ONCE
