@@ -25,10 +25,10 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/exact_hwy.cc"
-// Not compiled: SSSE3/SSE4 (no kernel uses them), and SVE/SVE2 (sizeless vectors cannot be array elements, which
-// the register tiles are; the SVE kernels have their own files in arm/).
+// Not compiled: SSSE3/SSE4 (no kernel uses them) and the SVE targets (sizeless vectors cannot be array elements,
+// which the register tiles are).
 #ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_SVE | HWY_SVE2)
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)
 #endif
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
