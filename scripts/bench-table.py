@@ -4,6 +4,14 @@
 
     python3 scripts/bench-table.py out.json [more.json ...]           full tables
     python3 scripts/bench-table.py --brief out.json [more.json ...]   one headline table
+    python3 scripts/bench-table.py --update-docs FILE.md [...]        regenerate the marked tables in docs
+    python3 scripts/bench-table.py --check-docs FILE.md [...]         fail if a marked table is out of date
+
+Result files live in benchmarks/results/ (docs/benchmarks.md, "Result files"). A doc quotes a table between
+    <!-- bench-table: [--brief] [--stat best] benchmarks/results/NAME.json -->
+    <!-- end bench-table -->
+lines; --update-docs rewrites what is between them from the named file (paths relative to the repository
+root), so every figure a doc quotes comes from a committed result file, and --check-docs (a CTest) proves it.
 
 Several files (e.g. one per thread count) are merged. With --benchmark_repetitions, the median repetition is
 used (or the best with --stat best: on a shared machine the least disturbed one); otherwise the single run. Ratios are computed here from GSO/s against the baselines of the same shape
@@ -12,6 +20,7 @@ counter (the peak measured in the same process). Only the Python standard librar
 """
 import argparse
 import json
+import os
 import re
 import sys
 
@@ -117,10 +126,14 @@ def kernel_order(ctx):
 def machine_lines(contexts):
     out = []
     for path, ctx in contexts:
+        out.append("- `%s`: %s" % (path, ctx.get("command", "(command not recorded)")))
+        if ctx.get("note"):
+            out.append("  - note: " + ctx["note"])
         peaks = ", ".join("%s %s" % (k[len("peak_"):], v) for k, v in ctx.items()
                           if k.startswith("peak_") and not v.startswith("skipped"))
-        out.append("- `%s`: %s; %s; libmaxsim %s, selected kernel %s; %s; threads %s; replicas %s; %s" % (
-            path, ctx.get("cpu_brand", "?"), ctx.get("date", "?"), ctx.get("libmaxsim", "?"),
+        out.append("  - %s (%s cores online); %s; libmaxsim %s, selected kernel %s; %s; threads %s; replicas %s; %s" % (
+            ctx.get("cpu_brand", "?"), ctx.get("cores_online", ctx.get("num_cpus", "?")), ctx.get("date", "?"),
+            ctx.get("libmaxsim", "?"),
             ctx.get("kernel_selected", "?"), "LLC %.0f MB" % (int(ctx.get("llc_bytes", "0")) / 2**20),
             ctx.get("threads", "?"), ctx.get("replicas", "?"), "load average " + ",".join(
                 "%.2f" % x for x in ctx.get("load_avg", []))))
@@ -158,14 +171,14 @@ def full(runs, contexts):
     pack_rows = sorted(k for k in parsed if k[1] == "pack")
     if pack_rows:
         lines += ["## Packing", "",
-                  "| what | threads | us per document | documents/s | % of NumKong's 254 us | error |",
-                  "|---|---:|---:|---:|---:|---|"]
+                  "| what | threads | us per document | documents/s | error |",
+                  "|---|---:|---:|---:|---|"]
         for k in pack_rows:
             b = parsed[k]
-            lines.append("| %s | %d | %s | %s | %s | %s |" % (
+            lines.append("| %s | %d | %s | %s | %s |" % (
                 k[2], k[5], fmt(b.get("us_per_doc"), 2),
                 fmt(b.get("docs_per_s", 1e6 / b["us_per_doc"] if b.get("us_per_doc") else None)),
-                fmt(b.get("pct_of_numkong_254us")), b.get("error_message", "")))
+                b.get("error_message", "")))
         lines.append("")
 
     shapes = []
@@ -213,7 +226,7 @@ def brief(runs, contexts):
         p = parse_name(name)
         if p and not b.get("error_occurred"):
             parsed[(path,) + p] = b
-    lines = ["warning: %s" % v for _, ctx in contexts for k, v in ctx.items() if k.startswith("warning")]
+    lines = machine_lines(contexts) + [""]
     lines += ["| shape | threads | OpenBLAS GSO/s | best exact | best certified | best approximate |",
              "|---|---:|---:|---|---|---|"]
     keys = sorted({(k[0], k[2], k[5]) for k in parsed if k[1] == "maxsim"},
@@ -244,17 +257,71 @@ def brief(runs, contexts):
     return "\n".join(lines)
 
 
+def render(paths, brief_table, stat):
+    runs, contexts = load(paths, stat)
+    if not runs:
+        raise ValueError("no benchmark results in " + ", ".join(paths))
+    return brief(runs, contexts) if brief_table else full(runs, contexts)
+
+
+MARK = re.compile(r"^<!-- bench-table: (.*?) -->\n(.*?)^<!-- end bench-table -->\n", re.M | re.S)
+
+
+def refresh(doc, root):
+    """The doc's text with every marked block regenerated from its result files (paths relative to root)."""
+    with open(doc) as f:
+        text = f.read()
+
+    def one(m):
+        args = m.group(1).split()
+        brief_table = "--brief" in args
+        stat = "best" if "--stat" in args and args[args.index("--stat") + 1] == "best" else "median"
+        files = [a for a in args if a.endswith(".json")]
+        if not files:
+            raise ValueError("%s: a bench-table marker names no .json file: %s" % (doc, m.group(1)))
+        cwd = os.getcwd()
+        os.chdir(root)  # so that the table names the files as the marker does
+        try:
+            table = render(files, brief_table, stat)
+        finally:
+            os.chdir(cwd)
+        note = "_Generated by `python3 scripts/bench-table.py --update-docs` from %s; do not edit by hand._" % (
+            ", ".join("`%s`" % f for f in files))
+        return "<!-- bench-table: %s -->\n%s\n\n%s\n<!-- end bench-table -->\n" % (m.group(1), note, table)
+
+    return text, MARK.sub(one, text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("json", nargs="+", help="cpu_bench --benchmark_out files")
+    ap.add_argument("files", nargs="+", help="cpu_bench --benchmark_out files (or docs with --update/--check-docs)")
     ap.add_argument("--brief", action="store_true", help="one headline table")
     ap.add_argument("--stat", choices=["median", "best"], default="median",
                     help="with --benchmark_repetitions: the median (default) or the best repetition")
+    ap.add_argument("--update-docs", action="store_true", help="regenerate the marked tables in the given docs")
+    ap.add_argument("--check-docs", action="store_true", help="exit 1 if a marked table in the docs is stale")
+    ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."),
+                    help="repository root that marker paths are relative to (default: this script's ..)")
     args = ap.parse_args()
-    runs, contexts = load(args.json, args.stat)
-    if not runs:
-        sys.exit("bench-table: no benchmark results in " + ", ".join(args.json))
-    print(brief(runs, contexts) if args.brief else full(runs, contexts))
+    try:
+        if args.update_docs or args.check_docs:
+            stale = []
+            for doc in args.files:
+                old, new = refresh(doc, args.root)
+                if old != new:
+                    stale.append(doc)
+                    if args.update_docs:
+                        tmp = doc + ".tmp"
+                        with open(tmp, "w") as f:
+                            f.write(new)
+                        os.replace(tmp, doc)
+            if args.check_docs and stale:
+                sys.exit("bench-table: out of date (run python3 scripts/bench-table.py --update-docs %s): %s" % (
+                    " ".join(args.files), ", ".join(stale)))
+            return
+        print(render(args.files, args.brief, args.stat))
+    except (OSError, ValueError) as e:
+        sys.exit("bench-table: %s" % e)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// An independent, deliberately plain packer written from docs/packed-format.md: header fields are written at
+// An independent, deliberately plain packer written from packing/README.md: header fields are written at
 // their documented byte offsets (not through the C struct), regions are laid out with its own arithmetic, and
 // vectors are quantised by the canonical scalar definition (quantize_ref.cc). The library's packer must
 // produce exactly these bytes.

@@ -23,8 +23,6 @@ TARGETS = {  # (shape, mode) -> the project's target ms on an H100
     ("train-inbatch", "fwd+bwd-det"): 0.45,
     ("train-inbatch", "fwd+bwd-atomic"): 0.45,
 }
-PUBLISHED = {"textual-1k": 0.123, "textual-10k": 0.316, "colpali-rerank": 0.163, "q128": 0.164, "visual": 0.651,
-             "train-inbatch": 0.73}
 
 
 def load(path):
@@ -81,7 +79,6 @@ def main():
         print("%-15s %-15s %9.4f %8.1f %8.0f %7s %6s %s %7s %8s %s %s" % (
             r["shape"], r["mode"], ms, tf, gbs, pk, pb, nms, ratio, "%.3f" % tgt if tgt else "-", verdict,
             "; ".join(extra)))
-    print("(published best fused kernels, ms: %s)" % ", ".join("%s %.3f" % kv for kv in PUBLISHED.items()))
     return 0
 
 

@@ -23,7 +23,7 @@ int RunPack(int argc, char** argv) {
       "OFFSETS.npy  int64 or uint64 [n_sets + 1]: set i owns rows offsets[i] .. offsets[i+1] (like cu_seqlens);\n"
       "             starts at 0, never decreases, ends at n_tokens. Equal neighbours make an empty set.\n"
       "The file holds i8 codes + quantisation metadata (for certified/approximate search) and the originals\n"
-      "(for exact search and refinement); see docs/packed-format.md.",
+      "(for exact search and refinement); see packing/README.md.",
       options, 2, 2};
   Args args;
   if (!args.Parse(spec, argc, argv)) return kExitOk;

@@ -58,7 +58,7 @@ struct PackedView {
 
 Status Validate(const void* buffer, uint64_t size, maxsim_validation level, PackedView* view);
 
-// ---- Quantisation (the canonical definition lives in quantize_ref.cc; docs/packed-format.md states it) ----
+// ---- Quantisation (the canonical definition lives in quantize_ref.cc; packing/README.md states it) ----
 
 // Pass 1 over one f32 vector: finiteness, max |v|, and the canonical double sum of squares.
 struct RowStats {

@@ -4,7 +4,7 @@
  *
  * One self-describing buffer holds a collection of token sets (a batch of queries or a shard of documents).
  * Every backend (CPU kernels of any ISA, GPU plugins) reads this one layout; nothing in it depends on the
- * machine that packed it. The full specification, with the reasons for each choice, is docs/packed-format.md.
+ * machine that packed it. The full specification, with the reasons for each choice, is packing/README.md.
  *
  *   [0, 256)            header (struct maxsim_pack_header), little-endian
  *   codes region        n_vectors rows of `padded_dim` int8 codes, v8 in [-127, 127], zero padding
