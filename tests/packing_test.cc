@@ -80,6 +80,122 @@ TEST(Packer, MatchesReferencePackerByteForByte) {
   }
 }
 
+// String ids (format 1.1): multi-byte UTF-8, spaces, long ids, empty sets; with and without numeric ids.
+std::vector<std::string> SampleStringIds(uint64_t n) {
+  const std::vector<std::string> pool = {"doc-0", "caf\xc3\xa9", "\xe6\x96\x87\xe6\xa1\xa3 7", "a b  c",
+                                         "\xf0\x9f\x99\x82", std::string(300, 'x'), "9", "\"quoted\" \\ back"};
+  std::vector<std::string> v(n);
+  for (uint64_t i = 0; i < n; ++i) v[i] = pool[i % pool.size()] + (i >= pool.size() ? "#" + std::to_string(i) : "");
+  return v;
+}
+
+TEST(Packer, StringIdsMatchTheReferenceAndReadBack) {
+  std::mt19937_64 rng(31);
+  for (maxsim_dtype dtype : {MAXSIM_F32, MAXSIM_BF16}) {
+    TokenSets t = Generate(rng, Shape::kGaussian, 11, 0, 20, 40);  // includes empty sets
+    t.Encode(dtype);
+    const std::vector<std::string> sids = SampleStringIds(t.n_sets());
+    std::vector<uint64_t> ids(t.n_sets());
+    for (auto& id : ids) id = rng();
+    for (const uint64_t* numeric : {static_cast<const uint64_t*>(nullptr), static_cast<const uint64_t*>(ids.data())}) {
+      Context ctx = CpuContext(2);
+      Packed p = Packed::PackWithStringIds(ctx.get(), t.Dense(), sids, numeric);
+      const maxsim_packed_desc d = p.Describe();
+      const std::vector<uint8_t> got(static_cast<const uint8_t*>(d.data), static_cast<const uint8_t*>(d.data) + d.size);
+      ExpectSameBytes(got, ReferencePack(t, numeric, &sids), numeric ? "string + numeric ids" : "string ids");
+      EXPECT_EQ(d.has_ids, numeric ? 1 : 0);
+      ASSERT_TRUE(p.HasStringIds());
+      for (uint64_t i = 0; i < t.n_sets(); ++i) {
+        const char* id = nullptr;
+        size_t length = 0;
+        ASSERT_EQ(maxsim_packed_string_id(p.get(), i, &id, &length), MAXSIM_OK);
+        EXPECT_EQ(std::string(id), sids[i]) << "NUL-terminated in place";
+        EXPECT_EQ(length, sids[i].size());
+      }
+      const std::string path = TempPath("strings.maxsim");
+      p.Save(path);
+      Packed loaded = Packed::Load(path, MAXSIM_VALIDATE_DEEP);
+      for (uint64_t i = 0; i < t.n_sets(); ++i) EXPECT_EQ(loaded.StringId(i), sids[i]);
+      std::remove(path.c_str());
+      const char* id = reinterpret_cast<const char*>(1);
+      EXPECT_EQ(maxsim_packed_string_id(p.get(), t.n_sets(), &id, nullptr), MAXSIM_ERR_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(maxsim_last_error()).find("out of range"), std::string::npos);
+      EXPECT_EQ(maxsim_packed_string_id(p.get(), 0, nullptr, nullptr), MAXSIM_ERR_INVALID_ARGUMENT);
+    }
+    // Without string ids the getter answers NULL and the buffer stays format 1.0.
+    Packed plain = Packed::Pack(nullptr, t.Dense());
+    const char* id = "x";
+    size_t length = 5;
+    ASSERT_EQ(maxsim_packed_string_id(plain.get(), 0, &id, &length), MAXSIM_OK);
+    EXPECT_EQ(id, nullptr);
+    EXPECT_EQ(length, 0u);
+    EXPECT_FALSE(plain.HasStringIds());
+    const auto* h = static_cast<const maxsim_pack_header*>(plain.Describe().data);
+    EXPECT_EQ(h->version_minor, 0u);
+    EXPECT_EQ(h->region_count, 5u);
+  }
+}
+
+TEST(Packer, BadStringIdsAreRefusedNamingTheId) {
+  std::mt19937_64 rng(32);
+  TokenSets t = Generate(rng, Shape::kGaussian, 5, 1, 4, 8);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"", "is empty"},
+      {"a\tb", "tab"},
+      {"a\nb", "line break"},
+      {"a\r", "line break"},
+      {"\xc0\x80", "not valid UTF-8"},          // overlong NUL
+      {"\xe0\x80\xaf", "overlong"},              // overlong '/'
+      {"\xed\xa0\x80", "surrogate"},
+      {"\xf4\x90\x80\x80", "out-of-range"},      // above U+10FFFF
+      {"abc\xe6\x96", "truncated"},
+      {"\x80", "not valid UTF-8"},
+      {"\xff", "not valid UTF-8"},
+  };
+  for (const auto& [id, message] : bad) {
+    std::vector<std::string> sids = SampleStringIds(5);
+    sids[3] = id;
+    std::vector<const char*> p;
+    for (const auto& s : sids) p.push_back(s.c_str());
+    maxsim_packed* out = reinterpret_cast<maxsim_packed*>(1);
+    EXPECT_EQ(maxsim_pack_with_string_ids(nullptr, t.Dense().get(), nullptr, p.data(), &out),
+              MAXSIM_ERR_INVALID_ARGUMENT) << message;
+    EXPECT_EQ(out, nullptr);
+    const std::string msg = maxsim_last_error();
+    EXPECT_NE(msg.find("string id 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(message), std::string::npos) << msg;
+  }
+  std::vector<const char*> with_null = {"a", "b", nullptr, "d", "e"};
+  maxsim_packed* out = nullptr;
+  EXPECT_EQ(maxsim_pack_with_string_ids(nullptr, t.Dense().get(), nullptr, with_null.data(), &out),
+            MAXSIM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(maxsim_last_error()).find("string id 2 is NULL"), std::string::npos);
+  EXPECT_EQ(maxsim_pack_with_string_ids(nullptr, t.Dense().get(), nullptr, nullptr, &out), MAXSIM_ERR_INVALID_ARGUMENT);
+}
+
+// tests/data/packed-v1.0.maxsim was written by the packer of format 1.0 (before string ids existed), from
+// 5 vectors of dim 8 with element k of row r = ((8r + k) mod 7 - 3) / 4, offsets {0, 2, 2, 5} and numeric ids
+// {7, 2^40, 3}. It still loads, and today's packer still writes exactly these bytes for that input.
+TEST(PackedFile, AFormat10FileStillLoadsAndIsStillWhatThePackerWrites) {
+  TokenSets t;
+  t.dim = 8;
+  t.offsets = {0, 2, 2, 5};
+  for (int r = 0; r < 5; ++r) {
+    for (int k = 0; k < 8; ++k) t.values.push_back(static_cast<float>(((8 * r + k) % 7) - 3) * 0.25f);
+  }
+  t.Encode(MAXSIM_F32);
+  const uint64_t ids[3] = {7, 1ull << 40, 3};
+  Packed old = Packed::Load(std::string(MAXSIM_SOURCE_DIR) + "/tests/data/packed-v1.0.maxsim", MAXSIM_VALIDATE_DEEP);
+  const maxsim_packed_desc d = old.Describe();
+  EXPECT_EQ(static_cast<const maxsim_pack_header*>(d.data)->version_minor, 0u);
+  ASSERT_EQ(d.n_sets, 3u);
+  ASSERT_TRUE(d.has_ids);
+  EXPECT_EQ(d.ids[1], 1ull << 40);
+  EXPECT_FALSE(old.HasStringIds());
+  const std::vector<uint8_t> bytes(static_cast<const uint8_t*>(d.data), static_cast<const uint8_t*>(d.data) + d.size);
+  ExpectSameBytes(LibraryPack(t, ids, 1), bytes, "format 1.0 file");
+}
+
 TEST(Packer, ThreadCountDoesNotChangeTheBytes) {
   std::mt19937_64 rng(12);
   TokenSets t = Generate(rng, Shape::kUnitGaussian, 300, 0, 40, 128);  // > 2 chunks of work

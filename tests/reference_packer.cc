@@ -10,7 +10,7 @@ namespace {
 uint64_t Align64(uint64_t x) { return (x + 63) / 64 * 64; }
 }  // namespace
 
-std::vector<uint8_t> ReferencePack(const TokenSets& t, const uint64_t* ids) {
+std::vector<uint8_t> ReferencePack(const TokenSets& t, const uint64_t* ids, const std::vector<std::string>* string_ids) {
   const uint32_t dim = t.dim;
   const uint32_t elem = t.dtype == MAXSIM_F32 ? 4 : 2;
   std::vector<uint64_t> rows;  // kept source rows, in order
@@ -24,9 +24,25 @@ std::vector<uint8_t> ReferencePack(const TokenSets& t, const uint64_t* ids) {
   const uint64_t n = rows.size(), sets = t.n_sets();
   const uint32_t padded_dim = static_cast<uint32_t>(Align64(dim));
   const uint32_t orig_row = static_cast<uint32_t>(Align64(static_cast<uint64_t>(dim) * elem));
-  uint64_t region_off[5], region_size[5] = {n * padded_dim, n * 16, n * orig_row, (sets + 1) * 8, ids ? sets * 8 : 0};
+  // String ids region: (sets + 1) u64 offsets into the text that follows, each id's bytes then one NUL.
+  std::vector<uint8_t> strings;
+  if (string_ids) {
+    std::vector<uint64_t> at{0};
+    std::string text;
+    for (const std::string& s : *string_ids) {
+      text += s;
+      text += '\0';
+      at.push_back(text.size());
+    }
+    strings.resize(at.size() * 8 + text.size());
+    std::memcpy(strings.data(), at.data(), at.size() * 8);
+    std::memcpy(strings.data() + at.size() * 8, text.data(), text.size());
+  }
+  const int n_regions = string_ids ? 6 : 5;
+  uint64_t region_off[6], region_size[6] = {n * padded_dim, n * 16, n * orig_row, (sets + 1) * 8, ids ? sets * 8 : 0,
+                                            strings.size()};
   uint64_t cursor = 256;
-  for (int r = 0; r < 5; ++r) {
+  for (int r = 0; r < n_regions; ++r) {
     region_off[r] = cursor;
     cursor = Align64(cursor + region_size[r]);
   }
@@ -43,15 +59,16 @@ std::vector<uint8_t> ReferencePack(const TokenSets& t, const uint64_t* ids) {
   }
   std::memcpy(b.data() + region_off[3], offsets.data(), offsets.size() * 8);
   if (ids) std::memcpy(b.data() + region_off[4], ids, sets * 8);
+  if (!strings.empty()) std::memcpy(b.data() + region_off[5], strings.data(), strings.size());
 
   std::memcpy(b.data() + hdr::kMagic, "MAXSIMPK", 8);
   Put<uint16_t>(b, hdr::kVersionMajor, 1);
-  Put<uint16_t>(b, hdr::kVersionMinor, 0);
+  Put<uint16_t>(b, hdr::kVersionMinor, string_ids ? 1 : 0);
   Put<uint32_t>(b, hdr::kEndian, 0x01020304u);
   Put<uint16_t>(b, hdr::kHeaderSize, 256);
   Put<uint16_t>(b, hdr::kLayout, 1);
   Put<uint8_t>(b, hdr::kDtype, static_cast<uint8_t>(t.dtype));
-  Put<uint8_t>(b, hdr::kRegionCount, 5);
+  Put<uint8_t>(b, hdr::kRegionCount, static_cast<uint8_t>(n_regions));
   Put<uint16_t>(b, hdr::kQuantRange, 127);
   Put<uint32_t>(b, hdr::kDim, dim);
   Put<uint32_t>(b, hdr::kPaddedDim, padded_dim);
@@ -60,11 +77,11 @@ std::vector<uint8_t> ReferencePack(const TokenSets& t, const uint64_t* ids) {
   Put<uint64_t>(b, hdr::kNVectors, n);
   Put<uint64_t>(b, hdr::kNSets, sets);
   Put<uint64_t>(b, hdr::kTotalSize, total);
-  for (int r = 0; r < 5; ++r) {
+  for (int r = 0; r < n_regions; ++r) {
     Put<uint64_t>(b, hdr::kRegions + 16 * r, region_off[r]);
     Put<uint64_t>(b, hdr::kRegions + 16 * r + 8, region_size[r]);
   }
-  Put<uint64_t>(b, hdr::kFlags, ids ? 1 : 0);
+  Put<uint64_t>(b, hdr::kFlags, (ids ? 1 : 0) | (string_ids ? 2 : 0));
   Reseal(b);
   return b;
 }

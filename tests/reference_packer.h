@@ -8,13 +8,16 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "test_util.h"
 
 namespace maxsim::test {
 
-std::vector<uint8_t> ReferencePack(const TokenSets& sets, const uint64_t* ids);
+// string_ids: null, or one id per set (format 1.1: a sixth region, version 1.1, flag bit 1).
+std::vector<uint8_t> ReferencePack(const TokenSets& sets, const uint64_t* ids,
+                                   const std::vector<std::string>* string_ids = nullptr);
 
 // Byte offsets of header fields (from the spec), for the corruption tests.
 namespace hdr {

@@ -28,6 +28,15 @@ std::vector<uint8_t> ValidBuffer(bool ids = true) {
   return ReferencePack(t, ids ? id.data() : nullptr);
 }
 
+// A buffer with string ids (format 1.1): ids "s0", "s1", "\u00e92" (two-byte UTF-8), "s3", "s44": 17 bytes of text
+// with their NULs, so that a zero gap follows the region.
+std::vector<uint8_t> StringIdBuffer() {
+  std::mt19937_64 rng(22);
+  TokenSets t = Generate(rng, Shape::kGaussian, 5, 0, 9, 20);
+  const std::vector<std::string> sids = {"s0", "s1", "\xc3\xa9" "2", "s3", "s44"};
+  return ReferencePack(t, nullptr, &sids);
+}
+
 maxsim_status ValidateBytes(const std::vector<uint8_t>& b, maxsim_validation level = MAXSIM_VALIDATE_STANDARD) {
   AlignedBytes a(b);
   return maxsim_validate(a.data(), b.size(), level);
@@ -101,7 +110,8 @@ TEST(Validate, EachHeaderFieldIsCheckedOnItsOwn) {
       {"offsets offset beyond end", [](auto& b) { Put<uint64_t>(b, hdr::kRegions + 48, 1ull << 40); }, "region 3"},
       {"ids size", [](auto& b) { Put<uint64_t>(b, hdr::kRegions + 72, 0); }, "region 4"},
       {"unused slot", [](auto& b) { Put<uint64_t>(b, hdr::kRegions + 80, 256); }, "region 5"},
-      {"unknown flag", [](auto& b) { Put<uint64_t>(b, hdr::kFlags, 3); }, "flag"},
+      {"unknown flag", [](auto& b) { Put<uint64_t>(b, hdr::kFlags, 5); }, "flag"},
+      {"string-ids flag on a 1.0 buffer", [](auto& b) { Put<uint64_t>(b, hdr::kFlags, 3); }, "need 1.1"},
       {"ids flag cleared", [](auto& b) { Put<uint64_t>(b, hdr::kFlags, 0); }, "region 4"},
       {"reserved byte", [](auto& b) { b[hdr::kReserved + 5] = 1; }, "reserved"},
   };
@@ -110,6 +120,59 @@ TEST(Validate, EachHeaderFieldIsCheckedOnItsOwn) {
     c.mutate(b);
     Reseal(b);
     ExpectRejected(b, c.name, c.message);
+  }
+}
+
+TEST(Validate, StringIdsRegion) {
+  const auto good = StringIdBuffer();
+  for (maxsim_validation level : {MAXSIM_VALIDATE_FAST, MAXSIM_VALIDATE_STANDARD, MAXSIM_VALIDATE_DEEP}) {
+    EXPECT_EQ(ValidateBytes(good, level), MAXSIM_OK) << maxsim_last_error();
+  }
+  const uint64_t at = Get<uint64_t>(good, hdr::kRegions + 16 * MAXSIM_REGION_STRING_IDS);
+  const uint64_t size = Get<uint64_t>(good, hdr::kRegions + 16 * MAXSIM_REGION_STRING_IDS + 8);
+  const uint64_t text = at + 6 * 8;  // after the 5 + 1 offsets
+  ASSERT_EQ(size, 6 * 8 + 17u);
+  struct Case {
+    const char* name;
+    std::function<void(std::vector<uint8_t>&)> mutate;
+    const char* message;
+    bool fast_catches;  // structural (FAST) or a content check (STANDARD)
+  };
+  const std::vector<Case> cases = {
+      {"version 1.0", [](auto& b) { Put<uint16_t>(b, hdr::kVersionMinor, 0); }, "need 1.1", true},
+      {"region count 5", [](auto& b) { Put<uint8_t>(b, hdr::kRegionCount, 5); }, "region_count", true},
+      {"flag cleared", [](auto& b) { Put<uint64_t>(b, hdr::kFlags, 0); }, "region_count", true},
+      {"region smaller than its table", [&](auto& b) { Put<uint64_t>(b, hdr::kRegions + 88, 40); }, "offset table",
+       true},
+      {"region size grown", [&](auto& b) { Put<uint64_t>(b, hdr::kRegions + 88, size + 1); }, "end at byte", true},
+      {"region moved", [&](auto& b) { Put<uint64_t>(b, hdr::kRegions + 80, at + 64); }, "region 5", true},
+      {"first offset", [&](auto& b) { Put<uint64_t>(b, at, 1); }, "offsets[0]", true},
+      {"offsets decrease", [&](auto& b) { Put<uint64_t>(b, at + 16, 2); }, "string id 1 spans", true},
+      {"empty id", [&](auto& b) { Put<uint64_t>(b, at + 16, 4); }, "string id 1 spans", true},
+      {"last offset", [&](auto& b) { Put<uint64_t>(b, at + 40, 16); }, "end at byte 16", true},
+      {"NUL overwritten", [&](auto& b) { b[text + 2] = 'x'; }, "string id 0 is not NUL-terminated", true},
+      {"tab in an id", [&](auto& b) { b[text + 1] = '\t'; }, "string id 0 contains a tab", false},
+      {"NUL inside an id", [&](auto& b) { b[text + 3] = 0; }, "string id 1 contains a NUL", false},
+      {"broken UTF-8", [&](auto& b) { b[text + 7] = 'x'; }, "string id 2 is not valid UTF-8", false},
+      {"gap after the region", [&](auto& b) { b[at + size] = 1; }, "after the string ids region", false},
+  };
+  for (const Case& c : cases) {
+    auto b = good;
+    c.mutate(b);
+    Reseal(b);
+    ExpectRejected(b, c.name, c.message);
+    if (!c.fast_catches) {
+      EXPECT_EQ(ValidateBytes(b, MAXSIM_VALIDATE_FAST), MAXSIM_OK) << c.name << ": " << maxsim_last_error();
+    } else {
+      ExpectRejected(b, c.name, c.message, MAXSIM_VALIDATE_FAST);
+    }
+  }
+  // Random single-bit flips anywhere after the header never pass STANDARD.
+  std::mt19937_64 rng(4);
+  for (int trial = 0; trial < 200; ++trial) {
+    auto b = good;
+    b[256 + rng() % (b.size() - 256)] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    ExpectRejected(b, "string-id buffer flip " + std::to_string(trial));
   }
 }
 

@@ -286,15 +286,16 @@ MAXSIM_API maxsim_status maxsim_pack_into(maxsim_context* ctx, const maxsim_dens
   });
 }
 
-MAXSIM_API maxsim_status maxsim_pack(maxsim_context* ctx, const maxsim_dense_sets* sets, const uint64_t* ids,
-                                     maxsim_packed** out) {
-  return Guard([&]() -> Status {
+namespace {
+Status PackOwned(maxsim_context* ctx, const maxsim_dense_sets* sets, const uint64_t* ids,
+                 const char* const* string_ids, maxsim_packed** out) {
+  {
     if (!out) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = nullptr;
     DenseView v;
     MAXSIM_RETURN_IF_ERROR(ResolveDense(sets, "sets", &v));
     uint64_t size = 0;
-    MAXSIM_RETURN_IF_ERROR(pack::PackedSize(v, ids != nullptr, &size));
+    MAXSIM_RETURN_IF_ERROR(pack::PackedSize(v, ids != nullptr, &size, string_ids));
     void* memory = AllocatePacked(size);
     if (!memory) {
       return Error(MAXSIM_ERR_OUT_OF_MEMORY, "cannot allocate %llu bytes for the packed buffer",
@@ -302,7 +303,7 @@ MAXSIM_API maxsim_status maxsim_pack(maxsim_context* ctx, const maxsim_dense_set
     }
     const uint64_t allocated = size;
     Status st = pack::PackInto(v, ids, memory, size, ctx ? ctx->threads : 1, "sets", &size,
-                               /*write_before_validation=*/true);
+                               /*write_before_validation=*/true, string_ids);
     pack::PackedView view;
     if (st.ok()) st = pack::Validate(memory, size, MAXSIM_VALIDATE_FAST, &view);
     if (!st.ok()) {
@@ -317,6 +318,24 @@ MAXSIM_API maxsim_status maxsim_pack(maxsim_context* ctx, const maxsim_dense_set
     p->uid = NextPackedUid();
     *out = p;
     return Status::Ok();
+  }
+}
+}  // namespace
+
+MAXSIM_API maxsim_status maxsim_pack(maxsim_context* ctx, const maxsim_dense_sets* sets, const uint64_t* ids,
+                                     maxsim_packed** out) {
+  return Guard([&]() -> Status { return PackOwned(ctx, sets, ids, nullptr, out); });
+}
+
+MAXSIM_API maxsim_status maxsim_pack_with_string_ids(maxsim_context* ctx, const maxsim_dense_sets* sets,
+                                                     const uint64_t* ids, const char* const* string_ids,
+                                                     maxsim_packed** out) {
+  return Guard([&]() -> Status {
+    if (!string_ids) {
+      if (out) *out = nullptr;
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "string_ids is NULL (use maxsim_pack for sets without string ids)");
+    }
+    return PackOwned(ctx, sets, ids, string_ids, out);
   });
 }
 
@@ -379,6 +398,25 @@ MAXSIM_API maxsim_status maxsim_packed_describe(const maxsim_packed* packed, max
     desc->data = v.base;
     desc->offsets = v.offsets;
     desc->ids = v.ids;
+    return Status::Ok();
+  });
+}
+
+MAXSIM_API maxsim_status maxsim_packed_string_id(const maxsim_packed* packed, uint64_t i, const char** id,
+                                                 size_t* length) {
+  return Guard([&]() -> Status {
+    if (!packed || !id) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "packed or id is NULL");
+    const pack::PackedView& v = packed->view;
+    if (i >= v.n_sets) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "set %llu is out of range (the collection has %llu sets)",
+                   static_cast<unsigned long long>(i), static_cast<unsigned long long>(v.n_sets));
+    }
+    *id = nullptr;
+    if (length) *length = 0;
+    if (v.string_ids == nullptr) return Status::Ok();
+    const uint64_t at = v.string_id_offsets[i];
+    *id = v.string_ids + at;
+    if (length) *length = static_cast<size_t>(v.string_id_offsets[i + 1] - at - 1);
     return Status::Ok();
   });
 }

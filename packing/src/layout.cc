@@ -17,7 +17,7 @@ const char* DtypeName(maxsim_dtype dtype) {
 }
 
 Status ComputeLayout(uint32_t dim, maxsim_dtype dtype, uint64_t n_vectors, uint64_t n_sets, bool has_ids,
-                     Layout* layout, maxsim_status code) {
+                     Layout* layout, maxsim_status code, uint64_t string_id_bytes) {
   if (dim == 0 || dim > MAXSIM_PACK_MAX_DIM) {
     return Error(code, "dim %u is outside the supported range 1..%u", dim, MAXSIM_PACK_MAX_DIM);
   }
@@ -28,22 +28,27 @@ Status ComputeLayout(uint32_t dim, maxsim_dtype dtype, uint64_t n_vectors, uint6
   l.n_vectors = n_vectors;
   l.n_sets = n_sets;
   l.has_ids = has_ids;
+  l.has_string_ids = string_id_bytes != kNoStringIds;
+  l.string_id_bytes = l.has_string_ids ? string_id_bytes : 0;
+  l.region_count = l.has_string_ids ? MAXSIM_REGION_COUNT + 1 : MAXSIM_REGION_COUNT;
   l.padded_dim = static_cast<uint32_t>(RoundUp(dim, MAXSIM_PACK_ALIGN));
   l.orig_row_bytes = static_cast<uint32_t>(RoundUp(static_cast<uint64_t>(dim) * DtypeBytes(dtype), MAXSIM_PACK_ALIGN));
 
-  uint64_t sizes[MAXSIM_REGION_COUNT];
+  uint64_t sizes[MAXSIM_REGION_COUNT + 1] = {};
   uint64_t sets_plus_one = 0;
   if (MulOverflows(n_vectors, l.padded_dim, &sizes[MAXSIM_REGION_CODES]) ||
       MulOverflows(n_vectors, sizeof(maxsim_vector_meta), &sizes[MAXSIM_REGION_META]) ||
       MulOverflows(n_vectors, l.orig_row_bytes, &sizes[MAXSIM_REGION_ORIGINALS]) ||
       AddOverflows(n_sets, 1, &sets_plus_one) ||
       MulOverflows(sets_plus_one, sizeof(uint64_t), &sizes[MAXSIM_REGION_OFFSETS]) ||
-      MulOverflows(has_ids ? n_sets : 0, sizeof(uint64_t), &sizes[MAXSIM_REGION_IDS])) {
+      MulOverflows(has_ids ? n_sets : 0, sizeof(uint64_t), &sizes[MAXSIM_REGION_IDS]) ||
+      (l.has_string_ids && AddOverflows(sizes[MAXSIM_REGION_OFFSETS], l.string_id_bytes,
+                                        &sizes[MAXSIM_REGION_STRING_IDS]))) {
     return Error(code, "%llu vectors of dim %u in %llu sets do not fit in a 64-bit buffer size",
                  static_cast<unsigned long long>(n_vectors), dim, static_cast<unsigned long long>(n_sets));
   }
   uint64_t cursor = MAXSIM_PACK_HEADER_SIZE;
-  for (int r = 0; r < MAXSIM_REGION_COUNT; ++r) {
+  for (int r = 0; r < l.region_count; ++r) {
     l.regions[r].offset = cursor;
     l.regions[r].size = sizes[r];
     uint64_t end = 0;
@@ -56,6 +61,48 @@ Status ComputeLayout(uint32_t dim, maxsim_dtype dtype, uint64_t n_vectors, uint6
   l.total_size = cursor;
   *layout = l;
   return Status::Ok();
+}
+
+const char* StringIdProblem(const char* text, uint64_t length) {
+  if (length == 0) return "is empty";
+  const auto* s = reinterpret_cast<const unsigned char*>(text);
+  uint64_t i = 0;
+  while (i < length) {
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      if (c == 0) return "contains a NUL byte";
+      if (c == '\t') return "contains a tab";
+      if (c == '\n' || c == '\r') return "contains a line break";
+      ++i;
+      continue;
+    }
+    // Multi-byte sequence: lead byte gives the length and the smallest allowed code point (no overlong forms).
+    uint32_t cp;
+    int extra;
+    if (c >= 0xC2 && c <= 0xDF) {
+      cp = c & 0x1F;
+      extra = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      cp = c & 0x0F;
+      extra = 2;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      cp = c & 0x07;
+      extra = 3;
+    } else {
+      return "is not valid UTF-8";
+    }
+    if (length - i <= static_cast<uint64_t>(extra)) return "is not valid UTF-8 (a truncated sequence)";
+    for (int k = 1; k <= extra; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return "is not valid UTF-8";
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    if ((extra == 2 && cp < 0x800) || (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF))) {
+      return "is not valid UTF-8 (an overlong or out-of-range sequence)";
+    }
+    if (cp >= 0xD800 && cp <= 0xDFFF) return "is not valid UTF-8 (a surrogate code point)";
+    i += static_cast<uint64_t>(extra) + 1;
+  }
+  return nullptr;
 }
 
 namespace {

@@ -16,7 +16,8 @@ inline uint32_t DtypeBytes(maxsim_dtype dtype) { return dtype == MAXSIM_F32 ? 4u
 inline bool DtypeValid(uint32_t dtype) { return dtype >= MAXSIM_F32 && dtype <= MAXSIM_BF16; }
 const char* DtypeName(maxsim_dtype dtype);
 
-// Where every region of a canonical buffer lies. Fully determined by (dim, dtype, n_vectors, n_sets, has_ids).
+// Where every region of a canonical buffer lies. Fully determined by (dim, dtype, n_vectors, n_sets, has_ids)
+// and, for a buffer with string ids, the bytes of those ids (each id's UTF-8 bytes + its NUL terminator).
 struct Layout {
   uint32_t dim = 0;
   uint32_t padded_dim = 0;
@@ -25,13 +26,19 @@ struct Layout {
   uint64_t n_vectors = 0;
   uint64_t n_sets = 0;
   bool has_ids = false;
-  maxsim_pack_region regions[MAXSIM_REGION_COUNT] = {};
+  bool has_string_ids = false;
+  uint64_t string_id_bytes = 0;  // the text part of the string-ids region (after its n_sets + 1 offsets)
+  int region_count = MAXSIM_REGION_COUNT;  // 5, or 6 with string ids
+  maxsim_pack_region regions[MAXSIM_REGION_SLOTS] = {};
   uint64_t total_size = 0;
 };
 
 // Overflow-checked; fails with MAXSIM_ERR_INVALID_ARGUMENT (or the given code) naming the field that overflows.
+// string_id_bytes: UINT64_MAX for a buffer without string ids.
+constexpr uint64_t kNoStringIds = UINT64_MAX;
 Status ComputeLayout(uint32_t dim, maxsim_dtype dtype, uint64_t n_vectors, uint64_t n_sets, bool has_ids,
-                     Layout* layout, maxsim_status code = MAXSIM_ERR_INVALID_ARGUMENT);
+                     Layout* layout, maxsim_status code = MAXSIM_ERR_INVALID_ARGUMENT,
+                     uint64_t string_id_bytes = kNoStringIds);
 
 // 64-bit checksum (four independent multiply-rotate lanes, then an avalanche): detects corruption, not an
 // adversary. About 10 GB/s on one core.
@@ -54,7 +61,16 @@ struct PackedView {
   const uint8_t* originals = nullptr;
   const uint64_t* offsets = nullptr;
   const uint64_t* ids = nullptr;  // null when the buffer has none
+  // String ids (format 1.1): id i is the NUL-terminated UTF-8 text at string_ids + string_id_offsets[i], of
+  // string_id_offsets[i + 1] - string_id_offsets[i] - 1 bytes. Both null when the buffer has none.
+  const uint64_t* string_id_offsets = nullptr;
+  const char* string_ids = nullptr;
 };
+
+// Checks one string id (for packers and the validator): non-empty, valid UTF-8 (shortest forms, no surrogates,
+// at most U+10FFFF), and free of NUL, tab, line feed and carriage return (ids live in line- and tab-separated
+// files). Returns nullptr if valid, else what is wrong.
+const char* StringIdProblem(const char* text, uint64_t length);
 
 Status Validate(const void* buffer, uint64_t size, maxsim_validation level, PackedView* view);
 

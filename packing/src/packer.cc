@@ -65,6 +65,27 @@ void BuildChunks(const DenseView& in, const std::vector<uint64_t>& new_offsets, 
   }
 }
 
+// Total bytes of the string ids' text (each id + its NUL), or kNoStringIds without string ids; every id is
+// checked first, so that a bad id is reported before anything is written.
+Status StringIdBytes(const char* const* string_ids, uint64_t n_sets, const char* role, uint64_t* bytes) {
+  *bytes = kNoStringIds;
+  if (string_ids == nullptr) return Status::Ok();
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < n_sets; ++i) {
+    if (string_ids[i] == nullptr) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: string id %llu is NULL", role, static_cast<ull>(i));
+    }
+    const uint64_t len = std::strlen(string_ids[i]);
+    if (const char* problem = StringIdProblem(string_ids[i], len)) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: string id %llu %s (ids must be non-empty UTF-8 without tabs, "
+                   "line breaks or NUL)", role, static_cast<ull>(i), problem);
+    }
+    total += len + 1;
+  }
+  *bytes = total;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status PackedOffsets(const DenseView& in, std::vector<uint64_t>* offsets) {
@@ -82,17 +103,22 @@ Status PackedOffsets(const DenseView& in, std::vector<uint64_t>* offsets) {
   return Status::Ok();
 }
 
-Status PackedSize(const DenseView& in, bool with_ids, uint64_t* size) {
+Status PackedSize(const DenseView& in, bool with_ids, uint64_t* size, const char* const* string_ids) {
   std::vector<uint64_t> offsets;
   MAXSIM_RETURN_IF_ERROR(PackedOffsets(in, &offsets));
+  uint64_t string_bytes = kNoStringIds;
+  MAXSIM_RETURN_IF_ERROR(StringIdBytes(string_ids, in.n_sets, "sets", &string_bytes));
   Layout layout;
-  MAXSIM_RETURN_IF_ERROR(ComputeLayout(in.dim, in.dtype, offsets.back(), in.n_sets, with_ids, &layout));
+  MAXSIM_RETURN_IF_ERROR(
+      ComputeLayout(in.dim, in.dtype, offsets.back(), in.n_sets, with_ids, &layout, MAXSIM_ERR_INVALID_ARGUMENT,
+                    string_bytes));
   *size = layout.total_size;
   return Status::Ok();
 }
 
 Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t capacity, int threads,
-                const char* role, uint64_t* written, bool write_before_validation) {
+                const char* role, uint64_t* written, bool write_before_validation,
+                const char* const* string_ids) {
   if (in.memory != MAXSIM_MEMORY_HOST) {
     return Error(MAXSIM_ERR_UNSUPPORTED, "%s: packing reads host memory; copy device tensors to the host first", role);
   }
@@ -103,8 +129,11 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
   std::vector<uint64_t> new_offsets;
   MAXSIM_RETURN_IF_ERROR(PackedOffsets(in, &new_offsets));
   const uint64_t n_vectors = new_offsets.back();
+  uint64_t string_bytes = kNoStringIds;
+  MAXSIM_RETURN_IF_ERROR(StringIdBytes(string_ids, in.n_sets, role, &string_bytes));
   Layout l;
-  MAXSIM_RETURN_IF_ERROR(ComputeLayout(in.dim, in.dtype, n_vectors, in.n_sets, ids != nullptr, &l));
+  MAXSIM_RETURN_IF_ERROR(ComputeLayout(in.dim, in.dtype, n_vectors, in.n_sets, ids != nullptr, &l,
+                                       MAXSIM_ERR_INVALID_ARGUMENT, string_bytes));
   if (capacity < l.total_size) {
     if (written) *written = l.total_size;
     return Error(MAXSIM_ERR_BUFFER_TOO_SMALL, "%s: packing needs %llu bytes, output capacity is %llu", role,
@@ -200,9 +229,21 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
   if (analyse_pass) run(Work::kWrite);
   std::memcpy(base + l.regions[MAXSIM_REGION_OFFSETS].offset, new_offsets.data(), new_offsets.size() * 8);
   if (ids) std::memcpy(base + l.regions[MAXSIM_REGION_IDS].offset, ids, in.n_sets * 8);
-  for (int r = 0; r < MAXSIM_REGION_COUNT; ++r) {
+  if (l.has_string_ids) {
+    uint8_t* region = base + l.regions[MAXSIM_REGION_STRING_IDS].offset;
+    char* text = reinterpret_cast<char*>(region + (in.n_sets + 1) * 8);
+    uint64_t at = 0;
+    for (uint64_t i = 0; i < in.n_sets; ++i) {
+      std::memcpy(region + i * 8, &at, 8);
+      const uint64_t len = std::strlen(string_ids[i]) + 1;  // with its NUL
+      std::memcpy(text + at, string_ids[i], len);
+      at += len;
+    }
+    std::memcpy(region + in.n_sets * 8, &at, 8);
+  }
+  for (int r = 0; r < l.region_count; ++r) {
     const uint64_t end = l.regions[r].offset + l.regions[r].size;
-    const uint64_t next = r + 1 < MAXSIM_REGION_COUNT ? l.regions[r + 1].offset : l.total_size;
+    const uint64_t next = r + 1 < l.region_count ? l.regions[r + 1].offset : l.total_size;
     std::memset(base + end, 0, next - end);
   }
 
@@ -210,12 +251,14 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
   std::memset(&h, 0, sizeof(h));
   std::memcpy(h.magic, MAXSIM_PACK_MAGIC, 8);
   h.version_major = MAXSIM_PACK_VERSION_MAJOR;
-  h.version_minor = MAXSIM_PACK_VERSION_MINOR;
+  // 1.0 unless the buffer has string ids, so that readers of 1.0 keep reading every buffer that needs no 1.1
+  // feature.
+  h.version_minor = l.has_string_ids ? 1 : 0;
   h.endian_tag = MAXSIM_PACK_ENDIAN_TAG;
   h.header_size = MAXSIM_PACK_HEADER_SIZE;
   h.layout = MAXSIM_PACK_LAYOUT_CANONICAL;
   h.orig_dtype = static_cast<uint8_t>(in.dtype);
-  h.region_count = MAXSIM_REGION_COUNT;
+  h.region_count = static_cast<uint8_t>(l.region_count);
   h.quant_range = MAXSIM_PACK_QUANT_RANGE;
   h.dim = in.dim;
   h.padded_dim = l.padded_dim;
@@ -224,8 +267,8 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
   h.n_vectors = n_vectors;
   h.n_sets = in.n_sets;
   h.total_size = l.total_size;
-  for (int r = 0; r < MAXSIM_REGION_COUNT; ++r) h.regions[r] = l.regions[r];
-  h.flags = ids ? MAXSIM_PACK_FLAG_HAS_IDS : 0;
+  for (int r = 0; r < l.region_count; ++r) h.regions[r] = l.regions[r];
+  h.flags = (ids ? MAXSIM_PACK_FLAG_HAS_IDS : 0) | (l.has_string_ids ? MAXSIM_PACK_FLAG_HAS_STRING_IDS : 0);
   h.payload_checksum = Checksum64(base + MAXSIM_PACK_HEADER_SIZE, l.total_size - MAXSIM_PACK_HEADER_SIZE);
   h.header_checksum = Checksum64(&h, offsetof(maxsim_pack_header, header_checksum));
   std::memcpy(base, &h, sizeof(h));

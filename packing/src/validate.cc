@@ -26,7 +26,8 @@ Status Bad(const char* format, ...) {
   return Status(MAXSIM_ERR_INVALID_BUFFER, std::string("invalid packed buffer: ") + buf);
 }
 
-const char* kRegionNames[MAXSIM_REGION_COUNT] = {"codes", "metadata", "originals", "offsets", "ids"};
+const char* kRegionNames[MAXSIM_REGION_COUNT + 1] = {"codes", "metadata", "originals", "offsets", "ids",
+                                                     "string ids"};
 
 bool AllZero(const uint8_t* p, uint64_t n) {
   uint8_t acc = 0;
@@ -170,9 +171,6 @@ Status Validate(const void* buffer, uint64_t size, maxsim_validation level, Pack
   }
   if (h.layout != MAXSIM_PACK_LAYOUT_CANONICAL) return Bad("layout id %u is unknown (expected 1)", h.layout);
   if (!DtypeValid(h.orig_dtype)) return Bad("originals dtype %u is not f32 (1), f16 (2) or bf16 (3)", h.orig_dtype);
-  if (h.region_count != MAXSIM_REGION_COUNT) {
-    return Bad("region_count is %u, expected %u", h.region_count, MAXSIM_REGION_COUNT);
-  }
   if (h.quant_range != MAXSIM_PACK_QUANT_RANGE) {
     return Bad("quantisation range is %u, expected %u", h.quant_range, MAXSIM_PACK_QUANT_RANGE);
   }
@@ -180,8 +178,18 @@ Status Validate(const void* buffer, uint64_t size, maxsim_validation level, Pack
     return Bad("metadata record size is %u, expected %zu", h.meta_record_bytes, sizeof(maxsim_vector_meta));
   }
   if (h.dim == 0 || h.dim > MAXSIM_PACK_MAX_DIM) return Bad("dim %u is outside 1..%u", h.dim, MAXSIM_PACK_MAX_DIM);
-  if ((h.flags & ~MAXSIM_PACK_FLAG_HAS_IDS) != 0) {
-    return Bad("unknown flag bits 0x%llx", static_cast<ull>(h.flags & ~MAXSIM_PACK_FLAG_HAS_IDS));
+  constexpr uint64_t kKnownFlags = MAXSIM_PACK_FLAG_HAS_IDS | MAXSIM_PACK_FLAG_HAS_STRING_IDS;
+  if ((h.flags & ~kKnownFlags) != 0) {
+    return Bad("unknown flag bits 0x%llx", static_cast<ull>(h.flags & ~kKnownFlags));
+  }
+  const bool has_string_ids = (h.flags & MAXSIM_PACK_FLAG_HAS_STRING_IDS) != 0;
+  if (has_string_ids && h.version_minor < 1) {
+    return Bad("flag bit 1 (string ids) is set but the format version is %u.%u (string ids need 1.1)",
+               h.version_major, h.version_minor);
+  }
+  const unsigned expected_regions = MAXSIM_REGION_COUNT + (has_string_ids ? 1u : 0u);
+  if (h.region_count != expected_regions) {
+    return Bad("region_count is %u, expected %u", h.region_count, expected_regions);
   }
   if (h.version_minor <= MAXSIM_PACK_VERSION_MINOR && !AllZero(h.reserved, sizeof(h.reserved))) {
     return Bad("reserved header bytes are not zero");
@@ -189,17 +197,32 @@ Status Validate(const void* buffer, uint64_t size, maxsim_validation level, Pack
 
   const auto dtype = static_cast<maxsim_dtype>(h.orig_dtype);
   const bool has_ids = (h.flags & MAXSIM_PACK_FLAG_HAS_IDS) != 0;
+  // The string-ids region's size is the one length the layout cannot derive from counts: its text part is
+  // whatever follows the n_sets + 1 offsets (the offsets are then checked against it).
+  uint64_t string_id_bytes = kNoStringIds;
+  if (has_string_ids) {
+    uint64_t table = 0;
+    if (h.n_sets > UINT64_MAX / 8 - 1) return Bad("n_sets %llu is too large", static_cast<ull>(h.n_sets));
+    table = (h.n_sets + 1) * 8;
+    const uint64_t region_size = h.regions[MAXSIM_REGION_STRING_IDS].size;
+    if (region_size < table) {
+      return Bad("region 5 (string ids) is %llu bytes, less than its %llu-byte offset table",
+                 static_cast<ull>(region_size), static_cast<ull>(table));
+    }
+    string_id_bytes = region_size - table;
+  }
   Layout l;
-  MAXSIM_RETURN_IF_ERROR(ComputeLayout(h.dim, dtype, h.n_vectors, h.n_sets, has_ids, &l, MAXSIM_ERR_INVALID_BUFFER));
+  MAXSIM_RETURN_IF_ERROR(ComputeLayout(h.dim, dtype, h.n_vectors, h.n_sets, has_ids, &l, MAXSIM_ERR_INVALID_BUFFER,
+                                       string_id_bytes));
   if (h.padded_dim != l.padded_dim) return Bad("padded_dim is %u, expected %u", h.padded_dim, l.padded_dim);
   if (h.orig_row_bytes != l.orig_row_bytes) {
     return Bad("orig_row_bytes is %u, expected %u", h.orig_row_bytes, l.orig_row_bytes);
   }
   for (int r = 0; r < MAXSIM_REGION_SLOTS; ++r) {
-    const maxsim_pack_region expected = r < MAXSIM_REGION_COUNT ? l.regions[r] : maxsim_pack_region{0, 0};
+    const maxsim_pack_region expected = r < l.region_count ? l.regions[r] : maxsim_pack_region{0, 0};
     if (h.regions[r].offset != expected.offset || h.regions[r].size != expected.size) {
       return Bad("region %d (%s) is at offset %llu size %llu, expected offset %llu size %llu", r,
-                 r < MAXSIM_REGION_COUNT ? kRegionNames[r] : "unused", static_cast<ull>(h.regions[r].offset),
+                 r < l.region_count ? kRegionNames[r] : "unused", static_cast<ull>(h.regions[r].offset),
                  static_cast<ull>(h.regions[r].size), static_cast<ull>(expected.offset),
                  static_cast<ull>(expected.size));
     }
@@ -239,6 +262,26 @@ Status Validate(const void* buffer, uint64_t size, maxsim_validation level, Pack
     return Bad("last offset is %llu but the buffer holds %llu vectors", static_cast<ull>(v.offsets[v.n_sets]),
                static_cast<ull>(v.n_vectors));
   }
+  if (has_string_ids) {
+    const uint8_t* region = base + l.regions[MAXSIM_REGION_STRING_IDS].offset;
+    v.string_id_offsets = reinterpret_cast<const uint64_t*>(region);
+    v.string_ids = reinterpret_cast<const char*>(region + (v.n_sets + 1) * 8);
+    const uint64_t* so = v.string_id_offsets;
+    if (so[0] != 0) return Bad("string id offsets[0] is %llu, expected 0", static_cast<ull>(so[0]));
+    for (uint64_t i = 0; i < v.n_sets; ++i) {
+      if (so[i + 1] <= so[i] || so[i + 1] - so[i] < 2) {
+        return Bad("string id %llu spans bytes %llu..%llu: every id needs at least one byte and its NUL",
+                   static_cast<ull>(i), static_cast<ull>(so[i]), static_cast<ull>(so[i + 1]));
+      }
+    }
+    if (so[v.n_sets] != l.string_id_bytes) {
+      return Bad("string ids end at byte %llu but their region holds %llu bytes of text",
+                 static_cast<ull>(so[v.n_sets]), static_cast<ull>(l.string_id_bytes));
+    }
+    for (uint64_t i = 0; i < v.n_sets; ++i) {
+      if (v.string_ids[so[i + 1] - 1] != '\0') return Bad("string id %llu is not NUL-terminated", static_cast<ull>(i));
+    }
+  }
 
   if (level != MAXSIM_VALIDATE_FAST) {
     const uint64_t payload_sum = Checksum64(base + MAXSIM_PACK_HEADER_SIZE, size - MAXSIM_PACK_HEADER_SIZE);
@@ -247,10 +290,15 @@ Status Validate(const void* buffer, uint64_t size, maxsim_validation level, Pack
                  static_cast<ull>(h.payload_checksum), static_cast<ull>(payload_sum));
     }
     // Gaps between regions are zero in a canonical buffer.
-    for (int r = 0; r < MAXSIM_REGION_COUNT; ++r) {
+    for (int r = 0; r < l.region_count; ++r) {
       const uint64_t end = l.regions[r].offset + l.regions[r].size;
-      const uint64_t next = r + 1 < MAXSIM_REGION_COUNT ? l.regions[r + 1].offset : l.total_size;
+      const uint64_t next = r + 1 < l.region_count ? l.regions[r + 1].offset : l.total_size;
       if (!AllZero(base + end, next - end)) return Bad("non-zero bytes after the %s region", kRegionNames[r]);
+    }
+    for (uint64_t i = 0; has_string_ids && i < v.n_sets; ++i) {
+      const uint64_t at = v.string_id_offsets[i];
+      const char* problem = StringIdProblem(v.string_ids + at, v.string_id_offsets[i + 1] - at - 1);
+      if (problem) return Bad("string id %llu %s", static_cast<ull>(i), problem);
     }
     MAXSIM_RETURN_IF_ERROR(CheckMeta(v));
     MAXSIM_RETURN_IF_ERROR(CheckCodes(v));

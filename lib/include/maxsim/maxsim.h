@@ -207,6 +207,13 @@ MAXSIM_API maxsim_status maxsim_pack_into(maxsim_context* ctx, const maxsim_dens
 /* Packs into a new owned handle. */
 MAXSIM_API maxsim_status maxsim_pack(maxsim_context* ctx, const maxsim_dense_sets* sets, const uint64_t* ids,
                                      maxsim_packed** out);
+/* Packs like maxsim_pack and also stores one string id per set (packed format 1.1): string_ids holds n_sets
+ * NUL-terminated UTF-8 strings, each non-empty and free of tab, line feed and carriage return (ids live in
+ * line- and tab-separated files); a bad id fails with MAXSIM_ERR_INVALID_ARGUMENT naming it. ids (numeric) may
+ * be given too, or NULL. */
+MAXSIM_API maxsim_status maxsim_pack_with_string_ids(maxsim_context* ctx, const maxsim_dense_sets* sets,
+                                                     const uint64_t* ids, const char* const* string_ids,
+                                                     maxsim_packed** out);
 /* Validates `buffer` (see maxsim_validation) and wraps it without copying; the caller keeps it alive and
  * unchanged until maxsim_packed_release. */
 MAXSIM_API maxsim_status maxsim_packed_open(const void* buffer, uint64_t size, maxsim_validation level,
@@ -231,6 +238,11 @@ typedef struct maxsim_packed_desc {
   const uint64_t* ids;      /* n_sets ids, or NULL */
 } maxsim_packed_desc;
 MAXSIM_API maxsim_status maxsim_packed_describe(const maxsim_packed* packed, maxsim_packed_desc* desc);
+/* String id of set i: *id points into the buffer (NUL-terminated UTF-8, valid as long as the handle) and
+ * *length (if not NULL) receives its bytes. A collection without string ids gives *id = NULL, *length = 0 and
+ * MAXSIM_OK; i >= n_sets fails with MAXSIM_ERR_INVALID_ARGUMENT. */
+MAXSIM_API maxsim_status maxsim_packed_string_id(const maxsim_packed* packed, uint64_t i, const char** id,
+                                                 size_t* length);
 
 /* Either a packed collection or dense sets: exactly one member is non-NULL. */
 typedef struct maxsim_sets {

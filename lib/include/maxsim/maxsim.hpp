@@ -114,6 +114,15 @@ class Packed {
     return Packed(p);
   }
   static Packed Pack(Context& ctx, const DenseSets& sets, const uint64_t* ids = nullptr);
+  // With one string id per set (packed format 1.1); ids (numeric) may be given too.
+  static Packed PackWithStringIds(maxsim_context* ctx, const DenseSets& sets,
+                                  const std::vector<std::string>& string_ids, const uint64_t* ids = nullptr) {
+    std::vector<const char*> p(string_ids.size());
+    for (size_t i = 0; i < p.size(); ++i) p[i] = string_ids[i].c_str();
+    maxsim_packed* out = nullptr;
+    Check(maxsim_pack_with_string_ids(ctx, sets.get(), ids, p.data(), &out));
+    return Packed(out);
+  }
   static Packed Load(const std::string& path, maxsim_validation level = MAXSIM_VALIDATE_STANDARD) {
     maxsim_packed* p = nullptr;
     Check(maxsim_packed_load(path.c_str(), level, &p));
@@ -130,6 +139,17 @@ class Packed {
     maxsim_packed_desc d{};
     Check(maxsim_packed_describe(p_, &d));
     return d;
+  }
+  // String id of set i ("" when the collection has none: HasStringIds() tells).
+  std::string StringId(uint64_t i) const {
+    const char* id = nullptr;
+    size_t length = 0;
+    Check(maxsim_packed_string_id(p_, i, &id, &length));
+    return id ? std::string(id, length) : std::string();
+  }
+  bool HasStringIds() const {
+    const char* id = nullptr;
+    return Describe().n_sets > 0 && maxsim_packed_string_id(p_, 0, &id, nullptr) == MAXSIM_OK && id != nullptr;
   }
   const maxsim_packed* get() const { return p_; }
 

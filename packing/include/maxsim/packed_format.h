@@ -12,6 +12,8 @@
  *   originals region    n_vectors rows of `orig_row_bytes` bytes: dim values of `orig_dtype`, zero padding
  *   offsets region      n_sets + 1 uint64 token offsets (offsets[0] = 0, non-decreasing, last = n_vectors)
  *   ids region          n_sets uint64 external ids (optional: size 0 when absent)
+ *   string ids region   (version 1.1, optional) n_sets + 1 uint64 byte offsets, then the ids' UTF-8 bytes,
+ *                       each id followed by one NUL byte (present only when the flag below is set)
  *
  * Every region starts on a 64-byte boundary; the bytes between regions are zero. All sizes and offsets are
  * 64-bit, so buffers larger than 4 GiB work. This header is plain C so that plugins and tools can include it.
@@ -28,7 +30,8 @@ extern "C" {
 
 #define MAXSIM_PACK_MAGIC "MAXSIMPK"            /* 8 bytes, no terminator stored */
 #define MAXSIM_PACK_VERSION_MAJOR 1u             /* a reader refuses another major version */
-#define MAXSIM_PACK_VERSION_MINOR 0u             /* a reader accepts any minor <= its own */
+#define MAXSIM_PACK_VERSION_MINOR 1u             /* a reader accepts any minor <= its own; writers write 0
+                                                    unless the buffer has string ids (1.1) */
 #define MAXSIM_PACK_ENDIAN_TAG 0x01020304u      /* reads 0x04030201 on a big-endian machine */
 #define MAXSIM_PACK_LAYOUT_CANONICAL 1u
 #define MAXSIM_PACK_HEADER_SIZE 256u
@@ -46,7 +49,8 @@ enum maxsim_pack_region_id {
   MAXSIM_REGION_ORIGINALS = 2,
   MAXSIM_REGION_OFFSETS = 3,
   MAXSIM_REGION_IDS = 4,
-  MAXSIM_REGION_COUNT = 5, /* regions used by version 1.0 */
+  MAXSIM_REGION_COUNT = 5, /* regions of every buffer (version 1.0 has only these) */
+  MAXSIM_REGION_STRING_IDS = 5, /* version 1.1: present only with MAXSIM_PACK_FLAG_HAS_STRING_IDS */
   MAXSIM_REGION_SLOTS = 8  /* slots in the header; unused slots are zero */
 };
 
@@ -55,6 +59,7 @@ enum maxsim_pack_dtype { MAXSIM_PACK_F32 = 1, MAXSIM_PACK_F16 = 2, MAXSIM_PACK_B
 
 /* Header flag bits. */
 #define MAXSIM_PACK_FLAG_HAS_IDS 0x1ull
+#define MAXSIM_PACK_FLAG_HAS_STRING_IDS 0x2ull /* version >= 1.1; region_count is then 6 */
 
 typedef struct maxsim_pack_region {
   uint64_t offset; /* bytes from the start of the buffer; multiple of 64 */
@@ -69,7 +74,7 @@ typedef struct maxsim_pack_header {
   uint16_t header_size;        /*  16: 256 */
   uint16_t layout;             /*  18: MAXSIM_PACK_LAYOUT_CANONICAL */
   uint8_t orig_dtype;          /*  20: maxsim_pack_dtype */
-  uint8_t region_count;        /*  21: MAXSIM_REGION_COUNT */
+  uint8_t region_count;        /*  21: MAXSIM_REGION_COUNT, + 1 with string ids */
   uint16_t quant_range;        /*  22: R (127) */
   uint32_t dim;                /*  24: token dimension d, 1..MAXSIM_PACK_MAX_DIM */
   uint32_t padded_dim;         /*  28: bytes per code row: d rounded up to a multiple of 64 */
