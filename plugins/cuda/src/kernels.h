@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Internal interface between the CUDA plugin's host code (backend.cu) and its kernels (*.cu). Plain structs
-// passed by value to kernels; every pointer in them is device memory unless its comment says otherwise.
+// Internal interface between the CUDA plugin's host code (backend.h and the *.cc files) and its kernels (*.cu).
+// Plain structs passed by value to kernels; every pointer in them is device memory unless its comment says
+// otherwise.
 //
 // Conventions shared by every kernel (they implement maxsim.h's contract):
 //  - A "pair" is (query set i, document set j). Per query token s the kernels find the best key over the

@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: Apache-2.0
+// Training on dense device tensors: the forward (scores + argmax, exact, with the value check of maxsim.h on
+// the device) and the backward (grad_Q, grad_D atomic or deterministic, with the argmax/grad check).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend.h"
+#include "host_util.h"
+#include "plan.h"
+
+namespace mscuda {
+namespace {
+
+struct DenseInfo {
+  SetsView view;                 // offsets still to be pointed at the device copy
+  std::vector<uint64_t> offsets; // host copy (n_sets + 1), always filled
+  uint64_t n_rows = 0, first_row = 0, max_len = 0;
+};
+
+Status ReadDense(const maxsim_dense_sets* s, const char* role, DenseInfo* out) {
+  if (s == nullptr) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "%s: NULL", role);
+  if (s->memory != MAXSIM_MEMORY_CUDA) {
+    return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "%s: the CUDA backend's training calls take MAXSIM_MEMORY_CUDA tensors", role);
+  }
+  DenseInfo d;
+  SetsView& v = d.view;
+  v.orig = static_cast<const uint8_t*>(s->data);
+  v.dtype = s->dtype;
+  v.dim = s->dim;
+  const uint64_t elem = s->dtype == MAXSIM_F32 ? 4 : 2;
+  v.row_bytes = (s->row_stride ? s->row_stride : s->dim) * elem;
+  v.mask = s->mask;
+  v.n_sets = s->n_sets;
+  v.set_length = s->set_length;
+  d.offsets.resize(s->n_sets + 1);
+  for (uint64_t i = 0; i <= s->n_sets; ++i) d.offsets[i] = s->offsets ? s->offsets[i] : i * s->set_length;
+  d.first_row = d.offsets[0];
+  d.n_rows = d.offsets[s->n_sets];
+  d.max_len = MaxLen(d.offsets.data(), s->n_sets);
+  if (d.max_len > 0x7fffffffull) return Fail(MAXSIM_ERR_UNSUPPORTED, "%s: a set is too long for the CUDA backend", role);
+  if (s->n_sets > 0xffffffffull) return Fail(MAXSIM_ERR_UNSUPPORTED, "%s: too many sets for the CUDA backend", role);
+  *out = std::move(d);
+  return Status::Ok();
+}
+
+Status ReadFlags(Backend& b, const ull* dev_flags, cudaStream_t stream, ull* out2) {
+  MSC_CUDA(cudaMemcpyAsync(b.flags_host.data(), dev_flags, 16, cudaMemcpyDeviceToHost, stream));
+  MSC_CUDA(cudaStreamSynchronize(stream));
+  std::memcpy(out2, b.flags_host.data(), 16);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
+  MSC_CUDA(cudaSetDevice(b.device));
+  MSC_CUDA(cudaEventSynchronize(b.staged));  // the previous call's staged uploads have been read
+  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
+  DenseInfo q, d;
+  MSC_RETURN(ReadDense(a.queries, "queries", &q));
+  MSC_RETURN(ReadDense(a.documents, "documents", &d));
+  if (q.view.dim != d.view.dim) {
+    return Fail(MAXSIM_ERR_DIM_MISMATCH, "queries have dim %u but documents have dim %u", q.view.dim, d.view.dim);
+  }
+  const uint64_t nq = q.view.n_sets, nd = d.view.n_sets;
+  const bool list = a.layout == MAXSIM_LAYOUT_CANDIDATES;
+  if (a.layout != MAXSIM_LAYOUT_MATRIX && !list && a.layout != MAXSIM_LAYOUT_PAIRS) {
+    return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "layout %d is not MATRIX, PAIRS or CANDIDATES", static_cast<int>(a.layout));
+  }
+  if (a.layout == MAXSIM_LAYOUT_PAIRS && nq != nd) {
+    return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "pairs layout needs as many query sets as document sets");
+  }
+  const uint64_t n_pairs = list ? (nq ? a.cand_offsets[nq] : 0) : a.layout == MAXSIM_LAYOUT_PAIRS ? nq : nq * nd;
+  if (a.scores == nullptr && n_pairs > 0) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
+  const bool cosine = a.metric == MAXSIM_METRIC_COSINE;
+  const Plan plan = MakePlan(q.view, d.view, q.max_len, MAXSIM_MODE_EXACT);
+  std::vector<uint32_t> pq, pd;
+  std::vector<uint64_t> am;
+  if (list) {
+    pq.resize(n_pairs);
+    pd.resize(n_pairs);
+    am.resize(n_pairs);
+    uint64_t base = 0;
+    for (uint64_t i = 0; i < nq; ++i) {
+      const uint64_t lq = q.offsets[i + 1] - q.offsets[i];
+      for (uint64_t e = a.cand_offsets[i]; e < a.cand_offsets[i + 1]; ++e) {
+        if (a.candidates[e] >= nd) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "candidates[%llu] is not a document", static_cast<ull>(e));
+        pq[e] = static_cast<uint32_t>(i);
+        pd[e] = static_cast<uint32_t>(a.candidates[e]);
+        am[e] = base;
+        base += lq;
+      }
+    }
+  }
+  Carver cv;
+  const uint64_t o_qoff = cv.Add((nq + 1) * 8), o_doff = cv.Add((nd + 1) * 8), o_flag = cv.Add(16);
+  const uint64_t o_qn = cosine ? cv.Add(q.n_rows * 4) : 0, o_dn = cosine ? cv.Add(d.n_rows * 4) : 0;
+  const uint64_t o_pq = list ? cv.Add(n_pairs * 4) : 0, o_pd = list ? cv.Add(n_pairs * 4) : 0,
+                 o_am = list ? cv.Add(n_pairs * 8) : 0;
+  const uint64_t o_part = cv.Add(plan.PartialBytes(n_pairs));
+  MSC_RETURN(b.scratch.Reserve(cv.size(), "training forward scratch"));
+  MSC_RETURN(b.stage.Reserve((nq + nd + 2) * 8 + n_pairs * 16 + 8 * kAlign, "training staging"));
+  if (a.peak_extra_bytes) *a.peak_extra_bytes = cv.size();
+  uint8_t* s = b.scratch.data();
+  uint64_t used = 0;
+  MSC_RETURN(StageUpload(b, used, s + o_qoff, q.offsets.data(), (nq + 1) * 8, stream));
+  MSC_RETURN(StageUpload(b, used, s + o_doff, d.offsets.data(), (nd + 1) * 8, stream));
+  if (list) {
+    MSC_RETURN(StageUpload(b, used, s + o_pq, pq.data(), n_pairs * 4, stream));
+    MSC_RETURN(StageUpload(b, used, s + o_pd, pd.data(), n_pairs * 4, stream));
+    MSC_RETURN(StageUpload(b, used, s + o_am, am.data(), n_pairs * 8, stream));
+  }
+  MSC_CUDA(cudaEventRecord(b.staged, stream));
+  q.view.offsets = reinterpret_cast<const uint64_t*>(s + o_qoff);
+  d.view.offsets = reinterpret_cast<const uint64_t*>(s + o_doff);
+  ull* flag = reinterpret_cast<ull*>(s + o_flag);
+  MSC_CUDA(cudaMemsetAsync(flag, 0xff, 16, stream));
+  float* qn = cosine ? reinterpret_cast<float*>(s + o_qn) : nullptr;
+  float* dn = cosine ? reinterpret_cast<float*>(s + o_dn) : nullptr;
+  cudaError_t e = LaunchRowCheck(q.view, q.first_row, q.n_rows, qn, flag, stream);
+  if (e == cudaSuccess) e = LaunchRowCheck(d.view, d.first_row, d.n_rows, dn, flag + 1, stream);
+  if (e != cudaSuccess) return CudaFail(e, "launching the input check");
+  q.view.norms = qn;
+  d.view.norms = dn;
+  ForwardArgs fa;
+  fa.q = q.view;
+  fa.d = d.view;
+  fa.cosine = cosine;
+  fa.mode = MAXSIM_MODE_EXACT;
+  fa.pairs.layout = list ? kPairsList : a.layout == MAXSIM_LAYOUT_PAIRS ? kPairsDiagonal : kPairsMatrix;
+  fa.pairs.n_pairs = n_pairs;
+  fa.pairs.nd = nd;
+  fa.pairs.scores = a.scores;
+  fa.pairs.score_stride = nd;
+  fa.pairs.argmax = a.argmax;
+  fa.pairs.am_rows = nd;
+  if (list) {
+    fa.pairs.pq = reinterpret_cast<const uint32_t*>(s + o_pq);
+    fa.pairs.pd = reinterpret_cast<const uint32_t*>(s + o_pd);
+    fa.pairs.am_base = reinterpret_cast<const uint64_t*>(s + o_am);
+  }
+  fa.part.term = reinterpret_cast<float*>(s + o_part);
+  fa.part.arg = reinterpret_cast<int32_t*>(s + o_part + n_pairs * plan.groups * plan.rows * 4);
+  MSC_RETURN(LaunchForward(plan, fa, stream));
+  if (!b.sync_calls) return Status::Ok();
+  ull flags[2];
+  MSC_RETURN(ReadFlags(b, flag, stream, flags));
+  for (int r = 0; r < 2; ++r) {
+    if (flags[r] != ~0ull) {
+      DenseInfo& x = r == 0 ? q : d;
+      const uint64_t row = flags[r] - 1;
+      const uint64_t set = static_cast<uint64_t>(std::upper_bound(x.offsets.begin(), x.offsets.end(), row) - x.offsets.begin()) - 1;
+      return Fail(MAXSIM_ERR_NON_FINITE, "%s: set %llu token %llu has a non-finite value or an L2 norm above 1e19",
+                  r == 0 ? "queries" : "documents", static_cast<ull>(set), static_cast<ull>(row - x.offsets[set]));
+    }
+  }
+  return Status::Ok();
+}
+
+Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
+  MSC_CUDA(cudaSetDevice(b.device));
+  MSC_CUDA(cudaEventSynchronize(b.staged));  // the previous call's staged uploads have been read
+  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
+  DenseInfo q, d;
+  MSC_RETURN(ReadDense(a.queries, "queries", &q));
+  MSC_RETURN(ReadDense(a.documents, "documents", &d));
+  if (q.view.dim != d.view.dim) {
+    return Fail(MAXSIM_ERR_DIM_MISMATCH, "queries have dim %u but documents have dim %u", q.view.dim, d.view.dim);
+  }
+  if (a.argmax == nullptr || a.grad_scores == nullptr) {
+    return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "backward needs argmax and grad_scores (both non-NULL)");
+  }
+  const uint64_t nq = q.view.n_sets, nd = d.view.n_sets, dim = q.view.dim;
+  const bool list = a.layout == MAXSIM_LAYOUT_CANDIDATES;
+  if (a.layout == MAXSIM_LAYOUT_PAIRS && nq != nd) {
+    return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "pairs layout needs as many query sets as document sets");
+  }
+  const uint64_t n_pairs = list ? (nq ? a.cand_offsets[nq] : 0) : a.layout == MAXSIM_LAYOUT_PAIRS ? nq : nq * nd;
+  std::vector<uint32_t> pq, pd;
+  std::vector<uint64_t> am, by_doc_start, by_doc;
+  if (list) {
+    pq.resize(n_pairs);
+    pd.resize(n_pairs);
+    am.resize(n_pairs);
+    by_doc_start.assign(nd + 1, 0);
+    uint64_t base = 0;
+    for (uint64_t i = 0; i < nq; ++i) {
+      const uint64_t lq = q.offsets[i + 1] - q.offsets[i];
+      for (uint64_t e = a.cand_offsets[i]; e < a.cand_offsets[i + 1]; ++e) {
+        if (a.candidates[e] >= nd) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "candidates[%llu] is not a document", static_cast<ull>(e));
+        pq[e] = static_cast<uint32_t>(i);
+        pd[e] = static_cast<uint32_t>(a.candidates[e]);
+        am[e] = base;
+        base += lq;
+        ++by_doc_start[a.candidates[e] + 1];
+      }
+    }
+    for (uint64_t j = 0; j < nd; ++j) by_doc_start[j + 1] += by_doc_start[j];
+    by_doc.resize(n_pairs);
+    std::vector<uint64_t> fill(by_doc_start.begin(), by_doc_start.end() - 1);
+    for (uint64_t e = 0; e < n_pairs; ++e) by_doc[fill[pd[e]]++] = e;  // ascending pair order per document
+  }
+  Carver cv;
+  const uint64_t o_qoff = cv.Add((nq + 1) * 8), o_doff = cv.Add((nd + 1) * 8), o_flag = cv.Add(16);
+  const uint64_t o_pq = list ? cv.Add(n_pairs * 4) : 0, o_pd = list ? cv.Add(n_pairs * 4) : 0,
+                 o_am = list ? cv.Add(n_pairs * 8) : 0, o_qps = list ? cv.Add((nq + 1) * 8) : 0,
+                 o_dps = list ? cv.Add((nd + 1) * 8) : 0, o_dp = list ? cv.Add(n_pairs * 8) : 0;
+  MSC_RETURN(b.scratch.Reserve(cv.size(), "training backward scratch"));
+  MSC_RETURN(b.stage.Reserve(2 * (nq + nd + 2) * 8 + n_pairs * 32 + 10 * kAlign, "training staging"));
+  if (a.peak_extra_bytes) *a.peak_extra_bytes = cv.size();
+  uint8_t* s = b.scratch.data();
+  uint64_t used = 0;
+  MSC_RETURN(StageUpload(b, used, s + o_qoff, q.offsets.data(), (nq + 1) * 8, stream));
+  MSC_RETURN(StageUpload(b, used, s + o_doff, d.offsets.data(), (nd + 1) * 8, stream));
+  if (list) {
+    MSC_RETURN(StageUpload(b, used, s + o_pq, pq.data(), n_pairs * 4, stream));
+    MSC_RETURN(StageUpload(b, used, s + o_pd, pd.data(), n_pairs * 4, stream));
+    MSC_RETURN(StageUpload(b, used, s + o_am, am.data(), n_pairs * 8, stream));
+    MSC_RETURN(StageUpload(b, used, s + o_qps, a.cand_offsets, (nq + 1) * 8, stream));
+    MSC_RETURN(StageUpload(b, used, s + o_dps, by_doc_start.data(), (nd + 1) * 8, stream));
+    MSC_RETURN(StageUpload(b, used, s + o_dp, by_doc.data(), n_pairs * 8, stream));
+  }
+  MSC_CUDA(cudaEventRecord(b.staged, stream));
+  BackwardArgs ba;
+  ba.q = q.view;
+  ba.d = d.view;
+  ba.q.offsets = reinterpret_cast<const uint64_t*>(s + o_qoff);
+  ba.d.offsets = reinterpret_cast<const uint64_t*>(s + o_doff);
+  ba.pairs.layout = list ? kPairsList : a.layout == MAXSIM_LAYOUT_PAIRS ? kPairsDiagonal : kPairsMatrix;
+  ba.pairs.n_pairs = n_pairs;
+  ba.pairs.nd = nd;
+  ba.pairs.argmax = a.argmax;
+  ba.pairs.am_rows = nd;
+  if (list) {
+    ba.pairs.pq = reinterpret_cast<const uint32_t*>(s + o_pq);
+    ba.pairs.pd = reinterpret_cast<const uint32_t*>(s + o_pd);
+    ba.pairs.am_base = reinterpret_cast<const uint64_t*>(s + o_am);
+    ba.q_pair_start = reinterpret_cast<const uint64_t*>(s + o_qps);
+    ba.d_pair_start = reinterpret_cast<const uint64_t*>(s + o_dps);
+    ba.d_pairs = reinterpret_cast<const uint64_t*>(s + o_dp);
+  }
+  ba.argmax = a.argmax;
+  ba.grad = a.grad_scores;
+  ba.grad_q = a.grad_queries;
+  ba.grad_d = a.grad_documents;
+  ba.flag = reinterpret_cast<ull*>(s + o_flag);
+  MSC_CUDA(cudaMemsetAsync(ba.flag, 0xff, 16, stream));
+  cudaError_t e = LaunchBackwardCheck(ba, stream);
+  if (e != cudaSuccess) return CudaFail(e, "launching the backward check");
+  if (a.grad_queries) {
+    if (q.first_row) MSC_CUDA(cudaMemsetAsync(a.grad_queries, 0, q.first_row * dim * 4, stream));
+    e = LaunchGradQ(ba, q.first_row, q.n_rows, stream);
+    if (e != cudaSuccess) return CudaFail(e, "launching grad_Q");
+  }
+  if (a.grad_documents) {
+    if (a.deterministic) {
+      if (d.first_row) MSC_CUDA(cudaMemsetAsync(a.grad_documents, 0, d.first_row * dim * 4, stream));
+      e = LaunchGradDDeterministic(ba, d.max_len, stream);
+    } else {
+      MSC_CUDA(cudaMemsetAsync(a.grad_documents, 0, d.n_rows * dim * 4, stream));
+      e = LaunchGradDAtomic(ba, stream);
+    }
+    if (e != cudaSuccess) return CudaFail(e, "launching grad_D");
+  }
+  if (!b.sync_calls) return Status::Ok();
+  ull flags[2];
+  MSC_RETURN(ReadFlags(b, ba.flag, stream, flags));
+  if (flags[1] != ~0ull) {
+    return Fail(MAXSIM_ERR_NON_FINITE, "grad_scores[%llu] is not finite", static_cast<ull>(flags[1] - 1));
+  }
+  if (flags[0] != ~0ull) {
+    return Fail(MAXSIM_ERR_INVALID_ARGUMENT,
+                "argmax[%llu] is not -1 or a kept token of its document; pass the forward's argmax unchanged "
+                "(gradients were not computed for it)", static_cast<ull>(flags[0] - 1));
+  }
+  return Status::Ok();
+}
+
+}  // namespace mscuda
