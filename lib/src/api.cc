@@ -184,15 +184,9 @@ MAXSIM_API const char* maxsim_status_name(maxsim_status status_in) {
   return "MAXSIM_ERR_UNKNOWN";
 }
 
-MAXSIM_API uint32_t maxsim_version(void) {
-  return MAXSIM_VERSION_MAJOR * 10000 + MAXSIM_VERSION_MINOR * 100 + MAXSIM_VERSION_PATCH;
-}
+MAXSIM_API uint32_t maxsim_version(void) { return MAXSIM_VERSION_NUMBER; }
 
-#define MAXSIM_STR2(x) #x
-#define MAXSIM_STR(x) MAXSIM_STR2(x)
-MAXSIM_API const char* maxsim_version_string(void) {
-  return MAXSIM_STR(MAXSIM_VERSION_MAJOR) "." MAXSIM_STR(MAXSIM_VERSION_MINOR) "." MAXSIM_STR(MAXSIM_VERSION_PATCH);
-}
+MAXSIM_API const char* maxsim_version_string(void) { return MAXSIM_VERSION_STRING; }
 
 MAXSIM_API void maxsim_options_init(maxsim_options* o) {
   if (!o) return;

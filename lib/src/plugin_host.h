@@ -35,8 +35,8 @@ class PluginHost {
   PluginHost& operator=(const PluginHost&) = delete;
   ~PluginHost();
 
-  // Searches, in order: `extra` (':'-separated folders or files), MAXSIM_PLUGIN_PATH, the folder of the
-  // library itself. In a folder, files named libmaxsim-plugin-*.so are candidates. Each candidate that cannot
+  // Searches, in order: `extra` (':'-separated folders or files), MAXSIM_PLUGIN_PATH, then beside the library
+  // itself: <its folder>/maxsim/plugins (the installed layout) and its folder (the build tree). In a folder, files named libmaxsim-plugin-*.so are candidates. Each candidate that cannot
   // be used produces exactly one log line (warning) and an entry in skipped().
   void Discover(const std::string& extra, const LogSink& log, const maxsim_plugin_host* host);
 

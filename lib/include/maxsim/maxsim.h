@@ -43,9 +43,7 @@ extern "C" {
 #define MAXSIM_API __attribute__((visibility("default")))
 #endif
 
-#define MAXSIM_VERSION_MAJOR 0
-#define MAXSIM_VERSION_MINOR 1
-#define MAXSIM_VERSION_PATCH 0
+#include "maxsim/version.h" /* MAXSIM_VERSION_MAJOR/MINOR/PATCH/STRING, generated from CMake's project(VERSION) */
 
 /* ----------------------------------------------------------------------------------------------------- */
 /* Status codes and errors                                                                               */

@@ -4,6 +4,7 @@
 //
 //   maxsim::Context ctx;                                          // defaults from the environment
 //   maxsim::DenseSets docs(tokens.data(), dim, offsets);          // row-major f32 + cu_seqlens-style offsets
+//                                                                 // (int64 as numpy/torch give them, uint64, int32)
 //   maxsim::Packed corpus = maxsim::Packed::Pack(ctx, docs);      // or Packed::Load("corpus.maxsim")
 //   auto top = ctx.TopK(maxsim::DenseSets(q.data(), dim, qoff), corpus, 10,
 //                       {MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED});
@@ -11,6 +12,8 @@
 #define MAXSIM_MAXSIM_HPP_
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -49,17 +52,74 @@ struct Span {
   T& operator[](size_t i) const { return data[i]; }
 };
 
+// Offsets or indices as users hold them: 64-bit integers (int64_t from numpy and torch, uint64_t) are viewed
+// in place; 32-bit ones (int32_t, uint32_t) are widened into a copy this object owns. Signed values are checked
+// for negatives (an Error naming the element). Any other element type stops the build at the call site with the
+// static_assert below.
+class Indices {
+ public:
+  Indices() = default;
+  template <typename T>
+  Indices(const T* data, size_t size) {  // NOLINT: pointer + count
+    static_assert(kAccepted<T>,
+                  "maxsim: offsets and indices must be 32- or 64-bit integers (int64_t as numpy/torch give them, "
+                  "uint64_t, int32_t, uint32_t); convert other element types first");
+    Init(data, size);
+  }
+  template <typename C, typename = decltype(std::declval<const C&>().data()),
+            typename = decltype(std::declval<const C&>().size())>
+  Indices(const C& c)  // NOLINT: implicit from containers (std::vector, spans), like std::span
+      : Indices(c.data(), static_cast<size_t>(c.size())) {}
+  template <typename T>
+  Indices(Span<T> s) : Indices(static_cast<const std::remove_const_t<T>*>(s.data), s.size) {}  // NOLINT
+  Indices(std::initializer_list<uint64_t>) = delete;  // would dangle: name a container that outlives the call
+
+  const uint64_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  template <typename T>
+  static constexpr bool kAccepted =
+      std::is_integral<T>::value && !std::is_same<T, bool>::value && (sizeof(T) == 8 || sizeof(T) == 4);
+
+  template <typename T>
+  void Init(const T* data, size_t size) {
+    if constexpr (std::is_signed<T>::value) {
+      for (size_t i = 0; i < size; ++i) {
+        if (data[i] < 0) {
+          throw Error(MAXSIM_ERR_INVALID_ARGUMENT, "MAXSIM_ERR_INVALID_ARGUMENT: offsets/indices element " +
+                                                       std::to_string(i) + " is negative (" +
+                                                       std::to_string(static_cast<long long>(data[i])) + ")");
+        }
+      }
+    }
+    size_ = size;
+    if constexpr (sizeof(T) == 8) {
+      // A signed and an unsigned integer of one width may alias; the values are non-negative, so the same.
+      data_ = reinterpret_cast<const uint64_t*>(data);
+    } else {
+      owned_ = std::make_shared<std::vector<uint64_t>>(data, data + size);
+      data_ = owned_->data();
+    }
+  }
+  const uint64_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::shared_ptr<const std::vector<uint64_t>> owned_;  // widened 32-bit values (shared by copies)
+};
+
 // A non-owning description of row-major token sets (see maxsim_dense_sets).
 class DenseSets {
  public:
-  // Ragged sets: set i owns rows [offsets[i], offsets[i+1]). offsets has n_sets + 1 entries.
-  DenseSets(const void* data, maxsim_dtype dtype, uint32_t dim, Span<const uint64_t> offsets) {
+  // Ragged sets: set i owns rows [offsets[i], offsets[i+1]). offsets has n_sets + 1 entries and must outlive
+  // this object when it is a 64-bit array (it is viewed, not copied).
+  DenseSets(const void* data, maxsim_dtype dtype, uint32_t dim, Indices offsets) {
     Init(data, dtype, dim);
-    s_.n_sets = offsets.size == 0 ? 0 : offsets.size - 1;
-    s_.offsets = offsets.data;
+    s_.n_sets = offsets.size() == 0 ? 0 : offsets.size() - 1;
+    s_.offsets = offsets.data();
+    offsets_ = std::move(offsets);
   }
-  DenseSets(const float* data, uint32_t dim, Span<const uint64_t> offsets)
-      : DenseSets(static_cast<const void*>(data), MAXSIM_F32, dim, offsets) {}
+  DenseSets(const float* data, uint32_t dim, Indices offsets)
+      : DenseSets(static_cast<const void*>(data), MAXSIM_F32, dim, std::move(offsets)) {}
   // Uniform sets of `set_length` rows (a padded batch [n_sets, set_length, dim]), optional mask.
   static DenseSets Uniform(const void* data, maxsim_dtype dtype, uint32_t dim, uint64_t n_sets, uint64_t set_length,
                            const uint8_t* mask = nullptr) {
@@ -87,6 +147,7 @@ class DenseSets {
     s_.dim = dim;
   }
   maxsim_dense_sets s_{};
+  Indices offsets_;  // keeps widened 32-bit offsets alive
 };
 
 class Context;
@@ -237,11 +298,12 @@ class Context {
     const maxsim_score_options c = o.c();
     Check(maxsim_score_pairs(ctx_, q.get(), d.get(), &c, scores.data, argmax));
   }
-  void ScoreCandidates(const Sets& q, const Sets& d, Span<const uint64_t> cand_offsets,
-                       Span<const uint64_t> candidates, Span<float> scores, const ScoreOptions& o = {},
-                       int32_t* argmax = nullptr) {
+  // Candidates (document indices) of query i: candidates[cand_offsets[i] .. cand_offsets[i+1]); both arrays
+  // take the same integer types as DenseSets offsets.
+  void ScoreCandidates(const Sets& q, const Sets& d, const Indices& cand_offsets, const Indices& candidates,
+                       Span<float> scores, const ScoreOptions& o = {}, int32_t* argmax = nullptr) {
     const maxsim_score_options c = o.c();
-    Check(maxsim_score_candidates(ctx_, q.get(), d.get(), cand_offsets.data, candidates.data, &c, scores.data,
+    Check(maxsim_score_candidates(ctx_, q.get(), d.get(), cand_offsets.data(), candidates.data(), &c, scores.data,
                                   argmax));
   }
   TopKResult TopK(const Sets& q, uint64_t nq, const Sets& d, uint64_t k, const ScoreOptions& o = {},
