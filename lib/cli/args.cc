@@ -175,13 +175,24 @@ std::vector<OptionSpec> ContextOptions() {
       {"isa", 0, "NAME", "Force a CPU kernel by name (see 'maxsim info'; default: MAXSIM_ISA, else the best)."},
       {"backend", 0, "NAME", "auto, cpu, or a plugin name such as cuda (default: MAXSIM_BACKEND, else auto)."},
       {"no-progress", 0, nullptr, "Never draw a progress line (it is only drawn when stderr is a terminal)."},
+      {"quiet", 0, nullptr, "No progress line and no summary: only results (and errors) are printed."},
+      {"verbose", 'v', nullptr, "Print the library's log messages (plugins tried, backend chosen) to stderr."},
   };
 }
 
+namespace {
+void LogToStderr(void*, maxsim_log_level level, const char* message) {
+  const char* name = level == MAXSIM_LOG_DEBUG ? "debug" : level == MAXSIM_LOG_INFO ? "info"
+                     : level == MAXSIM_LOG_WARNING ? "warning" : "error";
+  std::fprintf(stderr, "libmaxsim %s: %s\n", name, message);
+}
+}  // namespace
+
 maxsim_context* MakeContext(const Args& args, int default_threads) {
-  if (args.Has("no-progress")) Progress::Disable();
+  if (args.Has("no-progress") || args.Has("quiet")) Progress::Disable();
   maxsim_options o;
   maxsim_options_init(&o);
+  if (args.Has("verbose")) o.log = LogToStderr;
   o.num_threads = static_cast<int32_t>(args.Int("threads", default_threads, 1, 4096));
   const std::string isa = args.Str("isa", "");
   const std::string backend = args.Str("backend", "");

@@ -146,10 +146,91 @@ struct Tokens {
 Tokens ReadTokens(const std::string& path);
 // Offsets [n_sets + 1] (int64 or uint64 .npy): must start at 0, never decrease and end at `rows`.
 std::vector<uint64_t> ReadOffsets(const std::string& path, uint64_t rows, const std::string& tokens_path);
-// External ids, one per set: an int64/uint64 .npy [n_sets], or a text file of unsigned integers, one per line.
-std::vector<uint64_t> ReadIds(const std::string& path, uint64_t n_sets);
+// Numeric ids, one per set: an int64/uint64 .npy [n_sets].
+std::vector<uint64_t> ReadNumericIds(const std::string& path, uint64_t n_sets);
+// String ids: a text file with one non-empty UTF-8 id per line (no tab; "\r\n" line ends accepted), exactly
+// n_sets lines. `sets` names them in messages ("documents"). Errors name the file and line.
+std::vector<std::string> ReadStringIds(const std::string& path, uint64_t n_sets, const char* sets);
+bool IsNpyFile(const std::string& path);  // starts with the .npy magic
+// Every line of a text file, without its line end ("\n" or "\r\n").
+std::vector<std::string> ReadLines(const std::string& path);
+
+// Query sets as models emit them: tokens [n_tokens, dim] + offsets, or padded [n, L, dim] (no offsets), each
+// with an optional mask (bool/uint8/int32/int64 of 0 and 1, shaped like the tokens without dim: padding = 0).
+struct Queries {
+  Tokens tokens;
+  std::vector<uint64_t> offsets;  // empty for padded queries
+  uint64_t set_length = 0;        // L, padded queries only
+  std::vector<uint8_t> mask;      // empty: every token counts
+  uint64_t n = 0;
+  // Queries [begin, end) for the C API (a view: *this must outlive it).
+  maxsim_dense_sets Dense(uint64_t begin, uint64_t end) const;
+};
+Queries ReadQueries(const std::string& tokens_path, const std::string& offsets_path, const std::string& mask_path);
+// The query ids of --query-ids (one per line), or "0", "1", ... without that file.
+std::vector<std::string> QueryIds(const std::string& path, uint64_t n);
+
+// Packed files searched as one corpus: document j of shard s has global index shards[s].first + j.
+struct Shard {
+  std::string path;
+  maxsim_packed* packed = nullptr;
+  maxsim_packed_desc desc{};
+  uint64_t first = 0;
+};
+struct Corpus {
+  std::vector<Shard> shards;
+  uint64_t n_docs = 0;
+  Corpus() = default;
+  Corpus(const Corpus&) = delete;
+  Corpus& operator=(const Corpus&) = delete;
+  ~Corpus();
+  void Load(const std::vector<std::string>& paths, maxsim_validation level);  // same dim everywhere
+  // The document's string id, else its numeric id, else its global index, as text.
+  std::string DocId(size_t shard, uint64_t local) const;
+};
 // Converts tokens to f16 or bf16 (round to nearest even); a value outside the f16 range is an error naming it.
 void ConvertTokens(Tokens* t, maxsim_dtype to, const std::string& path);
+
+// ---- what search and rerank share ---------------------------------------------------------------------------
+
+// --metric, --mode, --validate, --query-ids, --query-mask, --stats; and --format, --output, --tag.
+std::vector<OptionSpec> ScoringOptions();
+std::vector<OptionSpec> OutputOptions();
+maxsim_validation ParseValidation(const Args& args);
+// Positional files sorted by content: packed files (corpus shards, in order), then QUERIES.npy and optionally
+// QUERY_OFFSETS.npy. Throws UsageError naming what is missing or extra.
+struct ScoringFiles {
+  std::vector<std::string> corpora;
+  std::string queries, query_offsets;
+};
+ScoringFiles SortScoringFiles(const std::vector<std::string>& positional, bool one_corpus, const char* command);
+// The "key": value members the JSON output starts with.
+std::vector<std::string> JsonFields(const char* command, const ScoringFiles& files, maxsim_metric metric,
+                                    maxsim_mode mode, maxsim_context* ctx);
+// What a scoring command works on: its context (from the context options), the corpus (every shard) and the
+// queries with their ids, checked against each other.
+struct ScoringSession {
+  maxsim_metric metric = MAXSIM_METRIC_DOT;  // --metric
+  maxsim_mode mode = MAXSIM_MODE_EXACT;      // --mode
+  maxsim_context* ctx = nullptr;
+  Corpus corpus;
+  Queries queries;
+  std::vector<std::string> query_ids;
+  ScoringSession() = default;
+  ScoringSession(const ScoringSession&) = delete;
+  ScoringSession& operator=(const ScoringSession&) = delete;
+  ~ScoringSession() { maxsim_context_destroy(ctx); }
+  // Reads --metric, --mode and --format (usage errors come before any work), then opens everything.
+  void Open(const Args& args, const ScoringFiles& files);
+};
+struct QueryHits;
+// Formats `run` as --format asks and writes it to --output (atomically) or stdout.
+void EmitRun(const Args& args, const std::vector<QueryHits>& run, const std::vector<std::string>& json_fields);
+// Adds one call's counters to a running total.
+void AddStats(const maxsim_stats& part, maxsim_stats* total);
+void PrintStats(const char* command, const maxsim_stats& s, uint64_t n_queries, uint64_t n_docs, maxsim_mode mode,
+                maxsim_metric metric, maxsim_context* ctx, double load_seconds, double score_seconds,
+                double pairs);
 
 // ---- synthetic data and the naive scorer ------------------------------------------------------------------
 
@@ -204,6 +285,9 @@ void NaiveScores(const float* q, uint64_t lq, const float* docs, const uint64_t*
 int RunInfo(int argc, char** argv);
 int RunPack(int argc, char** argv);
 int RunSearch(int argc, char** argv);
+int RunRerank(int argc, char** argv);
+int RunMerge(int argc, char** argv);
+int RunEval(int argc, char** argv);
 int RunDemo(int argc, char** argv);
 int RunBench(int argc, char** argv);
 

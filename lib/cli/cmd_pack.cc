@@ -10,7 +10,8 @@ namespace maxsim::cli {
 int RunPack(int argc, char** argv) {
   std::vector<OptionSpec> options = {
       {"output", 'o', "OUT.maxsim", "Packed file to write (required). Written atomically: no partial file on error."},
-      {"ids", 0, "IDS", "External ids, one per set: an int64/uint64 .npy, or a text file with one integer a line."},
+      {"ids", 0, "IDS", "Ids, one per set: a text file with one UTF-8 id per line (stored as string ids), or an\n"
+                        "                            int64/uint64 .npy (stored as numeric ids)."},
       {"dtype", 0, "keep|f16|bf16", "Dtype of the stored full-precision originals (default keep: as read)."},
   };
   for (const OptionSpec& o : ContextOptions()) {
@@ -37,11 +38,17 @@ int RunPack(int argc, char** argv) {
   const double t0 = Now();
   Tokens tokens;
   std::vector<uint64_t> offsets, ids;
+  std::vector<std::string> string_ids;
   {
     Progress p("reading " + tokens_path, 0);
     tokens = ReadTokens(tokens_path);
     offsets = ReadOffsets(offsets_path, tokens.rows, tokens_path);
-    if (args.Has("ids")) ids = ReadIds(args.Str("ids", ""), offsets.size() - 1);
+    const std::string ids_path = args.Str("ids", "");
+    if (!ids_path.empty() && IsNpyFile(ids_path)) {
+      ids = ReadNumericIds(ids_path, offsets.size() - 1);
+    } else if (!ids_path.empty()) {
+      string_ids = ReadStringIds(ids_path, offsets.size() - 1, "sets");
+    }
     if (dtype != "keep") {
       p.Stage("converting to " + dtype);
       ConvertTokens(&tokens, dtype == "f16" ? MAXSIM_F16 : MAXSIM_BF16, tokens_path);
@@ -60,7 +67,14 @@ int RunPack(int argc, char** argv) {
   maxsim_status st;
   {
     Progress p("packing " + HumanCount(static_cast<double>(tokens.rows)) + " vectors", 0);
-    st = maxsim_pack(ctx, &sets, ids.empty() ? nullptr : ids.data(), &packed);
+    const uint64_t* numeric = ids.empty() ? nullptr : ids.data();
+    if (args.Has("ids") && !string_ids.empty()) {
+      std::vector<const char*> text(string_ids.size());
+      for (size_t i = 0; i < text.size(); ++i) text[i] = string_ids[i].c_str();
+      st = maxsim_pack_with_string_ids(ctx, &sets, numeric, text.data(), &packed);
+    } else {
+      st = maxsim_pack(ctx, &sets, numeric, &packed);
+    }
   }
   const double t2 = Now();
   maxsim_context_destroy(ctx);
@@ -74,9 +88,11 @@ int RunPack(int argc, char** argv) {
   maxsim_packed_release(packed);
   Check(st, "writing " + out);
   const double t3 = Now();
+  if (args.Has("quiet")) return kExitOk;
   std::printf("packed %llu sets, %llu vectors, dim %u, %s originals%s -> %s (%s)\n",
               static_cast<unsigned long long>(desc.n_sets), static_cast<unsigned long long>(desc.n_vectors), desc.dim,
-              DtypeName(desc.dtype), desc.has_ids ? ", with ids" : "", out.c_str(),
+              DtypeName(desc.dtype),
+              !string_ids.empty() ? ", with string ids" : desc.has_ids ? ", with numeric ids" : "", out.c_str(),
               HumanBytes(static_cast<double>(desc.size)).c_str());
   std::printf("read %s, pack %s (%s vectors/s), write %s\n", HumanSeconds(t1 - t0).c_str(),
               HumanSeconds(t2 - t1).c_str(), HumanCount(desc.n_vectors / std::max(t2 - t1, 1e-9)).c_str(),

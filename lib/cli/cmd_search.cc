@@ -1,174 +1,109 @@
 // SPDX-License-Identifier: Apache-2.0
-// `maxsim search`: top-k documents of a packed corpus for each query set of a .npy batch.
+// `maxsim search`: each query's top k over one packed corpus or several shards searched as one.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <cstring>
 
 #include "cli.h"
+#include "runs.h"
 
 namespace maxsim::cli {
 
 int RunSearch(int argc, char** argv) {
-  std::vector<OptionSpec> options = {
-      {"k", 'k', "K", "Results per query (default 10)."},
-      {"metric", 0, "dot|cosine", "Similarity: dot (ColBERT) or cosine (default dot)."},
-      {"mode", 0, "MODE", "exact | certified (i8 screening + exact refinement: the same result as exact) |\n"
-                          "                            approximate (i8 argmax, one refinement: fastest, not exact). "
-                          "Default exact."},
-      {"format", 0, "tsv|json", "Output format on stdout (default tsv)."},
-      {"validate", 0, "LEVEL", "How deeply to check the corpus file: standard (default), deep or fast."},
-      {"stats", 0, nullptr, "Print timing and screening counters to stderr."},
-  };
-  for (const OptionSpec& o : ContextOptions()) options.push_back(o);
+  std::vector<OptionSpec> options = {{"k", 'k', "K", "Results per query (default 10)."}};
+  for (const auto& group : {ScoringOptions(), OutputOptions(), ContextOptions()}) {
+    options.insert(options.end(), group.begin(), group.end());
+  }
   CommandSpec spec{
-      "search", "CORPUS.maxsim QUERIES.npy QUERY_OFFSETS.npy [options]",
-      "Score every query set against every document of a packed corpus and print each query's top k.",
-      "QUERIES.npy        float32/float16/bfloat16 [n_query_tokens, dim], the same dim as the corpus.\n"
-      "QUERY_OFFSETS.npy  int64/uint64 [n_queries + 1], as for 'maxsim pack'.\n"
-      "TSV output: a header line, then one line per hit: query (index), rank (1-based), doc (index in the\n"
-      "corpus), id (the corpus id, or the doc index when the corpus has no ids), score (round-trip decimal;\n"
-      "-inf for an empty document). Ties are broken by the lower document index.",
-      options, 3, 3};
+      "search", "CORPUS.maxsim [SHARD.maxsim ...] QUERIES.npy [QUERY_OFFSETS.npy] [options]",
+      "Score every query against every document of a packed corpus (or of several shards, searched as one\n"
+      "corpus) and print each query's top k.",
+      "QUERIES.npy        float32/float16/bfloat16, the corpus's dim: [n_query_tokens, dim] with\n"
+      "QUERY_OFFSETS.npy  int64/uint64 [n_queries + 1] (as for 'maxsim pack'), or padded [n, L, dim] with an\n"
+      "                   optional --query-mask [n, L] (as models emit them).\n"
+      "Shards: documents are numbered across the files in the order given; the merged top k is exact and\n"
+      "identical to searching one corpus holding all of them. Ranking: score descending, ties by the lower\n"
+      "document number. Document ids: the corpus's string ids, else its numeric ids, else the number.\n"
+      "An empty document scores -inf (null with \"empty\": true in JSON).",
+      options, 1, 1u << 20};
   Args args;
   if (!args.Parse(spec, argc, argv)) return kExitOk;
   const uint64_t k_asked = static_cast<uint64_t>(args.Int("k", 10, 1, 1000000));
-  const maxsim_metric metric = ParseMetric(args.Choice("metric", "dot", {"dot", "cosine"}));
-  const maxsim_mode mode = ParseMode(args.Choice("mode", "exact", {"exact", "certified", "approximate"}));
-  const std::string format = args.Choice("format", "tsv", {"tsv", "json"});
-  const std::string vlevel = args.Choice("validate", "standard", {"standard", "deep", "fast"});
-  const maxsim_validation validation = vlevel == "deep"   ? MAXSIM_VALIDATE_DEEP
-                                       : vlevel == "fast" ? MAXSIM_VALIDATE_FAST
-                                                          : MAXSIM_VALIDATE_STANDARD;
-  const std::string& corpus_path = args.positional()[0];
-  const std::string& queries_path = args.positional()[1];
-  const std::string& qoff_path = args.positional()[2];
+  const ScoringFiles files = SortScoringFiles(args.positional(), false, "search");
 
   const double t0 = Now();
-  maxsim_packed* corpus = nullptr;
-  maxsim_status st;
-  {
-    Progress p("loading and validating " + corpus_path, 0);
-    st = maxsim_packed_load(corpus_path.c_str(), validation, &corpus);
-  }
-  Check(st, "loading " + corpus_path);
-  struct Release {
-    maxsim_packed* p;
-    ~Release() { maxsim_packed_release(p); }
-  } release{corpus};
-  maxsim_packed_desc desc{};
-  Check(maxsim_packed_describe(corpus, &desc), "describing " + corpus_path);
-
-  Tokens q = ReadTokens(queries_path);
-  const std::vector<uint64_t> qoff = ReadOffsets(qoff_path, q.rows, queries_path);
-  if (q.dim != desc.dim) {
-    throw Failure(queries_path + " has token dimension " + std::to_string(q.dim) + " but " + corpus_path +
-                  " has dimension " + std::to_string(desc.dim) +
-                  ": queries and corpus must come from the same embedding model");
-  }
-  const uint64_t nq = qoff.size() - 1;
-  // More results than documents would only print nothing more: size the outputs by what can be returned.
-  const uint64_t k = std::min<uint64_t>(k_asked, desc.n_sets);
+  ScoringSession session;
+  session.Open(args, files);
+  maxsim_context* ctx = session.ctx;
+  const maxsim_metric metric = session.metric;
+  const maxsim_mode mode = session.mode;
+  const Corpus& corpus = session.corpus;
+  const Queries& q = session.queries;
+  const std::vector<std::string>& qids = session.query_ids;
   const double t1 = Now();
 
-  maxsim_context* ctx = MakeContext(args);
-  struct Destroy {
-    maxsim_context* c;
-    ~Destroy() { maxsim_context_destroy(c); }
-  } destroy{ctx};
-
-  std::vector<float> scores(nq * k);
-  std::vector<uint64_t> index(nq * k), ids(desc.has_ids ? nq * k : 0);
+  const uint64_t nq = q.n;
   maxsim_stats stats{};
   maxsim_score_options so;
   maxsim_score_options_init(&so);
   so.metric = metric;
   so.mode = mode;
-  so.stats = &stats;
-  // One call for the whole batch, or batches of queries when a progress line is drawn.
+  // Each shard's top k (fewer when it holds fewer documents), then one merge per query. A document of the
+  // global top k is in its own shard's top k under the same order, so the merge is exact.
+  struct Cand {
+    float score;
+    uint64_t global;
+    size_t shard;
+    uint64_t local;
+  };
+  std::vector<std::vector<Cand>> cands(nq);
+  // One call per shard for the whole batch, or batches of queries when a progress line is drawn.
   const uint64_t batch = Progress::Enabled() ? std::max<uint64_t>(1, (nq + 99) / 100) : std::max<uint64_t>(nq, 1);
   {
-    Progress p("searching", nq, "queries");
-    for (uint64_t b = 0; k > 0 && b < nq; b += batch) {
-      const uint64_t e = std::min(nq, b + batch);
-      maxsim_dense_sets qs{};
-      qs.struct_size = sizeof(qs);
-      qs.memory = MAXSIM_MEMORY_HOST;
-      qs.data = q.data.data();
-      qs.dtype = q.dtype;
-      qs.dim = q.dim;
-      qs.n_sets = e - b;
-      qs.offsets = qoff.data() + b;
-      maxsim_sets qsets{nullptr, &qs};
-      maxsim_sets dsets{corpus, nullptr};
-      maxsim_stats part{};
-      so.stats = &part;
-      Check(maxsim_topk(ctx, &qsets, &dsets, k, &so, scores.data() + b * k, index.data() + b * k,
-                        desc.has_ids ? ids.data() + b * k : nullptr),
-            "searching " + corpus_path);
-      stats.pairs += part.pairs;
-      stats.query_tokens += part.query_tokens;
-      stats.refined += part.refined;
-      stats.multi_candidate += part.multi_candidate;
-      stats.docs_pruned += part.docs_pruned;
-      p.Add(e - b);
+    Progress p("searching", nq * corpus.shards.size(), "queries");
+    for (size_t s = 0; s < corpus.shards.size(); ++s) {
+      const Shard& shard = corpus.shards[s];
+      const uint64_t k = std::min<uint64_t>(k_asked, shard.desc.n_sets);
+      std::vector<float> scores(batch * k);
+      std::vector<uint64_t> index(batch * k);
+      for (uint64_t b = 0; k > 0 && b < nq; b += batch) {
+        const uint64_t e = std::min(nq, b + batch);
+        const maxsim_dense_sets qs = q.Dense(b, e);
+        maxsim_sets qsets{nullptr, &qs};
+        maxsim_sets dsets{shard.packed, nullptr};
+        maxsim_stats part{};
+        so.stats = &part;
+        Check(maxsim_topk(ctx, &qsets, &dsets, k, &so, scores.data(), index.data(), nullptr),
+              "searching " + shard.path);
+        AddStats(part, &stats);
+        for (uint64_t i = b; i < e; ++i) {
+          for (uint64_t r = 0; r < k; ++r) {
+            const uint64_t x = (i - b) * k + r;
+            if (index[x] == UINT64_MAX) break;  // fewer documents than k
+            cands[i].push_back({scores[x], shard.first + index[x], s, index[x]});
+          }
+        }
+        p.Add(e - b);
+      }
     }
+  }
+  Run run(nq);
+  for (uint64_t i = 0; i < nq; ++i) {
+    std::vector<Cand>& c = cands[i];
+    std::sort(c.begin(), c.end(),
+              [](const Cand& a, const Cand& b) { return RanksBefore(a.score, a.global, b.score, b.global); });
+    if (c.size() > k_asked) c.resize(k_asked);
+    run[i].query_id = qids[i];
+    run[i].query = i;
+    for (const Cand& h : c) run[i].hits.push_back({corpus.DocId(h.shard, h.local), h.score, h.global});
   }
   const double t2 = Now();
 
-  auto id_of = [&](uint64_t i) { return desc.has_ids ? ids[i] : index[i]; };
-  std::string out;
-  char line[160];
-  if (format == "tsv") {
-    out = "query\trank\tdoc\tid\tscore\n";
-    for (uint64_t i = 0; i < nq; ++i) {
-      for (uint64_t r = 0; r < k; ++r) {
-        const uint64_t x = i * k + r;
-        if (index[x] == UINT64_MAX) break;  // fewer documents than k
-        std::snprintf(line, sizeof(line), "%llu\t%llu\t%llu\t%llu\t%s\n", static_cast<unsigned long long>(i),
-                      static_cast<unsigned long long>(r + 1), static_cast<unsigned long long>(index[x]),
-                      static_cast<unsigned long long>(id_of(x)), FloatText(scores[x]).c_str());
-        out += line;
-      }
-    }
-  } else {
-    out = "{\"corpus\": \"" + JsonEscape(corpus_path) + "\", \"queries\": \"" + JsonEscape(queries_path) +
-          "\", \"metric\": \"" + MetricName(metric) + "\", \"mode\": \"" + ModeName(mode) +
-          "\", \"k\": " + std::to_string(k_asked) + ", \"kernel\": \"" + JsonEscape(maxsim_context_kernel(ctx)) +
-          "\", \"backend\": \"" + JsonEscape(maxsim_context_backend(ctx)) + "\",\n \"results\": [";
-    for (uint64_t i = 0; i < nq; ++i) {
-      out += std::string(i ? ",\n  " : "\n  ") + "{\"query\": " + std::to_string(i) + ", \"hits\": [";
-      for (uint64_t r = 0; r < k; ++r) {
-        const uint64_t x = i * k + r;
-        if (index[x] == UINT64_MAX) break;
-        const std::string score = std::isinf(scores[x]) ? "null" : FloatText(scores[x]);
-        std::snprintf(line, sizeof(line), "%s{\"rank\": %llu, \"doc\": %llu, \"id\": %llu, \"score\": %s}",
-                      r ? ", " : "", static_cast<unsigned long long>(r + 1), static_cast<unsigned long long>(index[x]),
-                      static_cast<unsigned long long>(id_of(x)), score.c_str());
-        out += line;
-      }
-      out += "]}";
-    }
-    out += "\n ]}\n";
-  }
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  if (std::fflush(stdout) != 0) throw Failure("writing the results to stdout failed");
-
+  std::vector<std::string> json = JsonFields("search", files, metric, mode, ctx);
+  json.push_back("\"k\": " + std::to_string(k_asked));
+  EmitRun(args, run, json);
   if (args.Has("stats")) {
-    const double secs = t2 - t1;
-    std::fprintf(stderr,
-                 "search: %llu queries x %llu documents, mode %s, metric %s, kernel %s, backend %s, %d threads\n"
-                 "  load+validate+read %s, search %s (%s docs/s)\n",
-                 static_cast<unsigned long long>(nq), static_cast<unsigned long long>(desc.n_sets), ModeName(mode),
-                 MetricName(metric), maxsim_context_kernel(ctx), maxsim_context_backend(ctx),
-                 maxsim_context_num_threads(ctx), HumanSeconds(t1 - t0).c_str(), HumanSeconds(secs).c_str(),
-                 HumanCount(static_cast<double>(nq * desc.n_sets) / std::max(secs, 1e-9)).c_str());
-    std::fprintf(stderr,
-                 "  pairs scored %llu, documents pruned by their bound %llu, query-token evaluations %llu,\n"
-                 "  document tokens refined %llu, evaluations with more than one candidate %llu\n",
-                 static_cast<unsigned long long>(stats.pairs), static_cast<unsigned long long>(stats.docs_pruned),
-                 static_cast<unsigned long long>(stats.query_tokens), static_cast<unsigned long long>(stats.refined),
-                 static_cast<unsigned long long>(stats.multi_candidate));
+    PrintStats("search", stats, nq, corpus.n_docs, mode, metric, ctx, t1 - t0, t2 - t1,
+               static_cast<double>(nq) * static_cast<double>(corpus.n_docs));
   }
   return kExitOk;
 }

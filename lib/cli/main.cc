@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The `maxsim` command-line tool: info, pack, search, demo, bench. docs/cli.md shows each with real output.
+// The `maxsim` command-line tool: info, pack, search, rerank, merge, eval, demo, bench. docs/cli.md shows each with real output.
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -18,7 +18,10 @@ struct Command {
 const Command kCommands[] = {
     {"info", maxsim::cli::RunInfo, "CPU features, CPU kernels (selected/available/why not), threads, plugins"},
     {"pack", maxsim::cli::RunPack, "pack .npy token vectors + offsets [+ ids] into a .maxsim file"},
-    {"search", maxsim::cli::RunSearch, "top-k of .npy query sets against a packed corpus (TSV or JSON)"},
+    {"search", maxsim::cli::RunSearch, "top-k of .npy queries over a packed corpus or shards (text/tsv/json/jsonl/trec)"},
+    {"rerank", maxsim::cli::RunRerank, "score each query's candidate documents exactly and re-sort them"},
+    {"merge", maxsim::cli::RunMerge, "merge the runs of several shards into one exact top-k run"},
+    {"eval", maxsim::cli::RunEval, "nDCG@k, recall@k, MRR@k, MAP of a run against qrels (trec_eval conventions)"},
     {"demo", maxsim::cli::RunDemo, "synthetic ColBERT-like corpus: pack, search, time, check certified == exact"},
     {"bench", maxsim::cli::RunBench, "quick throughput table for the canonical shape, against naive loops"},
 };
@@ -81,7 +84,8 @@ int main(int argc, char** argv) {
       return kExitFailure;
     }
   }
-  std::fprintf(stderr, "maxsim: unknown command '%s' (commands: info, pack, search, demo, bench; see maxsim --help)\n",
-               cmd.c_str());
+  std::string names;
+  for (const Command& c : kCommands) names += std::string(names.empty() ? "" : ", ") + c.name;
+  std::fprintf(stderr, "maxsim: unknown command '%s' (commands: %s; see maxsim --help)\n", cmd.c_str(), names.c_str());
   return kExitUsage;
 }

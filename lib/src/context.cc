@@ -183,7 +183,6 @@ Status SelectBackend(const maxsim_options& o, maxsim_context* ctx) {
                                            " operations = 2*Lq*Ld*dim summed over pairs, or more"
                                      : std::string("never: the plugin gives no threshold")) +
                                 "), else cpu";
-  ctx->Log(MAXSIM_LOG_INFO, "backend: " + ctx->backend_note);
   return Status::Ok();
 }
 
@@ -222,6 +221,7 @@ maxsim_status CreateContext(const maxsim_options* options, maxsim_context** out)
   }
   st = SelectBackend(o, ctx.get());
   if (!st.ok()) return Report(st);
+  ctx->Log(MAXSIM_LOG_INFO, "backend: " + ctx->backend_note);  // every path, "cpu" and "no plugin" included
   {
     std::lock_guard<std::mutex> lock(g_contexts_mu);
     g_contexts.insert(ctx.get());

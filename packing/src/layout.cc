@@ -63,48 +63,6 @@ Status ComputeLayout(uint32_t dim, maxsim_dtype dtype, uint64_t n_vectors, uint6
   return Status::Ok();
 }
 
-const char* StringIdProblem(const char* text, uint64_t length) {
-  if (length == 0) return "is empty";
-  const auto* s = reinterpret_cast<const unsigned char*>(text);
-  uint64_t i = 0;
-  while (i < length) {
-    const unsigned char c = s[i];
-    if (c < 0x80) {
-      if (c == 0) return "contains a NUL byte";
-      if (c == '\t') return "contains a tab";
-      if (c == '\n' || c == '\r') return "contains a line break";
-      ++i;
-      continue;
-    }
-    // Multi-byte sequence: lead byte gives the length and the smallest allowed code point (no overlong forms).
-    uint32_t cp;
-    int extra;
-    if (c >= 0xC2 && c <= 0xDF) {
-      cp = c & 0x1F;
-      extra = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      cp = c & 0x0F;
-      extra = 2;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      cp = c & 0x07;
-      extra = 3;
-    } else {
-      return "is not valid UTF-8";
-    }
-    if (length - i <= static_cast<uint64_t>(extra)) return "is not valid UTF-8 (a truncated sequence)";
-    for (int k = 1; k <= extra; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return "is not valid UTF-8";
-      cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    if ((extra == 2 && cp < 0x800) || (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF))) {
-      return "is not valid UTF-8 (an overlong or out-of-range sequence)";
-    }
-    if (cp >= 0xD800 && cp <= 0xDFFF) return "is not valid UTF-8 (a surrogate code point)";
-    i += static_cast<uint64_t>(extra) + 1;
-  }
-  return nullptr;
-}
-
 namespace {
 inline uint64_t Mix64(uint64_t x) {  // a 64-bit finaliser (multiply-xorshift avalanche)
   x ^= x >> 33;

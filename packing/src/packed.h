@@ -9,6 +9,7 @@
 #include "maxsim/maxsim.h"
 #include "maxsim/packed_format.h"
 #include "status.h"
+#include "string_id.h"
 
 namespace maxsim::pack {
 
@@ -67,10 +68,7 @@ struct PackedView {
   const char* string_ids = nullptr;
 };
 
-// Checks one string id (for packers and the validator): non-empty, valid UTF-8 (shortest forms, no surrogates,
-// at most U+10FFFF), and free of NUL, tab, line feed and carriage return (ids live in line- and tab-separated
-// files). Returns nullptr if valid, else what is wrong.
-const char* StringIdProblem(const char* text, uint64_t length);
+
 
 Status Validate(const void* buffer, uint64_t size, maxsim_validation level, PackedView* view);
 
