@@ -679,6 +679,13 @@ TEST_F(Retrieval, VerboseShowsTheLibraryLogAndQuietOnlyResults) {
   EXPECT_EQ(quiet.out, "");
   EXPECT_EQ(quiet.err, "");
   EXPECT_NE(Run({"pack", t, o, "-o", Path("q.maxsim")}).out.find("packed 3 sets"), std::string::npos);
+  // --progress on a log (not a terminal): whole lines, each step ending with a last line; never with --quiet.
+  CliResult progress = Run({"pack", t, o, "-o", Path("q.maxsim"), "--progress"});
+  ASSERT_EQ(progress.code, 0) << progress.err;
+  EXPECT_NE(progress.err.find("packing"), std::string::npos) << progress.err;
+  EXPECT_NE(progress.err.find("(done)\n"), std::string::npos) << progress.err;
+  EXPECT_EQ(progress.err.find('\r'), std::string::npos) << "no terminal redraws in a log";
+  EXPECT_EQ(Run({"pack", t, o, "-o", Path("q.maxsim"), "--progress", "--quiet"}).err, "");
 }
 
 // ---- the shipped real data: one corpus and three shards with string ids, a TREC run, eval against the qrels ----

@@ -175,6 +175,7 @@ std::vector<OptionSpec> ContextOptions() {
       {"isa", 0, "NAME", "Force a CPU kernel by name (see 'maxsim info'; default: MAXSIM_ISA, else the best)."},
       {"backend", 0, "NAME", "auto, cpu, or a plugin name such as cuda (default: MAXSIM_BACKEND, else auto)."},
       {"no-progress", 0, nullptr, "Never draw a progress line (it is only drawn when stderr is a terminal)."},
+      {"progress", 0, nullptr, "Show progress on stderr even when it is not a terminal (a line a second)."},
       {"quiet", 0, nullptr, "No progress line and no summary: only results (and errors) are printed."},
       {"verbose", 'v', nullptr, "Print the library's log messages (plugins tried, backend chosen) to stderr."},
   };
@@ -189,6 +190,7 @@ void LogToStderr(void*, maxsim_log_level level, const char* message) {
 }  // namespace
 
 maxsim_context* MakeContext(const Args& args, int default_threads) {
+  if (args.Has("progress")) Progress::Force();
   if (args.Has("no-progress") || args.Has("quiet")) Progress::Disable();
   maxsim_options o;
   maxsim_options_init(&o);

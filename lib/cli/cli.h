@@ -96,21 +96,27 @@ const char* DtypeName(maxsim_dtype d);
 // ---- progress ---------------------------------------------------------------------------------------------
 
 // A one-line progress display on stderr, redrawn by a background thread every 100 ms, only when stderr is a
-// terminal (and neither --no-progress nor MAXSIM_NO_PROGRESS is set). With total == 0 it shows the stage
-// name and the elapsed time (for single long library calls); otherwise a bar, counts, rate and ETA.
+// terminal (and neither --no-progress, --quiet nor MAXSIM_NO_PROGRESS is set), or when asked with --progress:
+// then, if stderr is not a terminal (a log file), one line per second and a last line when the step ends. With
+// total == 0 it shows the stage name and the elapsed time (for single long library calls); otherwise a bar,
+// the percentage, counts, rate and ETA. The library itself never prints: counts come from the caller (Add,
+// Set), e.g. from the library's progress callback.
 class Progress {
  public:
-  static void Disable();               // --no-progress
-  static bool Enabled();               // stderr is a terminal and not disabled
+  static void Disable();               // --no-progress, --quiet
+  static void Force();                 // --progress
+  static bool Enabled();               // stderr is a terminal (or forced) and not disabled
   Progress(std::string label, uint64_t total, const char* unit = "");
-  ~Progress();                          // clears the line
+  ~Progress();                          // clears the line (a terminal) or prints the last one (a log)
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
   void Add(uint64_t n) { done_.fetch_add(n, std::memory_order_relaxed); }
+  void Set(uint64_t done) { done_.store(done, std::memory_order_relaxed); }
   void Stage(const std::string& label);  // changes the label (stage displays)
 
  private:
   void Loop();
+  std::string Line();
   void Draw();
   std::string label_;
   uint64_t total_;
@@ -120,6 +126,7 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
   std::thread thread_;
   bool active_ = false;
+  bool lines_ = false;  // forced onto a non-terminal: whole lines, not redraws
   std::mutex mu_;  // guards label_
 };
 

@@ -12,13 +12,16 @@ namespace maxsim::cli {
 namespace {
 
 std::atomic<bool> g_disabled{false};
+std::atomic<bool> g_forced{false};
 
 }  // namespace
 
 void Progress::Disable() { g_disabled = true; }
+void Progress::Force() { g_forced = true; }
 
 bool Progress::Enabled() {
   if (g_disabled) return false;
+  if (g_forced) return true;
   if (const char* e = std::getenv("MAXSIM_NO_PROGRESS"); e && e[0] && e[0] != '0') return false;
   return isatty(STDERR_FILENO) == 1;
 }
@@ -26,6 +29,7 @@ bool Progress::Enabled() {
 Progress::Progress(std::string label, uint64_t total, const char* unit)
     : label_(std::move(label)), total_(total), unit_(unit), start_(std::chrono::steady_clock::now()) {
   active_ = Enabled();
+  lines_ = active_ && isatty(STDERR_FILENO) != 1;
   if (active_) thread_ = std::thread([this] { Loop(); });
 }
 
@@ -33,7 +37,11 @@ Progress::~Progress() {
   if (!active_) return;
   stop_ = true;
   thread_.join();
-  std::fprintf(stderr, "\r\033[K");
+  if (lines_) {
+    std::fprintf(stderr, "%s (done)\n", Line().c_str());
+  } else {
+    std::fprintf(stderr, "\r\033[K");
+  }
   std::fflush(stderr);
 }
 
@@ -45,13 +53,20 @@ void Progress::Stage(const std::string& label) {
 void Progress::Loop() {
   // The first frame waits a little, so that short work never flickers a line.
   int waited = 0;
+  const int every = lines_ ? 20 : 2;  // ticks of 50 ms: a line a second in a log, a redraw every 100 ms
   while (!stop_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (++waited % 2 == 0 && waited >= 4) Draw();
+    if (++waited % every == 0 && waited >= 4) Draw();
   }
 }
 
 void Progress::Draw() {
+  const std::string line = Line();
+  std::fprintf(stderr, lines_ ? "%s\n" : "\r\033[K%s", line.c_str());
+  std::fflush(stderr);
+}
+
+std::string Progress::Line() {
   std::string label;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -61,8 +76,12 @@ void Progress::Draw() {
   char line[256];
   if (total_ == 0) {
     static const char kSpin[] = "|/-\\";
-    std::snprintf(line, sizeof(line), "%c %s  %.1f s", kSpin[static_cast<int>(elapsed * 10) % 4], label.c_str(),
-                  elapsed);
+    if (lines_) {
+      std::snprintf(line, sizeof(line), "%s  %.1f s", label.c_str(), elapsed);
+    } else {
+      std::snprintf(line, sizeof(line), "%c %s  %.1f s", kSpin[static_cast<int>(elapsed * 10) % 4], label.c_str(),
+                    elapsed);
+    }
   } else {
     const uint64_t done = std::min<uint64_t>(done_.load(std::memory_order_relaxed), total_);
     const double frac = static_cast<double>(done) / static_cast<double>(total_);
@@ -81,8 +100,7 @@ void Progress::Draw() {
                   HumanCount(static_cast<double>(done)).c_str(), HumanCount(static_cast<double>(total_)).c_str(),
                   unit_, HumanCount(rate).c_str(), unit_, eta);
   }
-  std::fprintf(stderr, "\r\033[K%s", line);
-  std::fflush(stderr);
+  return line;
 }
 
 std::string HumanCount(double v) {
