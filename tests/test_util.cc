@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -266,8 +266,9 @@ std::string SharedDataDir() {
   } else {
     dir = std::string(MAXSIM_SOURCE_DIR) + "/../shared/data/colbert-nanofiqa";
   }
-  std::ifstream probe(dir + "/docs_tokens.npy");
-  return probe.good() ? dir : "";
+  std::FILE* probe = std::fopen((dir + "/docs_tokens.npy").c_str(), "rb");
+  if (probe) std::fclose(probe);
+  return probe ? dir : "";
 }
 
 namespace {
@@ -294,11 +295,20 @@ bool LoadSets(const std::string& tokens_path, const std::string& offsets_path, T
 
 std::vector<std::string> ReadLines(const std::string& path) {
   std::vector<std::string> lines;
-  std::ifstream in(path);
+  // stdio rather than <fstream>: the WebAssembly build's libc++ has no file streams.
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return lines;
   std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) lines.push_back(line);
+  for (int ch; (ch = std::fgetc(f)) != EOF;) {
+    if (ch != '\n') {
+      line += static_cast<char>(ch);
+    } else if (!line.empty()) {
+      lines.push_back(line);
+      line.clear();
+    }
   }
+  if (!line.empty()) lines.push_back(line);
+  std::fclose(f);
   return lines;
 }
 }  // namespace

@@ -30,8 +30,12 @@ uint64_t NextPackedUid() {
 
 namespace {
 
+// Without C++ exceptions (the WebAssembly build: its libc++ has none) an allocation failure aborts the module.
 template <typename F>
 maxsim_status Guard(F&& body) {
+#if !defined(__cpp_exceptions)
+  return Report(body());
+#else
   try {
     return Report(body());
   } catch (const std::bad_alloc&) {
@@ -41,6 +45,7 @@ maxsim_status Guard(F&& body) {
   } catch (...) {
     return Report(Error(MAXSIM_ERR_INTERNAL, "internal error: unknown exception"));
   }
+#endif
 }
 
 Status CheckContext(const maxsim_context* ctx) {
@@ -196,6 +201,9 @@ MAXSIM_API void maxsim_options_init(maxsim_options* o) {
 }
 
 MAXSIM_API maxsim_status maxsim_context_create(const maxsim_options* options, maxsim_context** out) {
+#if !defined(__cpp_exceptions)
+  return CreateContext(options, out);
+#else
   try {
     return CreateContext(options, out);
   } catch (const std::bad_alloc&) {
@@ -203,6 +211,7 @@ MAXSIM_API maxsim_status maxsim_context_create(const maxsim_options* options, ma
   } catch (...) {
     return Report(Error(MAXSIM_ERR_INTERNAL, "internal error creating the context"));
   }
+#endif
 }
 
 MAXSIM_API void maxsim_context_destroy(maxsim_context* ctx) { delete ctx; }

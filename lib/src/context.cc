@@ -22,7 +22,7 @@ namespace {
 
 using ull = unsigned long long;
 
-std::mutex g_contexts_mu;
+Mutex g_contexts_mu;
 std::set<maxsim_context*> g_contexts;
 
 std::string Lower(std::string s) {
@@ -223,7 +223,7 @@ maxsim_status CreateContext(const maxsim_options* options, maxsim_context** out)
   if (!st.ok()) return Report(st);
   ctx->Log(MAXSIM_LOG_INFO, "backend: " + ctx->backend_note);  // every path, "cpu" and "no plugin" included
   {
-    std::lock_guard<std::mutex> lock(g_contexts_mu);
+    LockGuard lock(g_contexts_mu);
     g_contexts.insert(ctx.get());
   }
   *out = ctx.release();
@@ -234,7 +234,7 @@ maxsim_status CreateContext(const maxsim_options* options, maxsim_context** out)
 
 maxsim_context::~maxsim_context() {
   {
-    std::lock_guard<std::mutex> lock(maxsim::g_contexts_mu);
+    maxsim::LockGuard lock(maxsim::g_contexts_mu);
     maxsim::g_contexts.erase(this);
   }
   if (accel && accel_backend) {
@@ -246,9 +246,9 @@ maxsim_context::~maxsim_context() {
 namespace maxsim {
 
 void ForgetPacked(const maxsim_packed* packed) {
-  std::lock_guard<std::mutex> lock(g_contexts_mu);
+  LockGuard lock(g_contexts_mu);
   for (maxsim_context* ctx : g_contexts) {
-    std::lock_guard<std::mutex> plock(ctx->plugin_mu);
+    LockGuard plock(ctx->plugin_mu);
     auto it = ctx->corpora.find(packed->uid);
     if (it != ctx->corpora.end()) {
       ctx->accel->api->corpus_free(ctx->accel_backend, it->second);
@@ -399,7 +399,7 @@ Status PluginError(const maxsim_context& ctx, maxsim_status code, const char* er
 Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, const PluginCall& call) {
   const maxsim_plugin_api* api = ctx.accel->api;
   char err[1024] = {};
-  std::lock_guard<std::mutex> lock(ctx.plugin_mu);
+  LockGuard lock(ctx.plugin_mu);
   if (q.memory() == MAXSIM_MEMORY_CUDA || d.memory() == MAXSIM_MEMORY_CUDA) {
     if (q.is_packed || d.is_packed || q.memory() != d.memory()) {
       return Error(MAXSIM_ERR_INVALID_ARGUMENT, "queries and documents must both be dense device tensors (or both host)");
@@ -503,7 +503,7 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
 
 Status BackwardOnPlugin(maxsim_context& ctx, const maxsim_dense_sets* q, const maxsim_dense_sets* d,
                         const maxsim_backward_args& args) {
-  std::lock_guard<std::mutex> lock(ctx.plugin_mu);
+  LockGuard lock(ctx.plugin_mu);
   maxsim_plugin_train_args a{};
   a.struct_size = sizeof(a);
   a.metric = MAXSIM_METRIC_DOT;

@@ -5,11 +5,11 @@
 #define MAXSIM_SRC_CONTEXT_H_
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "engine.h"
+#include "mutex.h"
 #include "maxsim/plugin.h"
 #include "plugin_host.h"
 
@@ -32,7 +32,7 @@ struct maxsim_context {
   std::string backend_request;                      // "auto", "cpu" or a plugin name
   std::string backend_note;                         // why this backend
 
-  std::mutex plugin_mu;                              // serialises calls on accel_backend and the cache
+  maxsim::Mutex plugin_mu;                              // serialises calls on accel_backend and the cache
   std::unordered_map<uint64_t, maxsim_plugin_corpus*> corpora;  // packed uid -> device copy
 
   void Log(maxsim_log_level level, const std::string& message) const {

@@ -42,6 +42,7 @@ struct CpuInfo {
   std::string vendor;  // "GenuineIntel", "AuthenticAMD", ... or "" off x86
   std::string brand;   // processor brand string where available
   std::string amx_note;  // why AMX is not usable (CPU lacks it, OS did not enable it, permission refused)
+  std::string relaxed_note;  // WebAssembly: what the relaxed-SIMD probe found
 };
 
 // Detected once (thread-safe); MAXSIM_CPU_MASK (hex, features to hide) lets tests pretend to be an older CPU.

@@ -935,7 +935,7 @@ Status Engine::Backward(const DenseView& Q, const DenseView& D, const maxsim_bac
     }
   }
   const uint32_t dim = Q.dim;
-  const int threads = threads_;
+  [[maybe_unused]] const int threads = threads_;  // unused without OpenMP
   if (args.grad_queries) {
     std::fill(args.grad_queries, args.grad_queries + Q.n_rows * dim, 0.0f);
     const int64_t nq = static_cast<int64_t>(sc.nq);

@@ -18,6 +18,34 @@ namespace maxsim::pack {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+#if HWY_TARGET == HWY_WASM || HWY_TARGET == HWY_WASM_EMU256
+// Highway's WASM targets have no f64 vectors: the 8 canonical lanes as plain doubles (the same operations in
+// the same order, so the same bits).
+struct LaneSums {
+  double acc[8];
+};
+
+HWY_INLINE void ZeroSums(LaneSums& s) {
+  for (double& a : s.acc) a = 0.0;
+}
+
+HWY_INLINE double FinishSums(const LaneSums& s) { return CombineLanes(s.acc); }
+
+HWY_INLINE void AddSquares8(LaneSums& s, const float* HWY_RESTRICT x8) {
+  for (size_t i = 0; i < 8; ++i) {
+    const double x = x8[i];
+    s.acc[i] += x * x;
+  }
+}
+
+HWY_INLINE void AddResiduals8(LaneSums& s, const float* HWY_RESTRICT v8, const int8_t* HWY_RESTRICT c8,
+                              double scale) {
+  for (size_t i = 0; i < 8; ++i) {
+    const double e = static_cast<double>(v8[i]) - scale * static_cast<double>(c8[i]);
+    s.acc[i] += e * e;
+  }
+}
+#else
 // Up to 4 double lanes per vector (N = 1, 2 or 4), so that 8 / N accumulators hold the 8 canonical lanes.
 using DD = hn::CappedTag<double, 4>;
 using DF_HALF = hn::Rebind<float, DD>;
@@ -72,6 +100,8 @@ HWY_INLINE void AddResiduals8(LaneSums& s, const float* HWY_RESTRICT v8, const i
     s.acc[a] = hn::MulAdd(e, e, s.acc[a]);
   }
 }
+
+#endif  // HWY_WASM
 
 RowStats AnalyzeRowImpl(const float* HWY_RESTRICT v, uint32_t dim) {
   const hn::ScalableTag<float> df;
@@ -174,7 +204,15 @@ void WidenRowImpl(const void* HWY_RESTRICT row, maxsim_dtype dtype, uint32_t dim
   if (dtype == MAXSIM_F16) {
     const hn::Rebind<hwy::float16_t, decltype(df)> dh;
     const auto* in = static_cast<const hwy::float16_t*>(row);
+    // Not on WASM: Highway 1.0.3 converts f16 there with integer arithmetic that turns Inf and NaN into finite
+    // values, and this conversion is what rejects non-finite input.
+#if HWY_TARGET != HWY_WASM && HWY_TARGET != HWY_WASM_EMU256
     for (; k + nf <= dim; k += nf) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, in + k)), df, out + k);
+#else
+    (void)dh;
+    (void)in;
+    (void)nf;
+#endif
     const auto* bits = static_cast<const uint16_t*>(row);
     for (; k < dim; ++k) out[k] = F16ToF32(bits[k]);
   } else {

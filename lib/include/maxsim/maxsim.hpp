@@ -12,6 +12,8 @@
 #define MAXSIM_MAXSIM_HPP_
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <initializer_list>
 #include <memory>
 #include <stdexcept>
@@ -33,10 +35,20 @@ class Error : public std::runtime_error {
   maxsim_status status_;
 };
 
+// Throws maxsim::Error(status, message); built without exceptions (-fno-exceptions, e.g. WebAssembly), prints
+// the message to stderr and aborts instead.
+[[noreturn]] inline void Fail(maxsim_status status, const std::string& message) {
+#if defined(__cpp_exceptions)
+  throw Error(status, message);
+#else
+  std::fprintf(stderr, "maxsim: %s\n", message.c_str());
+  std::abort();
+#endif
+}
+
+// A failed call: Fail with the status name and the library's message.
 inline void Check(maxsim_status status) {
-  if (status != MAXSIM_OK) {
-    throw Error(status, std::string(maxsim_status_name(status)) + ": " + maxsim_last_error());
-  }
+  if (status != MAXSIM_OK) Fail(status, std::string(maxsim_status_name(status)) + ": " + maxsim_last_error());
 }
 
 template <typename T>
@@ -87,9 +99,9 @@ class Indices {
     if constexpr (std::is_signed<T>::value) {
       for (size_t i = 0; i < size; ++i) {
         if (data[i] < 0) {
-          throw Error(MAXSIM_ERR_INVALID_ARGUMENT, "MAXSIM_ERR_INVALID_ARGUMENT: offsets/indices element " +
-                                                       std::to_string(i) + " is negative (" +
-                                                       std::to_string(static_cast<long long>(data[i])) + ")");
+          Fail(MAXSIM_ERR_INVALID_ARGUMENT, "MAXSIM_ERR_INVALID_ARGUMENT: offsets/indices element " +
+                                                std::to_string(i) + " is negative (" +
+                                                std::to_string(static_cast<long long>(data[i])) + ")");
         }
       }
     }

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Exact MaxSim, written once with Highway and compiled for every target Highway builds here: AVX2 (8 f32
-// lanes) and AVX3 = AVX-512 (16 lanes) on x86, NEON (4 lanes) on AArch64. Kernels look their target's entry
-// points up with HwyTargetOps(HWY_...) instead of HWY_DYNAMIC_DISPATCH, because the kernel list is the one
-// dispatcher: MAXSIM_ISA=avx2 on an AVX-512 machine must run the AVX2 code, which Highway's own dispatch would
-// not. ISA-specific tiles plug in per target from the architecture folders (x86/exact_tile_avx512-inl.h).
+// lanes) and AVX3 = AVX-512 (16 lanes) on x86, NEON (4 lanes) on AArch64, WASM (4 lanes) in WebAssembly.
+// Kernels look their target's entry points up with HwyTargetOps(HWY_...) instead of HWY_DYNAMIC_DISPATCH,
+// because the kernel list is the one dispatcher: MAXSIM_ISA=avx2 on an AVX-512 machine must run the AVX2 code,
+// which Highway's own dispatch would not. ISA-specific tiles plug in per target from the architecture folders
+// (x86/exact_tile_avx512-inl.h); the canonical chain's step is ChainMulAdd (chain_fma-inl.h: a fused
+// multiply-add, emulated exactly where WebAssembly has none).
 //
 // x86 instructions: vfmadd231ps (query vector x broadcast document element), vbroadcastss / {1to16} embedded
 // broadcast for the document element, vmovups of the transposed query (PreparedQuery::qt, lane = query token),
@@ -110,7 +112,7 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT qt, size_t qstride, const float* 
     for (size_t i = 0; i < NQ; ++i) q[i] = hn::LoadU(df, qk + i * N);
     for (size_t r = 0; r < R; ++r) {
       const VF b = hn::Set(df, rows[r][k]);
-      for (size_t i = 0; i < NQ; ++i) acc[i][r] = hn::MulAdd(q[i], b, acc[i][r]);
+      for (size_t i = 0; i < NQ; ++i) acc[i][r] = ChainMulAdd(q[i], b, acc[i][r]);
     }
   }
   FoldTile<NQ, R, kCos, kMask>(acc, idx, inv, masks, best, arg);
@@ -289,6 +291,9 @@ const HwyExactOps* HwyTargetOps(int64_t target) {
 #endif
 #if HWY_TARGETS & HWY_NEON
     case HWY_NEON: return &N_NEON::kHwyExactOps;
+#endif
+#if HWY_TARGETS & HWY_WASM
+    case HWY_WASM: return &N_WASM::kHwyExactOps;
 #endif
     default: return nullptr;
   }

@@ -13,7 +13,7 @@
 #endif
 
 // Every header this body needs is included by the including file *before* any target pragma, so that inline
-// functions outside MAXSIM_PORTABLE_NS are compiled for the baseline ISA only.
+// functions outside MAXSIM_PORTABLE_NS are compiled for the baseline ISA only (Fma32 comes with screening.h).
 
 namespace maxsim {
 namespace MAXSIM_PORTABLE_NS {
@@ -85,10 +85,10 @@ inline void Exact(const PreparedQuery& q, const DocRef& d, maxsim_metric metric,
         const float* qk = qt + static_cast<size_t>(k) * q.lane_stride;
         const float b0 = d0[k], b1 = d1[k], b2 = d2[k], b3 = d3[k];
         for (uint32_t l = 0; l < kLanes; ++l) {
-          acc[0][l] = std::fma(qk[l], b0, acc[0][l]);
-          acc[1][l] = std::fma(qk[l], b1, acc[1][l]);
-          acc[2][l] = std::fma(qk[l], b2, acc[2][l]);
-          acc[3][l] = std::fma(qk[l], b3, acc[3][l]);
+          acc[0][l] = Fma32(qk[l], b0, acc[0][l]);
+          acc[1][l] = Fma32(qk[l], b1, acc[1][l]);
+          acc[2][l] = Fma32(qk[l], b2, acc[2][l]);
+          acc[3][l] = Fma32(qk[l], b3, acc[3][l]);
         }
       }
       for (uint32_t r = 0; r < kRows; ++r) {
@@ -102,7 +102,7 @@ inline void Exact(const PreparedQuery& q, const DocRef& d, maxsim_metric metric,
       for (uint32_t k = 0; k < dim; ++k) {
         const float* qk = qt + static_cast<size_t>(k) * q.lane_stride;
         const float b0 = d0[k];
-        for (uint32_t l = 0; l < kLanes; ++l) acc[l] = std::fma(qk[l], b0, acc[l]);
+        for (uint32_t l = 0; l < kLanes; ++l) acc[l] = Fma32(qk[l], b0, acc[l]);
       }
       FoldRow(acc, cosine ? inv[j] : 1.0f, cosine, static_cast<int32_t>(j), best, arg);
     }
@@ -116,7 +116,7 @@ inline void Exact(const PreparedQuery& q, const DocRef& d, maxsim_metric metric,
 // The canonical similarity (kernel.h), compiled for this namespace's ISA.
 inline float DotChain(const float* q, const float* d, uint32_t dim) {
   float acc = 0.0f;
-  for (uint32_t k = 0; k < dim; ++k) acc = std::fma(q[k], d[k], acc);
+  for (uint32_t k = 0; k < dim; ++k) acc = Fma32(q[k], d[k], acc);
   return acc;
 }
 

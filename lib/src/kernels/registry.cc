@@ -35,6 +35,7 @@ bool KernelAvailable(const KernelInfo& k, std::string* reason) {
       if ((missing & (kCpuAMXTile | kCpuAMXInt8 | kCpuAMXBF16 | kCpuAMXPermitted)) && !cpu.amx_note.empty()) {
         *reason += " (" + cpu.amx_note + ")";
       }
+      if ((missing & kCpuWasmRelaxedSimd) && !cpu.relaxed_note.empty()) *reason += " (" + cpu.relaxed_note + ")";
     }
   }
   return false;

@@ -47,6 +47,7 @@
 #include <limits>
 
 #include "hwy/highway.h"
+#include "kernels/chain_fma-inl.h"  // ChainMulAdd: the canonical chain's step on this target
 #include "kernels/screening.h"
 #include "kernels/pipeline.h"
 
@@ -110,7 +111,7 @@ HWY_NOINLINE void RefineTile(const float* HWY_RESTRICT q0, const float* HWY_REST
   for (uint32_t k = 0; k < dim; ++k) {
     const VF a = K0 > 0 ? hn::LoadU(df, q0 + static_cast<size_t>(k) * qstride) : hn::Zero(df);
     const VF b = K0 < kSlots ? hn::LoadU(df, q1 + static_cast<size_t>(k) * qstride) : hn::Zero(df);
-    for (size_t r = 0; r < kSlots; ++r) acc[r] = hn::MulAdd(r < K0 ? a : b, hn::Set(df, p[r][k]), acc[r]);
+    for (size_t r = 0; r < kSlots; ++r) acc[r] = ChainMulAdd(r < K0 ? a : b, hn::Set(df, p[r][k]), acc[r]);
   }
   VF bv[2] = {hn::LoadU(df, best), hn::LoadU(df, best + N)};
   VI av[2] = {hn::LoadU(di, arg), hn::LoadU(di, arg + N)};

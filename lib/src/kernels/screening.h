@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/fma32.h"
 #include "maxsim/packed_format.h"
 
 namespace maxsim {
@@ -45,7 +46,7 @@ inline float ScreenMargin(const ScreenConstants& c, const maxsim_vector_meta& q,
 // The canonical similarity E(q, d) for one pair (see kernel.h): a sequential f32 FMA chain from +0.
 inline float CanonicalDot(const float* q, const float* d, uint32_t dim) {
   float acc = 0.0f;
-  for (uint32_t k = 0; k < dim; ++k) acc = std::fma(q[k], d[k], acc);
+  for (uint32_t k = 0; k < dim; ++k) acc = Fma32(q[k], d[k], acc);
   return acc;
 }
 
