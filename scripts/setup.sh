@@ -4,7 +4,8 @@
 # present it only asks dpkg and exits in well under a second.
 #   scripts/setup.sh            core build + tests (g++, Highway, oneDNN, OpenMP, GoogleTest, Benchmark, OpenBLAS)
 #   scripts/setup.sh --clang    also clang-19 (sanitizer build, libFuzzer, AVX-512/AMX intrinsics)
-#   scripts/setup.sh --wasm     also the WebAssembly toolchain (clang-19, wasi-libc, wasm32 libc++) and node
+#   scripts/setup.sh --wasm     also the WebAssembly toolchain (clang-19, wasi-libc, wasm32 libc++), node and
+#                               Chromium (the browser test; Playwright comes from PyPI into build-web/venv)
 set -euo pipefail
 
 want=(cmake ninja-build g++ libhwy-dev libdnnl-dev libgtest-dev libbenchmark-dev libopenblas-dev python3)
@@ -12,7 +13,7 @@ for arg in "$@"; do
   case "$arg" in
     --clang) want+=(clang-19 lld-19 libomp-19-dev libclang-rt-19-dev) ;;
     --wasm) want+=(clang-19 lld-19 wasi-libc libc++-19-dev-wasm32 libc++abi-19-dev-wasm32 libclang-rt-19-dev-wasm32
-                   nodejs) ;;
+                   nodejs chromium python3-venv) ;;
     *) echo "setup.sh: unknown option '$arg' (known: --clang, --wasm)" >&2; exit 2 ;;
   esac
 done

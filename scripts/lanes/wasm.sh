@@ -5,7 +5,9 @@
 # wasm32-wasi programs (build-wasm, build-wasm-relaxed), runs the C++ tests under node's WASI (kernels, packed
 # format, validation, C API, the chain step against a reference, real data when ../shared is there), copies
 # the modules beside web/maxsim.mjs and runs the JavaScript API's tests (node --test web/tests/), which compare
-# with the native CLI (built in build/) on the shared real embeddings.
+# with the native CLI (built in build/) on the shared real embeddings; then the in-browser demo in Debian's
+# Chromium, headless, through Playwright (web/tests/browser_test.py; venv in build-web/venv, screenshot and
+# results in build-web/artifacts).
 # Environment: JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,3 +36,9 @@ cp build-wasm/web/maxsim-simd128.wasm build-wasm-relaxed/web/maxsim-relaxed.wasm
 node_flags=(--no-liftoff --experimental-wasm-relaxed-simd --expose-gc)
 echo "wasm lane: node --test web/tests/"
 node "${node_flags[@]}" --test web/tests/
+echo "wasm lane: the demo in headless Chromium"
+if [ ! -x build-web/venv/bin/python ] || ! build-web/venv/bin/python -c "import playwright" 2>/dev/null; then
+  python3 -m venv build-web/venv
+  build-web/venv/bin/pip install -q playwright
+fi
+build-web/venv/bin/python web/tests/browser_test.py --cli "$MAXSIM_CLI"

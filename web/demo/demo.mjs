@@ -73,7 +73,7 @@ function chart(points) {
     s += `<text x="${L - 6}" y="${Y(v) + 4}" text-anchor="end">${v.toFixed(v < 10 ? 2 : 0)}</text>`;
   }
   s += `<text x="${(L + W - R) / 2}" y="${H - 4}" text-anchor="middle">documents in the corpus</text>`;
-  s += `<text x="12" y="${T + 8}">ms/query</text>`;
+  s += `<text x="${L + 6}" y="${T + 4}">ms per query</text>`;
   s += line('exact', '#c33') + line('certified', '#36c');
   s += `<text x="${W - R + 8}" y="${T + 14}" fill="#c33">exact</text><text x="${W - R + 8}" y="${T + 30}" fill="#36c">certified</text>`;
   $('chart').innerHTML = s + '</svg>';
