@@ -181,8 +181,8 @@ export class MaxSim {
   #x; #ctx; #info; #broken = null;
 
   /**
-   * Loads the module: the relaxed-SIMD one when WebAssembly.validate accepts it and its probe finds a fused
-   * multiply-add and an exact 7-bit dot, else the SIMD128 one. options.module: 'auto' (default), 'relaxed' or
+   * Loads the module: the relaxed-SIMD one when WebAssembly.validate accepts it and its probe finds
+   * f32x4.relaxed_madd fused, else the SIMD128 one. options.module: 'auto' (default), 'relaxed' or
    * 'simd128'; options.relaxedUrl / simd128Url: where the .wasm files are (default: beside this file);
    * options.isa: force a kernel by name ('scalar', ...).
    */
@@ -201,7 +201,7 @@ export class MaxSim {
         const probe = ms.#kernelStatus('wasm-relaxed');
         if (probe.available || want === 'relaxed') {
           ms.#info = { module: 'relaxed', why: probe.available
-            ? 'this engine validates relaxed SIMD and the probe found relaxed_madd fused and the 7-bit dot exact'
+            ? 'this engine validates relaxed SIMD and the probe found f32x4.relaxed_madd fused'
             : `relaxed module forced; its kernel is unavailable: ${probe.reason}` };
           ms.#info.loadMs = performance.now() - t0;
           return ms;
