@@ -28,23 +28,9 @@ uint32_t Bits(float f) {
   return b;
 }
 
-// fl(a * b + c) rounded once, by a method independent of the round-to-odd construction: the exact sum as
-// s + e (TwoSum of the exact product and c), s rounded to f32 unless s is exactly halfway between two f32
-// neighbours and e != 0, in which case e decides the side. (wasi-libc's fmaf cannot serve: it rounds twice on
-// exactly these inputs, see kernels/fma32.h; the native FMA instruction is compared in the lane through
-// fma_digest.cc.)
-float ReferenceFma(float a, float b, float c) {
-  const double p = static_cast<double>(a) * b;
-  const double s = p + c;
-  const double bb = s - p;
-  const double e = (p - (s - bb)) + (c - bb);
-  const float f = static_cast<float>(s);
-  if (e == 0.0 || static_cast<double>(f) == s) return f;
-  const float g = std::nextafter(f, static_cast<double>(f) < s ? INFINITY : -INFINITY);  // s lies between f, g
-  if ((static_cast<double>(f) + static_cast<double>(g)) * 0.5 != s) return f;  // not a tie: f is nearest
-  return (e > 0.0) == (g > f) ? g : f;  // a false tie: the exact sum is on e's side of it
-}
-
+// ReferenceFma (fma_cases.h) rather than wasi-libc's fmaf, which rounds twice on exactly these inputs (see
+// kernels/fma32.h); the reference itself is checked against the CPU's fused multiply-add by the native
+// tests/fma_emulation_test.cc.
 // The module's ChainMulAdd (emulated in the SIMD128 module; relaxed_madd, proven fused by the probe, in the
 // relaxed one) and the scalar Fma32 against the reference, four triples per call. MAXSIM_FMA_CASES overrides
 // the count.

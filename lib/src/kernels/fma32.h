@@ -13,8 +13,9 @@
 
 namespace maxsim {
 
-inline float Fma32(float a, float b, float c) {
-#if defined(__wasm__)
+// The round-to-odd construction itself, compiled everywhere so that native tests compare it with the CPU's
+// fused multiply-add (tests/fma_emulation_test.cc).
+inline float Fma32RoundToOdd(float a, float b, float c) {
   const double p = static_cast<double>(a) * b;  // exact
   const double s = p + c;
   const double bb = s - p;
@@ -27,6 +28,11 @@ inline float Fma32(float a, float b, float c) {
   double o;
   std::memcpy(&o, &bits, 8);
   return static_cast<float>(o);
+}
+
+inline float Fma32(float a, float b, float c) {
+#if defined(__wasm__)
+  return Fma32RoundToOdd(a, b, c);
 #else
   return std::fma(a, b, c);
 #endif

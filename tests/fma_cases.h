@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Triples (a, b, c) for testing an f32 fused multiply-add, shared by the WebAssembly test (the emulation
-// against wasi-libc's fma) and the native digest (the same triples against the CPU's FMA instruction): random
-// values over the whole exponent range, cancellations, subnormal results, and the halfway cases where
-// rounding a*b + c to f64 first and then to f32 would be wrong (a*b + c within 2^-25..2^-47 relative of an f32
-// midpoint, on both sides, and exactly on it).
-#ifndef MAXSIM_TESTS_WASM_FMA_CASES_H_
-#define MAXSIM_TESTS_WASM_FMA_CASES_H_
+// Triples (a, b, c) for testing an f32 fused multiply-add, and an independent correctly rounded reference. Shared
+// by the native test (tests/fma_emulation_test.cc: the emulation and the reference against the CPU's fused
+// multiply-add) and the WebAssembly one (tests/wasm/wasm_kernel_test.cc: the vector and scalar steps against
+// the reference). Random values over the whole exponent range, cancellations, subnormal results, and the halfway
+// cases where rounding a*b + c to f64 first and then to f32 would be wrong (a*b + c within 2^-25..2^-47
+// relative of an f32 midpoint, on both sides, and exactly on it).
+#ifndef MAXSIM_TESTS_FMA_CASES_H_
+#define MAXSIM_TESTS_FMA_CASES_H_
 
 #include <cmath>
 #include <cstdint>
@@ -86,6 +87,21 @@ inline FmaTriple FmaCase(uint64_t seed, uint64_t i) {
   return t;
 }
 
+// fl(a * b + c) rounded once, by a method independent of the round-to-odd construction: the exact sum as
+// s + e (TwoSum of the exact product and c), s rounded to f32 unless s is exactly halfway between two f32
+// neighbours and e != 0, in which case e decides the side.
+inline float ReferenceFma(float a, float b, float c) {
+  const double p = static_cast<double>(a) * b;
+  const double s = p + c;
+  const double bb = s - p;
+  const double e = (p - (s - bb)) + (c - bb);
+  const float f = static_cast<float>(s);
+  if (e == 0.0 || static_cast<double>(f) == s) return f;
+  const float g = std::nextafter(f, static_cast<double>(f) < s ? INFINITY : -INFINITY);  // s lies between f, g
+  if ((static_cast<double>(f) + static_cast<double>(g)) * 0.5 != s) return f;  // not a tie: f is nearest
+  return (e > 0.0) == (g > f) ? g : f;  // a false tie: the exact sum is on e's side of it
+}
+
 }  // namespace maxsim::test
 
-#endif  // MAXSIM_TESTS_WASM_FMA_CASES_H_
+#endif  // MAXSIM_TESTS_FMA_CASES_H_
