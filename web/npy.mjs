@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// A reader for the .npy files the shared embeddings come in (little-endian float32 / float16 / int64 / uint64,
-// C order): readNpy(arrayBuffer) -> { dtype, shape, data } with data a typed array over a copy of the values
-// (Float32Array, Uint16Array of f16 bits, BigInt64Array, BigUint64Array). Throws an Error naming what is wrong.
+// .npy files as the shared embeddings come (little-endian float32 / float16 / int64 / uint64, C order):
+// readNpy(arrayBuffer) -> { dtype, shape, data } with data a typed array over a copy of the values
+// (Float32Array, Uint16Array of f16 bits, BigInt64Array, BigUint64Array); throws an Error naming what is wrong.
+// writeNpy(typedArray, shape) -> Uint8Array of a version 1.0 file.
 const TYPES = { '<f4': Float32Array, '<f2': Uint16Array, '<i8': BigInt64Array, '<u8': BigUint64Array };
 
 export function readNpy(buffer) {
@@ -24,4 +25,19 @@ export function readNpy(buffer) {
   if (start + count * Type.BYTES_PER_ELEMENT > bytes.length) throw new Error('.npy file is truncated');
   const data = new Type(bytes.slice(start, start + count * Type.BYTES_PER_ELEMENT).buffer);
   return { dtype: descr, shape, data };
+}
+
+const DESCR = new Map([[Float32Array, '<f4'], [Uint16Array, '<f2'], [BigInt64Array, '<i8'], [BigUint64Array, '<u8']]);
+
+export function writeNpy(typed, shape) {
+  const descr = DESCR.get(typed.constructor);
+  if (!descr) throw new Error('writeNpy takes a Float32Array, Uint16Array (f16), BigInt64Array or BigUint64Array');
+  let header = `{'descr': '${descr}', 'fortran_order': False, 'shape': (${shape.join(', ')}${shape.length === 1 ? ',' : ''}), }`;
+  header += ' '.repeat(63 - ((10 + header.length) % 64)) + '\n';
+  const out = new Uint8Array(10 + header.length + typed.byteLength);
+  out.set([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59, 1, 0]);
+  new DataView(out.buffer).setUint16(8, header.length, true);
+  out.set(new TextEncoder().encode(header), 10);
+  out.set(new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength), 10 + header.length);
+  return out;
 }

@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 
 import { MaxSim } from '../maxsim.mjs';
+import { readNpy, writeNpy } from '../npy.mjs';
 import { gso, sliceSets, syntheticSets, timeTopk } from './bench-core.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -35,20 +36,11 @@ const NQ = Number(arg('queries', 4)), REPS = Number(arg('reps', 3)), LQ = 32, DI
 const shapes = [180, 300];
 const modes = ['exact', 'certified'];
 
-function npy(typed, shape, descr) {
-  let header = `{'descr': '${descr}', 'fortran_order': False, 'shape': (${shape.join(', ')}${shape.length === 1 ? ',' : ''}), }`;
-  header += ' '.repeat(63 - ((10 + header.length) % 64)) + '\n';
-  const head = Buffer.alloc(10);
-  Buffer.from([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59, 1, 0]).copy(head);
-  head.writeUInt16LE(header.length, 8);
-  return Buffer.concat([head, Buffer.from(header, 'latin1'), Buffer.from(typed.buffer, typed.byteOffset, typed.byteLength)]);
-}
-
 function writeSets(dir, name, sets) {
   const off = new BigInt64Array(sets.lengths.length + 1);
   sets.lengths.forEach((l, i) => { off[i + 1] = off[i] + BigInt(l); });
-  writeFileSync(join(dir, `${name}_tokens.npy`), npy(sets.tokens, [sets.tokens.length / sets.dim, sets.dim], '<f4'));
-  writeFileSync(join(dir, `${name}_offsets.npy`), npy(off, [off.length], '<i8'));
+  writeFileSync(join(dir, `${name}_tokens.npy`), writeNpy(sets.tokens, [sets.tokens.length / sets.dim, sets.dim]));
+  writeFileSync(join(dir, `${name}_offsets.npy`), writeNpy(off, [off.length]));
 }
 
 // The CLI's own search timing (stderr, --stats): the best of REPS runs.
@@ -59,7 +51,7 @@ function nativeSearch(dir, mode) {
       join(dir, 'queries_offsets.npy'), '-k', String(K), '--mode', mode, '--isa', 'avx2', '--threads', '1', '--stats',
       '--no-progress'], { encoding: 'utf8' });
     if (p.status !== 0) throw new Error(`native search failed: ${p.stderr}`);
-    const m = /search ([\d.]+) (us|ms|s) /.exec(p.stderr);
+    const m = /(?:search|scoring) ([\d.]+) (us|ms|s) /.exec(p.stderr);
     if (!m) throw new Error(`cannot read the native search time from: ${p.stderr}`);
     best = Math.min(best, Number(m[1]) * { us: 1e-3, ms: 1, s: 1e3 }[m[2]]);
     pruned = Number(/documents pruned by their bound (\d+)/.exec(p.stderr)?.[1] ?? 0);
@@ -93,7 +85,7 @@ for (const module of ['relaxed', 'simd128']) {
   const kernel = ms.info().kernel;
   for (const ld of shapes) {
     const dir = dataDirs[ld];
-    const q = (await import('../npy.mjs')).readNpy(readFileSync(join(dir, 'queries_tokens.npy')));
+    const q = readNpy(readFileSync(join(dir, 'queries_tokens.npy')));
     const queries = { tokens: q.data, dim: DIM, lengths: new Array(NQ).fill(LQ) };
     const corpus = ms.openBytes(readFileSync(join(dir, 'corpus.maxsim')));
     for (const mode of modes) {

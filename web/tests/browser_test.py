@@ -29,12 +29,23 @@ def f32_bits(x):
     return struct.unpack("<I", struct.pack("<f", x))[0]
 
 
+def write_ids_npy(ids, path):
+    """Numeric ids as an int64 .npy (the CLI stores a text file's lines as string ids instead)."""
+    header = "{'descr': '<i8', 'fortran_order': False, 'shape': (%d,), }" % len(ids)
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1"))
+        f.write(struct.pack("<%dq" % len(ids), *ids))
+
+
 def prepare_data(cli, data_dir, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     for name in ("queries_tokens.npy", "queries_offsets.npy", "docs_tokens.npy", "docs_offsets.npy"):
         shutil.copyfile(os.path.join(data_dir, name), os.path.join(out_dir, name))
+    with open(os.path.join(data_dir, "docs_ids.txt")) as f:
+        write_ids_npy([int(line) for line in f if line.strip()], os.path.join(out_dir, "docs_ids.npy"))
     subprocess.run([cli, "pack", os.path.join(data_dir, "docs_tokens.npy"), os.path.join(data_dir, "docs_offsets.npy"),
-                    "--ids", os.path.join(data_dir, "docs_ids.txt"), "-o", os.path.join(out_dir, "corpus.maxsim")],
+                    "--ids", os.path.join(out_dir, "docs_ids.npy"), "-o", os.path.join(out_dir, "corpus.maxsim")],
                    check=True, stdout=subprocess.DEVNULL)
     out = subprocess.run([cli, "search", os.path.join(out_dir, "corpus.maxsim"),
                           os.path.join(data_dir, "queries_tokens.npy"), os.path.join(data_dir, "queries_offsets.npy"),
@@ -112,9 +123,10 @@ def main():
             if len(got) != len(r["hits"]):
                 problems.append(f"query {r['query']}: {len(got)} hits in the browser, {len(r['hits'])} from the CLI")
             for h, g in zip(r["hits"], got):
-                if g["index"] != h["doc"] or g["id"] != str(h["id"]) or f32_bits(g["score"]) != f32_bits(h["score"]):
+                want_id = str(h.get("doc_id", h.get("id")))
+                if g["index"] != h["doc"] or g["id"] != want_id or f32_bits(g["score"]) != f32_bits(h["score"]):
                     problems.append(f"query {r['query']} rank {h['rank']}: browser doc {g['index']} id {g['id']} "
-                                    f"score {g['score']!r}, CLI doc {h['doc']} id {h['id']} score {h['score']!r}")
+                                    f"score {g['score']!r}, CLI doc {h['doc']} id {want_id} score {h['score']!r}")
     for line in console:
         print(f"browser_test: console {line}")
     if problems:

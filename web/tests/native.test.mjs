@@ -14,7 +14,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { MaxSim } from '../maxsim.mjs';
-import { readNpy } from '../npy.mjs';
+import { readNpy, writeNpy } from '../npy.mjs';
 
 const cli = process.env.MAXSIM_CLI;
 const shared = process.env.MAXSIM_SHARED_DIR ?? fileURLToPath(new URL('../../../shared', import.meta.url));
@@ -32,8 +32,12 @@ test('native-packed file scores bit-identically in every module; JS-packed bytes
   const dir = mkdtempSync(join(tmpdir(), 'maxsim-wasm-'));
   try {
     const nativeFile = join(dir, 'native.maxsim');
+    // Numeric ids (an int64 .npy; the CLI stores a text file's lines as string ids, which the JavaScript API
+    // does not write).
+    const ids = readFileSync(join(data, 'docs_ids.txt'), 'utf8').split('\n').filter(Boolean).map(BigInt);
+    writeFileSync(join(dir, 'ids.npy'), writeNpy(BigInt64Array.from(ids), [ids.length]));
     execFileSync(cli, ['pack', join(data, 'docs_tokens.npy'), join(data, 'docs_offsets.npy'), '--ids',
-      join(data, 'docs_ids.txt'), '-o', nativeFile], { stdio: 'ignore' });
+      join(dir, 'ids.npy'), '-o', nativeFile], { stdio: 'ignore' });
     const nativeBytes = readFileSync(nativeFile);
     const q = readNpy(readFileSync(join(data, 'queries_tokens.npy')));
     const queries = { tokens: q.data, dim: q.shape[1],
@@ -41,7 +45,6 @@ test('native-packed file scores bit-identically in every module; JS-packed bytes
     const d = readNpy(readFileSync(join(data, 'docs_tokens.npy')));
     const docs = { tokens: d.data, dim: d.shape[1],
       offsets: Array.from(readNpy(readFileSync(join(data, 'docs_offsets.npy'))).data, Number) };
-    const ids = readFileSync(join(data, 'docs_ids.txt'), 'utf8').split('\n').filter(Boolean).map(BigInt);
     const k = 10;
     const mods = [await MaxSim.load({ module: 'simd128' }), await MaxSim.load()];
     for (const ms of mods) {
@@ -57,7 +60,7 @@ test('native-packed file scores bit-identically in every module; JS-packed bytes
             r.hits.forEach((h, rank) => {
               const j = r.query * k + rank;
               assert.equal(top.index[j], h.doc, `${label} ${metric} ${mode} query ${r.query} rank ${rank + 1}`);
-              assert.equal(top.ids[j], BigInt(h.id));
+              assert.equal(top.ids[j], BigInt(h.doc_id ?? h.id));
               assert.equal(top.scores[j], Math.fround(h.score), `${label} ${metric} ${mode} q${r.query} r${rank + 1}`);
             });
           }
