@@ -12,24 +12,13 @@
 #include <vector>
 
 #include "maxsim/maxsim.hpp"
+#include "plugin_test_util.h"
 #include "test_util.h"
 
 namespace maxsim::test {
 namespace {
 
-constexpr uint64_t kMarker = 0xC0FFEE00ull;
-
-struct Log {
-  std::vector<std::string> lines;
-  static void Sink(void* user, maxsim_log_level level, const char* message) {
-    if (level >= MAXSIM_LOG_INFO) static_cast<Log*>(user)->lines.push_back(message);
-  }
-  size_t Count(const std::string& part) const {
-    size_t n = 0;
-    for (const auto& l : lines) n += l.find(part) != std::string::npos;
-    return n;
-  }
-};
+constexpr uint64_t kMarker = kPluginMarker;
 
 // A folder holding every test plugin variant and one garbage .so.
 const std::string& PluginDir() {
@@ -41,16 +30,7 @@ const std::string& PluginDir() {
   return dir;
 }
 
-maxsim_options Options(const char* backend, Log* log) {
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.plugin_path = PluginDir().c_str();
-  o.backend = backend;
-  o.num_threads = 2;
-  o.log = &Log::Sink;
-  o.log_user_data = log;
-  return o;
-}
+maxsim_options Options(const char* backend, Log* log) { return PluginOptions(PluginDir(), backend, log); }
 
 struct Data {
   TokenSets q, d;

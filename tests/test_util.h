@@ -61,6 +61,19 @@ double RefSim(const TokenSets& q, uint64_t qi, uint64_t s, const TokenSets& d, u
 std::string CheckPair(const TokenSets& q, uint64_t qi, const TokenSets& d, uint64_t dj, maxsim_metric metric,
                       float score, const int32_t* argmax);
 
+// Reference gradients in double from a forward's argmax (the definition in maxsim.h), with the sums of absolute
+// terms for the tolerance. `off`/`cand`: the CANDIDATES layout's lists (unused for MATRIX and PAIRS).
+struct GradRef {
+  std::vector<double> value, abs_sum;
+  std::vector<uint32_t> count;
+};
+void ReferenceGrads(const TokenSets& q, const TokenSets& d, maxsim_layout layout, const std::vector<uint64_t>& off,
+                    const std::vector<uint64_t>& cand, const std::vector<int32_t>& argmax,
+                    const std::vector<float>& grad, GradRef* gq, GradRef* gd);
+// "" if `got` (lead_rows zero rows, then the rows of `ref`) is within (terms + 4) * 2^-23 * sum|term| of the
+// reference everywhere, else the first element that is not.
+std::string GradMismatch(const GradRef& ref, const std::vector<float>& got, uint64_t lead_rows, uint32_t dim);
+
 // A 64-byte aligned copy of some bytes (packed buffers must be 64-byte aligned to be opened).
 class AlignedBytes {
  public:

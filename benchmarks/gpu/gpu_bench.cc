@@ -69,7 +69,20 @@ uint16_t ToBf16(float f) {
 }
 
 // n_sets uniform sets of `len` unit-norm Gaussian vectors, bf16, packed by the library.
-std::vector<uint8_t> PackRandom(uint64_t n_sets, uint64_t len, uint32_t dim, uint64_t seed) {
+// A packed buffer (64-byte aligned storage), opened, with the view the host hands a plugin.
+struct PackedData {
+  std::vector<uint8_t> storage;
+  const uint8_t* base = nullptr;
+  uint64_t size = 0;
+  maxsim_packed* handle = nullptr;
+  maxsim_packed_view view{};
+  PackedData() = default;
+  PackedData(const PackedData&) = delete;
+  PackedData& operator=(const PackedData&) = delete;
+  ~PackedData() { maxsim_packed_release(handle); }
+};
+
+void PackRandom(uint64_t n_sets, uint64_t len, uint32_t dim, uint64_t seed, PackedData* out) {
   const uint64_t rows = n_sets * len;
   std::vector<uint16_t> data(rows * dim);
 #pragma omp parallel for schedule(static)
@@ -101,14 +114,16 @@ std::vector<uint8_t> PackRandom(uint64_t n_sets, uint64_t len, uint32_t dim, uin
   CHECK_MS(maxsim_context_create(&o, &ctx));
   uint64_t size = 0;
   CHECK_MS(maxsim_pack_size(&s, 0, &size));
-  std::vector<uint8_t> buf(size + 64);
-  uint8_t* aligned = buf.data();
+  out->storage.resize(size + 64);
+  uint8_t* aligned = out->storage.data();
   while (reinterpret_cast<uintptr_t>(aligned) % 64) ++aligned;  // the packer wants 64-byte alignment
   uint64_t written = 0;
   CHECK_MS(maxsim_pack_into(ctx, &s, nullptr, aligned, size, &written));
   maxsim_context_destroy(ctx);
-  std::vector<uint8_t> out(aligned, aligned + written);
-  return out;
+  out->base = aligned;
+  out->size = written;
+  CHECK_MS(maxsim_packed_open(aligned, written, MAXSIM_VALIDATE_STANDARD, &out->handle));
+  CHECK_MS(maxsim_packed_plugin_view(out->handle, 0, n_sets, &out->view));
 }
 
 double Median(std::vector<double> v) {
@@ -170,15 +185,16 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   if (!only.empty() && only != s.name) return;
   std::printf("-- %s: Nq=%llu Lq=%llu Nd=%llu Ld=%llu d=%u\n", s.name, (unsigned long long)s.nq,
               (unsigned long long)s.lq, (unsigned long long)s.nd, (unsigned long long)s.ld, s.dim);
-  const std::vector<uint8_t> qbuf = PackRandom(s.nq, s.lq, s.dim, 1);
-  const std::vector<uint8_t> dbuf = PackRandom(s.nd, s.ld, s.dim, 2);
+  PackedData qbuf, dbuf;
+  PackRandom(s.nq, s.lq, s.dim, 1, &qbuf);
+  PackRandom(s.nd, s.ld, s.dim, 2, &dbuf);
   // Copies to rotate among so that repeated calls stream from HBM, not L2 (50 MB).
-  const uint64_t copies = std::max<uint64_t>(1, std::min<uint64_t>(4, (200ull << 20) / dbuf.size() + 1));
+  const uint64_t copies = std::max<uint64_t>(1, std::min<uint64_t>(4, (200ull << 20) / dbuf.size + 1));
   std::vector<Corpus*> corpora(copies, nullptr);
-  for (uint64_t c = 0; c < copies; ++c) CHECK_ST(mscuda::UploadCorpus(b, dbuf.data(), dbuf.size(), &corpora[c]));
+  for (uint64_t c = 0; c < copies; ++c) CHECK_ST(mscuda::UploadCorpus(b, dbuf.view, &corpora[c]));
   mscuda::DeviceBuffer qdev;
   DeviceQueries q;
-  CHECK_ST(mscuda::UploadQueriesTo(b, qbuf.data(), qbuf.size(), qdev, &q));
+  CHECK_ST(mscuda::UploadQueriesTo(b, qbuf.view, qdev, &q));
   float* scores = nullptr;
   unsigned long long* counters = nullptr;
   CHECK_CUDA(cudaMalloc(&scores, s.nq * s.nd * 4));
@@ -292,8 +308,9 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
       a.struct_size = sizeof(a);
       a.metric = MAXSIM_METRIC_DOT;
       a.mode = static_cast<maxsim_mode>(mode);
-      a.queries = qbuf.data();
-      a.queries_size = qbuf.size();
+      a.queries = qbuf.base;
+      a.queries_size = qbuf.size;
+      a.query_view = &qbuf.view;
       a.corpus = reinterpret_cast<const maxsim_plugin_corpus*>(corpora[0]);
       a.k = 10;
       std::vector<float> ts(s.nq * 10);
@@ -316,8 +333,9 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     a.struct_size = sizeof(a);
     a.metric = MAXSIM_METRIC_DOT;
     a.mode = MAXSIM_MODE_EXACT;
-    a.queries = qbuf.data();
-    a.queries_size = qbuf.size();
+    a.queries = qbuf.base;
+    a.queries_size = qbuf.size;
+    a.query_view = &qbuf.view;
     a.corpus = reinterpret_cast<const maxsim_plugin_corpus*>(corpora[0]);
     std::vector<float> hs(s.nq * s.nd);
     a.scores = hs.data();

@@ -144,7 +144,7 @@ Status ScoreCandidatesImpl(maxsim_context* ctx, const maxsim_sets* queries, cons
   Route route;
   const uint64_t nd = std::max<uint64_t>(1, d.n_sets());
   const uint64_t work = MatrixWork(q, d) / nd * std::max<uint64_t>(1, total / std::max<uint64_t>(1, q.n_sets()));
-  MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, q, d, work, &route));
+  MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, PluginOp::kCandidates, q, d, work, &route));
   if (route == Route::kPlugin) {
     PluginCall call = in.Call(PluginOp::kCandidates);
     call.cand_offsets = cand_offsets;
@@ -441,7 +441,7 @@ MAXSIM_API maxsim_status maxsim_score_matrix(maxsim_context* ctx, const maxsim_s
     ScoringInputs in;
     MAXSIM_RETURN_IF_ERROR(ReadScoringInputs(ctx, queries, documents, options, &in));
     Route route;
-    MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, in.q, in.d, MatrixWork(in.q, in.d), &route));
+    MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, PluginOp::kMatrix, in.q, in.d, MatrixWork(in.q, in.d), &route));
     if (route == Route::kPlugin) {
       MAXSIM_RETURN_IF_ERROR(CheckSameDim(in.q, in.d));
       PluginCall call = in.Call(PluginOp::kMatrix);
@@ -478,7 +478,7 @@ MAXSIM_API maxsim_status maxsim_topk(maxsim_context* ctx, const maxsim_sets* que
     MAXSIM_RETURN_IF_ERROR(ReadScoringInputs(ctx, queries, documents, options, &in));
     const SetsRef& d = in.d;
     Route route;
-    MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, in.q, d, MatrixWork(in.q, d), &route));
+    MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, PluginOp::kTopK, in.q, d, MatrixWork(in.q, d), &route));
     if (route == Route::kPlugin) {
       if (k == 0) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "k is 0 (ask for at least one document)");
       if (!scores || !doc_index) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "top-k outputs must not be NULL");
@@ -515,13 +515,13 @@ MAXSIM_API maxsim_status maxsim_backward(maxsim_context* ctx, const maxsim_dense
     MAXSIM_RETURN_IF_ERROR(ResolveDense(queries, "queries", &q));
     MAXSIM_RETURN_IF_ERROR(ResolveDense(documents, "documents", &d));
     // Host tensors always take the CPU backward (the reference); device tensors need the plugin.
-    if (q.memory == MAXSIM_MEMORY_CUDA || d.memory == MAXSIM_MEMORY_CUDA) {
+    if (q.memory != MAXSIM_MEMORY_HOST || d.memory != MAXSIM_MEMORY_HOST) {
       if (q.memory != d.memory) {
         return Error(MAXSIM_ERR_INVALID_ARGUMENT, "queries and documents must be in the same memory kind");
       }
       if (!ctx->accel) {
         return Error(MAXSIM_ERR_BACKEND_UNAVAILABLE,
-                     "inputs are in CUDA memory but no accelerator backend is active (%s)", ctx->backend_note.c_str());
+                     "inputs are in device memory but no accelerator backend is active (%s)", ctx->backend_note.c_str());
       }
       return BackwardOnPlugin(*ctx, queries, documents, *args);
     }

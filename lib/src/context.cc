@@ -111,6 +111,27 @@ Status SelectKernel(const maxsim_options& o, maxsim_context* ctx) {
                source.c_str(), known.c_str());
 }
 
+// Creates the plugin's backends: one per device when it reports several (device_count > 1), else one.
+maxsim_status StartBackends(const LoadedPlugin& p, const maxsim_plugin_host* host,
+                            std::vector<maxsim_plugin_backend*>* out, std::string* why) {
+  const uint32_t n = p.device_count ? std::max<uint32_t>(1, p.device_count(host)) : 1;
+  for (uint32_t i = 0; i < n; ++i) {
+    char err[1024] = {};
+    maxsim_plugin_backend* backend = nullptr;
+    const maxsim_status st = n > 1 ? p.create_device(host, i, &backend, err, sizeof(err))
+                                   : p.api->create(host, &backend, err, sizeof(err));
+    err[sizeof(err) - 1] = '\0';
+    if (st != MAXSIM_OK || backend == nullptr) {
+      for (maxsim_plugin_backend* b : *out) p.api->destroy(b);
+      out->clear();
+      *why = (n > 1 ? Format("device %u of %u: ", i, n) : std::string()) + (err[0] ? err : maxsim_status_name(st));
+      return st == MAXSIM_OK ? MAXSIM_ERR_PLUGIN : st;
+    }
+    out->push_back(backend);
+  }
+  return MAXSIM_OK;
+}
+
 Status SelectBackend(const maxsim_options& o, maxsim_context* ctx) {
   std::string source;
   ctx->backend_request = Lower(FromOptionOrEnv(o.backend, "MAXSIM_BACKEND", "auto", &source));
@@ -148,24 +169,24 @@ Status SelectBackend(const maxsim_options& o, maxsim_context* ctx) {
       for (const SkippedPlugin& s : ctx->plugins.skipped()) skipped += "; skipped " + s.path + ": " + s.reason;
       return Error(MAXSIM_ERR_BACKEND_UNAVAILABLE,
                    "backend '%s' (%s) was not found: known backends are %s (plugins searched in '%s'%s); set "
-                   "MAXSIM_PLUGIN_PATH to the folder holding libmaxsim-plugin-%s.so", want.c_str(), source.c_str(),
-                   names.c_str(), where.c_str(), skipped.c_str(), want.c_str());
+                   "MAXSIM_PLUGIN_PATH to the folder holding %s%s%s", want.c_str(), source.c_str(), names.c_str(),
+                   where.c_str(), skipped.c_str(), kPluginPrefix, want.c_str(), kPluginSuffix);
     }
     ctx->accel_forced = true;
   }
   // Start the first candidate that agrees to (auto: the next one if a plugin fails to start).
   std::string failures;
   for (const LoadedPlugin* p : candidates) {
-    char err[1024] = {};
-    maxsim_plugin_backend* backend = nullptr;
-    const maxsim_status st = p->api->create(&ctx->host_iface, &backend, err, sizeof(err));
-    err[sizeof(err) - 1] = '\0';
-    if (st == MAXSIM_OK && backend != nullptr) {
+    std::vector<maxsim_plugin_backend*> backends;
+    std::string err;
+    const maxsim_status st = StartBackends(*p, &ctx->host_iface, &backends, &err);
+    if (st == MAXSIM_OK) {
       ctx->accel = p;
-      ctx->accel_backend = backend;
+      ctx->accel_backend = backends[0];
+      ctx->shard_backends = std::move(backends);
       break;
     }
-    const std::string why = Format("plugin %s failed to start: %s", p->name.c_str(), err[0] ? err : maxsim_status_name(st));
+    const std::string why = Format("plugin %s failed to start: %s", p->name.c_str(), err.c_str());
     if (ctx->accel_forced) return Error(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", why.c_str());
     ctx->Log(MAXSIM_LOG_WARNING, why + "; trying the next backend");
     failures += (failures.empty() ? "" : "; ") + why;
@@ -174,9 +195,11 @@ Status SelectBackend(const maxsim_options& o, maxsim_context* ctx) {
     ctx->backend_note = "auto -> cpu (" + failures + ")";
     return Status::Ok();
   }
+  const std::string devices =
+      ctx->shard_backends.size() > 1 ? Format(" on %zu devices", ctx->shard_backends.size()) : std::string();
   ctx->backend_note = ctx->accel_forced
-                          ? ctx->accel->name + " (" + source + "; every call runs on it)"
-                          : "auto -> " + ctx->accel->name +
+                          ? ctx->accel->name + devices + " (" + source + "; every call runs on it)"
+                          : "auto -> " + ctx->accel->name + devices +
                                 " for packed corpora and device tensors when the work is large enough (" +
                                 (ctx->accel->api->min_auto_ops
                                      ? Format("%llu", static_cast<ull>(ctx->accel->api->min_auto_ops(ctx->accel_backend))) +
@@ -237,9 +260,9 @@ maxsim_context::~maxsim_context() {
     maxsim::LockGuard lock(maxsim::g_contexts_mu);
     maxsim::g_contexts.erase(this);
   }
-  if (accel && accel_backend) {
-    for (auto& entry : corpora) accel->api->corpus_free(accel_backend, entry.second);
-    accel->api->destroy(accel_backend);
+  if (accel) {
+    for (auto& entry : corpora) maxsim::FreeDeviceCorpus(*this, entry.second);
+    for (maxsim_plugin_backend* b : shard_backends) accel->api->destroy(b);
   }
 }
 
@@ -251,9 +274,16 @@ void ForgetPacked(const maxsim_packed* packed) {
     LockGuard plock(ctx->plugin_mu);
     auto it = ctx->corpora.find(packed->uid);
     if (it != ctx->corpora.end()) {
-      ctx->accel->api->corpus_free(ctx->accel_backend, it->second);
+      FreeDeviceCorpus(*ctx, it->second);
       ctx->corpora.erase(it);
     }
+  }
+}
+
+void FreeDeviceCorpus(maxsim_context& ctx, DeviceCorpus& corpus) {
+  for (size_t s = 0; s < corpus.shard.size(); ++s) {
+    if (corpus.shard[s]) ctx.accel->api->corpus_free(ctx.shard_backends[s], corpus.shard[s]);
+    corpus.shard[s] = nullptr;
   }
 }
 
@@ -286,242 +316,30 @@ std::string ContextReport(const maxsim_context& ctx) {
     if (ctx.plugins.plugins().empty() && ctx.plugins.skipped().empty()) r += "  none found\n";
     for (const LoadedPlugin& p : ctx.plugins.plugins()) {
       r += "  " + p.name + "  " + p.path + "\n    " + (p.available ? "available: " : "unavailable: ") + p.info + "\n";
+      r += "    " + p.Capabilities() + "\n";
     }
     for (const SkippedPlugin& s : ctx.plugins.skipped()) r += "  skipped " + s.path + ": " + s.reason + "\n";
   }
   r += "Backend: " + ctx.backend_note + "\n";
-  return r;
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Plugin routing
-// ---------------------------------------------------------------------------------------------------------
-
-Status ChooseRoute(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, uint64_t work_ops, Route* route) {
-  const bool device = q.memory() == MAXSIM_MEMORY_CUDA || d.memory() == MAXSIM_MEMORY_CUDA;
-  *route = Route::kCpu;
-  if (!ctx.accel) {
-    if (device) {
-      return Error(MAXSIM_ERR_BACKEND_UNAVAILABLE,
-                   "inputs are in CUDA memory but no accelerator backend is active (%s)", ctx.backend_note.c_str());
-    }
-    return Status::Ok();
-  }
-  if (ctx.accel_forced || device) {
-    *route = Route::kPlugin;
-    return Status::Ok();
-  }
-  const uint64_t threshold =
-      ctx.accel->api->min_auto_ops ? ctx.accel->api->min_auto_ops(ctx.accel_backend) : UINT64_MAX;
-  if (d.is_packed && work_ops >= threshold) *route = Route::kPlugin;
-  return Status::Ok();
-}
-
-namespace {
-
-struct AlignedBuffer {
-  void* p = nullptr;
-  ~AlignedBuffer() { std::free(p); }
-};
-
-// Packs dense host sets into an aligned temporary buffer (for handing to a plugin).
-Status PackTemporary(const SetsRef& s, const char* role, int threads, AlignedBuffer* buf, uint64_t* size) {
-  MAXSIM_RETURN_IF_ERROR(pack::PackedSize(s.dense, false, size));
-  buf->p = std::aligned_alloc(MAXSIM_PACK_ALIGN, RoundUp(*size, MAXSIM_PACK_ALIGN));
-  if (!buf->p) return Error(MAXSIM_ERR_OUT_OF_MEMORY, "%s: cannot allocate %llu bytes to pack", role, static_cast<ull>(*size));
-  return pack::PackInto(s.dense, nullptr, buf->p, *size, threads, role, size);
-}
-
-// Dense host sets with a mask are packed without their masked rows, so a plugin reports argmax in compacted
-// coordinates (query tokens and document tokens both renumbered without the masked rows). This maps such a
-// plugin argmax (matrix or candidates layout over kept query tokens) to maxsim.h's layout over positions.
-std::vector<uint32_t> KeptPositions(const SetsRef& s, uint64_t i) {
-  std::vector<uint32_t> kept;
-  for (uint64_t r = s.dense.begin(i); r < s.dense.end(i); ++r) {
-    if (s.dense.kept(r)) kept.push_back(static_cast<uint32_t>(r - s.dense.begin(i)));
-  }
-  return kept;
-}
-
-struct ArgmaxRemap {
-  bool active = false;
-  std::vector<int32_t> compact;  // the plugin's output
-};
-
-uint64_t KeptCount(const SetsRef& s, uint64_t i) {
-  if (s.is_packed || !s.dense.mask) return s.positions(i);
-  uint64_t n = 0;
-  for (uint64_t r = s.dense.begin(i); r < s.dense.end(i); ++r) n += s.dense.kept(r);
-  return n;
-}
-
-void RemapArgmax(const SetsRef& q, const SetsRef& d, const PluginCall& call, const std::vector<int32_t>& compact) {
-  const uint64_t nq = q.n_sets(), nd = d.n_sets();
-  const bool qmask = !q.is_packed && q.dense.mask, dmask = !d.is_packed && d.dense.mask;
-  std::vector<std::vector<uint32_t>> dmap(dmask ? nd : 0);
-  for (uint64_t j = 0; j < dmap.size(); ++j) dmap[j] = KeptPositions(d, j);
-  uint64_t cbase = 0, pbase_pos = 0;  // compacted and positional bases of query i
-  for (uint64_t i = 0; i < nq; ++i) {
-    const uint64_t lq = q.positions(i);
-    std::vector<uint32_t> qk;
-    if (qmask) qk = KeptPositions(q, i);
-    const uint64_t lk = qmask ? qk.size() : lq;
-    const uint64_t n_docs = call.op == PluginOp::kMatrix ? nd : call.cand_offsets[i + 1] - call.cand_offsets[i];
-    for (uint64_t c = 0; c < n_docs; ++c) {
-      const uint64_t j = call.op == PluginOp::kMatrix ? c : call.candidates[call.cand_offsets[i] + c];
-      const uint64_t src = call.op == PluginOp::kMatrix ? nd * cbase + c * lk : cbase + c * lk;
-      const uint64_t dst = call.op == PluginOp::kMatrix ? nd * pbase_pos + c * lq : pbase_pos + c * lq;
-      int32_t* out = call.argmax + dst;
-      if (qmask) std::fill(out, out + lq, -1);
-      for (uint64_t s = 0; s < lk; ++s) {
-        int32_t t = compact[src + s];
-        if (t >= 0 && dmask) t = static_cast<int32_t>(dmap[j][static_cast<size_t>(t)]);
-        out[qmask ? qk[s] : s] = t;
+  // The settings each backend read when it was created (ABI 1.1 describe hook).
+  if (ctx.accel && ctx.accel->describe) {
+    for (size_t s = 0; s < ctx.shard_backends.size(); ++s) {
+      char text[4096] = {};
+      ctx.accel->describe(ctx.shard_backends[s], text, sizeof(text));
+      text[sizeof(text) - 1] = '\0';
+      std::string lines = text;
+      if (lines.empty()) continue;
+      if (ctx.shard_backends.size() > 1) r += Format("  device %zu:\n", s);
+      size_t start = 0;
+      while (start < lines.size()) {
+        size_t end = lines.find('\n', start);
+        if (end == std::string::npos) end = lines.size();
+        if (end > start) r += "    " + lines.substr(start, end - start) + "\n";
+        start = end + 1;
       }
     }
-    if (call.op == PluginOp::kMatrix) {
-      cbase += lk;
-      pbase_pos += lq;
-    } else {
-      cbase += n_docs * lk;
-      pbase_pos += n_docs * lq;
-    }
   }
-}
-
-Status PluginError(const maxsim_context& ctx, maxsim_status code, const char* err) {
-  return Error(code == MAXSIM_OK ? MAXSIM_ERR_PLUGIN : code, "backend %s: %s", ctx.accel->name.c_str(),
-               err[0] ? err : maxsim_status_name(code));
-}
-
-}  // namespace
-
-Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, const PluginCall& call) {
-  const maxsim_plugin_api* api = ctx.accel->api;
-  char err[1024] = {};
-  LockGuard lock(ctx.plugin_mu);
-  if (q.memory() == MAXSIM_MEMORY_CUDA || d.memory() == MAXSIM_MEMORY_CUDA) {
-    if (q.is_packed || d.is_packed || q.memory() != d.memory()) {
-      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "queries and documents must both be dense device tensors (or both host)");
-    }
-    if (call.op == PluginOp::kTopK) {
-      return Error(MAXSIM_ERR_UNSUPPORTED, "top-k on device tensors is not supported: pack the corpus and upload it");
-    }
-    if (call.req.mode != MAXSIM_MODE_EXACT) {
-      return Error(MAXSIM_ERR_UNSUPPORTED,
-                   "certified/approximate modes need packed buffers (i8 codes + metadata); device tensors score "
-                   "in exact mode");
-    }
-    maxsim_plugin_train_args a{};
-    a.struct_size = sizeof(a);
-    a.metric = call.req.metric;
-    a.layout = call.op == PluginOp::kMatrix ? MAXSIM_LAYOUT_MATRIX : MAXSIM_LAYOUT_CANDIDATES;
-    a.queries = q.dense_src;
-    a.documents = d.dense_src;
-    a.cand_offsets = call.cand_offsets;
-    a.candidates = call.candidates;
-    a.scores = call.scores;
-    a.argmax = call.argmax;
-    a.stream = call.stream;
-    const maxsim_status st = api->train_forward(ctx.accel_backend, &a, err, sizeof(err));
-    if (st != MAXSIM_OK) return PluginError(ctx, st, err);
-    return Status::Ok();
-  }
-  // Host inputs: queries as a packed buffer, documents as a device-resident corpus.
-  AlignedBuffer qtemp, dtemp;
-  const void* qbuf = nullptr;
-  uint64_t qsize = 0;
-  if (q.is_packed) {
-    qbuf = q.packed.base;
-    qsize = q.packed.size;
-  } else {
-    MAXSIM_RETURN_IF_ERROR(PackTemporary(q, "queries", ctx.threads, &qtemp, &qsize));
-    qbuf = qtemp.p;
-  }
-  maxsim_plugin_corpus* corpus = nullptr;
-  bool temporary_corpus = false;
-  if (d.is_packed) {
-    auto it = ctx.corpora.find(d.handle->uid);
-    if (it != ctx.corpora.end()) {
-      corpus = it->second;
-    } else {
-      const maxsim_status st =
-          api->corpus_upload(ctx.accel_backend, d.packed.base, d.packed.size, &corpus, err, sizeof(err));
-      if (st != MAXSIM_OK) return PluginError(ctx, st, err);
-      ctx.corpora[d.handle->uid] = corpus;
-    }
-  } else {
-    uint64_t dsize = 0;
-    MAXSIM_RETURN_IF_ERROR(PackTemporary(d, "documents", ctx.threads, &dtemp, &dsize));
-    const maxsim_status st = api->corpus_upload(ctx.accel_backend, dtemp.p, dsize, &corpus, err, sizeof(err));
-    if (st != MAXSIM_OK) return PluginError(ctx, st, err);
-    temporary_corpus = true;
-  }
-  // Masked dense host inputs lose their masked rows in packing: collect the plugin's argmax and remap it.
-  ArgmaxRemap remap;
-  if (call.argmax && ((!q.is_packed && q.dense.mask) || (!d.is_packed && d.dense.mask))) {
-    remap.active = true;
-    uint64_t n = 0;
-    for (uint64_t i = 0; i < q.n_sets(); ++i) {
-      const uint64_t docs = call.op == PluginOp::kMatrix ? d.n_sets() : call.cand_offsets[i + 1] - call.cand_offsets[i];
-      n += docs * KeptCount(q, i);
-    }
-    remap.compact.assign(n, -1);
-  }
-  maxsim_plugin_score_args a{};
-  a.struct_size = sizeof(a);
-  a.metric = call.req.metric;
-  a.mode = call.req.mode;
-  a.queries = qbuf;
-  a.queries_size = qsize;
-  a.corpus = corpus;
-  a.cand_offsets = call.cand_offsets;
-  a.candidates = call.candidates;
-  a.k = call.k;
-  a.scores = call.scores;
-  a.argmax = remap.active ? remap.compact.data() : call.argmax;
-  a.topk_index = call.topk_index;
-  a.stats = call.stats;
-  maxsim_status st = MAXSIM_OK;
-  switch (call.op) {
-    case PluginOp::kMatrix: st = api->score_matrix(ctx.accel_backend, &a, err, sizeof(err)); break;
-    case PluginOp::kCandidates: st = api->score_candidates(ctx.accel_backend, &a, err, sizeof(err)); break;
-    case PluginOp::kTopK: st = api->topk(ctx.accel_backend, &a, err, sizeof(err)); break;
-  }
-  if (temporary_corpus) api->corpus_free(ctx.accel_backend, corpus);
-  if (st != MAXSIM_OK) return PluginError(ctx, st, err);
-  if (remap.active) RemapArgmax(q, d, call, remap.compact);
-  if (call.op == PluginOp::kTopK && call.ids) {
-    const uint64_t n = q.n_sets() * call.k;
-    for (uint64_t r = 0; r < n; ++r) {
-      const uint64_t idx = call.topk_index[r];
-      call.ids[r] = idx < d.n_sets() ? d.packed.ids[idx] : UINT64_MAX;
-    }
-  }
-  return Status::Ok();
-}
-
-Status BackwardOnPlugin(maxsim_context& ctx, const maxsim_dense_sets* q, const maxsim_dense_sets* d,
-                        const maxsim_backward_args& args) {
-  LockGuard lock(ctx.plugin_mu);
-  maxsim_plugin_train_args a{};
-  a.struct_size = sizeof(a);
-  a.metric = MAXSIM_METRIC_DOT;
-  a.layout = args.layout;
-  a.queries = q;
-  a.documents = d;
-  a.cand_offsets = args.cand_offsets;
-  a.candidates = args.candidates;
-  a.argmax = const_cast<int32_t*>(args.argmax);
-  a.grad_scores = args.grad_scores;
-  a.grad_queries = args.grad_queries;
-  a.grad_documents = args.grad_documents;
-  a.deterministic = args.deterministic;
-  a.stream = args.cuda_stream;
-  char err[1024] = {};
-  const maxsim_status st = ctx.accel->api->train_backward(ctx.accel_backend, &a, err, sizeof(err));
-  if (st != MAXSIM_OK) return PluginError(ctx, st, err);
-  return Status::Ok();
+  return r;
 }
 
 }  // namespace maxsim

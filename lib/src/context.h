@@ -7,11 +7,23 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "engine.h"
 #include "mutex.h"
 #include "maxsim/plugin.h"
 #include "plugin_host.h"
+
+namespace maxsim {
+
+// A packed corpus on the accelerator: one device copy per shard backend, shard s holding the corpus's sets
+// [first[s], first[s + 1]) (a contiguous range; empty shards hold no copy).
+struct DeviceCorpus {
+  std::vector<maxsim_plugin_corpus*> shard;
+  std::vector<uint64_t> first;
+};
+
+}  // namespace maxsim
 
 struct maxsim_context {
   int threads = 1;
@@ -27,13 +39,14 @@ struct maxsim_context {
   maxsim_plugin_host host_iface{};
   bool plugins_loaded = false;
   const maxsim::LoadedPlugin* accel = nullptr;      // the accelerator plugin in use, if any
-  maxsim_plugin_backend* accel_backend = nullptr;
+  maxsim_plugin_backend* accel_backend = nullptr;   // its backend on the first device (training calls)
+  std::vector<maxsim_plugin_backend*> shard_backends;  // one per device, accel_backend first (corpora shard over them)
   bool accel_forced = false;                        // the user named this backend
   std::string backend_request;                      // "auto", "cpu" or a plugin name
   std::string backend_note;                         // why this backend
 
-  maxsim::Mutex plugin_mu;                              // serialises calls on accel_backend and the cache
-  std::unordered_map<uint64_t, maxsim_plugin_corpus*> corpora;  // packed uid -> device copy
+  maxsim::Mutex plugin_mu;                           // serialises calls on the backends and the cache
+  std::unordered_map<uint64_t, maxsim::DeviceCorpus> corpora;  // packed uid -> device copies
 
   void Log(maxsim_log_level level, const std::string& message) const {
     if (log) log(log_user, level, message.c_str());
@@ -46,14 +59,22 @@ namespace maxsim {
 maxsim_status CreateContext(const maxsim_options* options, maxsim_context** out);
 std::string ContextReport(const maxsim_context& ctx);
 
+// The plugin's view of sets [s0, s1) of a validated packed buffer.
+maxsim_packed_view ViewOf(const pack::PackedView& v, uint64_t s0, uint64_t s1);
+
 // Drops the device copies of a packed handle being released (all contexts).
 void ForgetPacked(const maxsim_packed* packed);
+// Frees the device copies of one corpus (caller holds ctx.plugin_mu or owns ctx alone).
+void FreeDeviceCorpus(maxsim_context& ctx, DeviceCorpus& corpus);
 
 // Backend routing for one scoring call.
 enum class Route { kCpu, kPlugin };
-Status ChooseRoute(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, uint64_t work_ops, Route* route);
-
 enum class PluginOp { kMatrix, kCandidates, kTopK };
+// kPlugin when the accelerator takes this call (device-memory inputs, a named backend, or auto above the
+// plugin's min_auto_ops for a packed corpus), kCpu otherwise; an error when the inputs are in device memory the
+// backend does not take, or the named backend does not implement the operation.
+Status ChooseRoute(maxsim_context& ctx, PluginOp op, const SetsRef& q, const SetsRef& d, uint64_t work_ops,
+                   Route* route);
 struct PluginCall {
   PluginOp op = PluginOp::kMatrix;
   ScoreRequest req;

@@ -41,13 +41,38 @@ std::vector<std::string> PluginFilesIn(const std::string& dir) {
   if (!d) return files;
   while (struct dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    if (name.rfind("libmaxsim-plugin-", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".so") == 0) {
+    const size_t n_suffix = std::strlen(kPluginSuffix);
+    if (name.rfind(kPluginPrefix, 0) == 0 && name.size() > n_suffix &&
+        name.compare(name.size() - n_suffix, n_suffix, kPluginSuffix) == 0) {
       files.push_back(dir + "/" + name);
     }
   }
   closedir(d);
   std::sort(files.begin(), files.end());
   return files;
+}
+
+// Reads what the table implements (the host calls nothing it has not recorded here).
+void ReadCapabilities(LoadedPlugin* p) {
+  const maxsim_plugin_api* a = p->api;
+  auto set = [&](PluginMember m, bool v) { p->has[static_cast<int>(m)] = v; };
+  const bool upload = a->corpus_upload != nullptr || MAXSIM_PLUGIN_HAS(a, corpus_upload_view);
+  set(PluginMember::kCorpusUpload, upload && a->corpus_free != nullptr);
+  set(PluginMember::kScoreMatrix, a->score_matrix != nullptr);
+  set(PluginMember::kScoreCandidates, a->score_candidates != nullptr);
+  set(PluginMember::kTopK, a->topk != nullptr);
+  set(PluginMember::kTrainForward, a->train_forward != nullptr);
+  set(PluginMember::kTrainBackward, a->train_backward != nullptr);
+  set(PluginMember::kDeviceMemory,
+      MAXSIM_PLUGIN_HAS(a, mem_alloc) && MAXSIM_PLUGIN_HAS(a, mem_free) && MAXSIM_PLUGIN_HAS(a, mem_copy));
+  p->accepted_memory = MAXSIM_PLUGIN_HAS_FIELD(a, accepted_memory) ? a->accepted_memory
+                                                                    : MAXSIM_MEMORY_BIT(MAXSIM_MEMORY_CUDA);
+  p->accepted_memory &= ~MAXSIM_MEMORY_BIT(MAXSIM_MEMORY_HOST);  // host tensors never go to the training calls
+  if (MAXSIM_PLUGIN_HAS(a, describe)) p->describe = a->describe;
+  if (MAXSIM_PLUGIN_HAS(a, device_count) && MAXSIM_PLUGIN_HAS(a, create_device)) {
+    p->device_count = a->device_count;
+    p->create_device = a->create_device;
+  }
 }
 
 }  // namespace
@@ -149,6 +174,7 @@ void PluginHost::TryLoad(const std::string& path, const LogSink& log, const maxs
   p.handle = handle;
   p.api = api;
   p.name = api->name;
+  ReadCapabilities(&p);
   char info[512] = {};
   const maxsim_status probe = api->probe(host, info, sizeof(info));
   info[sizeof(info) - 1] = '\0';

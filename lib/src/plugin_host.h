@@ -13,6 +13,29 @@ namespace maxsim {
 
 using LogSink = std::function<void(maxsim_log_level, const std::string&)>;
 
+// File names the host loads from a folder: kPluginPrefix + NAME + kPluginSuffix.
+constexpr const char* kPluginPrefix = "libmaxsim-plugin-";
+#if defined(__APPLE__)
+constexpr const char* kPluginSuffix = ".dylib";
+#elif defined(_WIN32)
+constexpr const char* kPluginSuffix = ".dll";
+#else
+constexpr const char* kPluginSuffix = ".so";
+#endif
+
+// The operations a plugin table may implement (ABI 1.1: any of them may be NULL, meaning unsupported).
+enum class PluginMember {
+  kCorpusUpload,   // corpus_upload_view or corpus_upload, with corpus_free
+  kScoreMatrix,
+  kScoreCandidates,
+  kTopK,
+  kTrainForward,
+  kTrainBackward,
+  kDeviceMemory,   // mem_alloc, mem_free and mem_copy
+  kCount
+};
+const char* PluginMemberName(PluginMember m);
+
 struct LoadedPlugin {
   std::string path;
   void* handle = nullptr;
@@ -20,6 +43,17 @@ struct LoadedPlugin {
   std::string name;
   bool available = false;
   std::string info;  // probe's device description, or why it is unavailable
+  // Read once at load from the table (members the table is too short for count as NULL).
+  bool has[static_cast<int>(PluginMember::kCount)] = {};
+  uint64_t accepted_memory = 0;  // MAXSIM_MEMORY_BIT()s (a 1.0 table: MAXSIM_MEMORY_CUDA)
+  bool Has(PluginMember m) const { return has[static_cast<int>(m)]; }
+  bool Accepts(maxsim_memory m) const { return (accepted_memory & MAXSIM_MEMORY_BIT(m)) != 0; }
+  // The ABI 1.1 optional hooks, NULL when absent.
+  void (*describe)(maxsim_plugin_backend*, char*, size_t) = nullptr;
+  uint32_t (*device_count)(const maxsim_plugin_host*) = nullptr;
+  maxsim_status (*create_device)(const maxsim_plugin_host*, uint32_t, maxsim_plugin_backend**, char*, size_t) = nullptr;
+  // "what it implements" for maxsim info: "ABI 1.1; no topk, train_backward" style.
+  std::string Capabilities() const;
 };
 
 // A plugin that was found but not used, and why (for maxsim info).
@@ -36,7 +70,8 @@ class PluginHost {
   ~PluginHost();
 
   // Searches, in order: `extra` (':'-separated folders or files), MAXSIM_PLUGIN_PATH, then beside the library
-  // itself: <its folder>/maxsim/plugins (the installed layout) and its folder (the build tree). In a folder, files named libmaxsim-plugin-*.so are candidates. Each candidate that cannot
+  // itself: <its folder>/maxsim/plugins (the installed layout) and its folder (the build tree). In a folder,
+  // files named kPluginPrefix*kPluginSuffix are candidates. Each candidate that cannot
   // be used produces exactly one log line (warning) and an entry in skipped().
   void Discover(const std::string& extra, const LogSink& log, const maxsim_plugin_host* host);
 

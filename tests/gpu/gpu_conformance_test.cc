@@ -887,62 +887,9 @@ TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensors) {
 }
 
 // Element-wise bound for an f32 accumulation of `terms` products against a double reference.
-struct GradRef {
-  std::vector<double> value, abs_sum;
-  std::vector<uint32_t> count;
-};
-
-// Reference gradients in double from argmax (the definition in maxsim.h), with abs sums for the tolerance.
-void ReferenceGrads(const TokenSets& q, const TokenSets& d, maxsim_layout layout, const std::vector<uint64_t>& off,
-                    const std::vector<uint64_t>& cand, const std::vector<int32_t>& argmax,
-                    const std::vector<float>& grad, GradRef* gq, GradRef* gd) {
-  const uint32_t dim = q.dim;
-  auto init = [&](GradRef* g, uint64_t rows) {
-    g->value.assign(rows * dim, 0.0);
-    g->abs_sum.assign(rows * dim, 0.0);
-    g->count.assign(rows * dim, 0);
-  };
-  init(gq, q.rows());
-  init(gd, d.rows());
-  uint64_t base = 0;
-  for (uint64_t i = 0; i < q.n_sets(); ++i) {
-    const uint64_t lq = q.length(i);
-    const uint64_t n = layout == MAXSIM_LAYOUT_MATRIX ? d.n_sets() : layout == MAXSIM_LAYOUT_PAIRS ? 1 : off[i + 1] - off[i];
-    for (uint64_t c = 0; c < n; ++c) {
-      const uint64_t j = layout == MAXSIM_LAYOUT_MATRIX ? c : layout == MAXSIM_LAYOUT_PAIRS ? i : cand[off[i] + c];
-      const uint64_t slot = layout == MAXSIM_LAYOUT_MATRIX ? i * d.n_sets() + c : layout == MAXSIM_LAYOUT_PAIRS ? i : off[i] + c;
-      const int32_t* am = layout == MAXSIM_LAYOUT_MATRIX ? argmax.data() + d.n_sets() * q.offsets[i] + c * lq
-                                                         : argmax.data() + base + c * lq;
-      const double g = grad[slot];
-      for (uint64_t s = 0; s < lq; ++s) {
-        const int32_t t = am[s];
-        if (t < 0 || !q.kept(q.offsets[i] + s)) continue;
-        const float* qr = q.row(q.offsets[i] + s);
-        const float* dr = d.row(d.offsets[j] + t);
-        for (uint32_t k = 0; k < dim; ++k) {
-          const uint64_t a = (q.offsets[i] + s) * dim + k, b = (d.offsets[j] + t) * dim + k;
-          gq->value[a] += g * dr[k];
-          gq->abs_sum[a] += std::fabs(g * dr[k]);
-          gq->count[a]++;
-          gd->value[b] += g * qr[k];
-          gd->abs_sum[b] += std::fabs(g * qr[k]);
-          gd->count[b]++;
-        }
-      }
-    }
-    if (layout != MAXSIM_LAYOUT_MATRIX) base += n * lq;
-  }
-}
-
 void ExpectGrad(const GradRef& ref, const std::vector<float>& got, uint64_t lead_rows, uint32_t dim,
                 const std::string& what) {
-  const uint64_t skip = lead_rows * dim;
-  for (uint64_t e = 0; e < skip; ++e) ASSERT_EQ(got[e], 0.0f) << what << ": leading row element " << e;
-  for (uint64_t e = 0; e < ref.value.size(); ++e) {
-    const double tol = (ref.count[e] + 4.0) * 0x1p-23 * ref.abs_sum[e] + 1e-30;
-    ASSERT_LE(std::fabs(got[skip + e] - ref.value[e]), tol)
-        << what << ": element " << e << " got " << got[skip + e] << " want " << ref.value[e];
-  }
+  ASSERT_EQ(GradMismatch(ref, got, lead_rows, dim), "") << what;
 }
 
 TEST_F(Gpu, BackwardMatchesCpuAndIsDeterministic) {

@@ -1,16 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// A CPU-implemented plugin that proves the plugin host. Built several times with TEST_PLUGIN_VARIANT:
-//   0 "testcpu"             works: reads the packed format, scores with the canonical FMA chain (so its exact
+// A CPU-implemented plugin that proves the plugin host. Built several times (plugins/CMakeLists.txt) with
+// TEST_PLUGIN_VARIANT:
+//   0 "testcpu"             works: scores the decoded packed views with the canonical FMA chain (so its exact
 //                           results equal the CPU engine's bit for bit), training forward/backward on "device"
-//                           memory (host memory here)
+//                           memory (host memory labelled MAXSIM_MEMORY_CUDA), device-memory hooks (malloc),
+//                           describe, and MAXSIM_TEST_PLUGIN_DEVICES simulated devices (default 1)
 //   1 "testcpu-badabi"      reports plugin ABI 99.0
 //   2 (no entry symbol)     exports something else
 //   3 "testcpu-noprobe"     probe fails like a machine without a driver
 //   4 "testcpu-failcreate"  probe succeeds, create fails
 //   5 "testcpu-small"       its function table is too small for ABI 1.0
+//   6 "testcpu-v10"         an ABI 1.0 table (no 1.1 members; parses the packed header itself, as 1.0 plugins do)
+//   7 "testcpu-2dev"        as 0, on two simulated devices (the host shards corpora over them)
+// and with TEST_PLUGIN_NULL = one of the kNull* values below: as 0 with that member left NULL ("testcpu-no-*").
 // It marks every maxsim_stats it fills with docs_pruned = kMarker + (corpora alive) so tests can see where a call
 // ran and that uploaded corpora are freed.
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +29,22 @@
 #ifndef TEST_PLUGIN_VARIANT
 #define TEST_PLUGIN_VARIANT 0
 #endif
+#ifndef TEST_PLUGIN_NULL
+#define TEST_PLUGIN_NULL 0
+#endif
+// Members a "testcpu-no-*" variant leaves NULL.
+#define kNullUpload 1          // corpus_upload and corpus_upload_view
+#define kNullFree 2            // corpus_free
+#define kNullMatrix 3
+#define kNullCandidates 4
+#define kNullTopK 5
+#define kNullTrainForward 6
+#define kNullTrainBackward 7
+#define kNullMinOps 8          // min_auto_ops
+#define kNullMemory 9          // accepted_memory = 0 (takes no device memory)
+#define kNullDeviceMemory 10   // mem_alloc, mem_free, mem_copy
+#define kNullDescribe 11
+#define IF_PRESENT(id, fn) (TEST_PLUGIN_NULL == (id) ? nullptr : (fn))
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -63,6 +85,7 @@ float Widen(const uint8_t* p, uint8_t dtype) {
   return f;
 }
 
+// The 1.0 way: parse the (host-validated) header. ABI 1.1 plugins get a decoded maxsim_packed_view instead.
 Sets ReadPacked(const void* buffer) {
   const auto* b = static_cast<const uint8_t*>(buffer);
   maxsim_pack_header h;
@@ -79,6 +102,28 @@ Sets ReadPacked(const void* buffer) {
     for (uint32_t k = 0; k < h.dim; ++k) s.rows[r * h.dim + k] = Widen(orig + r * h.orig_row_bytes + k * elem, h.orig_dtype);
   }
   return s;
+}
+
+// Sets of a decoded view (which may be a shard: rows [offsets[0], offsets[n_sets]), rebased to 0 here).
+Sets FromView(const maxsim_packed_view* v) {
+  Sets s;
+  s.dim = v->dim;
+  s.n_sets = v->n_sets;
+  const uint64_t r0 = v->offsets[0];
+  s.offsets.resize(v->n_sets + 1);
+  for (uint64_t i = 0; i <= v->n_sets; ++i) s.offsets[i] = v->offsets[i] - r0;
+  s.rows.resize(v->n_rows * v->dim);
+  const uint32_t elem = v->orig_dtype == MAXSIM_PACK_F32 ? 4 : 2;
+  for (uint64_t r = 0; r < v->n_rows; ++r) {
+    const uint8_t* row = v->originals + (r0 + r) * v->orig_row_bytes;
+    for (uint32_t k = 0; k < v->dim; ++k) s.rows[r * v->dim + k] = Widen(row + k * elem, static_cast<uint8_t>(v->orig_dtype));
+  }
+  return s;
+}
+
+Sets Queries(const maxsim_plugin_score_args* a) {
+  if (TEST_PLUGIN_VARIANT == 6) return ReadPacked(a->queries);
+  return FromView(a->query_view);
 }
 
 Sets ReadDense(const maxsim_dense_sets* d) {
@@ -149,8 +194,16 @@ void Mark(maxsim_stats* st) {
 }
 
 struct Backend {
-  int calls = 0;
+  uint32_t device = 0, devices = 1;
 };
+
+// Simulated devices: MAXSIM_TEST_PLUGIN_DEVICES (default 1), or 2 for the "testcpu-2dev" variant.
+uint32_t DeviceCount(const maxsim_plugin_host*) {
+  if (TEST_PLUGIN_VARIANT == 7) return 2;
+  const char* e = std::getenv("MAXSIM_TEST_PLUGIN_DEVICES");
+  const long n = e ? std::strtol(e, nullptr, 10) : 1;
+  return n < 1 ? 1u : n > 16 ? 16u : static_cast<uint32_t>(n);
+}
 
 maxsim_status Probe(const maxsim_plugin_host* host, char* info, size_t cap) {
   if (TEST_PLUGIN_VARIANT == 3) {
@@ -161,14 +214,26 @@ maxsim_status Probe(const maxsim_plugin_host* host, char* info, size_t cap) {
   return MAXSIM_OK;
 }
 
-maxsim_status Create(const maxsim_plugin_host* host, maxsim_plugin_backend** out, char* err, size_t cap) {
+maxsim_status CreateDevice(const maxsim_plugin_host* host, uint32_t index, maxsim_plugin_backend** out, char* err,
+                           size_t cap) {
   if (TEST_PLUGIN_VARIANT == 4) {
     std::snprintf(err, cap, "simulated device initialisation failure");
     return MAXSIM_ERR_PLUGIN;
   }
-  host->log(host->host_data, MAXSIM_LOG_DEBUG, "test plugin: backend created");
-  *out = reinterpret_cast<maxsim_plugin_backend*>(new Backend);
+  const uint32_t n = DeviceCount(host);
+  if (index >= n) {
+    std::snprintf(err, cap, "device slot %u of %u", index, n);
+    return MAXSIM_ERR_INVALID_ARGUMENT;
+  }
+  char line[80];
+  std::snprintf(line, sizeof(line), "test plugin: backend created on device %u of %u", index, n);
+  host->log(host->host_data, MAXSIM_LOG_DEBUG, line);
+  *out = reinterpret_cast<maxsim_plugin_backend*>(new Backend{index, n});
   return MAXSIM_OK;
+}
+
+maxsim_status Create(const maxsim_plugin_host* host, maxsim_plugin_backend** out, char* err, size_t cap) {
+  return CreateDevice(host, 0, out, err, cap);
 }
 
 void Destroy(maxsim_plugin_backend* b) { delete reinterpret_cast<Backend*>(b); }
@@ -181,13 +246,48 @@ maxsim_status Upload(maxsim_plugin_backend*, const void* packed, uint64_t size, 
   return MAXSIM_OK;
 }
 
+maxsim_status UploadView(maxsim_plugin_backend*, const maxsim_packed_view* v, maxsim_plugin_corpus** out, char* err,
+                         size_t cap) {
+  if (v->struct_size < sizeof(maxsim_packed_view)) {
+    std::snprintf(err, cap, "maxsim_packed_view.struct_size %u is too small", v->struct_size);
+    return MAXSIM_ERR_INVALID_ARGUMENT;
+  }
+  *out = reinterpret_cast<maxsim_plugin_corpus*>(new Sets(FromView(v)));
+  ++g_live_corpora;
+  return MAXSIM_OK;
+}
+
 void FreeCorpus(maxsim_plugin_backend*, maxsim_plugin_corpus* c) {
   delete reinterpret_cast<Sets*>(c);
   --g_live_corpora;
 }
 
+// "Device" memory is host memory here; the hooks still go through the ABI as a real device's would.
+maxsim_status MemAlloc(maxsim_plugin_backend*, uint64_t bytes, void** out, char* err, size_t cap) {
+  *out = std::malloc(bytes ? bytes : 1);
+  if (*out == nullptr) {
+    std::snprintf(err, cap, "cannot allocate %llu bytes", static_cast<unsigned long long>(bytes));
+    return MAXSIM_ERR_OUT_OF_MEMORY;
+  }
+  return MAXSIM_OK;
+}
+
+void MemFree(maxsim_plugin_backend*, void* p) { std::free(p); }
+
+maxsim_status MemCopy(maxsim_plugin_backend*, void* dst, const void* src, uint64_t bytes, maxsim_plugin_copy_kind,
+                      char*, size_t) {
+  if (bytes) std::memcpy(dst, src, bytes);
+  return MAXSIM_OK;
+}
+
+void Describe(maxsim_plugin_backend* b, char* out, size_t cap) {
+  const Backend* be = reinterpret_cast<const Backend*>(b);
+  std::snprintf(out, cap, "test device %u of %u (MAXSIM_TEST_PLUGIN_DEVICES)\nrows scored with the f32 FMA chain",
+                be->device, be->devices);
+}
+
 maxsim_status Matrix(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, char*, size_t) {
-  const Sets q = ReadPacked(a->queries);
+  const Sets q = Queries(a);
   const Sets& d = *reinterpret_cast<const Sets*>(a->corpus);
   uint64_t o = 0;
   for (uint64_t i = 0; i < q.n_sets; ++i) {
@@ -202,7 +302,7 @@ maxsim_status Matrix(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, 
 }
 
 maxsim_status Candidates(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, char*, size_t) {
-  const Sets q = ReadPacked(a->queries);
+  const Sets q = Queries(a);
   const Sets& d = *reinterpret_cast<const Sets*>(a->corpus);
   uint64_t base = 0;
   for (uint64_t i = 0; i < q.n_sets; ++i) {
@@ -218,7 +318,7 @@ maxsim_status Candidates(maxsim_plugin_backend*, const maxsim_plugin_score_args*
 }
 
 maxsim_status TopK(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, char* err, size_t cap) {
-  const Sets q = ReadPacked(a->queries);
+  const Sets q = Queries(a);
   const Sets& d = *reinterpret_cast<const Sets*>(a->corpus);
   for (uint64_t i = 0; i < q.n_sets; ++i) {
     std::vector<std::pair<float, uint64_t>> all;
@@ -300,27 +400,64 @@ maxsim_status TrainBackward(maxsim_plugin_backend*, const maxsim_plugin_train_ar
   return MAXSIM_OK;
 }
 
+constexpr const char* Name() {
+  switch (TEST_PLUGIN_VARIANT) {
+    case 1: return "testcpu-badabi";
+    case 3: return "testcpu-noprobe";
+    case 4: return "testcpu-failcreate";
+    case 5: return "testcpu-small";
+    case 6: return "testcpu-v10";
+    case 7: return "testcpu-2dev";
+    default: break;
+  }
+  switch (TEST_PLUGIN_NULL) {
+    case kNullUpload: return "testcpu-no-upload";
+    case kNullFree: return "testcpu-no-free";
+    case kNullMatrix: return "testcpu-no-matrix";
+    case kNullCandidates: return "testcpu-no-candidates";
+    case kNullTopK: return "testcpu-no-topk";
+    case kNullTrainForward: return "testcpu-no-trainfwd";
+    case kNullTrainBackward: return "testcpu-no-trainbwd";
+    case kNullMinOps: return "testcpu-no-minops";
+    case kNullMemory: return "testcpu-no-devmem";
+    case kNullDeviceMemory: return "testcpu-no-memhooks";
+    case kNullDescribe: return "testcpu-no-describe";
+    default: return "testcpu";
+  }
+}
+
+// The ABI 1.0 table size: what a plugin built against plugin.h 1.0 reports.
+constexpr uint32_t kAbi10Size = offsetof(maxsim_plugin_api, train_backward) + sizeof(void*);
+
 const maxsim_plugin_api kApi = {
     TEST_PLUGIN_VARIANT == 1 ? 99u : MAXSIM_PLUGIN_ABI_MAJOR,
-    MAXSIM_PLUGIN_ABI_MINOR,
-    TEST_PLUGIN_VARIANT == 5 ? 16u : static_cast<uint32_t>(sizeof(maxsim_plugin_api)),
-    TEST_PLUGIN_VARIANT == 1   ? "testcpu-badabi"
-    : TEST_PLUGIN_VARIANT == 3 ? "testcpu-noprobe"
-    : TEST_PLUGIN_VARIANT == 4 ? "testcpu-failcreate"
-    : TEST_PLUGIN_VARIANT == 5 ? "testcpu-small"
-                               : "testcpu",
+    TEST_PLUGIN_VARIANT == 1 || TEST_PLUGIN_VARIANT == 6 ? 0u : MAXSIM_PLUGIN_ABI_MINOR,
+    TEST_PLUGIN_VARIANT == 5   ? 16u
+    : TEST_PLUGIN_VARIANT == 6 ? kAbi10Size
+                               : static_cast<uint32_t>(sizeof(maxsim_plugin_api)),
+    Name(),
     "CPU test plugin",
     &Probe,
     &Create,
     &Destroy,
-    &MinAutoOps,
-    &Upload,
-    &FreeCorpus,
-    &Matrix,
-    &Candidates,
-    &TopK,
-    &TrainForward,
-    &TrainBackward,
+    IF_PRESENT(kNullMinOps, &MinAutoOps),
+    // 1.1 plugins take views (corpus_upload_view); 1.0 ones the raw buffer.
+    TEST_PLUGIN_VARIANT == 6 ? &Upload : nullptr,
+    IF_PRESENT(kNullFree, &FreeCorpus),
+    IF_PRESENT(kNullMatrix, &Matrix),
+    IF_PRESENT(kNullCandidates, &Candidates),
+    IF_PRESENT(kNullTopK, &TopK),
+    IF_PRESENT(kNullTrainForward, &TrainForward),
+    IF_PRESENT(kNullTrainBackward, &TrainBackward),
+    // ---- ABI 1.1 (beyond struct_size for the 1.0 variant: the host must not read them) ----
+    TEST_PLUGIN_NULL == kNullMemory ? 0ull : MAXSIM_MEMORY_BIT(MAXSIM_MEMORY_CUDA),
+    IF_PRESENT(kNullUpload, &UploadView),
+    IF_PRESENT(kNullDeviceMemory, &MemAlloc),
+    IF_PRESENT(kNullDeviceMemory, &MemFree),
+    IF_PRESENT(kNullDeviceMemory, &MemCopy),
+    IF_PRESENT(kNullDescribe, &Describe),
+    &DeviceCount,
+    &CreateDevice,
 };
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "backend.h"
 #include "host_util.h"
@@ -40,6 +42,31 @@ uint64_t EnvU64(const char* name, uint64_t fallback) {
   char* end = nullptr;
   const unsigned long long v = std::strtoull(e, &end, 10);
   return end && *end == '\0' ? v : fallback;
+}
+
+// The devices of one context: MAXSIM_CUDA_DEVICES ("0,1"; a device may be listed more than once, which gives it
+// several backends, each with its own stream), else the one device MAXSIM_CUDA_DEVICE (default 0). Empty (and
+// `why` set) when the variable is not such a list.
+std::vector<int> DeviceList(std::string* why) {
+  std::vector<int> list;
+  const char* e = std::getenv("MAXSIM_CUDA_DEVICES");
+  if (e == nullptr || e[0] == '\0') {
+    list.push_back(static_cast<int>(EnvU64("MAXSIM_CUDA_DEVICE", 0)));
+    return list;
+  }
+  const char* p = e;
+  while (*p) {
+    char* end = nullptr;
+    const long v = std::strtol(p, &end, 10);
+    if (end == p || v < 0 || v > 1023 || (*end != ',' && *end != '\0') || list.size() >= 64) {
+      *why = std::string("MAXSIM_CUDA_DEVICES='") + e + "' is not a comma-separated list of at most 64 device ordinals";
+      return {};
+    }
+    list.push_back(static_cast<int>(v));
+    p = *end == ',' ? end + 1 : end;
+  }
+  if (list.empty()) *why = "MAXSIM_CUDA_DEVICES is empty";
+  return list;
 }
 
 }  // namespace
@@ -135,11 +162,20 @@ Status Probe(std::string* info) {
     *info = "no CUDA device (cudaGetDeviceCount returned 0)";
     return Fail(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", info->c_str());
   }
-  const int dev = static_cast<int>(EnvU64("MAXSIM_CUDA_DEVICE", 0));
-  if (dev >= n) {
-    *info = "MAXSIM_CUDA_DEVICE=" + std::to_string(dev) + " but there are only " + std::to_string(n) + " devices";
+  std::string why;
+  const std::vector<int> devices = DeviceList(&why);
+  if (devices.empty()) {
+    *info = why;
     return Fail(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", info->c_str());
   }
+  for (int d : devices) {
+    if (d >= n) {
+      *info = "device " + std::to_string(d) + " was asked for (MAXSIM_CUDA_DEVICE or MAXSIM_CUDA_DEVICES) but there "
+              "are only " + std::to_string(n) + " devices";
+      return Fail(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", info->c_str());
+    }
+  }
+  const int dev = devices[0];
   cudaDeviceProp p{};
   MSC_CUDA(cudaGetDeviceProperties(&p, dev));
   int driver = 0, runtime = 0;
@@ -151,6 +187,9 @@ Status Probe(std::string* info) {
                 static_cast<double>(p.totalGlobalMem) / (1ull << 30), driver / 1000, (driver % 1000) / 10,
                 runtime / 1000, (runtime % 1000) / 10);
   *info = buf;
+  if (devices.size() > 1) {
+    *info += "; corpora sharded over devices " + std::string(std::getenv("MAXSIM_CUDA_DEVICES"));
+  }
   if (p.major < 8) {
     *info += ": needs compute capability 8.0 or newer (the plugin is built for sm_80 and sm_90a, plus compute_90 PTX)";
     return Fail(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", info->c_str());
@@ -179,12 +218,83 @@ Status Probe(std::string* info) {
   return Status::Ok();
 }
 
-Status CreateBackend(const maxsim_plugin_host* host, Backend** out) {
+namespace {
+
+// One line per setting CreateBackend read, with where it came from.
+std::string SettingsText(const Backend& b) {
+  auto source = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && v[0] ? std::string(" (set by ") + name + "=" + v + ")" : std::string(" (default)");
+  };
+  char line[256];
+  std::string t;
+  std::snprintf(line, sizeof(line), "device %d: %s, %d SMs%s\n", b.device, b.prop.name, b.prop.multiProcessorCount,
+                std::getenv("MAXSIM_CUDA_DEVICES") ? source("MAXSIM_CUDA_DEVICES").c_str()
+                                                   : source("MAXSIM_CUDA_DEVICE").c_str());
+  t += line;
+  std::snprintf(line, sizeof(line), "auto routing threshold: %llu operations%s\n", static_cast<ull>(b.min_ops),
+                source("MAXSIM_CUDA_MIN_AUTO_OPS").c_str());
+  t += line;
+  if (b.resident_limit) {
+    std::snprintf(line, sizeof(line), "resident corpora up to %llu bytes%s\n", static_cast<ull>(b.resident_limit),
+                  source("MAXSIM_CUDA_RESIDENT_LIMIT").c_str());
+  } else {
+    std::snprintf(line, sizeof(line), "resident corpora up to 80%% of free device memory%s\n",
+                  source("MAXSIM_CUDA_RESIDENT_LIMIT").c_str());
+  }
+  t += line;
+  std::snprintf(line, sizeof(line), "streamed corpora: %s, chunks of %llu bytes%s%s\n",
+                b.force_stream ? "always" : "above the resident limit", static_cast<ull>(b.chunk_bytes),
+                source("MAXSIM_CUDA_STREAM").c_str(), source("MAXSIM_CUDA_STREAM_CHUNK_BYTES").c_str());
+  t += line;
+  const char* route = b.screen_route == Backend::ScreenRoute::kScreen  ? "int8 screening (both modes)"
+                      : b.screen_route == Backend::ScreenRoute::kExact ? "exact kernel (both modes)"
+                                                                        : "auto";
+  std::snprintf(line, sizeof(line), "certified/approximate route: %s%s\n", route, source("MAXSIM_CUDA_CERTIFIED").c_str());
+  t += line;
+  return t;
+}
+
+}  // namespace
+
+Status DeviceAlloc(Backend& b, uint64_t bytes, void** out) {
+  MSC_CUDA(cudaSetDevice(b.device));
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+  if (e != cudaSuccess) return CudaFail(e, "cudaMalloc (mem_alloc)");
+  *out = p;
+  return Status::Ok();
+}
+
+void DeviceFree(Backend& b, void* p) {
+  if (!p) return;
+  cudaSetDevice(b.device);
+  cudaFree(p);
+}
+
+Status DeviceCopy(Backend& b, void* dst, const void* src, uint64_t bytes, bool to_device) {
+  if (bytes == 0) return Status::Ok();
+  MSC_CUDA(cudaSetDevice(b.device));
+  MSC_CUDA(cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+  return Status::Ok();
+}
+
+uint32_t DeviceCount() {
+  std::string why;
+  return static_cast<uint32_t>(std::max<size_t>(1, DeviceList(&why).size()));
+}
+
+Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t index) {
   std::string info;
   MSC_RETURN(Probe(&info));
+  std::string why;
+  const std::vector<int> devices = DeviceList(&why);
+  if (index >= devices.size()) {
+    return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "device slot %u of %zu", index, devices.size());
+  }
   auto* b = new Backend;
   b->host = host;
-  b->device = static_cast<int>(EnvU64("MAXSIM_CUDA_DEVICE", 0));
+  b->device = devices[index];
   auto fail = [&](Status s) {
     DestroyBackend(b);
     return s;
@@ -205,6 +315,7 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out) {
   b->force_stream = EnvU64("MAXSIM_CUDA_STREAM", 0) != 0;
   b->chunk_bytes = std::max<uint64_t>(4096, EnvU64("MAXSIM_CUDA_STREAM_CHUNK_BYTES", 256ull << 20));
   b->screen_route = ScreenRouteFromEnv();
+  b->settings = SettingsText(*b);
   Status s = b->flags_host.Reserve(64, "status flags");
   if (!s.ok()) return fail(s);
   *out = b;

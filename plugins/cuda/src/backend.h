@@ -57,25 +57,30 @@ class PinnedBuffer {
   uint64_t size_ = 0;
 };
 
-// Where the regions of a (host-validated) packed buffer lie.
+// The device image of a packed collection (a host-decoded maxsim_packed_view, possibly a range of a larger
+// buffer): its rows' originals, metadata and codes, then the set offsets rebased to the first row, each region
+// 256-byte aligned, total_size bytes in all.
 struct PackedInfo {
   uint32_t dim = 0, padded_dim = 0, orig_row_bytes = 0;
   int dtype = kF32;
   uint64_t n_vectors = 0, n_sets = 0, total_size = 0;
+  uint64_t first_row = 0;  // the view's offsets[0]
+  uint64_t max_len = 0;    // tokens in the longest set
   uint64_t off_codes = 0, off_meta = 0, off_orig = 0, off_offsets = 0;
-  const uint64_t* host_offsets = nullptr;  // into the host buffer
 };
-Status ParsePacked(const void* buffer, uint64_t size, const char* role, PackedInfo* info);
+Status DescribeImage(const maxsim_packed_view& view, const char* role, PackedInfo* info);
+// Writes the image of `view` described by `info` (info.total_size bytes) to host memory at dst.
+void WriteImage(const maxsim_packed_view& view, const PackedInfo& info, uint8_t* dst);
 
 // A packed collection on the device: resident (one copy of the whole buffer) or streamed (a pinned host copy,
 // documents copied to the device in chunks while the previous chunk is scored).
 struct Corpus {
   PackedInfo info;
-  std::vector<uint64_t> offsets;  // host copy
+  std::vector<uint64_t> offsets;  // host copy (rebased)
   uint64_t max_len = 0;
   bool streamed = false;
-  DeviceBuffer dev;               // resident: the whole buffer; streamed: the offsets only
-  PinnedBuffer host;              // streamed: the whole buffer
+  DeviceBuffer dev;               // resident: the whole image; streamed: the offsets only
+  PinnedBuffer host;              // streamed: the whole image
   // Resident: the per-document-scale codes of the wgmma screening kernel (screen_wgmma.cu), built by the first
   // certified request that uses it (EnsureDocScaleCodes) and kept with the corpus.
   mutable std::mutex doc_scale_mutex;
@@ -85,11 +90,11 @@ struct Corpus {
   SetsView View() const;          // resident only
 };
 
-// Queries on the device (a packed buffer copied to device memory) + what the host needs to schedule.
+// Queries on the device (the image of a packed view in device memory) + what the host needs to schedule.
 struct DeviceQueries {
   PackedInfo info;
   SetsView view;
-  const uint64_t* host_offsets = nullptr;
+  std::vector<uint64_t> host_offsets;  // rebased
   uint64_t max_len = 0;
 };
 
@@ -126,18 +131,30 @@ struct Backend {
   // The kernel mode for a requested mode, query set and number of (query, document) pairs.
   int KernelMode(int mode, const SetsView& q, uint64_t max_lq, uint64_t n_pairs) const;
 
+  // What the backend read when it was created, one line per setting (the plugin's describe hook, maxsim info).
+  std::string settings;
+
   void Log(maxsim_log_level level, const std::string& m) const;
 };
 
 Status Probe(std::string* info);
-Status CreateBackend(const maxsim_plugin_host* host, Backend** out);
+// Backends one context should make: the length of MAXSIM_CUDA_DEVICES, else 1.
+uint32_t DeviceCount();
+// The backend on device slot `index` < DeviceCount() (MAXSIM_CUDA_DEVICES[index], else MAXSIM_CUDA_DEVICE).
+Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t index = 0);
 void DestroyBackend(Backend* b);
 
-Status UploadCorpus(Backend& b, const void* packed, uint64_t size, Corpus** out);
+// Device memory on the backend's device (the plugin's mem_alloc / mem_free / mem_copy hooks; copies synchronous).
+Status DeviceAlloc(Backend& b, uint64_t bytes, void** out);
+void DeviceFree(Backend& b, void* p);
+Status DeviceCopy(Backend& b, void* dst, const void* src, uint64_t bytes, bool to_device);
+
+// Makes a corpus of a host-decoded packed view (the host may free its memory afterwards).
+Status UploadCorpus(Backend& b, const maxsim_packed_view& view, Corpus** out);
 void FreeCorpus(Backend& b, Corpus* c);
 
-// Copies a (host-validated) packed query buffer into `dst` (grow-only) and describes it.
-Status UploadQueriesTo(Backend& b, const void* packed, uint64_t size, DeviceBuffer& dst, DeviceQueries* out);
+// Copies the image of a packed query view into `dst` (grow-only) and describes it.
+Status UploadQueriesTo(Backend& b, const maxsim_packed_view& view, DeviceBuffer& dst, DeviceQueries* out);
 
 // Scores device queries against a corpus: the matrix (d_scores [Nq, Nd] and d_argmax in maxsim.h's layout,
 // device memory, argmax optional). Resident corpora only (streamed corpora go through ScoreMatrix).

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Corpora and queries on the device: the packed-buffer description, resident corpora (one device copy) and
-// streamed ones (a pinned host copy scored chunk by chunk), the per-document-scale codes of certified
-// screening, and query uploads.
+// Corpora and queries on the device: the device image of a host-decoded packed view (originals, metadata,
+// codes and rebased offsets, each 256-byte aligned), resident corpora (one device copy) and streamed ones (a
+// pinned host copy scored chunk by chunk), the per-document-scale codes of certified screening, and query
+// uploads.
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -12,48 +13,53 @@
 
 namespace mscuda {
 
-// ---- packed buffers -----------------------------------------------------------------------------------------
+// ---- device images -----------------------------------------------------------------------------------------
 
-Status ParsePacked(const void* buffer, uint64_t size, const char* role, PackedInfo* info) {
-  if (buffer == nullptr || size < MAXSIM_PACK_HEADER_SIZE) {
-    return Fail(MAXSIM_ERR_INVALID_BUFFER, "%s: packed buffer is missing or shorter than its header", role);
+Status DescribeImage(const maxsim_packed_view& v, const char* role, PackedInfo* info) {
+  if (v.struct_size < sizeof(maxsim_packed_view) || v.offsets == nullptr || v.dim == 0 ||
+      v.orig_dtype < MAXSIM_PACK_F32 || v.orig_dtype > MAXSIM_PACK_BF16 || v.padded_dim % 64 != 0 ||
+      v.orig_row_bytes % 64 != 0) {
+    return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "%s: not a packed view from a libmaxsim host of ABI 1.1 or newer", role);
   }
-  maxsim_pack_header h;
-  std::memcpy(&h, buffer, sizeof(h));
-  if (std::memcmp(h.magic, MAXSIM_PACK_MAGIC, 8) != 0 || h.version_major != MAXSIM_PACK_VERSION_MAJOR ||
-      h.layout != MAXSIM_PACK_LAYOUT_CANONICAL || h.total_size > size || h.dim == 0 ||
-      h.orig_dtype < MAXSIM_PACK_F32 || h.orig_dtype > MAXSIM_PACK_BF16 || h.padded_dim % 64 != 0 ||
-      h.orig_row_bytes % 64 != 0 || h.meta_record_bytes != sizeof(maxsim_vector_meta)) {
-    return Fail(MAXSIM_ERR_INVALID_BUFFER, "%s: not a canonical libmaxsim packed buffer (the host validates "
-                "buffers before handing them to plugins: this is a bug)", role);
+  if (v.n_sets > 0xffffffffull) {
+    return Fail(MAXSIM_ERR_UNSUPPORTED, "%s: %llu sets; the CUDA backend handles at most 2^32 - 1 per buffer",
+                role, static_cast<ull>(v.n_sets));
   }
-  for (int r = 0; r < MAXSIM_REGION_COUNT; ++r) {
-    if (h.regions[r].offset % 64 != 0 || h.regions[r].offset > size || h.regions[r].size > size - h.regions[r].offset) {
-      return Fail(MAXSIM_ERR_INVALID_BUFFER, "%s: region %d lies outside the buffer", role, r);
-    }
+  if (v.max_set_rows > 0x7fffffffull) {
+    return Fail(MAXSIM_ERR_UNSUPPORTED, "%s: a set has %llu tokens; the CUDA backend handles at most 2^31 - 1",
+                role, static_cast<ull>(v.max_set_rows));
   }
   PackedInfo in;
-  in.dim = h.dim;
-  in.padded_dim = h.padded_dim;
-  in.orig_row_bytes = h.orig_row_bytes;
-  in.dtype = h.orig_dtype;
-  in.n_vectors = h.n_vectors;
-  in.n_sets = h.n_sets;
-  in.total_size = h.total_size;
-  in.off_codes = h.regions[MAXSIM_REGION_CODES].offset;
-  in.off_meta = h.regions[MAXSIM_REGION_META].offset;
-  in.off_orig = h.regions[MAXSIM_REGION_ORIGINALS].offset;
-  in.off_offsets = h.regions[MAXSIM_REGION_OFFSETS].offset;
-  if (h.regions[MAXSIM_REGION_OFFSETS].size < (in.n_sets + 1) * 8) {
-    return Fail(MAXSIM_ERR_INVALID_BUFFER, "%s: offsets region too small", role);
-  }
-  in.host_offsets = reinterpret_cast<const uint64_t*>(static_cast<const uint8_t*>(buffer) + in.off_offsets);
-  if (in.n_sets > 0xffffffffull) {
-    return Fail(MAXSIM_ERR_UNSUPPORTED, "%s: %llu sets; the CUDA backend handles at most 2^32 - 1 per buffer",
-                role, static_cast<ull>(in.n_sets));
-  }
+  in.dim = v.dim;
+  in.padded_dim = v.padded_dim;
+  in.orig_row_bytes = v.orig_row_bytes;
+  in.dtype = static_cast<int>(v.orig_dtype);
+  in.n_vectors = v.n_rows;
+  in.n_sets = v.n_sets;
+  in.first_row = v.offsets[0];
+  in.max_len = v.max_set_rows;
+  uint64_t at = 0;
+  auto place = [&](uint64_t bytes) {
+    const uint64_t o = at;
+    at += RoundUp(bytes, kAlign);
+    return o;
+  };
+  in.off_orig = place(in.n_vectors * in.orig_row_bytes);
+  in.off_meta = place(in.n_vectors * sizeof(maxsim_vector_meta));
+  in.off_codes = place(in.n_vectors * in.padded_dim);
+  in.off_offsets = place((in.n_sets + 1) * sizeof(uint64_t));
+  in.total_size = at;
   *info = in;
   return Status::Ok();
+}
+
+void WriteImage(const maxsim_packed_view& v, const PackedInfo& in, uint8_t* dst) {
+  const uint64_t r0 = in.first_row;
+  std::memcpy(dst + in.off_orig, v.originals + r0 * in.orig_row_bytes, in.n_vectors * in.orig_row_bytes);
+  std::memcpy(dst + in.off_meta, v.meta + r0, in.n_vectors * sizeof(maxsim_vector_meta));
+  std::memcpy(dst + in.off_codes, v.codes + r0 * in.padded_dim, in.n_vectors * in.padded_dim);
+  auto* off = reinterpret_cast<uint64_t*>(dst + in.off_offsets);
+  for (uint64_t i = 0; i <= in.n_sets; ++i) off[i] = v.offsets[i] - r0;
 }
 
 SetsView PackedView(const PackedInfo& in, const uint8_t* base) {
@@ -79,28 +85,34 @@ SetsView Corpus::View() const {
 
 // ---- corpora ------------------------------------------------------------------------------------------------
 
-Status UploadCorpus(Backend& b, const void* packed, uint64_t size, Corpus** out) {
+Status UploadCorpus(Backend& b, const maxsim_packed_view& view, Corpus** out) {
   MSC_CUDA(cudaSetDevice(b.device));
   auto c = std::make_unique<Corpus>();
-  MSC_RETURN(ParsePacked(packed, size, "corpus", &c->info));
+  MSC_RETURN(DescribeImage(view, "corpus", &c->info));
   const PackedInfo& in = c->info;
-  c->offsets.assign(in.host_offsets, in.host_offsets + in.n_sets + 1);
-  c->max_len = MaxLen(c->offsets.data(), in.n_sets);
-  if (c->max_len > 0x7fffffffull) {
-    return Fail(MAXSIM_ERR_UNSUPPORTED, "corpus: a set has %llu tokens; the CUDA backend handles at most 2^31 - 1",
-                static_cast<ull>(c->max_len));
-  }
+  c->offsets.resize(in.n_sets + 1);
+  for (uint64_t i = 0; i <= in.n_sets; ++i) c->offsets[i] = view.offsets[i] - in.first_row;
+  c->max_len = in.max_len;
   size_t free_b = 0, total_b = 0;
   MSC_CUDA(cudaMemGetInfo(&free_b, &total_b));
   const uint64_t limit = b.resident_limit ? b.resident_limit : static_cast<uint64_t>(free_b * 0.8);
   c->streamed = b.force_stream || in.total_size > limit;
   if (!c->streamed) {
+    // Resident: each region copied from the host's buffer straight into the device image.
     MSC_RETURN(c->dev.Reserve(in.total_size, "the corpus"));
-    MSC_CUDA(cudaMemcpy(c->dev.data(), packed, in.total_size, cudaMemcpyHostToDevice));
+    uint8_t* d = c->dev.data();
+    const uint64_t r0 = in.first_row;
+    MSC_CUDA(cudaMemcpy(d + in.off_orig, view.originals + r0 * in.orig_row_bytes, in.n_vectors * in.orig_row_bytes,
+                        cudaMemcpyHostToDevice));
+    MSC_CUDA(cudaMemcpy(d + in.off_meta, view.meta + r0, in.n_vectors * sizeof(maxsim_vector_meta),
+                        cudaMemcpyHostToDevice));
+    MSC_CUDA(cudaMemcpy(d + in.off_codes, view.codes + r0 * in.padded_dim, in.n_vectors * in.padded_dim,
+                        cudaMemcpyHostToDevice));
+    MSC_CUDA(cudaMemcpy(d + in.off_offsets, c->offsets.data(), (in.n_sets + 1) * 8, cudaMemcpyHostToDevice));
   } else {
-    // Streamed: a pinned host copy (the host may free its buffer) and the offsets on the device.
+    // Streamed: the image in pinned host memory (the source of every chunk), the offsets on the device.
     MSC_RETURN(c->host.Reserve(in.total_size, "the streamed corpus"));
-    std::memcpy(c->host.data(), packed, in.total_size);
+    WriteImage(view, in, c->host.data());
     MSC_RETURN(c->dev.Reserve((in.n_sets + 1) * 8, "the corpus offsets"));
     MSC_CUDA(cudaMemcpy(c->dev.data(), c->offsets.data(), (in.n_sets + 1) * 8, cudaMemcpyHostToDevice));
     char msg[200];
@@ -140,22 +152,22 @@ void FreeCorpus(Backend& b, Corpus* c) {
 
 // ---- queries ------------------------------------------------------------------------------------------------
 
-Status UploadQueriesTo(Backend& b, const void* packed, uint64_t size, DeviceBuffer& dst, DeviceQueries* out) {
+Status UploadQueriesTo(Backend& b, const maxsim_packed_view& view, DeviceBuffer& dst, DeviceQueries* out) {
   DeviceQueries q;
-  MSC_RETURN(ParsePacked(packed, size, "queries", &q.info));
-  q.host_offsets = q.info.host_offsets;
-  q.max_len = MaxLen(q.host_offsets, q.info.n_sets);
-  if (q.max_len > 0x7fffffffull) return Fail(MAXSIM_ERR_UNSUPPORTED, "queries: a set is too long for the CUDA backend");
+  MSC_RETURN(DescribeImage(view, "queries", &q.info));
+  q.host_offsets.resize(q.info.n_sets + 1);
+  for (uint64_t i = 0; i <= q.info.n_sets; ++i) q.host_offsets[i] = view.offsets[i] - q.info.first_row;
+  q.max_len = q.info.max_len;
   // The copy is not waited for: the kernels that read dst follow it on the stream, and the next upload waits for
   // it before writing qstage again (an event that never fired, before the first upload, counts as fired).
   MSC_CUDA(cudaEventSynchronize(b.qstaged));
   MSC_RETURN(dst.Reserve(q.info.total_size, "the queries"));
   MSC_RETURN(b.qstage.Reserve(q.info.total_size, "staging the queries"));
-  std::memcpy(b.qstage.data(), packed, q.info.total_size);
+  WriteImage(view, q.info, b.qstage.data());
   MSC_CUDA(cudaMemcpyAsync(dst.data(), b.qstage.data(), q.info.total_size, cudaMemcpyHostToDevice, b.stream));
   MSC_CUDA(cudaEventRecord(b.qstaged, b.stream));
   q.view = PackedView(q.info, dst.data());
-  *out = q;
+  *out = std::move(q);
   return Status::Ok();
 }
 

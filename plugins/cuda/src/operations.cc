@@ -117,7 +117,7 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
   MSC_CUDA(cudaSetDevice(b.device));
   const Corpus& c = *reinterpret_cast<const Corpus*>(a.corpus);
   DeviceQueries q;
-  MSC_RETURN(UploadQueriesTo(b, a.queries, a.queries_size, b.qbuf, &q));
+  MSC_RETURN(UploadQueriesTo(b, *a.query_view, b.qbuf, &q));
   MSC_RETURN(CheckPair(q.info, c));
   const uint64_t nq = q.info.n_sets, nd = c.info.n_sets;
   const uint64_t qpos = nq ? q.host_offsets[nq] : 0;
@@ -198,7 +198,7 @@ Status ScoreCandidates(Backend& b, const maxsim_plugin_score_args& a) {
   MSC_CUDA(cudaSetDevice(b.device));
   const Corpus& c = *reinterpret_cast<const Corpus*>(a.corpus);
   DeviceQueries q;
-  MSC_RETURN(UploadQueriesTo(b, a.queries, a.queries_size, b.qbuf, &q));
+  MSC_RETURN(UploadQueriesTo(b, *a.query_view, b.qbuf, &q));
   MSC_RETURN(CheckPair(q.info, c));
   const uint64_t nq = q.info.n_sets, nd = c.info.n_sets;
   const uint64_t total = nq ? a.cand_offsets[nq] : 0;
@@ -302,7 +302,7 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
   MSC_CUDA(cudaSetDevice(b.device));
   const Corpus& c = *reinterpret_cast<const Corpus*>(a.corpus);
   DeviceQueries q;
-  MSC_RETURN(UploadQueriesTo(b, a.queries, a.queries_size, b.qbuf, &q));
+  MSC_RETURN(UploadQueriesTo(b, *a.query_view, b.qbuf, &q));
   MSC_RETURN(CheckPair(q.info, c));
   const uint64_t nq = q.info.n_sets, nd = c.info.n_sets, k = a.k;
   if (k == 0) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "k is 0 (ask for at least one document)");

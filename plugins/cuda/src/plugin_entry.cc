@@ -56,26 +56,39 @@ maxsim_status Probe(const maxsim_plugin_host* host, char* info, size_t info_cap)
   }
 }
 
-maxsim_status Create(const maxsim_plugin_host* host, maxsim_plugin_backend** out, char* err, size_t err_cap) {
+maxsim_status CreateDevice(const maxsim_plugin_host* host, uint32_t index, maxsim_plugin_backend** out, char* err,
+                           size_t err_cap) {
   return Guard(err, err_cap, [&]() -> Status {
     if (!out) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "create: out is NULL");
     Backend* b = nullptr;
-    Status s = mscuda::CreateBackend(host, &b);
+    Status s = mscuda::CreateBackend(host, &b, index);
     if (s.ok()) *out = reinterpret_cast<maxsim_plugin_backend*>(b);
     return s;
   });
+}
+
+maxsim_status Create(const maxsim_plugin_host* host, maxsim_plugin_backend** out, char* err, size_t err_cap) {
+  return CreateDevice(host, 0, out, err, err_cap);
+}
+
+uint32_t DeviceCount(const maxsim_plugin_host*) {
+  try {
+    return mscuda::DeviceCount();
+  } catch (...) {
+    return 1;
+  }
 }
 
 void Destroy(maxsim_plugin_backend* b) { mscuda::DestroyBackend(B(b)); }
 
 uint64_t MinAutoOps(maxsim_plugin_backend* b) { return b ? B(b)->min_ops : UINT64_MAX; }
 
-maxsim_status CorpusUpload(maxsim_plugin_backend* b, const void* packed, uint64_t size, maxsim_plugin_corpus** out,
-                           char* err, size_t err_cap) {
+maxsim_status CorpusUploadView(maxsim_plugin_backend* b, const maxsim_packed_view* view, maxsim_plugin_corpus** out,
+                               char* err, size_t err_cap) {
   return Guard(err, err_cap, [&]() -> Status {
-    if (!b || !out) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "corpus_upload: NULL argument");
+    if (!b || !view || !out) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "corpus_upload_view: NULL argument");
     mscuda::Corpus* c = nullptr;
-    Status s = mscuda::UploadCorpus(*B(b), packed, size, &c);
+    Status s = mscuda::UploadCorpus(*B(b), *view, &c);
     if (s.ok()) *out = reinterpret_cast<maxsim_plugin_corpus*>(c);
     return s;
   });
@@ -86,7 +99,11 @@ void CorpusFree(maxsim_plugin_backend* b, maxsim_plugin_corpus* c) {
 }
 
 Status CheckScoreArgs(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a) {
-  if (!b || !a || !a->corpus || !a->queries) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "NULL argument");
+  if (!b || !a || !a->corpus) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "NULL argument");
+  if (a->struct_size < offsetof(maxsim_plugin_score_args, query_view) + sizeof(void*) || a->query_view == nullptr) {
+    return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "the queries arrive without a packed view (a libmaxsim host of "
+                        "plugin ABI 1.1 or newer passes one)");
+  }
   if (a->struct_size < offsetof(maxsim_plugin_score_args, stats) + sizeof(void*)) {
     return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "maxsim_plugin_score_args.struct_size %u is too small",
                         a->struct_size);
@@ -160,6 +177,37 @@ maxsim_status TrainBackward(maxsim_plugin_backend* b, const maxsim_plugin_train_
   });
 }
 
+maxsim_status MemAlloc(maxsim_plugin_backend* b, uint64_t bytes, void** out, char* err, size_t err_cap) {
+  return Guard(err, err_cap, [&]() -> Status {
+    if (!b || !out) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "mem_alloc: NULL argument");
+    return mscuda::DeviceAlloc(*B(b), bytes, out);
+  });
+}
+
+void MemFree(maxsim_plugin_backend* b, void* p) {
+  if (b) mscuda::DeviceFree(*B(b), p);
+}
+
+maxsim_status MemCopy(maxsim_plugin_backend* b, void* dst, const void* src, uint64_t bytes,
+                      maxsim_plugin_copy_kind kind, char* err, size_t err_cap) {
+  return Guard(err, err_cap, [&]() -> Status {
+    if (!b || (bytes && (!dst || !src))) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "mem_copy: NULL argument");
+    if (kind != MAXSIM_COPY_HOST_TO_DEVICE && kind != MAXSIM_COPY_DEVICE_TO_HOST) {
+      return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "mem_copy: unknown direction %d", static_cast<int>(kind));
+    }
+    return mscuda::DeviceCopy(*B(b), dst, src, bytes, kind == MAXSIM_COPY_HOST_TO_DEVICE);
+  });
+}
+
+void Describe(maxsim_plugin_backend* b, char* out, size_t cap) {
+  if (!b) return;
+  try {
+    CopyMessage(B(b)->settings, out, cap);
+  } catch (...) {
+    CopyMessage("", out, cap);
+  }
+}
+
 const maxsim_plugin_api kApi = {
     MAXSIM_PLUGIN_ABI_MAJOR,
     MAXSIM_PLUGIN_ABI_MINOR,
@@ -170,13 +218,21 @@ const maxsim_plugin_api kApi = {
     &Create,
     &Destroy,
     &MinAutoOps,
-    &CorpusUpload,
+    nullptr,  // corpus_upload (ABI 1.0): corpus_upload_view replaces it
     &CorpusFree,
     &ScoreMatrix,
     &ScoreCandidates,
     &TopK,
     &TrainForward,
     &TrainBackward,
+    MAXSIM_MEMORY_BIT(MAXSIM_MEMORY_CUDA),
+    &CorpusUploadView,
+    &MemAlloc,
+    &MemFree,
+    &MemCopy,
+    &Describe,
+    &DeviceCount,
+    &CreateDevice,
 };
 
 }  // namespace

@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: Apache-2.0
+// Plugin ABI 1.1 on the host side, with the test plugin's ABI variants (test-plugins-abi/, built by
+// plugins/CMakeLists.txt): an ABI 1.0 table keeps loading and working; a table that leaves one member NULL is
+// never called through it (a named backend reports MAXSIM_ERR_UNSUPPORTED naming the member, auto runs the call
+// on the CPU); memory kinds a plugin does not accept are refused; several devices shard a corpus and give the
+// CPU's bits.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "maxsim/maxsim.hpp"
+#include "plugin_test_util.h"
+#include "test_util.h"
+
+namespace maxsim::test {
+namespace {
+
+constexpr uint64_t kMarker = kPluginMarker;
+
+std::string VariantPath(const std::string& name) {
+  return std::string(MAXSIM_TEST_PLUGIN_ABI_DIR) + "/libmaxsim-plugin-" + name + ".so";
+}
+
+// A context that loads exactly one plugin file (debug lines kept: the test plugin logs device creation).
+maxsim_options Options(const std::string& path, const char* backend, Log* log) {
+  log->min_level = MAXSIM_LOG_DEBUG;
+  return PluginOptions(path, backend, log);
+}
+
+maxsim_options CpuOptions(Log* log) {
+  static const std::string kNoPath;
+  maxsim_options o = PluginOptions(kNoPath, "cpu", log);
+  o.load_plugins = 0;
+  return o;
+}
+
+struct Data {
+  TokenSets q, d;
+  explicit Data(uint64_t seed = 71, uint64_t nd = 12) {
+    std::mt19937_64 rng(seed);
+    q = Generate(rng, Shape::kUnitGaussian, 3, 0, 16, 32);
+    d = Generate(rng, Shape::kGaussian, nd, 0, 30, 32);
+  }
+};
+
+// What one context computes for every host operation (and whether each call reached the plugin).
+struct Results {
+  maxsim_status matrix = MAXSIM_OK, candidates = MAXSIM_OK, topk = MAXSIM_OK;
+  std::string matrix_error, candidates_error, topk_error;
+  std::vector<float> scores, cand_scores, top_scores;
+  std::vector<int32_t> argmax, cand_argmax;
+  std::vector<uint64_t> top_index;
+  bool matrix_on_plugin = false, candidates_on_plugin = false, topk_on_plugin = false;
+};
+
+const std::vector<uint64_t> kCandOffsets{0, 2, 2, 6};
+const std::vector<uint64_t> kCandidates{3, 1, 0, 11, 3, 7};
+
+Results RunAll(maxsim_context* ctx, const Data& data, const maxsim_packed* corpus, maxsim_metric metric, uint64_t k) {
+  Results r;
+  const uint64_t nq = data.q.n_sets(), nd = data.d.n_sets();
+  const DenseSets qd = data.q.Dense();
+  maxsim_sets qs{nullptr, qd.get()}, ds{corpus, nullptr};
+  maxsim_stats st{};
+  maxsim_score_options o;
+  maxsim_score_options_init(&o);
+  o.metric = metric;
+  o.stats = &st;
+  r.scores.assign(nq * nd, 0.0f);
+  r.argmax.assign(nd * data.q.rows(), 0);
+  r.matrix = maxsim_score_matrix(ctx, &qs, &ds, &o, r.scores.data(), r.argmax.data());
+  if (r.matrix != MAXSIM_OK) r.matrix_error = maxsim_last_error();
+  r.matrix_on_plugin = st.docs_pruned >= kMarker;
+  st = {};
+  r.cand_scores.assign(kCandidates.size(), 0.0f);
+  uint64_t am = 0;
+  for (uint64_t i = 0; i < nq; ++i) am += (kCandOffsets[i + 1] - kCandOffsets[i]) * data.q.length(i);
+  r.cand_argmax.assign(am, 0);
+  r.candidates = maxsim_score_candidates(ctx, &qs, &ds, kCandOffsets.data(), kCandidates.data(), &o,
+                                         r.cand_scores.data(), r.cand_argmax.data());
+  if (r.candidates != MAXSIM_OK) r.candidates_error = maxsim_last_error();
+  r.candidates_on_plugin = st.docs_pruned >= kMarker;
+  st = {};
+  r.top_scores.assign(nq * k, 0.0f);
+  r.top_index.assign(nq * k, 0);
+  r.topk = maxsim_topk(ctx, &qs, &ds, k, &o, r.top_scores.data(), r.top_index.data(), nullptr);
+  if (r.topk != MAXSIM_OK) r.topk_error = maxsim_last_error();
+  r.topk_on_plugin = st.docs_pruned >= kMarker;
+  return r;
+}
+
+void ExpectSameBits(const Results& a, const Results& b, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(a.matrix, MAXSIM_OK);
+  ASSERT_EQ(b.matrix, MAXSIM_OK) << b.matrix_error;
+  EXPECT_EQ(std::memcmp(a.scores.data(), b.scores.data(), a.scores.size() * 4), 0);
+  EXPECT_EQ(a.argmax, b.argmax);
+  ASSERT_EQ(b.candidates, MAXSIM_OK) << b.candidates_error;
+  EXPECT_EQ(std::memcmp(a.cand_scores.data(), b.cand_scores.data(), a.cand_scores.size() * 4), 0);
+  EXPECT_EQ(a.cand_argmax, b.cand_argmax);
+  ASSERT_EQ(b.topk, MAXSIM_OK) << b.topk_error;
+  EXPECT_EQ(std::memcmp(a.top_scores.data(), b.top_scores.data(), a.top_scores.size() * 4), 0);
+  EXPECT_EQ(a.top_index, b.top_index);
+}
+
+Results OnCpu(const Data& data, const maxsim_packed* corpus, maxsim_metric metric, uint64_t k) {
+  Log log;
+  Context cpu(CpuOptions(&log));
+  return RunAll(cpu.get(), data, corpus, metric, k);
+}
+
+TEST(PluginAbi, AnAbi10PluginKeepsLoadingAndRunsEveryOperation) {
+  Data data;
+  Log log;
+  Context ctx(Options(VariantPath("testcpu-v10"), "testcpu-v10", &log));
+  EXPECT_NE(ctx.Report().find("ABI 1.0"), std::string::npos) << ctx.Report();
+  Packed corpus = Packed::Pack(ctx, data.d.Dense());
+  for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+    const Results cpu = OnCpu(data, corpus.get(), metric, 5);
+    const Results plug = RunAll(ctx.get(), data, corpus.get(), metric, 5);
+    ExpectSameBits(cpu, plug, "ABI 1.0 plugin");
+    EXPECT_TRUE(plug.matrix_on_plugin && plug.candidates_on_plugin && plug.topk_on_plugin);
+  }
+}
+
+// One NULL member per variant: which host operation it takes away.
+struct NullCase {
+  const char* variant;
+  const char* member;  // as the error names it
+  bool matrix, candidates, topk;  // the host operations the variant still implements
+};
+
+class NullMember : public ::testing::TestWithParam<NullCase> {};
+
+TEST_P(NullMember, NamedBackendSaysUnsupportedAndAutoRunsOnTheCpu) {
+  const NullCase& c = GetParam();
+  Data data;
+  Log log;
+  Context named(Options(VariantPath(c.variant), c.variant, &log));
+  Packed corpus = Packed::Pack(named, data.d.Dense());
+  const Results cpu = OnCpu(data, corpus.get(), MAXSIM_METRIC_DOT, 4);
+  const Results n = RunAll(named.get(), data, corpus.get(), MAXSIM_METRIC_DOT, 4);
+  const bool implemented[3] = {c.matrix, c.candidates, c.topk};
+  const maxsim_status got[3] = {n.matrix, n.candidates, n.topk};
+  const std::string* errors[3] = {&n.matrix_error, &n.candidates_error, &n.topk_error};
+  const bool on_plugin[3] = {n.matrix_on_plugin, n.candidates_on_plugin, n.topk_on_plugin};
+  for (int op = 0; op < 3; ++op) {
+    SCOPED_TRACE(op);
+    if (implemented[op]) {
+      EXPECT_EQ(got[op], MAXSIM_OK) << *errors[op];
+      EXPECT_TRUE(on_plugin[op]);
+    } else {
+      EXPECT_EQ(got[op], MAXSIM_ERR_UNSUPPORTED);
+      EXPECT_NE(errors[op]->find(c.member), std::string::npos) << *errors[op];
+      EXPECT_NE(errors[op]->find(c.variant), std::string::npos) << *errors[op];
+    }
+  }
+  // Auto: the CPU takes what the plugin lacks, with the CPU's bits; the plugin keeps the rest.
+  Context autoctx(Options(VariantPath(c.variant), "auto", &log));
+  const Results a = RunAll(autoctx.get(), data, corpus.get(), MAXSIM_METRIC_DOT, 4);
+  ExpectSameBits(cpu, a, std::string("auto with ") + c.variant);
+  EXPECT_EQ(a.matrix_on_plugin, c.matrix);
+  EXPECT_EQ(a.candidates_on_plugin, c.candidates);
+  EXPECT_EQ(a.topk_on_plugin, c.topk);
+  EXPECT_NE(named.Report().find(std::string("not implemented: ") + c.member), std::string::npos) << named.Report();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    PluginAbi, NullMember,
+    ::testing::Values(NullCase{"testcpu-no-upload", "corpus_upload", false, false, false},
+                      NullCase{"testcpu-no-free", "corpus_upload", false, false, false},
+                      NullCase{"testcpu-no-matrix", "score_matrix", false, true, true},
+                      NullCase{"testcpu-no-candidates", "score_candidates", true, false, true},
+                      NullCase{"testcpu-no-topk", "topk", true, true, false}),
+    [](const ::testing::TestParamInfo<NullCase>& i) {
+      std::string n = i.param.variant + std::strlen("testcpu-");
+      for (char& ch : n) ch = ch == '-' ? '_' : ch;
+      return n;
+    });
+
+// Device tensors ("device" memory is host memory for the test plugin, labelled MAXSIM_MEMORY_CUDA).
+struct DeviceInputs {
+  Data data;
+  DenseSets q, d;
+  std::vector<float> scores;
+  std::vector<int32_t> argmax;
+  DeviceInputs() : q(data.q.Dense()), d(data.d.Dense()) {
+    q.InDeviceMemory();
+    d.InDeviceMemory();
+    scores.assign(data.q.n_sets() * data.d.n_sets(), 0.0f);
+    argmax.assign(data.d.n_sets() * data.q.rows(), 0);
+  }
+  maxsim_status Forward(Context& ctx) {
+    maxsim_sets qs{nullptr, q.get()}, ds{nullptr, d.get()};
+    maxsim_score_options o;
+    maxsim_score_options_init(&o);
+    return maxsim_score_matrix(ctx.get(), &qs, &ds, &o, scores.data(), argmax.data());
+  }
+  maxsim_status Backward(Context& ctx) {
+    std::vector<float> g(scores.size(), 0.5f), gq(data.q.rows() * 32), gd(data.d.rows() * 32);
+    maxsim_backward_args args{};
+    args.struct_size = sizeof(args);
+    args.layout = MAXSIM_LAYOUT_MATRIX;
+    args.argmax = argmax.data();
+    args.grad_scores = g.data();
+    args.grad_queries = gq.data();
+    args.grad_documents = gd.data();
+    return maxsim_backward(ctx.get(), q.get(), d.get(), &args);
+  }
+};
+
+TEST(PluginAbi, NullTrainingMembersAreUnsupportedForDeviceTensors) {
+  for (const char* backend : {"auto", "named"}) {
+    SCOPED_TRACE(backend);
+    Log log;
+    const bool named = std::strcmp(backend, "named") == 0;
+    {
+      Context ctx(Options(VariantPath("testcpu-no-trainfwd"), named ? "testcpu-no-trainfwd" : "auto", &log));
+      DeviceInputs in;
+      EXPECT_EQ(in.Forward(ctx), MAXSIM_ERR_UNSUPPORTED);
+      EXPECT_NE(std::string(maxsim_last_error()).find("train_forward"), std::string::npos) << maxsim_last_error();
+    }
+    {
+      Context ctx(Options(VariantPath("testcpu-no-trainbwd"), named ? "testcpu-no-trainbwd" : "auto", &log));
+      DeviceInputs in;
+      EXPECT_EQ(in.Forward(ctx), MAXSIM_OK) << maxsim_last_error();
+      EXPECT_EQ(in.Backward(ctx), MAXSIM_ERR_UNSUPPORTED);
+      EXPECT_NE(std::string(maxsim_last_error()).find("train_backward"), std::string::npos) << maxsim_last_error();
+    }
+    {
+      // accepted_memory = 0: the plugin takes no device memory at all.
+      Context ctx(Options(VariantPath("testcpu-no-devmem"), named ? "testcpu-no-devmem" : "auto", &log));
+      DeviceInputs in;
+      EXPECT_EQ(in.Forward(ctx), MAXSIM_ERR_UNSUPPORTED);
+      EXPECT_NE(std::string(maxsim_last_error()).find("does not take"), std::string::npos) << maxsim_last_error();
+      EXPECT_EQ(in.Backward(ctx), MAXSIM_ERR_UNSUPPORTED);
+    }
+  }
+}
+
+TEST(PluginAbi, OptionalHooksMayBeMissing) {
+  Data data;
+  Log log;
+  {
+    // No min_auto_ops: auto never routes host work to the plugin, a named backend still runs it.
+    Context a(Options(VariantPath("testcpu-no-minops"), "auto", &log));
+    Packed corpus = Packed::Pack(a, data.d.Dense());
+    const Results r = RunAll(a.get(), data, corpus.get(), MAXSIM_METRIC_DOT, 3);
+    EXPECT_FALSE(r.matrix_on_plugin || r.candidates_on_plugin || r.topk_on_plugin);
+    EXPECT_NE(a.Report().find("the plugin gives no threshold"), std::string::npos) << a.Report();
+    Context n(Options(VariantPath("testcpu-no-minops"), "testcpu-no-minops", &log));
+    const Results rn = RunAll(n.get(), data, corpus.get(), MAXSIM_METRIC_DOT, 3);
+    EXPECT_TRUE(rn.matrix_on_plugin && rn.candidates_on_plugin && rn.topk_on_plugin);
+  }
+  {
+    // describe: its lines appear in the report; without it, none, and nothing breaks.
+    Context with(Options(std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so", "testcpu", &log));
+    EXPECT_NE(with.Report().find("    test device 0 of 1 (MAXSIM_TEST_PLUGIN_DEVICES)"), std::string::npos)
+        << with.Report();
+    Context without(Options(VariantPath("testcpu-no-describe"), "testcpu-no-describe", &log));
+    EXPECT_EQ(without.Report().find("MAXSIM_TEST_PLUGIN_DEVICES"), std::string::npos) << without.Report();
+    Packed corpus = Packed::Pack(without, data.d.Dense());
+    const Results r = RunAll(without.get(), data, corpus.get(), MAXSIM_METRIC_DOT, 3);
+    EXPECT_TRUE(r.matrix_on_plugin);
+  }
+  {
+    Context ctx(Options(VariantPath("testcpu-no-memhooks"), "testcpu-no-memhooks", &log));
+    EXPECT_NE(ctx.Report().find("not implemented: mem_alloc/mem_free/mem_copy"), std::string::npos) << ctx.Report();
+  }
+}
+
+// Sharding over simulated devices: every operation with the CPU's bits, argmax included, for corpora with more,
+// as many and fewer sets than devices (empty shards), empty documents, masks and k beyond the corpus.
+TEST(PluginAbi, SeveralDevicesShardTheCorpusAndMergeExactly) {
+  Log log;
+  Context two(Options(VariantPath("testcpu-2dev"), "testcpu-2dev", &log));
+  EXPECT_EQ(log.Count("backend created on device 1 of 2"), 1u);
+  EXPECT_NE(two.Report().find("testcpu-2dev on 2 devices"), std::string::npos) << two.Report();
+  EXPECT_NE(two.Report().find("  device 1:"), std::string::npos) << two.Report();
+  for (uint64_t nd : {1u, 2u, 3u, 12u, 40u}) {
+    Data data(90 + nd, nd);
+    Packed corpus = Packed::Pack(two, data.d.Dense());
+    // Every operation where the corpus holds the documents kCandidates names (up to 11).
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      for (uint64_t k : {1u, 5u, 50u}) {
+        if (nd < 12) continue;
+        const Results cpu = OnCpu(data, corpus.get(), metric, k);
+        const Results sharded = RunAll(two.get(), data, corpus.get(), metric, k);
+        ExpectSameBits(cpu, sharded, "nd " + std::to_string(nd) + " k " + std::to_string(k));
+        EXPECT_TRUE(sharded.matrix_on_plugin && sharded.candidates_on_plugin && sharded.topk_on_plugin);
+      }
+    }
+    // Matrix and top-k at every size.
+    std::vector<float> s1(data.q.n_sets() * nd), s2(s1.size());
+    std::vector<int32_t> a1(nd * data.q.rows()), a2(a1.size());
+    Context cpu(CpuOptions(&log));
+    cpu.ScoreMatrix(data.q.Dense(), corpus, s1, {}, a1.data());
+    two.ScoreMatrix(data.q.Dense(), corpus, s2, {}, a2.data());
+    EXPECT_EQ(std::memcmp(s1.data(), s2.data(), s1.size() * 4), 0) << nd;
+    EXPECT_EQ(a1, a2) << nd;
+    const TopKResult t1 = cpu.TopK(data.q.Dense(), data.q.n_sets(), corpus, 3);
+    const TopKResult t2 = two.TopK(data.q.Dense(), data.q.n_sets(), corpus, 3);
+    EXPECT_EQ(t1.index, t2.index) << nd;
+    EXPECT_EQ(std::memcmp(t1.scores.data(), t2.scores.data(), t1.scores.size() * 4), 0) << nd;
+  }
+}
+
+TEST(PluginAbi, ShardedCallsWithMasksAndTiesMatchTheCpu) {
+  // Masked dense documents (packed per call, argmax remapped) and duplicated documents (exact score ties across
+  // shards: top-k must keep the lower index) on three simulated devices.
+  setenv("MAXSIM_TEST_PLUGIN_DEVICES", "3", 1);
+  Log log;
+  Context three(Options(std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so", "testcpu", &log));
+  unsetenv("MAXSIM_TEST_PLUGIN_DEVICES");
+  EXPECT_NE(three.Report().find("on 3 devices"), std::string::npos) << three.Report();
+  std::mt19937_64 rng(5);
+  TokenSets q = Generate(rng, Shape::kUnitGaussian, 2, 1, 9, 16);
+  TokenSets base = Generate(rng, Shape::kGaussian, 4, 1, 12, 16);
+  TokenSets d;  // the 4 documents three times over: documents j, j + 4 and j + 8 tie exactly
+  d.dim = 16;
+  d.offsets = {0};
+  for (int copy = 0; copy < 3; ++copy) {
+    for (uint64_t j = 0; j < base.n_sets(); ++j) {
+      for (uint64_t r = base.offsets[j]; r < base.offsets[j + 1]; ++r) {
+        d.values.insert(d.values.end(), base.row(r), base.row(r) + 16);
+      }
+      d.offsets.push_back(d.offsets.back() + base.length(j));
+    }
+  }
+  d.mask.assign(d.rows(), 1);
+  for (size_t r = 0; r < d.mask.size(); r += 5) d.mask[r] = 0;
+  d.Encode(MAXSIM_BF16);
+  q.Encode(MAXSIM_BF16);
+  Context cpu(CpuOptions(&log));
+  const uint64_t nq = q.n_sets(), nd = d.n_sets();
+  std::vector<int32_t> a1(nd * q.rows()), a2(a1.size());
+  const auto s1 = cpu.ScoreMatrix(q.Dense(), nq, d.Dense(), nd, {}, a1.data());
+  const auto s2 = three.ScoreMatrix(q.Dense(), nq, d.Dense(), nd, {}, a2.data());
+  EXPECT_EQ(std::memcmp(s1.data(), s2.data(), s1.size() * 4), 0);
+  EXPECT_EQ(a1, a2);
+  Packed corpus = Packed::Pack(cpu, d.Dense());
+  const TopKResult t1 = cpu.TopK(q.Dense(), nq, corpus, 7);
+  const TopKResult t2 = three.TopK(q.Dense(), nq, corpus, 7);
+  EXPECT_EQ(t1.index, t2.index);
+  EXPECT_EQ(std::memcmp(t1.scores.data(), t2.scores.data(), t1.scores.size() * 4), 0);
+}
+
+}  // namespace
+}  // namespace maxsim::test

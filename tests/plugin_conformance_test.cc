@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: Apache-2.0
+// Backend-neutral plugin conformance: every plugin this build made runs the same checks against the float64
+// reference (tests/test_util.cc), through the public C API, with device tensors allocated and copied through the
+// plugin's own ABI hooks (mem_alloc / mem_copy / mem_free) in the memory kind it declares (accepted_memory):
+// nothing here knows which device is behind a plugin. A new backend gets these checks by adding its plugin file
+// to Plugins() below.
+//   - packed corpora: score matrix with argmax (dot and cosine), candidates and top-k over random and adversarial
+//     data (near ties, empty sets, huge and tiny norms, odd dimensions, f32 / f16 / bf16);
+//   - certified results bit-identical to the plugin's own exact ones; approximate within the reference bound;
+//   - top-k equal to the ranking of the plugin's own score matrix (ties to the lower index);
+//   - device tensors: the forward (matrix and candidates) against the reference, and the backward against the
+//     float64 gradients of the forward's argmax.
+// A plugin whose probe fails here (no device) is skipped with its reason.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "maxsim/maxsim.hpp"
+#include "maxsim/plugin.h"
+#include "test_util.h"
+
+namespace maxsim::test {
+namespace {
+
+struct PluginCase {
+  std::string name, path;
+};
+
+std::vector<PluginCase> Plugins() {
+  std::vector<PluginCase> v;
+#ifdef MAXSIM_TEST_PLUGIN_DIR
+  v.push_back({"testcpu", std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so"});
+#endif
+#ifdef MAXSIM_TEST_PLUGIN_ABI_DIR
+  v.push_back({"testcpu-2dev", std::string(MAXSIM_TEST_PLUGIN_ABI_DIR) + "/libmaxsim-plugin-testcpu-2dev.so"});
+#endif
+#ifdef MAXSIM_CUDA_PLUGIN_PATH
+  v.push_back({"cuda", MAXSIM_CUDA_PLUGIN_PATH});
+#endif
+  return v;
+}
+
+maxsim_options CpuOptions() {
+  maxsim_options o;
+  maxsim_options_init(&o);
+  o.backend = "cpu";
+  o.load_plugins = 0;
+  return o;
+}
+
+// Device memory through the plugin's hooks.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(maxsim_context* ctx, uint64_t bytes) {
+    if (maxsim_context_plugin(ctx, 0, &api_, &backend_) != MAXSIM_OK) {
+      status_ = MAXSIM_ERR_BACKEND_UNAVAILABLE;
+      error_ = maxsim_last_error();
+      return;
+    }
+    char err[256] = {};
+    status_ = api_->mem_alloc(backend_, bytes, &p_, err, sizeof(err));
+    error_ = err;
+  }
+  ~DeviceBuffer() {
+    if (p_) api_->mem_free(backend_, p_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return p_; }
+  bool ok() const { return status_ == MAXSIM_OK; }
+  const std::string& error() const { return error_; }
+  void Up(const void* src, uint64_t bytes) { Copy(p_, src, bytes, MAXSIM_COPY_HOST_TO_DEVICE); }
+  void Down(void* dst, uint64_t bytes) const { Copy(dst, p_, bytes, MAXSIM_COPY_DEVICE_TO_HOST); }
+
+ private:
+  void Copy(void* dst, const void* src, uint64_t bytes, maxsim_plugin_copy_kind kind) const {
+    char err[256] = {};
+    ASSERT_EQ(api_->mem_copy(backend_, dst, src, bytes, kind, err, sizeof(err)), MAXSIM_OK) << err;
+  }
+  const maxsim_plugin_api* api_ = nullptr;
+  maxsim_plugin_backend* backend_ = nullptr;
+  void* p_ = nullptr;
+  maxsim_status status_ = MAXSIM_OK;
+  std::string error_;
+};
+
+class PluginConformance : public ::testing::TestWithParam<PluginCase> {
+ protected:
+  void SetUp() override {
+    maxsim_options o;
+    maxsim_options_init(&o);
+    o.plugin_path = GetParam().path.c_str();
+    o.backend = GetParam().name.c_str();
+    try {
+      ctx_ = std::make_unique<Context>(o);
+    } catch (const Error& e) {
+      GTEST_SKIP() << GetParam().name << " is not usable here: " << e.what();
+    }
+  }
+  maxsim_context* ctx() const { return ctx_->get(); }
+  // The device memory kind the plugin takes (HOST if none, or no hooks to reach it).
+  maxsim_memory DeviceMemory() const {
+    const maxsim_plugin_api* api = nullptr;
+    maxsim_plugin_backend* backend = nullptr;
+    if (maxsim_context_plugin(ctx(), 0, &api, &backend) != MAXSIM_OK) return MAXSIM_MEMORY_HOST;
+    if (!MAXSIM_PLUGIN_HAS(api, mem_alloc) || !MAXSIM_PLUGIN_HAS(api, mem_free) || !MAXSIM_PLUGIN_HAS(api, mem_copy) ||
+        !MAXSIM_PLUGIN_HAS_FIELD(api, accepted_memory)) {
+      return MAXSIM_MEMORY_HOST;
+    }
+    for (int m = 1; m < 64; ++m) {
+      if (api->accepted_memory & MAXSIM_MEMORY_BIT(m)) return static_cast<maxsim_memory>(m);
+    }
+    return MAXSIM_MEMORY_HOST;
+  }
+  std::unique_ptr<Context> ctx_;
+  Context cpu_{CpuOptions()};
+};
+
+struct Case {
+  Shape shape;
+  maxsim_dtype dtype;
+  uint32_t dim;
+  uint64_t nq, nd, max_lq, max_ld;
+};
+
+std::string Describe(const Case& c, maxsim_metric metric) {
+  return std::string(ShapeName(c.shape)) + " dtype " + std::to_string(c.dtype) + " dim " + std::to_string(c.dim) +
+         (metric == MAXSIM_METRIC_COSINE ? " cosine" : " dot");
+}
+
+const Case kCases[] = {
+    {Shape::kUnitGaussian, MAXSIM_BF16, 128, 4, 23, 32, 60},
+    {Shape::kGaussian, MAXSIM_F16, 96, 3, 17, 20, 40},
+    {Shape::kGaussian, MAXSIM_F32, 17, 3, 9, 7, 13},
+    {Shape::kNearTies, MAXSIM_BF16, 64, 3, 11, 16, 30},
+    {Shape::kDuplicates, MAXSIM_BF16, 128, 2, 9, 12, 20},
+    {Shape::kLargeNorm, MAXSIM_F32, 33, 2, 7, 9, 11},
+    {Shape::kTinyNorm, MAXSIM_F32, 48, 2, 7, 9, 11},
+    {Shape::kClustered, MAXSIM_F16, 100, 3, 12, 40, 70},
+};
+
+TEST_P(PluginConformance, PackedCorporaMatchTheReference) {
+  std::mt19937_64 rng(2024);
+  for (const Case& c : kCases) {
+    TokenSets q = Generate(rng, c.shape, c.nq, 0, c.max_lq, c.dim);
+    TokenSets d = Generate(rng, c.shape, c.nd, 0, c.max_ld, c.dim);
+    q.Encode(c.dtype);
+    d.Encode(c.dtype);
+    Packed corpus = Packed::Pack(cpu_, d.Dense());
+    Packed queries = Packed::Pack(cpu_, q.Dense());
+    const uint64_t nq = q.n_sets(), nd = d.n_sets();
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      const std::string what = Describe(c, metric);
+      SCOPED_TRACE(what);
+      std::vector<int32_t> am(nd * q.rows());
+      const std::vector<float> exact = ctx_->ScoreMatrix(queries, nq, corpus, nd, {metric}, am.data());
+      for (uint64_t i = 0; i < nq; ++i) {
+        for (uint64_t j = 0; j < nd; ++j) {
+          const std::string m =
+              CheckPair(q, i, d, j, metric, exact[i * nd + j], am.data() + nd * q.offsets[i] + j * q.length(i));
+          ASSERT_EQ(m, "") << "pair " << i << "," << j;
+        }
+      }
+      const std::vector<float> cert = ctx_->ScoreMatrix(queries, nq, corpus, nd, {metric, MAXSIM_MODE_CERTIFIED});
+      ASSERT_EQ(std::memcmp(cert.data(), exact.data(), exact.size() * 4), 0) << "certified differs from exact";
+      const std::vector<float> approx = ctx_->ScoreMatrix(queries, nq, corpus, nd, {metric, MAXSIM_MODE_APPROXIMATE});
+      // Approximate: one refined token per query token, so never above the reference beyond rounding.
+      for (uint64_t p = 0; p < approx.size(); ++p) {
+        const RefPair r = Reference(q, p / nd, d, p % nd, metric);
+        if (std::isinf(r.score)) {
+          ASSERT_TRUE(std::isinf(approx[p]) && approx[p] < 0) << "approximate pair " << p;
+        } else {
+          ASSERT_LE(static_cast<double>(approx[p]), r.score + 2 * r.tolerance) << "approximate pair " << p;
+        }
+      }
+      // Candidates (every document of query 0, the odd ones of the others) and top-k against the plugin's matrix.
+      std::vector<uint64_t> off{0}, cand;
+      for (uint64_t i = 0; i < nq; ++i) {
+        for (uint64_t j = i == 0 ? 0 : 1; j < nd; j += i == 0 ? 1 : 2) cand.push_back(j);
+        off.push_back(cand.size());
+      }
+      std::vector<float> cs(cand.size());
+      ctx_->ScoreCandidates(queries, corpus, off, cand, cs, {metric});
+      for (uint64_t i = 0; i < nq; ++i) {
+        for (uint64_t e = off[i]; e < off[i + 1]; ++e) {
+          ASSERT_EQ(std::memcmp(&cs[e], &exact[i * nd + cand[e]], 4), 0) << "candidate " << e;
+        }
+      }
+      const uint64_t k = std::min<uint64_t>(5, nd + 1);
+      const TopKResult top = ctx_->TopK(queries, nq, corpus, k, {metric});
+      for (uint64_t i = 0; i < nq; ++i) {
+        const std::vector<uint64_t> order = RankDescending(exact.data() + i * nd, nd);
+        for (uint64_t r = 0; r < k; ++r) {
+          if (r < nd) {
+            ASSERT_EQ(top.index[i * k + r], order[r]) << "query " << i << " rank " << r;
+            ASSERT_EQ(std::memcmp(&top.scores[i * k + r], &exact[i * nd + order[r]], 4), 0);
+          } else {
+            ASSERT_EQ(top.index[i * k + r], UINT64_MAX);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(PluginConformance, DeviceTensorsThroughThePluginsMemoryHooks) {
+  const maxsim_memory mem = DeviceMemory();
+  if (mem == MAXSIM_MEMORY_HOST) GTEST_SKIP() << GetParam().name << " takes no device memory or has no memory hooks";
+  std::mt19937_64 rng(77);
+  for (const Case& c : {kCases[0], kCases[2], kCases[3]}) {
+    TokenSets q = Generate(rng, c.shape, c.nq, 1, c.max_lq, c.dim);
+    TokenSets d = Generate(rng, c.shape, c.nd, 0, c.max_ld, c.dim);
+    q.Encode(c.dtype);
+    d.Encode(c.dtype);
+    const uint64_t nq = q.n_sets(), nd = d.n_sets();
+    DeviceBuffer dq(ctx(), q.encoded.size()), dd(ctx(), d.encoded.size());
+    ASSERT_TRUE(dq.ok() && dd.ok()) << dq.error() << dd.error();
+    dq.Up(q.encoded.data(), q.encoded.size());
+    dd.Up(d.encoded.data(), d.encoded.size());
+    // The plugin's memory kind, whatever it is: the C structs directly.
+    maxsim_dense_sets rq = *DenseSets(dq.get(), c.dtype, c.dim, q.offsets).get();
+    maxsim_dense_sets rd = *DenseSets(dd.get(), c.dtype, c.dim, d.offsets).get();
+    rq.memory = mem;
+    rd.memory = mem;
+    const maxsim_sets qs{nullptr, &rq}, ds{nullptr, &rd};
+    maxsim_score_options so;
+    maxsim_score_options_init(&so);
+    const std::string what = Describe(c, MAXSIM_METRIC_DOT);
+    SCOPED_TRACE(what);
+    // Forward, matrix layout: outputs in device memory too.
+    DeviceBuffer o_scores(ctx(), nq * nd * 4), o_argmax(ctx(), nd * q.rows() * 4);
+    ASSERT_EQ(maxsim_score_matrix(ctx(), &qs, &ds, &so, static_cast<float*>(o_scores.get()),
+                                  static_cast<int32_t*>(o_argmax.get())),
+              MAXSIM_OK)
+        << maxsim_last_error();
+    std::vector<float> scores(nq * nd);
+    std::vector<int32_t> argmax(nd * q.rows());
+    o_scores.Down(scores.data(), scores.size() * 4);
+    o_argmax.Down(argmax.data(), argmax.size() * 4);
+    for (uint64_t i = 0; i < nq; ++i) {
+      for (uint64_t j = 0; j < nd; ++j) {
+        ASSERT_EQ(CheckPair(q, i, d, j, MAXSIM_METRIC_DOT, scores[i * nd + j],
+                            argmax.data() + nd * q.offsets[i] + j * q.length(i)),
+                  "")
+            << "pair " << i << "," << j;
+      }
+    }
+    // Candidates: the same values as the matrix.
+    std::vector<uint64_t> off{0}, cand;
+    for (uint64_t i = 0; i < nq; ++i) {
+      for (uint64_t j = i % 2; j < nd; j += 2) cand.push_back(j);
+      off.push_back(cand.size());
+    }
+    DeviceBuffer o_cand(ctx(), cand.size() * 4 + 4);
+    ASSERT_EQ(maxsim_score_candidates(ctx(), &qs, &ds, off.data(), cand.data(), &so,
+                                      static_cast<float*>(o_cand.get()), nullptr),
+              MAXSIM_OK)
+        << maxsim_last_error();
+    std::vector<float> cs(cand.size());
+    o_cand.Down(cs.data(), cs.size() * 4);
+    for (uint64_t i = 0; i < nq; ++i) {
+      for (uint64_t e = off[i]; e < off[i + 1]; ++e) {
+        ASSERT_EQ(CheckPair(q, i, d, cand[e], MAXSIM_METRIC_DOT, cs[e], nullptr), "") << "candidate " << e;
+      }
+    }
+    // Backward of the matrix forward, against the float64 gradients of its argmax.
+    std::vector<float> grad(nq * nd);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (float& x : grad) x = g(rng);
+    DeviceBuffer d_grad(ctx(), grad.size() * 4), o_gq(ctx(), q.rows() * c.dim * 4), o_gd(ctx(), d.rows() * c.dim * 4);
+    d_grad.Up(grad.data(), grad.size() * 4);
+    for (int deterministic = 0; deterministic < 2; ++deterministic) {
+      maxsim_backward_args args{};
+      args.struct_size = sizeof(args);
+      args.layout = MAXSIM_LAYOUT_MATRIX;
+      args.argmax = static_cast<const int32_t*>(o_argmax.get());
+      args.grad_scores = static_cast<const float*>(d_grad.get());
+      args.grad_queries = static_cast<float*>(o_gq.get());
+      args.grad_documents = static_cast<float*>(o_gd.get());
+      args.deterministic = deterministic;
+      ASSERT_EQ(maxsim_backward(ctx(), &rq, &rd, &args), MAXSIM_OK) << maxsim_last_error();
+      std::vector<float> gq(q.rows() * c.dim), gd(d.rows() * c.dim);
+      o_gq.Down(gq.data(), gq.size() * 4);
+      o_gd.Down(gd.data(), gd.size() * 4);
+      GradRef rq, rd;
+      ReferenceGrads(q, d, MAXSIM_LAYOUT_MATRIX, {}, {}, argmax, grad, &rq, &rd);
+      ASSERT_EQ(GradMismatch(rq, gq, 0, c.dim), "") << "grad_Q, deterministic " << deterministic;
+      ASSERT_EQ(GradMismatch(rd, gd, 0, c.dim), "") << "grad_D, deterministic " << deterministic;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plugins, PluginConformance, ::testing::ValuesIn(Plugins()),
+                         [](const ::testing::TestParamInfo<PluginCase>& i) {
+                           std::string n = i.param.name;
+                           for (char& ch : n) ch = ch == '-' ? '_' : ch;
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace maxsim::test
