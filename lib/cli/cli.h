@@ -227,10 +227,12 @@ struct ScoringSession {
   ScoringSession(const ScoringSession&) = delete;
   ScoringSession& operator=(const ScoringSession&) = delete;
   ~ScoringSession() { maxsim_context_destroy(ctx); }
-  // Reads --metric, --mode and --format (usage errors come before any work), then opens everything.
+  // Reads --metric, --mode, --format and --tag (usage errors come before any work), then opens everything.
   void Open(const Args& args, const ScoringFiles& files);
 };
 struct QueryHits;
+// Checks --format and --tag (usage errors, before any work).
+void CheckOutputOptions(const Args& args);
 // Formats `run` as --format asks and writes it to --output (atomically) or stdout.
 void EmitRun(const Args& args, const std::vector<QueryHits>& run, const std::vector<std::string>& json_fields);
 // Adds one call's counters to a running total.

@@ -25,7 +25,7 @@ int RunMerge(int argc, char** argv) {
   Args args;
   if (!args.Parse(spec, argc, argv)) return kExitOk;
   const uint64_t k_asked = static_cast<uint64_t>(args.Int("k", 0, 1, UINT32_MAX));
-  ParseFormat(args.Str("format", "tsv"));
+  CheckOutputOptions(args);
 
   struct Entry {
     float score;

@@ -91,7 +91,7 @@ ScoringFiles SortScoringFiles(const std::vector<std::string>& positional, bool o
 void ScoringSession::Open(const Args& args, const ScoringFiles& files) {
   metric = ParseMetric(args.Choice("metric", "dot", {"dot", "cosine"}));
   mode = ParseMode(args.Choice("mode", "exact", {"exact", "certified", "approximate"}));
-  ParseFormat(args.Str("format", "tsv"));
+  CheckOutputOptions(args);
   ctx = MakeContext(args);
   corpus.Load(files.corpora, ParseValidation(args));
   queries = ReadQueries(files.queries, files.query_offsets, args.Str("query-mask", ""));
@@ -118,14 +118,19 @@ std::vector<std::string> JsonFields(const char* command, const ScoringFiles& fil
           "\"backend\": \"" + JsonEscape(maxsim_context_backend(ctx)) + "\""};
 }
 
-void EmitRun(const Args& args, const Run& run, const std::vector<std::string>& json_fields) {
-  const Format format = ParseFormat(args.Str("format", "tsv"));
+void CheckOutputOptions(const Args& args) {
+  ParseFormat(args.Str("format", "tsv"));
   const std::string tag = args.Str("tag", "maxsim");
   for (unsigned char c : tag) {
     if (std::isspace(c) || c < 0x20) throw UsageError("--tag '" + tag + "' must not contain whitespace");
   }
   if (tag.empty()) throw UsageError("--tag must not be empty");
-  WriteOutput(args.Str("output", ""), FormatRun(run, format, tag, json_fields));
+}
+
+void EmitRun(const Args& args, const Run& run, const std::vector<std::string>& json_fields) {
+  CheckOutputOptions(args);
+  WriteOutput(args.Str("output", ""),
+              FormatRun(run, ParseFormat(args.Str("format", "tsv")), args.Str("tag", "maxsim"), json_fields));
 }
 
 void AddStats(const maxsim_stats& part, maxsim_stats* total) {
