@@ -197,7 +197,11 @@ TEST_F(Cli, InfoBenchAndHelp) {
   for (const char* m : {"naive loops", "exact (", "certified (", "approximate ("}) {
     EXPECT_NE(bench.out.find(m), std::string::npos) << m << "\n" << bench.out;
   }
-  EXPECT_EQ(Run({"search", "--help"}).code, 0);
+  for (const std::string cmd : {"search", "rerank", "merge", "eval", "pack"}) {
+    CliResult h = Run({cmd, "--help"});
+    EXPECT_EQ(h.code, 0) << cmd;
+    EXPECT_NE(h.out.find("Usage: maxsim " + cmd), std::string::npos) << cmd;
+  }
   EXPECT_NE(Run({"help", "pack"}).out.find("Usage: maxsim pack"), std::string::npos);
   EXPECT_EQ(Run({"--version"}).code, 0);
   CliResult none = Run({});
