@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "maxsim/maxsim.hpp"
+#include "plugin_host.h"
 #include "plugin_test_util.h"
 #include "test_util.h"
 
@@ -59,6 +60,29 @@ TEST(PluginHost, DiscoveryLoadsGoodPluginsAndSkipsBadOnesWithOneLineEach) {
   EXPECT_NE(report.find("unavailable: no test device"), std::string::npos) << report;
   EXPECT_NE(report.find("skipped"), std::string::npos) << report;
   EXPECT_NE(report.find("Backend: cpu"), std::string::npos) << report;
+}
+
+// With no plugin path, the host looks beside the library (<its folder>/maxsim/plugins, then its folder); a
+// default folder that does not exist is searched silently (no warning, no "skipped" entry).
+TEST(PluginHost, DefaultFoldersBesideTheLibraryAreSearchedSilentlyWhenAbsent) {
+  unsetenv("MAXSIM_PLUGIN_PATH");
+  Log log;
+  maxsim_options o;
+  maxsim_options_init(&o);
+  o.log = &Log::Sink;
+  o.log_user_data = &log;
+  maxsim_context* ctx = nullptr;
+  ASSERT_EQ(maxsim_context_create(&o, &ctx), MAXSIM_OK) << maxsim_last_error();
+  size_t needed = 0;
+  maxsim_context_report(ctx, nullptr, 0, &needed);
+  std::string report(needed, '\0');
+  ASSERT_EQ(maxsim_context_report(ctx, report.data(), report.size(), &needed), MAXSIM_OK);
+  maxsim_context_destroy(ctx);
+  const std::string libdir = LibraryDirectory();
+  ASSERT_FALSE(libdir.empty());
+  EXPECT_NE(report.find("searched " + libdir + "/maxsim/plugins:" + libdir + ")"), std::string::npos) << report;
+  EXPECT_EQ(report.find("skipped"), std::string::npos) << report;
+  EXPECT_EQ(log.Count("skipped"), 0u);
 }
 
 TEST(PluginHost, NamedBackendRunsEveryOperationOnThePluginWithIdenticalResults) {

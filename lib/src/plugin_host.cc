@@ -100,19 +100,24 @@ void PluginHost::Discover(const std::string& extra, const LogSink& log, const ma
   if (const char* env = std::getenv("MAXSIM_PLUGIN_PATH")) {
     for (const std::string& e : SplitPath(env)) entries.push_back(e);
   }
-  // Beside the library: <libdir>/maxsim/plugins is where `cmake --install` puts plugins; <libdir> itself is
-  // where a build tree has them (next to libmaxsim.so).
-  const std::string libdir = LibraryDirectory();
-  if (!libdir.empty()) {
-    entries.push_back(libdir + "/maxsim/plugins");
-    entries.push_back(libdir);
-  }
   for (const std::string& entry : entries) {
     searched_.push_back(entry);
     if (IsDirectory(entry)) {
       for (const std::string& f : PluginFilesIn(entry)) TryLoad(f, log, host);
     } else {
       TryLoad(entry, log, host);
+    }
+  }
+  // Beside the library: <libdir>/maxsim/plugins is where `cmake --install` puts plugins; <libdir> itself is
+  // where a build tree has them (next to libmaxsim.so). These are searched when they exist; a missing one is
+  // not worth a warning (an installation without plugins has no such folder).
+  const std::string libdir = LibraryDirectory();
+  if (!libdir.empty()) {
+    for (const std::string& dir : {libdir + "/maxsim/plugins", libdir}) {
+      searched_.push_back(dir);
+      if (IsDirectory(dir)) {
+        for (const std::string& f : PluginFilesIn(dir)) TryLoad(f, log, host);
+      }
     }
   }
 }

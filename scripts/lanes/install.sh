@@ -19,6 +19,11 @@ step "building the library and the CLI in $BUILD_DIR"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 targets=(maxsim maxsim_static maxsim_cli)
 ninja -C "$BUILD_DIR" -t query maxsim_plugin_cuda >/dev/null 2>&1 && targets+=(maxsim_plugin_cuda)
+test_plugin=""  # the CPU test plugin (a release build with tests has it): proves the default plugin folder
+if ninja -C "$BUILD_DIR" -t query test_plugin_0 >/dev/null 2>&1; then
+  targets+=(test_plugin_0)
+  test_plugin=$BUILD_DIR/test-plugins/libmaxsim-plugin-testcpu.so
+fi
 ninja -C "$BUILD_DIR" -j"$JOBS" "${targets[@]}"
 version=$(sed -n 's/^#define MAXSIM_VERSION_STRING "\(.*\)"$/\1/p' "$BUILD_DIR/include/maxsim/version.h")
 
@@ -40,6 +45,14 @@ info=$(env -u MAXSIM_PLUGIN_PATH "$P/bin/maxsim" info)
 echo "$info" | grep -q "^libmaxsim $version\$" || { echo "install: 'maxsim info' does not say libmaxsim $version:" >&2; echo "$info" >&2; exit 1; }
 echo "$info" | grep -qF "$P/lib/maxsim/plugins" || { echo "install: the installed library does not search $P/lib/maxsim/plugins:" >&2; echo "$info" >&2; exit 1; }
 step "installed maxsim info: libmaxsim $version, plugins searched in $P/lib/maxsim/plugins"
+if [ -n "$test_plugin" ]; then
+  mkdir -p "$P/lib/maxsim/plugins"
+  cp "$test_plugin" "$P/lib/maxsim/plugins/"
+  env -u MAXSIM_PLUGIN_PATH "$P/bin/maxsim" info | grep -q "^  testcpu  $P/lib/maxsim/plugins/libmaxsim-plugin-testcpu.so\$" ||
+    { echo "install: a plugin in $P/lib/maxsim/plugins was not loaded by default:" >&2; "$P/bin/maxsim" info >&2; exit 1; }
+  rm "$P/lib/maxsim/plugins/libmaxsim-plugin-testcpu.so"
+  step "a plugin in $P/lib/maxsim/plugins is loaded with no plugin path set"
+fi
 
 python3 tests/consumer/extract_examples.py README.md "$tmp/examples" >/dev/null
 # Each example packs three documents and queries one of them: it must rank first.

@@ -10,6 +10,6 @@ BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXSIM_BUILD_TESTS=ON -DMAXSIM_BUILD_CLI=ON \
   -DMAXSIM_BUILD_BENCHMARKS=ON >/dev/null
 echo "test.sh: building (release) in $BUILD_DIR with $JOBS jobs"
-ninja -C "$BUILD_DIR" -j"$JOBS"
+bash scripts/ninja-progress.sh "$BUILD_DIR" -j"$JOBS"
 echo "test.sh: running the tests"
 ctest --test-dir "$BUILD_DIR" -j"$JOBS" --output-on-failure --timeout 900
