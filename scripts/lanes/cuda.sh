@@ -19,10 +19,10 @@ fi
 # architecture is another full nvcc pass over every .cu file, and CI has no GPU to run any of them.
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXSIM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a-real \
   -DMAXSIM_BUILD_TESTS=ON -DMAXSIM_BUILD_CLI=ON -DMAXSIM_BUILD_BENCHMARKS=OFF >/dev/null
-echo "cuda: building the CUDA plugin and the CPU-side tests in $BUILD_DIR with $JOBS jobs. From scratch this takes"
-echo "cuda: about 25 minutes on a 2-core machine: nvcc compiles the plugin's heavily templated kernels (one"
-echo "cuda: instantiation per tile shape, dtype and mode; screen.cu alone is over 10 minutes). A line every 30 s"
-echo "cuda: says what is still compiling."
+echo "cuda: building the CUDA plugin and the CPU-side tests in $BUILD_DIR with $JOBS jobs. This is slow: nvcc"
+echo "cuda: compiles one instance of the plugin's kernels per dtype, tile shape, dimension chunk and mode, and"
+echo "cuda: screen.cu holds most of them. From scratch on a 2-core machine shared with other builds it took 30"
+echo "cuda: minutes, screen.cu alone 23 (expect less on an idle one). A line every 30 s says what is compiling."
 bash scripts/ninja-progress.sh "$BUILD_DIR" -j"$JOBS" maxsim_plugin_cuda maxsim_tests
 echo "cuda: the plugin's CPU-side tests"
 "$BUILD_DIR/tests/maxsim_tests" --gtest_filter='CudaPluginHost.*:PluginHost*'
