@@ -215,35 +215,21 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
         },
         sync_each);
   };
+  const mscuda::Tuning tuning_set = b.tuning;  // as read from the environment; the variants below change it
   Emit(s.name, "exact", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
   // The same calls one at a time on an idle device: adds the host's enqueue work and the first launch's latency.
   Emit(s.name, "exact-synced", run(MAXSIM_MODE_EXACT, true), flops, exact_bytes);
   if (s.lq > 64 && s.dim > 96 && s.dim <= 128) {
     // The long-query mma.sync kernel, for comparison with the wgmma kernel that "exact" runs on sm_90.
-    setenv("MAXSIM_CUDA_WGMMA", "0", 1);
+    b.tuning.kernels.wgmma = false;
     Emit(s.name, "exact-mma", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
-    unsetenv("MAXSIM_CUDA_WGMMA");
-    if (s.lq > 128) {
-      // The warp-specialised wgmma kernel (a producer warpgroup copies, two consumers compute) against the
-      // 4-warpgroup one (every warpgroup copies and computes) that "exact" runs for 256-row groups.
-      setenv("MAXSIM_CUDA_WGMMA_SHAPE", "ws", 1);
-      Emit(s.name, "exact-wgmma-ws", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
-      unsetenv("MAXSIM_CUDA_WGMMA_SHAPE");
-    }
+    b.tuning = tuning_set;
   }
   if (std::string(s.name) == "textual-1k" || std::string(s.name) == "colpali-rerank") {
     // The one-pair-per-warp kernel (register double buffering) for comparison with the pipeline kernel.
-    setenv("MAXSIM_CUDA_NO_PIPE", "1", 1);
+    b.tuning.kernels.pipe = false;
     Emit(s.name, "exact-nopipe", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
-    unsetenv("MAXSIM_CUDA_NO_PIPE");
-  }
-  if (std::string(s.name) == "textual-10k") {
-    // Shapes of the pipeline kernel's per-warp ring (warps per SM x 8 KB stages), same arithmetic.
-    for (const char* v : {"6x4"}) {
-      setenv("MAXSIM_CUDA_PIPE", v, 1);
-      Emit(s.name, std::string("exact-") + v, run(MAXSIM_MODE_EXACT), flops, exact_bytes);
-    }
-    unsetenv("MAXSIM_CUDA_PIPE");
+    b.tuning = tuning_set;
   }
   if (s.certified) {
     // "certified" / "approximate" are what a request gets by default (certified: the exact kernel, same bits;
@@ -259,12 +245,11 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     if (s.lq > 64) {
       // The wgmma screening kernel (screen_wgmma.cu: forced screening's long-query kernel; opt-in on the default
       // route), here for every query length, with its candidate statistics.
-      setenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", "1", 1);
-      setenv("MAXSIM_CUDA_SCREEN_WGMMA", "1", 1);
+      b.tuning.screen_wgmma_min_lq = 1;
+      b.tuning.experimental_screen_wgmma = true;
       CHECK_CUDA(cudaMemset(counters, 0, 16));
       const double wms = run(MAXSIM_MODE_CERTIFIED);
-      unsetenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ");
-      unsetenv("MAXSIM_CUDA_SCREEN_WGMMA");
+      b.tuning = tuning_set;
       unsigned long long wc[2];
       CHECK_CUDA(cudaMemcpy(wc, counters, 16, cudaMemcpyDeviceToHost));
       const double wevals = static_cast<double>(iters + warm) * s.nq * s.lq * s.nd;
@@ -291,13 +276,10 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     if (std::string(s.name) == "textual-10k") {
       // The screening kernel's per-warp ring against its one-pair-per-warp kernel.
       b.screen_route = mscuda::Backend::ScreenRoute::kScreen;
-      setenv("MAXSIM_CUDA_NO_SCREEN_PIPE", "1", 1);
+      b.tuning.kernels.screen_pipe = false;
       Emit(s.name, "certified-screen-noring", run(MAXSIM_MODE_CERTIFIED), flops, cert_bytes);
       Emit(s.name, "approximate-screen-noring", run(MAXSIM_MODE_APPROXIMATE), flops, cert_bytes);
-      unsetenv("MAXSIM_CUDA_NO_SCREEN_PIPE");
-      setenv("MAXSIM_CUDA_SCREEN_PIPE", "6x6", 1);
-      Emit(s.name, "approximate-screen-6x6", run(MAXSIM_MODE_APPROXIMATE), flops, cert_bytes);
-      unsetenv("MAXSIM_CUDA_SCREEN_PIPE");
+      b.tuning = tuning_set;
     }
     b.screen_route = route_before;
   }

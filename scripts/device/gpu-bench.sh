@@ -8,9 +8,9 @@ gpu_build maxsim_gpu_bench maxsim_plugin_cuda || exit 1
 B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
 timeout 240 "$B" --json "$OUT/gpu-bench.json" > "$OUT/gpu-bench.txt" 2>&1
 brc=$?
-# Measurement knobs of the long-query exact kernel (docs/cuda.md): stage shapes and block rows, in the same run.
+# The long-query exact kernel with and without wgmma (docs/cuda.md), in the same run.
 if [ "${MAXSIM_GPU_VARIANTS:-1}" = 1 ]; then
-  for v in default MAXSIM_CUDA_WGMMA_SHAPE=ws MAXSIM_CUDA_WGMMA_SHAPE=2x2 MAXSIM_CUDA_WGMMA=0; do
+  for v in default MAXSIM_CUDA_WGMMA=0; do
     for shape in q128 visual; do
       line=$(env ${v/default/MAXSIM_NOTHING=1} timeout 60 "$B" --only $shape 2>&1 | grep -E "^$shape +exact ")
       echo "$v $line"

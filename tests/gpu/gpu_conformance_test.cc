@@ -49,13 +49,16 @@ const bool kScreenCertified = [] {
   return true;
 }();
 
-// fn() with the environment variable `name` set to `value` (the plugin reads these per call), unset afterwards.
+Context CudaContext();
+
+// fn(ctx) on a CUDA context created while the environment variable `name` is `value` (the plugin reads its
+// settings once, when a backend is created; packed handles work in any context).
 template <typename F>
 auto WithEnv(const char* name, const char* value, F&& fn) {
   setenv(name, value, 1);
-  auto r = fn();
+  Context ctx = CudaContext();
   unsetenv(name);
-  return r;
+  return fn(ctx);
 }
 
 maxsim_options Options(const char* backend) {
@@ -67,6 +70,8 @@ maxsim_options Options(const char* backend) {
   if (std::strcmp(backend, "cpu") == 0) o.load_plugins = 0;
   return o;
 }
+
+Context CudaContext() { return Context(Options("cuda")); }
 
 const std::string& GpuUnavailable() {
   static const std::string why = [] {
@@ -385,7 +390,7 @@ TEST_F(Gpu, ManyPairsPipelineKernel) {
     for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
       const std::string what = "pipeline dim " + std::to_string(dim) + (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
       const Matrix pipe = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      const Matrix plain = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [&] {
+      const Matrix plain = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [&](Context& gpu) {
         return ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       });
       ExpectIdentical(pipe, plain, what + " vs one pair per warp");
@@ -398,11 +403,12 @@ TEST_F(Gpu, ManyPairsPipelineKernel) {
       // candidate sets (so the same refinement counts) and the same bits, certified and approximate.
       const Matrix approx = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_APPROXIMATE);
       setenv("MAXSIM_CUDA_NO_SCREEN_PIPE", "1", 1);
-      const Matrix cert_plain =
-          ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED, &st_plain);
-      const Matrix approx_plain =
-          ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_APPROXIMATE);
+      Context no_ring = CudaContext();
       unsetenv("MAXSIM_CUDA_NO_SCREEN_PIPE");
+      const Matrix cert_plain =
+          ScoreMatrix(no_ring, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED, &st_plain);
+      const Matrix approx_plain =
+          ScoreMatrix(no_ring, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_APPROXIMATE);
       ExpectIdentical(cert, cert_plain, what + " certified: screening ring vs one pair per warp");
       ExpectIdentical(approx, approx_plain, what + " approximate: screening ring vs one pair per warp");
       if (kScreenCertified) {
@@ -502,15 +508,10 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
           ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       ExpectReference(q, d, metric, with_argmax, what + " (with argmax)");
       const std::vector<float> values = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      const std::vector<float> mma = WithEnv("MAXSIM_CUDA_WGMMA", "0", [&] {
+      const std::vector<float> mma = WithEnv("MAXSIM_CUDA_WGMMA", "0", [&](Context& gpu) {
         return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       });
       ExpectSameBits(values, mma, what + " values vs MAXSIM_CUDA_WGMMA=0");
-      // Queries over 128 tokens: the warp-specialised wgmma kernel against the default (4-warpgroup) one.
-      const std::vector<float> ws = WithEnv("MAXSIM_CUDA_WGMMA_SHAPE", "ws", [&] {
-        return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      });
-      ExpectSameBits(values, ws, what + " values vs MAXSIM_CUDA_WGMMA_SHAPE=ws");
       ExpectSameBits(values, with_argmax.scores, what + " values vs with argmax");
       const std::vector<float> cert =
           ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);
@@ -529,14 +530,10 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
       const std::string what = std::string("masked device tensors dtype ") + std::to_string(dtype) +
                                (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
       const std::vector<float> values = DeviceScoreValues(gpu, dq, dd, metric);
-      const std::vector<float> mma = WithEnv("MAXSIM_CUDA_WGMMA", "0", [&] {
+      const std::vector<float> mma = WithEnv("MAXSIM_CUDA_WGMMA", "0", [&](Context& gpu) {
         return DeviceScoreValues(gpu, dq, dd, metric);
       });
       ExpectSameBits(values, mma, what + " vs MAXSIM_CUDA_WGMMA=0");
-      const std::vector<float> ws = WithEnv("MAXSIM_CUDA_WGMMA_SHAPE", "ws", [&] {
-        return DeviceScoreValues(gpu, dq, dd, metric);
-      });
-      ExpectSameBits(values, ws, what + " vs MAXSIM_CUDA_WGMMA_SHAPE=ws");
       const Matrix ref = ScoreMatrix(gpu, q.Dense(), q.n_sets(), q.rows(), d.Dense(), d.n_sets(), metric,
                                      MAXSIM_MODE_EXACT);
       ExpectReference(q, d, metric, ref, what + " reference");
@@ -605,11 +602,11 @@ TEST_F(Gpu, CertifiedWgmmaScreeningEqualsExact) {
     const std::vector<float> cert = gpu.ScoreMatrix(pq, q.n_sets(), pd, d.n_sets(), o);
     ExpectSameBits(cert, exact, what + " certified vs exact");
     EXPECT_GT(st.refined, 0u) << what;
-    const std::vector<float> tiny = WithEnv("MAXSIM_CUDA_SCREEN_WGMMA_CAP", "1", [&] {
+    const std::vector<float> tiny = WithEnv("MAXSIM_CUDA_SCREEN_WGMMA_CAP", "1", [&](Context& gpu) {
       return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
     });
     ExpectSameBits(tiny, exact, what + " certified with 1-record-per-row candidate lists vs exact");
-    const std::vector<float> old = WithEnv("MAXSIM_CUDA_SCREEN_WGMMA", "0", [&] {
+    const std::vector<float> old = WithEnv("MAXSIM_CUDA_SCREEN_WGMMA", "0", [&](Context& gpu) {
       return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
     });
     ExpectSameBits(old, exact, what + " certified (mma.sync screening) vs exact");
@@ -627,7 +624,10 @@ TEST_F(Gpu, CertifiedWgmmaScreeningEqualsExact) {
   }
   // Short queries forced onto the kernel: most of each 256-row group is past the query.
   setenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", "1", 1);
+  Context short_gpu = CudaContext();
+  unsetenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ");
   for (maxsim_dtype dtype : {MAXSIM_BF16, MAXSIM_F16}) {
+    Context& gpu = short_gpu;
     auto rng = Rng(++salt);
     const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 5, 0, 70, 128), dtype);
     const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 20, 0, 300, 128), dtype);
@@ -637,7 +637,6 @@ TEST_F(Gpu, CertifiedWgmmaScreeningEqualsExact) {
     const std::vector<float> cert = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
     ExpectSameBits(cert, exact, "short queries dtype " + std::to_string(dtype) + " certified vs exact");
   }
-  unsetenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ");
 }
 
 TEST_F(Gpu, AdversarialNearTies) {

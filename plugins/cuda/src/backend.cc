@@ -134,6 +134,17 @@ Status StageUpload(Backend& b, uint64_t& stage_used, void* dst, const void* src,
 
 namespace {
 
+bool EnvIs(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
+// A switch such as MAXSIM_CUDA_NO_PIPE: set, non-empty and not "0".
+bool EnvFlag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+
 // MAXSIM_CUDA_CERTIFIED: "screen" or "exact" force a route (Backend::ScreenRoute); anything else is kAuto.
 Backend::ScreenRoute ScreenRouteFromEnv() {
   const char* v = std::getenv("MAXSIM_CUDA_CERTIFIED");
@@ -144,6 +155,34 @@ Backend::ScreenRoute ScreenRouteFromEnv() {
 }
 
 }  // namespace
+
+Tuning ReadTuning() {
+  Tuning t;
+  t.kernels.pipe = !EnvFlag("MAXSIM_CUDA_NO_PIPE");
+  t.kernels.screen_pipe = !EnvFlag("MAXSIM_CUDA_NO_SCREEN_PIPE");
+  t.kernels.wgmma = !EnvIs("MAXSIM_CUDA_WGMMA", "0");
+  t.kernels.screen_wgmma = !EnvIs("MAXSIM_CUDA_SCREEN_WGMMA", "0");
+  t.kernels.screen_wgmma_cap =
+      static_cast<uint32_t>(std::min<uint64_t>(64, std::max<uint64_t>(1, EnvU64("MAXSIM_CUDA_SCREEN_WGMMA_CAP", 12))));
+  t.smem_kernel = !EnvFlag("MAXSIM_CUDA_NO_SMEM_KERNEL");
+  t.screen_wgmma_min_lq = EnvU64("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", 256);
+  if (const char* e = std::getenv("MAXSIM_CUDA_EXPERIMENTAL")) {
+    std::string list = e;
+    size_t start = 0;
+    while (start <= list.size()) {
+      size_t end = list.find(',', start);
+      if (end == std::string::npos) end = list.size();
+      const std::string name = list.substr(start, end - start);
+      if (name == "screen-wgmma") {
+        t.experimental_screen_wgmma = true;
+      } else if (!name.empty()) {
+        t.unknown_experimental += (t.unknown_experimental.empty() ? "" : ",") + name;
+      }
+      start = end + 1;
+    }
+  }
+  return t;
+}
 
 Status Probe(std::string* info) {
   int n = 0;
@@ -204,10 +243,9 @@ Status Probe(std::string* info) {
       *info += "; certified and approximate: exact kernel (forced, set by MAXSIM_CUDA_CERTIFIED=exact)";
       break;
     case Backend::ScreenRoute::kAuto: {
-      const char* wg = std::getenv("MAXSIM_CUDA_SCREEN_WGMMA");
-      if (wg != nullptr && std::strcmp(wg, "1") == 0 && WgmmaAvailable(dev)) {
-        *info += "; certified: int8 wgmma screening for long queries (set by MAXSIM_CUDA_SCREEN_WGMMA=1: dot, scores "
-                 "only, resident corpora), else exact kernel";
+      if (ReadTuning().experimental_screen_wgmma && WgmmaAvailable(dev)) {
+        *info += "; certified: int8 wgmma screening for long queries (experimental, set by MAXSIM_CUDA_EXPERIMENTAL="
+                 "screen-wgmma: dot, scores only, resident corpora), else exact kernel";
       } else {
         *info += "; certified: exact kernel (same bits, faster here)";
       }
@@ -251,6 +289,29 @@ std::string SettingsText(const Backend& b) {
                       : b.screen_route == Backend::ScreenRoute::kExact ? "exact kernel (both modes)"
                                                                         : "auto";
   std::snprintf(line, sizeof(line), "certified/approximate route: %s%s\n", route, source("MAXSIM_CUDA_CERTIFIED").c_str());
+  t += line;
+  const Tuning& k = b.tuning;
+  auto onoff = [](bool on) { return on ? "on" : "off"; };
+  std::snprintf(line, sizeof(line), "exact ring kernel: %s%s\n", onoff(k.kernels.pipe), source("MAXSIM_CUDA_NO_PIPE").c_str());
+  t += line;
+  std::snprintf(line, sizeof(line), "exact shared-memory kernel (long queries): %s%s\n", onoff(k.smem_kernel),
+                source("MAXSIM_CUDA_NO_SMEM_KERNEL").c_str());
+  t += line;
+  std::snprintf(line, sizeof(line), "exact wgmma kernel (long queries, sm_90a): %s%s\n", onoff(k.kernels.wgmma),
+                source("MAXSIM_CUDA_WGMMA").c_str());
+  t += line;
+  std::snprintf(line, sizeof(line), "screening ring kernel: %s%s\n", onoff(k.kernels.screen_pipe),
+                source("MAXSIM_CUDA_NO_SCREEN_PIPE").c_str());
+  t += line;
+  std::snprintf(line, sizeof(line), "wgmma screening (long queries, where screening runs): %s%s, from %llu tokens%s, "
+                "%u candidate records per row%s\n", onoff(k.kernels.screen_wgmma), source("MAXSIM_CUDA_SCREEN_WGMMA").c_str(),
+                static_cast<ull>(k.screen_wgmma_min_lq), source("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ").c_str(),
+                k.kernels.screen_wgmma_cap, source("MAXSIM_CUDA_SCREEN_WGMMA_CAP").c_str());
+  t += line;
+  std::snprintf(line, sizeof(line), "experimental: %s%s%s%s\n",
+                k.experimental_screen_wgmma ? "screen-wgmma (wgmma screening on the default certified route)" : "none",
+                source("MAXSIM_CUDA_EXPERIMENTAL").c_str(), k.unknown_experimental.empty() ? "" : "; unknown, ignored: ",
+                k.unknown_experimental.c_str());
   t += line;
   return t;
 }
@@ -315,7 +376,12 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t ind
   b->force_stream = EnvU64("MAXSIM_CUDA_STREAM", 0) != 0;
   b->chunk_bytes = std::max<uint64_t>(4096, EnvU64("MAXSIM_CUDA_STREAM_CHUNK_BYTES", 256ull << 20));
   b->screen_route = ScreenRouteFromEnv();
+  b->tuning = ReadTuning();
   b->settings = SettingsText(*b);
+  if (!b->tuning.unknown_experimental.empty()) {
+    b->Log(MAXSIM_LOG_WARNING, "cuda: MAXSIM_CUDA_EXPERIMENTAL names unknown options (ignored): " +
+                                   b->tuning.unknown_experimental);
+  }
   Status s = b->flags_host.Reserve(64, "status flags");
   if (!s.ok()) return fail(s);
   *out = b;
@@ -350,7 +416,8 @@ int Backend::KernelMode(int mode, const SetsView& q, uint64_t max_lq, uint64_t n
   const uint64_t rows = ScreenGroupRows(max_lq);
   const uint64_t groups = std::max<uint64_t>(1, (max_lq + rows - 1) / rows);
   const int sms = std::max(1, prop.multiProcessorCount);
-  return ScreenPipeApplies(static_cast<uint32_t>(std::min<uint64_t>(groups, 0xffffffffull)), q.code_bytes, n_pairs, sms)
+  return ScreenPipeApplies(tuning.kernels, static_cast<uint32_t>(std::min<uint64_t>(groups, 0xffffffffull)),
+                           q.code_bytes, n_pairs, sms)
              ? mode
              : static_cast<int>(MAXSIM_MODE_EXACT);
 }

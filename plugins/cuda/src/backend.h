@@ -98,6 +98,21 @@ struct DeviceQueries {
   uint64_t max_len = 0;
 };
 
+// Kernel settings a backend reads once, when it is created (CreateBackend; listed by maxsim info).
+struct Tuning {
+  // Default kernels that can be switched off, for tests that check each one against the general kernel:
+  // MAXSIM_CUDA_NO_PIPE=1, MAXSIM_CUDA_NO_SCREEN_PIPE=1, MAXSIM_CUDA_WGMMA=0, MAXSIM_CUDA_SCREEN_WGMMA=0; and the
+  // wgmma screening kernel's candidate records per row, MAXSIM_CUDA_SCREEN_WGMMA_CAP (1..64, default 12).
+  KernelSwitches kernels;
+  bool smem_kernel = true;  // MAXSIM_CUDA_NO_SMEM_KERNEL=1: long queries on the register kernel instead
+  // MAXSIM_CUDA_EXPERIMENTAL: a comma-separated list of default-off kernels to use. "screen-wgmma": certified
+  // requests of long queries screen with wgmma on the default route (else only when MAXSIM_CUDA_CERTIFIED=screen).
+  bool experimental_screen_wgmma = false;
+  uint64_t screen_wgmma_min_lq = 256;  // MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ: the shortest query it screens
+  std::string unknown_experimental;    // names in MAXSIM_CUDA_EXPERIMENTAL this build does not know
+};
+Tuning ReadTuning();
+
 struct Backend {
   const maxsim_plugin_host* host = nullptr;
   int device = 0;
@@ -127,6 +142,7 @@ struct Backend {
   // kScreen ("screen"): both modes always screen. kExact ("exact"): neither does.
   enum class ScreenRoute { kAuto, kScreen, kExact };
   ScreenRoute screen_route = ScreenRoute::kAuto;
+  Tuning tuning;
 
   // The kernel mode for a requested mode, query set and number of (query, document) pairs.
   int KernelMode(int mode, const SetsView& q, uint64_t max_lq, uint64_t n_pairs) const;

@@ -17,7 +17,6 @@
 #include <math.h>
 
 #include <cstdlib>
-#include <string>
 
 #include "forward_common.cuh"
 
@@ -195,8 +194,7 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
   const uint32_t chunks = (a.q.dim + 31) / 32;
   // Many single-group pairs (at least half a pair per resident warp): the per-warp cp.async pipeline.
   const int sms = SmCount();
-  if (a.part.groups == 1 && chunks <= 4 && EnoughPairsForWarpRings(a.pairs.n_pairs, sms) &&
-      std::getenv("MAXSIM_CUDA_NO_PIPE") == nullptr) {
+  if (a.sw.pipe && a.part.groups == 1 && chunks <= 4 && EnoughPairsForWarpRings(a.pairs.n_pairs, sms)) {
     return LaunchPipe<T, MT>(a, sms, stream);
   }
   switch (chunks) {
@@ -381,17 +379,14 @@ cudaError_t LaunchSmemShape(const ForwardArgs& a, uint64_t tasks, cudaStream_t s
 
 // Stage shapes (H100, bf16; docs/cuda.md): 8-warp blocks (queries > 128 rows, compute-bound) take 128-token x
 // 2-stage tiles, the fastest of 64 x 3, 64 x 4 and 32 x 6 on the visual shape; 2- and 4-warp blocks keep 64 x 3,
-// the fastest on q128 (gpu_bench with MAXSIM_CUDA_SMEM).
-// MAXSIM_CUDA_SMEM=64x3|128x2 overrides the choice, for measurement.
+// the fastest on q128.
 template <typename T, int W, bool ARGMAX>
 cudaError_t LaunchSmemA(const ForwardArgs& a, uint64_t tasks, cudaStream_t stream) {
-  static const std::string shape = [] {
-    const char* v = std::getenv("MAXSIM_CUDA_SMEM");
-    return std::string(v ? v : "");
-  }();
-  const bool wide = shape == "128x2" || (W == 8 && shape != "64x3");
-  return wide ? LaunchSmemShape<T, W, ARGMAX, 128, 2>(a, tasks, stream)
-              : LaunchSmemShape<T, W, ARGMAX, kSmemTile, kSmemStages>(a, tasks, stream);
+  if constexpr (W == 8) {
+    return LaunchSmemShape<T, W, ARGMAX, 128, 2>(a, tasks, stream);
+  } else {
+    return LaunchSmemShape<T, W, ARGMAX, kSmemTile, kSmemStages>(a, tasks, stream);
+  }
 }
 
 template <typename T, int W>
@@ -531,16 +526,10 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Ring shapes (warps per block x stages of 8 KB, one block per SM): 8x3 by default, the fastest of 8x3, 6x4,
-// 4x7 and 5x5 on textual-10k on the H100 (gpu_bench with MAXSIM_CUDA_PIPE); MAXSIM_CUDA_PIPE=WxS picks
-// another for measurement.
+// Ring shape (warps per block x stages of 8 KB, one block per SM): 8x3, the fastest of 8x3, 6x4, 4x7 and 5x5 on
+// textual-10k on the H100 (git history keeps the others).
 template <typename T, int MT>
 cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
-  const char* v = std::getenv("MAXSIM_CUDA_PIPE");
-  const std::string shape = v ? v : "";
-  if (shape == "5x5") return LaunchPipeWS<T, MT, 5, 5>(a, sms, stream);
-  if (shape == "4x7") return LaunchPipeWS<T, MT, 4, 7>(a, sms, stream);
-  if (shape == "6x4") return LaunchPipeWS<T, MT, 6, 4>(a, sms, stream);
   return LaunchPipeWS<T, MT, 8, 3>(a, sms, stream);
 }
 
@@ -716,16 +705,7 @@ bool TcSmemSupported(const SetsView& q, const SetsView& d, uint64_t max_lq) {
   return TcSupported(q, d) && q.dim > 96 && q.dim <= 128 && max_lq > 32;
 }
 
-// MAXSIM_CUDA_SMEM_ROWS=64|128|256 forces the block's rows (more groups of fewer warps), for measurement.
-uint32_t TcSmemGroupRows(uint64_t max_lq) {
-  static const uint32_t forced = [] {
-    const char* v = std::getenv("MAXSIM_CUDA_SMEM_ROWS");
-    const std::string s = v ? v : "";
-    return s == "64" ? 64u : s == "128" ? 128u : s == "256" ? 256u : 0u;
-  }();
-  if (forced) return forced;
-  return max_lq <= 64 ? 64 : max_lq <= 128 ? 128 : 256;
-}
+uint32_t TcSmemGroupRows(uint64_t max_lq) { return max_lq <= 64 ? 64 : max_lq <= 128 ? 128 : 256; }
 
 cudaError_t LaunchExactTcSmem(const ForwardArgs& a, cudaStream_t stream) {
   return a.q.dtype == kBF16 ? LaunchSmemT<__nv_bfloat16>(a, stream) : LaunchSmemT<__half>(a, stream);

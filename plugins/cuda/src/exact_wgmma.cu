@@ -30,9 +30,6 @@
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 
 #include "forward_common.cuh"
 #include "wgmma_common.cuh"
@@ -196,36 +193,6 @@ __device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&
   }
 }
 
-// The same fold with the per-column work done once per stage by the producer: w[c] (shared memory) is the weight
-// of column base + c, negative when the column is past the document or masked. The columns are weighted in place
-// and then folded by the one tree, so the rare case (masks, cosine, a document's last partial stage) adds no
-// live registers to the common one. cosine: w = 1 / |d| (products (v + 0) * w, as above); dot: w = 1.
-template <int N>
-__device__ __forceinline__ void FoldTileMaxWeighted(float (&d)[N / 2], const float* w, bool weighted, bool cosine,
-                                                    float& ra, float& rb, bool& saw_kept) {
-  if (weighted) {
-    const int t = threadIdx.x & 3;
-    bool any = false;
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float wc = w[8 * j + 2 * t + e];
-        const bool keep = wc >= 0.0f;
-        any |= keep;
-        float& va = d[4 * j + e];
-        float& vb = d[4 * j + 2 + e];
-        va = !keep ? -INFINITY : cosine ? (va + 0.0f) * wc : va;
-        vb = !keep ? -INFINITY : cosine ? (vb + 0.0f) * wc : vb;
-      }
-    }
-    saw_kept |= any;
-  } else {
-    saw_kept = true;
-  }
-  TreeMax<N>(d, ra, rb);
-}
-
 // This warp's query rows as wgmma A fragments: for set qs, rows row0 + qs*64 (qa: lane row g) and + 8 (qc),
 // rows at or past lq and dimensions past dim as zeros, in the natural placement of the copies (PieceOffset):
 // qa[qs][c] = {step 2c a0, step 2c a2, step 2c+1 a0, step 2c+1 a2} (IssueTile's order; LdFragNatural).
@@ -244,28 +211,10 @@ __device__ __forceinline__ void LoadQueryFragments(const uint8_t* qbase, uint64_
   }
 }
 
-// Block-wide and named (a subset of warps) barriers for the per-pair epilogue.
+// The block-wide barrier of the per-pair epilogue.
 struct BlockBarrier {
   __device__ __forceinline__ void Sync() const { __syncthreads(); }
   __device__ __forceinline__ bool SyncOr(bool v) const { return __syncthreads_or(v) != 0; }
-};
-struct NamedBarrier {
-  uint32_t id, threads;
-  __device__ __forceinline__ void Sync() const {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-  }
-  __device__ __forceinline__ void Arrive() const {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-  }
-  __device__ __forceinline__ bool SyncOr(bool v) const {
-    uint32_t out;
-    asm volatile(
-        "{\n.reg .pred pi, po;\nsetp.ne.u32 pi, %1, 0;\nbar.red.or.pred po, %2, %3, pi;\nselp.u32 %0, 1, 0, po;\n}\n"
-        : "=r"(out)
-        : "r"(static_cast<uint32_t>(v)), "r"(id), "r"(threads)
-        : "memory");
-    return out != 0;
-  }
 };
 
 // The end of pair p for the threads that computed it (`bar` spans them all; `first` is one of them): the quad max
@@ -447,14 +396,9 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
   const int smem = S * kWgStageBytes + 1024;  // + alignment slack for the 1024-byte swizzle period
   const cudaError_t e = AllowDynamicSmemOnce<ExactWgmmaKernel<T, WGS, QS, S, BPS>>(smem);
   if (e != cudaSuccess) return e;
-  // Stages copied ahead: S - 1 (all but the one being read; producing waits for the stage of the tile before).
-  // On the H100 S - 1 is faster than S - 2 on both q128 and visual (gpu_bench with MAXSIM_CUDA_WGMMA_AHEAD).
-  // MAXSIM_CUDA_WGMMA_AHEAD=1..S-1 overrides it, for measurement.
-  static const int ahead_env = [] {
-    const char* v = std::getenv("MAXSIM_CUDA_WGMMA_AHEAD");
-    return v == nullptr ? 0 : std::atoi(v);
-  }();
-  const int ahead = ahead_env >= 1 && ahead_env <= S - 1 ? ahead_env : S - 1;
+  // Stages copied ahead: S - 1 (all but the one being read; producing waits for the stage of the tile before),
+  // faster than S - 2 on both q128 and visual on the H100.
+  const int ahead = S - 1;
   uint64_t cpg = 0, blocks = 0;
   if (!PersistentGrid(a, BPS, &cpg, &blocks)) return cudaErrorInvalidConfiguration;
   ExactWgmmaKernel<T, WGS, QS, S, BPS>
@@ -462,168 +406,13 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Warp-specialised kernel for 256-row groups (MAXSIM_CUDA_WGMMA_SHAPE=ws; LaunchWgmmaT): three warpgroups. Warpgroup 0
-// produces: its 128 threads copy the document into a ring of 3 stages of 256 tokens (2 x 32 KB each, the layout
-// above with N = 256), write each stage's column weights (FoldTileMaxWeighted) and hold few registers
-// (setmaxnreg.dec). Warpgroups 1 and 2 consume: each holds two 64-row sets of the query as A fragments (64
-// registers) and one m64n256 accumulator (128 registers; setmaxnreg.inc), and runs a set's 8 wgmma.m64n256k16
-// steps, waits, and folds the tile. The consumers take turns to issue (named barriers, as in FlashAttention-3's
-// ping-pong) so that one folds while the other's wgmma run. Per 64 KB stage the tensor pipe gets 2 x 2 x 8 wgmma
-// of 128 cycles: 16 bytes per SM cycle from L2, as for the 4-warpgroup kernel, with half the wgmma instructions
-// and no copies in the consumers' instruction stream.
-// Which of this kernel and the 4-warpgroup one is faster depends on the copy code (the consumers here do not
-// copy); with whole-stage copies (CopyStagePieces) the 4-warpgroup kernel is slightly faster on the visual
-// shape, so it is the default and this one is kept for comparison (gpu_bench with MAXSIM_CUDA_WGMMA_SHAPE=ws).
-constexpr int kWsTokens = 256;
-constexpr int kWsRegionBytes = kWsTokens * 128;
-constexpr int kWsStageBytes = 2 * kWsRegionBytes;
-constexpr int kWsStages = 3;
-constexpr int kWsThreads = 384;
-
-template <typename T>
-__global__ void __launch_bounds__(kWsThreads, 1) ExactWgmmaWsKernel(const ForwardArgs a, uint32_t cpg, bool turns) {
-#if defined(MAXSIM_HAVE_WGMMA)
-  extern __shared__ uint8_t smem_raw[];
-  constexpr int S = kWsStages;
-  constexpr uint32_t kWsConsumerThreads = 256;
-  constexpr uint32_t kWsTurnBar0 = 1, kWsPairBar = 3;  // named barriers: 1, 2 = consumer turns; 3 = pair end
-  __shared__ float s_term[256];
-  __shared__ float s_w[S][kWsTokens];  // per stage: column weights (FoldTileMaxWeighted)
-  __shared__ __align__(8) uint64_t s_full[S], s_empty[S];
-  const int tid = threadIdx.x, warp = tid >> 5, wg = warp >> 2;
-  const uint32_t G = a.part.groups;
-  const uint32_t grp = blockIdx.x % G;
-  const uint64_t c0 = blockIdx.x / G;
-  const uint32_t r0b = grp * 256;
-  const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(s_full));
-  const uint32_t empty0 = static_cast<uint32_t>(__cvta_generic_to_shared(s_empty));
-  if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      MbarInit(full0 + 8 * s, 256);                  // every producer thread's copies landed and weights written
-      MbarInit(empty0 + 8 * s, kWsConsumerThreads);  // every consumer thread's wgmma reading it finished
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();  // the last block-wide barrier: from here the warpgroups run apart
-  const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t sbase = (sraw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
-  // Whether this block's row group has rows of pair p's query (the producer and the consumers skip the same pairs).
-  auto has_rows = [&](uint64_t qi) { return grp == 0 || r0b < a.q.End(qi) - a.q.Begin(qi); };
-
-  if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    // Thread tid moves 16-byte piece pc of tokens tok0, tok0 + 8, ... (placement as in ExactWgmmaKernel).
-    const int pc = tid & 15, tok0 = tid >> 4;
-    const bool pc_in_dim = static_cast<uint32_t>(8 * pc) < a.q.dim;
-    const uint64_t drb = a.d.row_bytes;
-    RingPos produced;
-    for (uint64_t p = c0; p < a.pairs.n_pairs; p += cpg) {
-      uint64_t qi, dj;
-      a.pairs.Resolve(p, &qi, &dj);
-      if (!has_rows(qi)) continue;
-      const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
-      const uint8_t* dbase = a.d.orig + db * drb;
-      for (uint64_t n0 = 0; n0 < ld; n0 += kWsTokens, produced.Advance(S)) {
-        const uint32_t s = produced.slot;
-        if (produced.lapped) MbarWait(empty0 + 8 * s, produced.phase ^ 1);
-        const uint32_t st = sbase + s * kWsStageBytes;
-        CopyStagePieces<kWsRegionBytes, kWsTokens / 8, 8>(st, pc, tok0, pc_in_dim, dbase, drb, n0, ld);
-        // Column weights for the consumers' fold (columns tid and tid + 128 of the stage).
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t c = tid + 128 * h;
-          const uint64_t n = n0 + c;
-          float w = -1.0f;
-          if (n < ld && a.d.Kept(db + n)) w = a.cosine ? InvNorm(RowNorm(a.d, db + n)) : 1.0f;
-          s_w[s][c] = w;
-        }
-        MbarArrive(full0 + 8 * s);        // release: the weights above
-        MbarArriveCopies(full0 + 8 * s);  // when this thread's copies land
-      }
-    }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives its thread
-    return;
-  }
-
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-  const int cw = wg - 1, wq = warp & 3, lane = tid & 31, g = lane >> 2;
-  const NamedBarrier my_turn{kWsTurnBar0 + cw, kWsConsumerThreads};
-  const NamedBarrier other_turn{kWsTurnBar0 + (1 - cw), kWsConsumerThreads};
-  const NamedBarrier pair_bar{kWsPairBar, kWsConsumerThreads};
-  const bool plain = a.d.mask == nullptr && !a.cosine;
-  const uint32_t row0 = cw * 128 + wq * 16 + g;  // local row of this lane's set 0, row g
-  float acc[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;  // never read (scale-d = 0), but defined
-  uint4 qa[2][4], qc[2][4];
-  uint64_t loaded_q = ~0ull;
-  RingPos consumed;
-  if (turns && cw == 1) other_turn.Arrive();  // consumer 0 issues first
-  for (uint64_t p = c0; p < a.pairs.n_pairs; p += cpg) {
-    uint64_t qi, dj;
-    a.pairs.Resolve(p, &qi, &dj);
-    if (!has_rows(qi)) continue;
-    const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
-    const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
-    if (qi != loaded_q) {
-      // Every wgmma that read the previous fragments has completed (each set ends with wait_group 0).
-      LoadQueryFragments<2>(a.q.orig + qb * a.q.row_bytes, a.q.row_bytes, lq, a.q.dim, r0b + row0, qa, qc);
-      loaded_q = qi;
-    }
-    float run[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
-    bool saw_kept = false;
-    for (uint64_t n0 = 0; n0 < ld; n0 += kWsTokens, consumed.Advance(S)) {
-      const uint32_t s = consumed.slot;
-      MbarWait(full0 + 8 * s, consumed.phase);
-      FenceProxyAsync();  // the copies (generic proxy) before this thread's wgmma reads (async proxy)
-      const uint32_t st = sbase + s * kWsStageBytes;
-      const bool weighted = !plain || n0 + kWsTokens > ld;
-#pragma unroll
-      for (int qs = 0; qs < 2; ++qs) {
-        if (turns) my_turn.Sync();  // the other consumer has issued its previous set
-        IssueTile<T, kWsTokens>(acc, qa[qs], qc[qs], st);
-        if (turns) other_turn.Arrive();
-        WgWait<0>();
-        PinAcc(acc);
-        FoldTileMaxWeighted<kWsTokens>(acc, s_w[s], weighted, a.cosine, run[qs][0], run[qs][1], saw_kept);
-      }
-      MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage (wgmma and weights) are done
-    }
-    FinishPair<2>(a, pair_bar, tid == 128, s_term, run, row0, grp, r0b, p, qi, dj, qb, lq, ld, saw_kept);
-  }
-#endif
-}
-
-template <typename T>
-cudaError_t LaunchWgmmaWs(const ForwardArgs& a, cudaStream_t stream) {
-  const int smem = kWsStages * kWsStageBytes + 1024;  // + alignment slack for the 1024-byte swizzle period
-  const cudaError_t e = AllowDynamicSmemOnce<ExactWgmmaWsKernel<T>>(smem);
-  if (e != cudaSuccess) return e;
-  uint64_t cpg = 0, blocks = 0;
-  if (!PersistentGrid(a, 1, &cpg, &blocks)) return cudaErrorInvalidConfiguration;
-  // MAXSIM_CUDA_WGMMA_TURNS=0: the consumers issue without taking turns (for measurement; read per call).
-  const char* turns_env = std::getenv("MAXSIM_CUDA_WGMMA_TURNS");
-  const bool turns = turns_env == nullptr || std::strcmp(turns_env, "0") != 0;
-  ExactWgmmaWsKernel<T>
-      <<<static_cast<unsigned>(blocks), kWsThreads, smem, stream>>>(a, static_cast<uint32_t>(cpg), turns);
-  return cudaGetLastError();
-}
-
-// Block shapes (H100, bf16; MAXSIM_CUDA_WGMMA_SHAPE is read per call, so that tests and benchmarks can compare
-// them in one process):
-//  - 256-row groups: 4 warpgroups of one 64-row set that all copy and compute, 4 stages of 128 tokens (129 KB,
-//    128 registers). With whole-stage copies (CopyStagePieces) it is slightly faster on the visual shape than
-//    the warp-specialised kernel (MAXSIM_CUDA_WGMMA_SHAPE=ws), whose consumers do not copy; the order depends
-//    on the copy code, so compare them with gpu_bench (scripts/device/gpu-ab.sh) after changing it. 2x2: 2
-//    warpgroups of two sets (255 registers; about as fast).
-//  - 128-row groups: 2 warpgroups of one set, 3 stages of 128 tokens (97 KB, two blocks per SM).
+// Block shapes (H100, bf16): 256-row groups run 4 warpgroups of one 64-row set that all copy and compute, 4 stages
+// of 128 tokens (129 KB, 128 registers); 128-row groups 2 warpgroups of one set, 3 stages of 128 tokens (97 KB,
+// two blocks per SM). Other shapes measured slower or no faster on the visual and q128 shapes (a warp-specialised
+// producer/consumer kernel, two sets per warpgroup; git history keeps them).
 template <typename T>
 cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {
   if (a.part.group_rows == 128) return LaunchWgmmaShape<T, 2, 1, 3, 2>(a, stream);
-  const char* v = std::getenv("MAXSIM_CUDA_WGMMA_SHAPE");
-  const std::string shape = v ? v : "";
-  if (shape == "ws") return LaunchWgmmaWs<T>(a, stream);
-  if (shape == "2x2") return LaunchWgmmaShape<T, 2, 2, 4, 1>(a, stream);
   return LaunchWgmmaShape<T, 4, 1, 4, 1>(a, stream);
 }
 
@@ -653,9 +442,7 @@ bool WgmmaAvailable(int dev) {
 }
 
 bool WgmmaUsable(const ForwardArgs& a) {
-  // Read per call (cheap next to a launch) so that tests and benchmarks can compare both kernels in one process.
-  const char* off = std::getenv("MAXSIM_CUDA_WGMMA");
-  if (off != nullptr && std::strcmp(off, "0") == 0) return false;
+  if (!a.sw.wgmma) return false;
   if (a.pairs.argmax != nullptr) return false;
   if (a.part.group_rows != 256 && a.part.group_rows != 128) return false;
   if (a.q.dtype != a.d.dtype || (a.q.dtype != kBF16 && a.q.dtype != kF16)) return false;

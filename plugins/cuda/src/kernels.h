@@ -127,6 +127,16 @@ struct CandidateLists {
   uint32_t cap = 0;
 };
 
+// Default kernels a backend may switch off, read once when it is created (backend.h, Tuning) so that tests can
+// check each one against the general kernel it replaces, bit for bit.
+struct KernelSwitches {
+  bool pipe = true;                // exact: per-warp cp.async ring for many short-query pairs
+  bool screen_pipe = true;         // screening: its per-warp ring
+  bool wgmma = true;               // exact: Hopper wgmma for long values-only queries
+  bool screen_wgmma = true;        // screening of long queries with wgmma, where screening runs
+  uint32_t screen_wgmma_cap = 12;  // the wgmma screening kernel's candidate records per row (1..64)
+};
+
 struct ForwardArgs {
   SetsView q, d;
   PairSpec pairs;
@@ -135,6 +145,7 @@ struct ForwardArgs {
   int cosine = 0;
   int mode = 0;              // maxsim_mode (screening kernel)
   unsigned long long* counters = nullptr;  // optional [2]: refined, multi_candidate (screening)
+  KernelSwitches sw;         // read by the launchers only
 };
 
 // ---- launchers (return the launch error; all work is enqueued on `stream`) ----------------------------
@@ -150,7 +161,7 @@ bool TcSmemSupported(const SetsView& q, const SetsView& d, uint64_t max_lq);
 uint32_t TcSmemGroupRows(uint64_t max_lq);
 cudaError_t LaunchExactTcSmem(const ForwardArgs& a, cudaStream_t stream);
 // Hopper wgmma variant of the above (exact_wgmma.cu): used by LaunchExactTcSmem for values-only requests on an
-// sm_90 device when the module loaded for it was built for sm_90a (MAXSIM_CUDA_WGMMA=0 turns it off).
+// sm_90 device when the module loaded for it was built for sm_90a (and a.sw.wgmma).
 bool WgmmaUsable(const ForwardArgs& a);
 bool WgmmaAvailable(int device);  // device is sm_90 and the loaded module has the sm_90a code
 cudaError_t LaunchExactWgmma(const ForwardArgs& a, cudaStream_t stream);
@@ -160,7 +171,7 @@ cudaError_t LaunchExactFfma(const ForwardArgs& a, cudaStream_t stream);
 // i8 screening (CERTIFIED / APPROXIMATE) on packed q and d; refinement with the exact kernels' arithmetic.
 uint32_t ScreenGroupRows(uint64_t max_lq);
 // Whether LaunchScreen uses its per-warp ring kernel (ScreenPipeKernel) for this launch.
-bool ScreenPipeApplies(uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, int sms);
+bool ScreenPipeApplies(const KernelSwitches& sw, uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, int sms);
 cudaError_t LaunchScreen(const ForwardArgs& a, cudaStream_t stream);
 // The screening bound's constants for similarities computed as the exact kernels compute them: relative error
 // factor gamma' of a similarity (times |q| |d|) and an absolute slack for underflow (screen.cu).
@@ -174,14 +185,14 @@ ScreenBound ScreenBoundFor(const SetsView& q, const SetsView& d);
 // exact refinement kernel. Scope: dot, values only, 16-bit originals of 96 < dim <= 128 (128-byte code rows),
 // documents of < 2^24 tokens, 256-row groups; ScreenWgmmaSupported says whether a request fits.
 constexpr uint32_t kScreenWgmmaRows = 256;
-bool ScreenWgmmaSupported(const SetsView& q, int dtype_d, uint32_t code_bytes_d, uint64_t max_ld);
+bool ScreenWgmmaSupported(const KernelSwitches& sw, const SetsView& q, int dtype_d, uint32_t code_bytes_d,
+                          uint64_t max_ld);
 uint64_t DocScaleCodeBytes(uint64_t n_vectors, uint64_t n_sets);  // device bytes LaunchDocScaleCodes writes
 // d: the whole packed corpus; out: DocScaleCodeBytes(...) bytes (codes, then the 16-byte-aligned set info).
 cudaError_t LaunchDocScaleCodes(const SetsView& d, uint64_t n_vectors, uint8_t* out, const int8_t** codes,
                                 const float4** info, cudaStream_t stream);
-// Candidate records per task for a group of 256 rows (MAXSIM_CUDA_SCREEN_WGMMA_CAP: records per row, read per
-// call; default 12, at most 64).
-uint32_t ScreenWgmmaCap();
+// Candidate records per task for a group of 256 rows (sw.screen_wgmma_cap per row, clamped to 1..64).
+uint32_t ScreenWgmmaCap(const KernelSwitches& sw);
 cudaError_t LaunchScreenWgmma(const ForwardArgs& a, cudaStream_t stream);
 
 // Partials -> scores + argmax.

@@ -103,14 +103,14 @@ Status ScoreMatrixDevice(Backend& b, const DeviceQueries& q, const Corpus& c, in
   if (wg) MSC_RETURN(EnsureDocScaleCodes(b, c));
   const SetsView d = c.View();
   const int kmode = wg ? static_cast<int>(MAXSIM_MODE_CERTIFIED) : b.KernelMode(mode, q.view, q.max_len, nq * nd);
-  const Plan plan = wg ? MakeScreenWgmmaPlan(q.max_len) : MakePlan(q.view, d, q.max_len, kmode);
+  const Plan plan = wg ? MakeScreenWgmmaPlan(b, q.max_len) : MakePlan(b, q.view, d, q.max_len, kmode);
   uint8_t* partials = nullptr;
   if (plan.PartialBytes(nq * nd) > 0) {
     MSC_RETURN(b.scratch.Reserve(plan.PartialBytes(nq * nd), "partial results"));
     partials = b.scratch.data();
   }
   const ForwardArgs a = MatrixForwardArgs(q.view, d, nq, nd, metric, kmode, d_counters, d_scores, d_argmax, partials, plan);
-  return LaunchForward(plan, a, stream);
+  return LaunchForward(b, plan, a, stream);
 }
 
 Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
@@ -136,7 +136,7 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
     probe_d.dtype = c.info.dtype;
     probe_d.dim = c.info.dim;
   }
-  const Plan plan = wg ? MakeScreenWgmmaPlan(q.max_len) : MakePlan(q.view, probe_d, q.max_len, mode);
+  const Plan plan = wg ? MakeScreenWgmmaPlan(b, q.max_len) : MakePlan(b, q.view, probe_d, q.max_len, mode);
   // Per-document-column device bytes of one chunk: scores, argmax, partials.
   const uint64_t col_bytes = nq * 4 + (a.argmax ? qpos * 4 : 0) + plan.PartialBytes(nq);
   const uint64_t max_docs = std::max<uint64_t>(1, kOutputBudget / std::max<uint64_t>(1, col_bytes));
@@ -163,7 +163,7 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
     const ForwardArgs fa =
         MatrixForwardArgs(q.view, d, nq, n, a.metric, mode, counters, reinterpret_cast<float*>(s + o_scores),
                           a.argmax ? reinterpret_cast<int32_t*>(s + o_argmax) : nullptr, s + o_part, plan);
-    MSC_RETURN(LaunchForward(plan, fa, b.stream));
+    MSC_RETURN(LaunchForward(b, plan, fa, b.stream));
     uint8_t* hs = b.stage.data();
     uint8_t* ha = hs + RoundUp(nq * n * 4, kAlign);
     MSC_CUDA(cudaMemcpyAsync(single ? static_cast<void*>(a.scores) : hs, s + o_scores, nq * n * 4,
@@ -214,7 +214,7 @@ Status ScoreCandidates(Backend& b, const maxsim_plugin_score_args& a) {
   probe_d.row_bytes = c.info.orig_row_bytes;
   probe_d.dtype = c.info.dtype;
   probe_d.dim = c.info.dim;
-  const Plan plan = MakePlan(q.view, probe_d, q.max_len, mode);
+  const Plan plan = MakePlan(b, q.view, probe_d, q.max_len, mode);
   const std::vector<DocChunk> chunks =
       MakeChunks(c, c.streamed ? nd : nd, StreamedRowBytes(c, need_codes), b.chunk_bytes);
   std::vector<uint32_t> chunk_of(nd);
@@ -283,7 +283,7 @@ Status ScoreCandidates(Backend& b, const maxsim_plugin_score_args& a) {
       fa.pairs.am_base = reinterpret_cast<const uint64_t*>(s + o_am) + p0;
       fa.part.term = reinterpret_cast<float*>(s + o_part);
       fa.part.arg = reinterpret_cast<int32_t*>(s + o_part + n * plan.groups * plan.rows * 4);
-      MSC_RETURN(LaunchForward(plan, fa, b.stream));
+      MSC_RETURN(LaunchForward(b, plan, fa, b.stream));
     }
     return Status::Ok();
   });
@@ -320,7 +320,7 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
     probe_d.row_bytes = c.info.orig_row_bytes;
     probe_d.dtype = c.info.dtype;
     probe_d.dim = c.info.dim;
-    const Plan plan = wg ? MakeScreenWgmmaPlan(q.max_len) : MakePlan(q.view, probe_d, q.max_len, mode);
+    const Plan plan = wg ? MakeScreenWgmmaPlan(b, q.max_len) : MakePlan(b, q.view, probe_d, q.max_len, mode);
     const uint64_t col_bytes = nq * 4 + plan.PartialBytes(nq);
     const uint64_t max_docs = std::max<uint64_t>(1, kOutputBudget / std::max<uint64_t>(1, col_bytes));
     const std::vector<DocChunk> chunks = MakeChunks(c, max_docs, StreamedRowBytes(c, need_codes), b.chunk_bytes);
@@ -339,7 +339,7 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
       const uint64_t n = ch.j1 - ch.j0;
       const ForwardArgs fa = MatrixForwardArgs(q.view, d, nq, n, a.metric, mode, counters,
                                                reinterpret_cast<float*>(s + o_scores), nullptr, s + o_part, plan);
-      MSC_RETURN(LaunchForward(plan, fa, b.stream));
+      MSC_RETURN(LaunchForward(b, plan, fa, b.stream));
       const cudaError_t e = LaunchTopkMerge(fa.pairs.scores, n, n, ch.j0, nq, run[cur], run[1 - cur], have, k, b.stream);
       if (e != cudaSuccess) return CudaFail(e, "launching the top-k merge");
       cur = 1 - cur;

@@ -3,8 +3,6 @@
 #include "plan.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "host_util.h"
 
@@ -12,39 +10,35 @@ namespace mscuda {
 
 // Whether a certified request runs the wgmma screening kernel (screen_wgmma.cu: dot, values only, 16-bit
 // originals of 96 < dim <= 128, a resident corpus, an sm_90 device with the sm_90a module, queries of at least
-// MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ tokens, default 256, read per call). It is the long-query kernel of forced
-// screening (MAXSIM_CUDA_CERTIFIED=screen; several times faster than the mma.sync screening kernel on the visual
-// shape), but not the default certified route: the exact kernel is faster still on the H100, with the same bits
-// (gpu_bench, mode certified-screen; docs/cuda.md).
-// MAXSIM_CUDA_SCREEN_WGMMA=1 puts it on the default route too, =0 never uses it.
+// tuning.screen_wgmma_min_lq tokens). It is the long-query kernel of forced screening (MAXSIM_CUDA_CERTIFIED=screen;
+// several times faster than the mma.sync screening kernel on the visual shape), but not the default certified
+// route: the exact kernel is faster still on the H100, with the same bits (gpu_bench, mode certified-screen;
+// docs/cuda.md). The experimental option screen-wgmma puts it on the default route too.
 bool UseScreenWgmma(const Backend& b, int requested_mode, const DeviceQueries& q, const Corpus& c, int metric,
                     bool argmax) {
   if (requested_mode != MAXSIM_MODE_CERTIFIED || b.screen_route == Backend::ScreenRoute::kExact) return false;
-  const char* on = std::getenv("MAXSIM_CUDA_SCREEN_WGMMA");
-  if (b.screen_route == Backend::ScreenRoute::kAuto && (on == nullptr || std::strcmp(on, "1") != 0)) return false;
+  if (b.screen_route == Backend::ScreenRoute::kAuto && !b.tuning.experimental_screen_wgmma) return false;
   if (c.streamed || metric != MAXSIM_METRIC_DOT || argmax) return false;
-  const char* v = std::getenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ");
-  const uint64_t min_lq = v ? std::strtoull(v, nullptr, 10) : 256;
-  if (q.max_len < std::max<uint64_t>(min_lq, 1)) return false;
-  return ScreenWgmmaSupported(q.view, c.info.dtype, c.info.padded_dim, c.max_len);
+  if (q.max_len < std::max<uint64_t>(b.tuning.screen_wgmma_min_lq, 1)) return false;
+  return ScreenWgmmaSupported(b.tuning.kernels, q.view, c.info.dtype, c.info.padded_dim, c.max_len);
 }
 
-Plan MakeScreenWgmmaPlan(uint64_t max_lq) {
+Plan MakeScreenWgmmaPlan(const Backend& b, uint64_t max_lq) {
   Plan p;
   p.kind = KernelKind::kScreenWgmma;
   p.rows = kScreenWgmmaRows;
   p.groups = static_cast<uint32_t>(std::max<uint64_t>(1, (max_lq + p.rows - 1) / p.rows));
   p.partials = p.groups > 1;
-  p.cand_cap = ScreenWgmmaCap();
+  p.cand_cap = ScreenWgmmaCap(b.tuning.kernels);
   return p;
 }
 
-Plan MakePlan(const SetsView& q, const SetsView& d, uint64_t max_lq, int mode) {
+Plan MakePlan(const Backend& b, const SetsView& q, const SetsView& d, uint64_t max_lq, int mode) {
   Plan p;
   if (mode != MAXSIM_MODE_EXACT) {
     p.kind = KernelKind::kScreen;
     p.rows = ScreenGroupRows(max_lq);
-  } else if (TcSmemSupported(q, d, max_lq) && std::getenv("MAXSIM_CUDA_NO_SMEM_KERNEL") == nullptr) {
+  } else if (b.tuning.smem_kernel && TcSmemSupported(q, d, max_lq)) {
     p.kind = KernelKind::kTcSmem;
     p.rows = TcSmemGroupRows(max_lq);
   } else if (TcSupported(q, d)) {
@@ -90,7 +84,8 @@ ForwardArgs MatrixForwardArgs(const SetsView& q, const SetsView& d, uint64_t nq,
   return fa;
 }
 
-Status LaunchForward(const Plan& plan, ForwardArgs a, cudaStream_t stream) {
+Status LaunchForward(const Backend& b, const Plan& plan, ForwardArgs a, cudaStream_t stream) {
+  a.sw = b.tuning.kernels;
   a.part.groups = plan.groups;
   a.part.group_rows = plan.rows;
   if (!plan.partials) {

@@ -33,8 +33,8 @@ struct Plan {
 // Whether a certified request runs the wgmma screening kernel (plan.cc says when).
 bool UseScreenWgmma(const Backend& b, int requested_mode, const DeviceQueries& q, const Corpus& c, int metric,
                     bool argmax);
-Plan MakeScreenWgmmaPlan(uint64_t max_lq);
-Plan MakePlan(const SetsView& q, const SetsView& d, uint64_t max_lq, int mode);
+Plan MakeScreenWgmmaPlan(const Backend& b, uint64_t max_lq);
+Plan MakePlan(const Backend& b, const SetsView& q, const SetsView& d, uint64_t max_lq, int mode);
 
 // The arguments of one matrix-layout forward: all nq queries against nd documents (a chunk of a corpus, or all of
 // it), scores [nq x nd] at `scores`, argmax (optional) in the matrix layout with nd columns, and the plan's
@@ -43,8 +43,9 @@ ForwardArgs MatrixForwardArgs(const SetsView& q, const SetsView& d, uint64_t nq,
                               unsigned long long* counters, float* scores, int32_t* argmax, uint8_t* partials,
                               const Plan& plan);
 
-// Launches the kernels of one forward (a.part.term/arg must point at PartialBytes(n_pairs) when partials).
-Status LaunchForward(const Plan& plan, ForwardArgs a, cudaStream_t stream);
+// Launches the kernels of one forward with the backend's kernel switches (a.part.term/arg must point at
+// PartialBytes(n_pairs) when partials).
+Status LaunchForward(const Backend& b, const Plan& plan, ForwardArgs a, cudaStream_t stream);
 
 // Documents [j0, j1) of a corpus.
 struct DocChunk {

@@ -23,7 +23,6 @@
 #include <math.h>
 
 #include <cstdlib>
-#include <string>
 
 #include "forward_common.cuh"
 
@@ -627,14 +626,10 @@ cudaError_t LaunchPipeShape(const ForwardArgs& a, ScreenConsts c, int sms, cudaS
   return cudaGetLastError();
 }
 
-// Ring shapes (warps per block x stages, one block per SM): 8x4 by default; MAXSIM_CUDA_SCREEN_PIPE=6x6 or 4x8
-// picks another for measurement.
+// Ring shape (warps per block x stages, one block per SM): 8x4, no slower than 6x6 and 4x8 on the H100 (git
+// history keeps those).
 template <typename RT, int MT, int CC, bool CERT>
 cudaError_t LaunchPipeCC(const ForwardArgs& a, ScreenConsts c, int sms, cudaStream_t stream) {
-  const char* v = std::getenv("MAXSIM_CUDA_SCREEN_PIPE");
-  const std::string shape = v ? v : "";
-  if (shape == "6x6") return LaunchPipeShape<RT, MT, CC, CERT, 6, 6>(a, c, sms, stream);
-  if (shape == "4x8") return LaunchPipeShape<RT, MT, CC, CERT, 4, 8>(a, c, sms, stream);
   return LaunchPipeShape<RT, MT, CC, CERT, 8, 4>(a, c, sms, stream);
 }
 
@@ -646,7 +641,7 @@ cudaError_t LaunchMt(const ForwardArgs& a, ScreenConsts c, cudaStream_t stream) 
   if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
   const bool cert = a.mode == MAXSIM_MODE_CERTIFIED;
   const int sms = SmCount();
-  if (ScreenPipeApplies(a.part.groups, a.q.code_bytes, a.pairs.n_pairs, sms)) {
+  if (ScreenPipeApplies(a.sw, a.part.groups, a.q.code_bytes, a.pairs.n_pairs, sms)) {
     if (a.q.code_bytes == 64) {
       return cert ? LaunchPipeCC<RT, MT, 1, true>(a, c, sms, stream) : LaunchPipeCC<RT, MT, 1, false>(a, c, sms, stream);
     }
@@ -680,9 +675,9 @@ cudaError_t LaunchRt(const ForwardArgs& a, ScreenConsts c, cudaStream_t stream) 
 uint32_t ScreenGroupRows(uint64_t max_lq) { return max_lq <= 16 ? 16 : 32; }
 
 // The ring kernel: queries in one group, code rows of 64 or 128 bytes, and enough pairs (EnoughPairsForWarpRings).
-bool ScreenPipeApplies(uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, int sms) {
-  return groups == 1 && (code_bytes == 64 || code_bytes == 128) && EnoughPairsForWarpRings(n_pairs, sms) &&
-         std::getenv("MAXSIM_CUDA_NO_SCREEN_PIPE") == nullptr;
+bool ScreenPipeApplies(const KernelSwitches& sw, uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, int sms) {
+  return sw.screen_pipe && groups == 1 && (code_bytes == 64 || code_bytes == 128) &&
+         EnoughPairsForWarpRings(n_pairs, sms);
 }
 
 ScreenBound ScreenBoundFor(const SetsView& q, const SetsView& d) {

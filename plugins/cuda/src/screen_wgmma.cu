@@ -485,9 +485,9 @@ __global__ void __launch_bounds__(256, 2) ScreenWgmmaRefineKernel(const ForwardA
 
 }  // namespace
 
-bool ScreenWgmmaSupported(const SetsView& q, int dtype_d, uint32_t code_bytes_d, uint64_t max_ld) {
-  const char* off = std::getenv("MAXSIM_CUDA_SCREEN_WGMMA");  // "0": off (read per call, for comparisons)
-  if (off != nullptr && std::strcmp(off, "0") == 0) return false;
+bool ScreenWgmmaSupported(const KernelSwitches& sw, const SetsView& q, int dtype_d, uint32_t code_bytes_d,
+                          uint64_t max_ld) {
+  if (!sw.screen_wgmma) return false;
   if (q.dtype != dtype_d || (q.dtype != kBF16 && q.dtype != kF16)) return false;
   if (q.dim <= 96 || q.dim > 128 || q.code_bytes != 128 || code_bytes_d != 128) return false;
   if (max_ld >= (1ull << 24)) return false;
@@ -511,10 +511,8 @@ cudaError_t LaunchDocScaleCodes(const SetsView& d, uint64_t n_vectors, uint8_t* 
   return cudaGetLastError();
 }
 
-uint32_t ScreenWgmmaCap() {
-  const char* v = std::getenv("MAXSIM_CUDA_SCREEN_WGMMA_CAP");
-  const long per_row = v ? std::atol(v) : 12;
-  return static_cast<uint32_t>(std::min<long>(64, std::max<long>(1, per_row))) * kScreenWgmmaRows;
+uint32_t ScreenWgmmaCap(const KernelSwitches& sw) {
+  return std::min<uint32_t>(64, std::max<uint32_t>(1, sw.screen_wgmma_cap)) * kScreenWgmmaRows;
 }
 
 cudaError_t LaunchScreenWgmma(const ForwardArgs& a, cudaStream_t stream) {

@@ -74,7 +74,7 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
   const uint64_t n_pairs = list ? (nq ? a.cand_offsets[nq] : 0) : a.layout == MAXSIM_LAYOUT_PAIRS ? nq : nq * nd;
   if (a.scores == nullptr && n_pairs > 0) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
   const bool cosine = a.metric == MAXSIM_METRIC_COSINE;
-  const Plan plan = MakePlan(q.view, d.view, q.max_len, MAXSIM_MODE_EXACT);
+  const Plan plan = MakePlan(b, q.view, d.view, q.max_len, MAXSIM_MODE_EXACT);
   std::vector<uint32_t> pq, pd;
   std::vector<uint64_t> am;
   if (list) {
@@ -142,7 +142,7 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
   }
   fa.part.term = reinterpret_cast<float*>(s + o_part);
   fa.part.arg = reinterpret_cast<int32_t*>(s + o_part + n_pairs * plan.groups * plan.rows * 4);
-  MSC_RETURN(LaunchForward(plan, fa, stream));
+  MSC_RETURN(LaunchForward(b, plan, fa, stream));
   if (!b.sync_calls) return Status::Ok();
   ull flags[2];
   MSC_RETURN(ReadFlags(b, flag, stream, flags));
