@@ -37,7 +37,11 @@ function(maxsim_add_plugin target)
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
   if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
-    target_link_options(${target} PRIVATE "LINKER:-z,defs")
+    # Every symbol a plugin uses must resolve at link time, except in a sanitizer build: there the sanitizer
+    # runtimes live in the executable that loads the plugin, so a shared module cannot name them itself.
+    if(NOT MAXSIM_SANITIZE AND NOT MAXSIM_BUILD_FUZZERS)
+      target_link_options(${target} PRIVATE "LINKER:-z,defs")
+    endif()
     if(P_EXPORTS_MAP)
       target_link_options(${target} PRIVATE "LINKER:--version-script=${P_EXPORTS_MAP}" "LINKER:--exclude-libs,ALL")
       set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${P_EXPORTS_MAP})
