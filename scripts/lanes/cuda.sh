@@ -25,4 +25,4 @@ echo "cuda: screen.cu holds most of them. From scratch on a 2-core machine share
 echo "cuda: minutes, screen.cu alone 23 (expect less on an idle one). A line every 30 s says what is compiling."
 bash scripts/ninja-progress.sh "$BUILD_DIR" -j"$JOBS" maxsim_plugin_cuda maxsim_tests
 echo "cuda: the plugin's CPU-side tests"
-"$BUILD_DIR/tests/maxsim_tests" --gtest_filter='CudaPluginHost.*:PluginHost*'
+"$BUILD_DIR/tests/maxsim_tests" --gtest_filter='CudaPluginHost.*:PluginHost*:PluginAbi*:Plugins/PluginConformance.*'
