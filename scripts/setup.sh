@@ -6,6 +6,7 @@
 #   scripts/setup.sh --clang    also clang-19 (sanitizer build, libFuzzer, AVX-512/AMX intrinsics)
 #   scripts/setup.sh --wasm     also the WebAssembly toolchain (clang-19, wasi-libc, wasm32 libc++), node and
 #                               Chromium (the browser test; Playwright comes from PyPI into build-web/venv)
+#   scripts/setup.sh --python   also the Python headers and venv module (pip install . of the Python package)
 set -euo pipefail
 
 want=(cmake ninja-build g++ libhwy-dev libdnnl-dev libgtest-dev libbenchmark-dev libopenblas-dev python3)
@@ -14,7 +15,8 @@ for arg in "$@"; do
     --clang) want+=(clang-19 lld-19 libomp-19-dev libclang-rt-19-dev) ;;
     --wasm) want+=(clang-19 lld-19 wasi-libc libc++-19-dev-wasm32 libc++abi-19-dev-wasm32 libclang-rt-19-dev-wasm32
                    nodejs chromium python3-venv) ;;
-    *) echo "setup.sh: unknown option '$arg' (known: --clang, --wasm)" >&2; exit 2 ;;
+    --python) want+=(python3-dev python3-venv python3-pip) ;;
+    *) echo "setup.sh: unknown option '$arg' (known: --clang, --wasm, --python)" >&2; exit 2 ;;
   esac
 done
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The test command (README): installs what is missing, builds, and passes the tests.
-#   scripts/test.sh                 the release lane: g++ release build + every test (ctest)
+#   scripts/test.sh                 the release lane (g++ release build + every test, ctest), then the python
+#                                   lane (pip install . in a venv + pytest python/tests)
 #   scripts/test.sh --LANE [...]    the named lanes instead, in order (each is scripts/lanes/LANE.sh; its first
 #                                   comment lines say what it does). --sanitize: clang-19 ASan + UBSan build.
 #   scripts/test.sh --list          the lanes this checkout has
@@ -21,7 +22,7 @@ for arg in "$@"; do
     *) echo "test.sh: unknown argument '$arg' (scripts/test.sh --list shows the lanes)" >&2; exit 2 ;;
   esac
 done
-[ ${#lanes[@]} -eq 0 ] && lanes=(release)
+[ ${#lanes[@]} -eq 0 ] && lanes=(release python)
 for lane in "${lanes[@]}"; do
   lane_start=$(date +%s)
   echo "test.sh: lane $lane"

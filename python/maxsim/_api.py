@@ -1,0 +1,705 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The public functions: input normalisation (numpy, torch, DLPack, lists of per-document arrays, [n, L, d] +
+mask), output allocation in the caller's framework and device, and the calls into maxsim._core. No scoring
+arithmetic happens here: every number comes from the C library."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, NamedTuple, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _core
+from ._errors import InvalidArgumentError
+
+_METRICS = {"dot": 0, "cosine": 1}
+_MODES = {"exact": 0, "certified": 1, "approximate": 2}
+_DTYPE_NAMES = {1: "f32", 2: "f16", 3: "bf16"}
+_LAYOUTS = {"matrix": 0, "pairs": 1, "candidates": 2}
+
+# ---------------------------------------------------------------------------------------------------------------
+# Contexts: one per (threads, backend, isa), created on first use. Environment variables (MAXSIM_NUM_THREADS,
+# MAXSIM_BACKEND, MAXSIM_ISA, MAXSIM_PLUGIN_PATH) apply where an option is left at its default.
+# ---------------------------------------------------------------------------------------------------------------
+_contexts: dict[tuple, _core.Context] = {}
+_contexts_lock = threading.Lock()
+
+
+def context(threads: int = 0, backend: Optional[str] = None, isa: Optional[str] = None) -> _core.Context:
+    """The shared context for these options (threads=0: MAXSIM_NUM_THREADS or OpenMP's default; backend/isa
+    None: MAXSIM_BACKEND / MAXSIM_ISA or automatic)."""
+    key = (int(threads), backend or "", isa or "")
+    ctx = _contexts.get(key)
+    if ctx is None:
+        with _contexts_lock:
+            ctx = _contexts.get(key)
+            if ctx is None:
+                ctx = _core.Context(threads=key[0], backend=key[1], isa=key[2])
+                _contexts[key] = ctx
+    return ctx
+
+
+def _enum(table: dict, value: str, what: str) -> int:
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(f"{what} {value!r} is not one of {', '.join(map(repr, table))}") from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Frameworks
+# ---------------------------------------------------------------------------------------------------------------
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach") and hasattr(x, "is_cuda")
+
+
+class _Where(NamedTuple):
+    framework: str  # "numpy" or "torch"
+    device: Any  # torch.device for torch, None for numpy
+    cuda: bool
+
+
+_NUMPY = _Where("numpy", None, False)
+
+
+def _where(x: Any) -> _Where:
+    if isinstance(x, np.ndarray):
+        return _NUMPY
+    if _is_torch(x):
+        return _Where("torch", x.device, bool(x.is_cuda))
+    return _NUMPY
+
+
+def _host_array(x: Any, what: str) -> Any:
+    """Something nanobind can read through DLPack or the buffer protocol, without copying."""
+    if isinstance(x, np.ndarray):
+        return x
+    if _is_torch(x):
+        return x.detach()
+    if hasattr(x, "__dlpack__"):
+        return x
+    try:
+        return np.asarray(x)
+    except Exception as e:  # noqa: BLE001 - anything numpy cannot read
+        raise InvalidArgumentError(f"{what}: cannot read {type(x).__name__} as an array ({e})") from None
+
+
+def _mask_bytes(mask: Any, rows: int, what: str) -> Any:
+    if mask is None:
+        return None
+    if _is_torch(mask):
+        import torch
+
+        m = mask.detach()
+        if m.dtype not in (torch.bool, torch.uint8):
+            m = m != 0
+        if m.dtype == torch.bool:
+            m = m.view(torch.uint8)
+        m = m.reshape(-1)
+        if not m.is_contiguous():
+            m = m.contiguous()
+        return m
+    m = np.asarray(mask)
+    if m.dtype != np.bool_ and m.dtype != np.uint8:
+        m = m != 0
+    m = np.ascontiguousarray(m.reshape(-1))
+    if m.size != rows:
+        raise InvalidArgumentError(f"{what} mask has {m.size} entries for {rows} token rows")
+    return m.view(np.uint8)
+
+
+def _offsets_from_lengths(lengths: Any) -> np.ndarray:
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1:
+        raise InvalidArgumentError("lengths must be one-dimensional")
+    if lengths.size and lengths.min() < 0:
+        raise InvalidArgumentError("lengths must be non-negative")
+    out = np.zeros(lengths.size + 1, dtype=np.uint64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _as_offsets(offsets: Any) -> np.ndarray:
+    if _is_torch(offsets):
+        offsets = offsets.detach().cpu().numpy()
+    o = np.asarray(offsets)
+    if o.ndim != 1:
+        raise InvalidArgumentError("offsets must be one-dimensional")
+    if o.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"offsets must be integers (got {o.dtype})")
+    if o.dtype.kind == "i" and o.size and o.min() < 0:
+        raise InvalidArgumentError("offsets must be non-negative")
+    return np.ascontiguousarray(o, dtype=np.uint64)
+
+
+def _concat(parts: Sequence[Any], what: str) -> tuple[Any, np.ndarray, _Where]:
+    if len(parts) == 0:
+        raise InvalidArgumentError(f"{what}: an empty list has no token dimension; pass a [0, dim] array with offsets [0]")
+    where = _where(parts[0])
+    lengths = []
+    for i, p in enumerate(parts):
+        if getattr(p, "ndim", None) != 2:
+            raise InvalidArgumentError(f"{what}[{i}] must be a 2-D [tokens, dim] array (got {getattr(p, 'ndim', type(p).__name__)} dimensions)")
+        lengths.append(p.shape[0])
+    if where.framework == "torch":
+        import torch
+
+        data = torch.cat([p.detach() for p in parts], dim=0)
+    else:
+        data = np.concatenate([np.asarray(p) for p in parts], axis=0)
+    return data, _offsets_from_lengths(lengths), where
+
+
+class Sets:
+    """Ragged token sets in the caller's memory, described without copying: a [rows, dim] array and either
+    ``offsets`` (n + 1 row offsets, like cu_seqlens) or ``lengths`` (n lengths); or an [n, L, dim] array with an
+    optional [n, L] ``mask`` (0 = padding token). A [rows, dim] array alone is one set."""
+
+    __slots__ = ("_dense", "where", "uniform_length", "_keep")
+
+    def __init__(self, tokens: Any, offsets: Any = None, lengths: Any = None, mask: Any = None, *,
+                 _what: str = "tokens", _raw_dtype: int = 0):
+        if isinstance(tokens, (list, tuple)):
+            if offsets is not None or lengths is not None:
+                raise InvalidArgumentError(f"{_what}: a list of per-set arrays carries its own lengths; do not pass offsets or lengths")
+            tokens, offsets, where = _concat(tokens, _what)
+        else:
+            where = _where(tokens)
+        if offsets is not None and lengths is not None:
+            raise InvalidArgumentError("pass offsets or lengths, not both")
+        data = _host_array(tokens, _what)
+        ndim = getattr(data, "ndim", None)
+        if ndim not in (2, 3):
+            raise InvalidArgumentError(f"{_what} must have 2 ([rows, dim]) or 3 ([sets, length, dim]) dimensions, got {ndim}")
+        if lengths is not None:
+            offsets = _offsets_from_lengths(lengths)
+        elif offsets is not None:
+            offsets = _as_offsets(offsets)
+        rows = data.shape[0] * (data.shape[1] if ndim == 3 else 1)
+        m = _mask_bytes(mask, rows, _what)
+        self.uniform_length = data.shape[1] if ndim == 3 else (data.shape[0] if offsets is None else None)
+        self.where = where
+        self._keep = (data, offsets, m)
+        self._dense = _core.DenseSets(data, offsets, 0, m, _raw_dtype)
+
+    @property
+    def n_sets(self) -> int:
+        return self._dense.n_sets
+
+    @property
+    def dim(self) -> int:
+        return self._dense.dim
+
+    def __len__(self) -> int:
+        return self._dense.n_sets
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Packed corpora
+# ---------------------------------------------------------------------------------------------------------------
+class PackedCorpus:
+    """A validated, read-only packed collection of token sets (libmaxsim's packed format): owned (from
+    :func:`pack`), memory-mapped from a file (:meth:`load`), or wrapping a caller's buffer (:meth:`from_buffer`).
+    Usable as the documents (or queries) of every scoring call; ``close()`` releases it early."""
+
+    __slots__ = ("_packed", "_path")
+
+    def __init__(self, packed: _core.Packed, path: Optional[str] = None):
+        self._packed = packed
+        self._path = path
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike], validate: str = "standard") -> "PackedCorpus":
+        """Memory-maps a packed file read-only (zero copy) after validating it (fast | standard | deep)."""
+        p = os.fspath(path)
+        return cls(_core.Packed.load(p, validate), p)
+
+    @classmethod
+    def from_buffer(cls, buffer: Any, validate: str = "standard") -> "PackedCorpus":
+        """Wraps a bytes-like packed buffer (kept alive by the corpus). The format needs 64-byte alignment: an
+        aligned buffer (a numpy array, mmap, or ``corpus.buffer()``) is used in place, any other is copied once
+        into an aligned one."""
+        view = np.frombuffer(buffer, dtype=np.uint8)
+        if view.ctypes.data % 64:
+            aligned = np.empty(view.size + 64, dtype=np.uint8)
+            start = (-aligned.ctypes.data) % 64
+            aligned = aligned[start:start + view.size]
+            aligned[:] = view
+            view = aligned
+        return cls(_core.Packed.open(view, validate, view))
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Writes the packed buffer (temporary file renamed into place)."""
+        self._packed.save(os.fspath(path))
+
+    def validate(self, level: str = "standard") -> None:
+        """Re-validates the buffer (fast | standard | deep); raises CorruptBufferError on failure."""
+        self._packed.validate(level)
+
+    def close(self) -> None:
+        self._packed.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._packed.closed
+
+    def __enter__(self) -> "PackedCorpus":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self._packed.n_sets
+
+    @property
+    def n_tokens(self) -> int:
+        return self._packed.n_vectors
+
+    @property
+    def dim(self) -> int:
+        return self._packed.dim
+
+    @property
+    def dtype(self) -> str:
+        return _DTYPE_NAMES[self._packed.dtype]
+
+    @property
+    def nbytes(self) -> int:
+        return self._packed.nbytes
+
+    @property
+    def path(self) -> Optional[str]:
+        return self._path
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """n + 1 token offsets (a read-only view into the buffer)."""
+        return self._packed.offsets()
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self._packed.offsets()).astype(np.int64)
+
+    @property
+    def ids(self) -> Optional[np.ndarray]:
+        """The external uint64 ids stored with the corpus (read-only view), or None."""
+        return self._packed.ids()
+
+    def buffer(self) -> np.ndarray:
+        """The packed bytes as a read-only uint8 array (no copy)."""
+        return self._packed.buffer()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "PackedCorpus(closed)"
+        return f"PackedCorpus(n={len(self)}, tokens={self.n_tokens}, dim={self.dim}, dtype={self.dtype}, nbytes={self.nbytes})"
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns, round to nearest even (NaN stays NaN; the packer rejects it anyway)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    return np.where(nan, (u >> np.uint32(16)) | np.uint32(0x40), rounded).astype(np.uint16)
+
+
+def _convert(tokens: Any, dtype: Optional[str]) -> tuple[Any, int]:
+    """Converts the token storage type for pack(dtype=...): (array, raw dtype code). Torch tensors convert in
+    torch; numpy arrays in numpy, bf16 as a uint16 array of bit patterns (numpy has no bfloat16) marked with
+    raw code 3 (MAXSIM_BF16)."""
+    if dtype is None:
+        return tokens, 0
+    if dtype not in ("f32", "f16", "bf16"):
+        raise InvalidArgumentError(f"dtype {dtype!r} is not 'f32', 'f16' or 'bf16'")
+    if _is_torch(tokens):
+        import torch
+
+        target = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        return tokens.detach().to(target), 0
+    a = np.asarray(tokens)
+    if dtype == "f32":
+        return a.astype(np.float32, copy=False), 0
+    if dtype == "f16":
+        return a.astype(np.float16, copy=False), 0
+    return _bf16_bits(a.astype(np.float32, copy=False)), 3
+
+
+def pack(
+    tokens: Any,
+    offsets: Any = None,
+    lengths: Any = None,
+    mask: Any = None,
+    ids: Any = None,
+    dtype: Optional[str] = None,
+    *,
+    threads: int = 0,
+    backend: Optional[str] = None,
+    isa: Optional[str] = None,
+) -> PackedCorpus:
+    """Packs token sets into a :class:`PackedCorpus` (masked rows are dropped).
+
+    tokens: a [rows, dim] array with ``offsets`` or ``lengths``; an [n, L, dim] array with an optional [n, L]
+    ``mask``; or a list of per-set [tokens, dim] arrays (PyLate's ``documents_embeddings``). numpy or torch
+    (CPU), float32 / float16 / bfloat16. ``ids``: n uint64 external ids, stored in the corpus and returned by
+    :func:`topk`. ``dtype``: the stored originals' type ("f32", "f16", "bf16"; default: the input's)."""
+    if isinstance(tokens, (list, tuple)):
+        if offsets is not None or lengths is not None:
+            raise InvalidArgumentError("a list of per-set arrays carries its own lengths; do not pass offsets or lengths")
+        tokens, offsets, _ = _concat(tokens, "tokens")
+    tokens, raw = _convert(tokens, dtype)
+    sets = Sets(tokens, offsets=offsets, lengths=lengths, mask=mask, _raw_dtype=raw)
+    if sets.where.cuda:
+        raise InvalidArgumentError("pack reads host memory; move the tokens to the CPU first (tokens.cpu())")
+    id_array = None
+    if ids is not None:
+        if _is_torch(ids):
+            ids = ids.detach().cpu().numpy()
+        ida = np.asarray(ids)
+        if ida.ndim != 1 or ida.dtype.kind not in "iu":
+            raise InvalidArgumentError("ids must be a one-dimensional integer array (uint64 external ids)")
+        if ida.dtype.kind == "i" and ida.size and ida.min() < 0:
+            raise InvalidArgumentError("ids must be non-negative (they are stored as uint64)")
+        id_array = np.ascontiguousarray(ida, dtype=np.uint64)
+    return PackedCorpus(_core.Packed.pack(context(threads, backend, isa), sets._dense, id_array))
+
+
+def load(path: Union[str, os.PathLike], validate: str = "standard") -> PackedCorpus:
+    """Memory-maps a packed corpus file (see :meth:`PackedCorpus.load`)."""
+    return PackedCorpus.load(path, validate)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scoring
+# ---------------------------------------------------------------------------------------------------------------
+class _Side(NamedTuple):
+    obj: Any  # _core.Packed or _core.DenseSets
+    where: Optional[_Where]  # None for a packed corpus
+    single: bool  # a 2-D array: one set, squeezed from the output
+    length: Optional[int]  # uniform set length (argmax reshape), None if ragged
+    keep: Any
+
+
+def _side(x: Any, mask: Any, what: str) -> _Side:
+    if isinstance(x, PackedCorpus):
+        if mask is not None:
+            raise InvalidArgumentError(f"a {what} mask does not apply to a packed corpus (masked rows were dropped at pack time)")
+        return _Side(x._packed, None, False, None, x)
+    if isinstance(x, Sets):
+        if mask is not None:
+            raise InvalidArgumentError(f"give the {what} mask to maxsim.Sets(...)")
+        return _Side(x._dense, x.where, False, x.uniform_length, x)
+    s = Sets(x, mask=mask, _what=what)
+    single = getattr(x, "ndim", None) == 2
+    return _Side(s._dense, s.where, single, s.uniform_length, s)
+
+
+def _out_where(q: _Side, d: _Side) -> _Where:
+    for s in (q, d):
+        if s.where is not None and s.where.cuda:
+            return s.where
+    for s in (q, d):
+        if s.where is not None and s.where.framework == "torch":
+            return s.where
+    return _NUMPY
+
+
+def _empty(where: _Where, shape: tuple, dtype: str) -> Any:
+    if where.framework == "torch":
+        import torch
+
+        tdt = {"float32": torch.float32, "int32": torch.int32}[dtype]
+        return torch.empty(shape, dtype=tdt, device=where.device)
+    return np.empty(shape, dtype=dtype)
+
+
+def _stream(where: _Where) -> int:
+    if not where.cuda:
+        return 0
+    import torch
+
+    return int(torch.cuda.current_stream(where.device).cuda_stream)
+
+
+def scores(
+    Q: Any,
+    D: Any,
+    *,
+    metric: str = "dot",
+    mode: str = "exact",
+    q_mask: Any = None,
+    d_mask: Any = None,
+    return_argmax: bool = False,
+    return_stats: bool = False,
+    threads: int = 0,
+    backend: Optional[str] = None,
+    isa: Optional[str] = None,
+) -> Any:
+    """Every query set against every document set: a [Nq, Nd] float32 matrix in the caller's framework and
+    device (numpy for numpy, torch for torch). Q, D: [n, L, d] arrays (+ masks), 2-D [L, d] arrays (one set;
+    its axis is dropped from the output), lists of per-set arrays, :class:`Sets` or a :class:`PackedCorpus`.
+
+    return_argmax: also the int32 argmax, [Nq, Nd, Lq] for uniform queries (flat in the C layout otherwise):
+    the winning document-token index, -1 for masked query tokens and empty documents."""
+    q, d = _side(Q, q_mask, "queries"), _side(D, d_mask, "documents")
+    where = _out_where(q, d)
+    nq, nd = q.obj.n_sets, d.obj.n_sets
+    out = _empty(where, (nq, nd), "float32")
+    arg = None
+    if return_argmax:
+        rows = q.obj.token_rows if isinstance(q.obj, _core.DenseSets) else q.obj.n_vectors
+        arg = _empty(where, (nq, nd, q.length) if q.length is not None else (rows * nd,), "int32")
+    stats = _core.score_matrix(context(threads, backend, isa), q.obj, d.obj, _enum(_METRICS, metric, "metric"),
+                               _enum(_MODES, mode, "mode"), out, arg, return_stats, _stream(where))
+    if q.single or d.single:
+        idx = tuple(0 if single else slice(None) for single in (q.single, d.single))
+        out = out[idx]
+        if arg is not None and q.length is not None:
+            arg = arg[idx]
+    result = (out,)
+    if return_argmax:
+        result += (arg,)
+    if return_stats:
+        result += (stats,)
+    return result if len(result) > 1 else out
+
+
+def pairs(
+    Q: Any,
+    D: Any,
+    *,
+    metric: str = "dot",
+    mode: str = "exact",
+    q_mask: Any = None,
+    d_mask: Any = None,
+    return_argmax: bool = False,
+    threads: int = 0,
+    backend: Optional[str] = None,
+    isa: Optional[str] = None,
+) -> Any:
+    """Query set i against document set i: [B] float32 (argmax [B, Lq] with return_argmax)."""
+    q, d = _side(Q, q_mask, "queries"), _side(D, d_mask, "documents")
+    where = _out_where(q, d)
+    n = q.obj.n_sets
+    out = _empty(where, (n,), "float32")
+    arg = None
+    if return_argmax:
+        rows = q.obj.token_rows if isinstance(q.obj, _core.DenseSets) else q.obj.n_vectors
+        arg = _empty(where, (n, q.length) if q.length is not None else (rows,), "int32")
+    _core.score_pairs(context(threads, backend, isa), q.obj, d.obj, _enum(_METRICS, metric, "metric"),
+                      _enum(_MODES, mode, "mode"), out, arg, False, _stream(where))
+    return (out, arg) if return_argmax else out
+
+
+def candidates(
+    Q: Any,
+    D: Any,
+    candidates: Any = None,
+    *,
+    metric: str = "dot",
+    mode: str = "exact",
+    q_mask: Any = None,
+    d_mask: Any = None,
+    return_argmax: bool = False,
+    threads: int = 0,
+    backend: Optional[str] = None,
+    isa: Optional[str] = None,
+) -> Any:
+    """Per-query candidate scoring (reranking, knowledge distillation).
+
+    KD layout: ``D`` is [Nq, K, Ld, d] (``d_mask`` [Nq, K, Ld]) and ``candidates`` is None: returns [Nq, K].
+    Candidate ids: ``D`` is any document collection and ``candidates`` an [Nq, K] integer array (returns
+    [Nq, K]) or a list of per-query index lists (returns a flat array, query after query)."""
+    ctx = context(threads, backend, isa)
+    q = _side(Q, q_mask, "queries")
+    nq = q.obj.n_sets
+    if candidates is None:
+        shape = getattr(D, "shape", None)
+        if shape is None or len(shape) != 4:
+            raise InvalidArgumentError("candidates=None needs D in the KD layout [Nq, K, Ld, d]")
+        if shape[0] != nq:
+            raise InvalidArgumentError(f"D has {shape[0]} candidate lists for {nq} query sets")
+        k = shape[1]
+        Dflat = D.reshape(shape[0] * k, shape[2], shape[3])
+        dm = None if d_mask is None else d_mask.reshape(shape[0] * k, shape[2])
+        d = _side(Dflat, dm, "documents")
+        cand = np.arange(nq * k, dtype=np.uint64)
+        cand_offsets = np.arange(0, nq * k + 1, k, dtype=np.uint64) if k else np.zeros(nq + 1, dtype=np.uint64)
+        out_shape: tuple = (nq, k)
+    else:
+        d = _side(D, d_mask, "documents")
+        if isinstance(candidates, (list, tuple)):
+            lists = [np.asarray(c, dtype=np.int64).reshape(-1) for c in candidates]
+            if len(lists) != nq:
+                raise InvalidArgumentError(f"{len(lists)} candidate lists for {nq} query sets")
+            cand_offsets = _offsets_from_lengths([len(c) for c in lists])
+            flat = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
+            out_shape = (int(cand_offsets[-1]),)
+        else:
+            if _is_torch(candidates):
+                candidates = candidates.detach().cpu().numpy()
+            c = np.asarray(candidates)
+            if c.ndim != 2 or c.shape[0] != nq:
+                raise InvalidArgumentError(f"candidates must be [Nq={nq}, K] indices (got shape {c.shape})")
+            flat = c.reshape(-1)
+            cand_offsets = np.arange(0, c.size + 1, max(c.shape[1], 1), dtype=np.uint64) if c.shape[1] else np.zeros(nq + 1, dtype=np.uint64)
+            out_shape = c.shape
+        if flat.dtype.kind not in "iu":
+            raise InvalidArgumentError(f"candidates must be integer indices (got {flat.dtype})")
+        if flat.dtype.kind == "i" and flat.size and flat.min() < 0:
+            raise InvalidArgumentError("candidate indices must be non-negative")
+        cand = np.ascontiguousarray(flat, dtype=np.uint64)
+    where = _out_where(q, d)
+    total = int(cand_offsets[-1])
+    out = _empty(where, out_shape, "float32")
+    arg = None
+    if return_argmax:
+        if q.length is not None:
+            arg = _empty(where, out_shape + (q.length,), "int32")
+            argmax_size = total * q.length
+        else:
+            offs = q.obj.token_rows  # ragged queries: the C layout, flat
+            lens = _query_lengths(q)
+            argmax_size = int(sum(int(cand_offsets[i + 1] - cand_offsets[i]) * int(lens[i]) for i in range(nq)))
+            arg = _empty(where, (argmax_size,), "int32")
+            del offs
+    else:
+        argmax_size = 0
+    _core.score_candidates(ctx, q.obj, d.obj, cand_offsets, cand, _enum(_METRICS, metric, "metric"),
+                           _enum(_MODES, mode, "mode"), out, arg, argmax_size, False, _stream(where))
+    del total
+    return (out, arg) if return_argmax else out
+
+
+def _query_lengths(q: _Side) -> np.ndarray:
+    if isinstance(q.keep, PackedCorpus):
+        return np.diff(q.keep.offsets)
+    _, offsets, _ = q.keep._keep
+    if offsets is None:
+        return np.full(q.obj.n_sets, q.length)
+    return np.diff(offsets)
+
+
+class TopK(NamedTuple):
+    """topk() result: scores [Nq, k] float32 (descending), indices [Nq, k] int64 (-1 past the corpus end),
+    ids [Nq, k] uint64 (the corpus' external ids; None when it has none)."""
+
+    scores: Any
+    indices: Any
+    ids: Any
+
+
+def topk(
+    Q: Any,
+    corpus: Any,
+    k: int,
+    *,
+    metric: str = "dot",
+    mode: str = "exact",
+    q_mask: Any = None,
+    return_stats: bool = False,
+    threads: int = 0,
+    backend: Optional[str] = None,
+    isa: Optional[str] = None,
+) -> Any:
+    """The k best documents of ``corpus`` for every query set (score descending, ties by lower index), without
+    materialising the score matrix. A 2-D query drops the query axis from the outputs."""
+    if int(k) < 0:
+        raise InvalidArgumentError(f"k is {k}; it must be >= 0")
+    k = int(k)
+    q, d = _side(Q, q_mask, "queries"), _side(corpus, None, "corpus")
+    nq = q.obj.n_sets
+    s = np.empty((nq, k), dtype=np.float32)
+    idx = np.empty((nq, k), dtype=np.uint64)
+    has_ids = isinstance(d.obj, _core.Packed) and d.obj.has_ids
+    ids = np.empty((nq, k), dtype=np.uint64) if has_ids else None
+    stats = _core.topk(context(threads, backend, isa), q.obj, d.obj, k, _enum(_METRICS, metric, "metric"),
+                       _enum(_MODES, mode, "mode"), s, idx, ids, return_stats, 0)
+    indices = idx.view(np.int64)
+    if q.single:
+        s, indices = s[0], indices[0]
+        ids = None if ids is None else ids[0]
+    where = _out_where(q, d)
+    if where.framework == "torch":
+        import torch
+
+        s = torch.from_numpy(s).to(where.device)
+        indices = torch.from_numpy(indices).to(where.device)
+        if ids is not None:
+            ids = torch.from_numpy(ids.view(np.int64)).to(where.device)
+    result = TopK(s, indices, ids)
+    return (result, stats) if return_stats else result
+
+
+def backward(
+    Q: Any,
+    D: Any,
+    argmax: Any,
+    grad_scores: Any,
+    *,
+    layout: str = "matrix",
+    q_mask: Any = None,
+    d_mask: Any = None,
+    cand_offsets: Any = None,
+    candidates: Any = None,
+    need_q: bool = True,
+    need_d: bool = True,
+    deterministic: bool = True,
+    threads: int = 0,
+    backend: Optional[str] = None,
+    isa: Optional[str] = None,
+) -> tuple[Any, Any]:
+    """The library's MaxSim backward (dot metric) from a forward's argmax: (grad_Q, grad_D), float32, shaped
+    like Q and D (None where not requested). Used by maxsim.torch; exposed for framework-free training code."""
+    q, d = _side(Q, q_mask, "queries"), _side(D, d_mask, "documents")
+    if not isinstance(q.obj, _core.DenseSets) or not isinstance(d.obj, _core.DenseSets):
+        raise InvalidArgumentError("backward needs dense queries and documents (not a packed corpus)")
+    where = _out_where(q, d)
+    gq = _empty(where, tuple(Q.shape), "float32") if need_q else None
+    gd = _empty(where, tuple(D.shape), "float32") if need_d else None
+    co = None if cand_offsets is None else _as_offsets(cand_offsets)
+    ca = None if candidates is None else _as_offsets(candidates)
+    _core.backward(context(threads, backend, isa), q.obj, d.obj, _enum(_LAYOUTS, layout, "layout"), co, ca,
+                   _host_or_same(argmax), _host_or_same(grad_scores), gq, gd, bool(deterministic), _stream(where))
+    return gq, gd
+
+
+def _host_or_same(x: Any) -> Any:
+    if _is_torch(x):
+        x = x.detach()
+        return x if x.is_contiguous() else x.contiguous()
+    return np.ascontiguousarray(x)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Information
+# ---------------------------------------------------------------------------------------------------------------
+def info(threads: int = 0, backend: Optional[str] = None, isa: Optional[str] = None) -> dict:
+    """What ``maxsim info`` prints, as a dict: version, cpu, features, kernels (name, status, detail), the
+    selected kernel, threads, backend, and the full report text."""
+    ctx = context(threads, backend, isa)
+    text = ctx.report()
+    out: dict = {"version": _core.version_string(), "kernel": ctx.kernel, "backend": ctx.backend,
+                 "threads": ctx.threads, "cpu": None, "features": [], "kernels": [], "plugins": [], "report": text}
+    section = None
+    for line in text.splitlines():
+        if line.startswith("CPU:"):
+            out["cpu"] = line[4:].strip()
+        elif line.strip().startswith("features:"):
+            out["features"] = [f for f in line.split(":", 1)[1].strip().split(",") if f]
+        elif line.startswith("CPU kernels"):
+            section = "kernels"
+        elif line.startswith("Plugins"):
+            section = "plugins"
+        elif line.startswith("  ") and section == "kernels":
+            parts = line.split(None, 2)
+            if len(parts) >= 2:
+                out["kernels"].append({"name": parts[0], "status": parts[1], "detail": parts[2] if len(parts) > 2 else ""})
+        elif line.startswith("  ") and section == "plugins":
+            if line.strip() != "none found":
+                out["plugins"].append(line.strip())
+        else:
+            section = None
+    return out

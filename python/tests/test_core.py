@@ -1,0 +1,274 @@
+# SPDX-License-Identifier: Apache-2.0
+"""numpy API: parity with a float64 reference (random, adversarial, real), certified == exact bit for bit, the
+same bits as the C API called directly, zero copy, packing round trips, and top-k / pairs / candidates."""
+
+from __future__ import annotations
+
+import ctypes
+import pathlib
+
+import numpy as np
+import pytest
+
+import maxsim
+from conftest import reference_matrix, tolerance
+
+
+def ragged(rng, n, lo, hi, d, scale=1.0):
+    return [(rng.standard_normal((int(rng.integers(lo, hi + 1)), d)) * scale).astype(np.float32) for _ in range(n)]
+
+
+def test_version_and_info():
+    assert maxsim.__version__.count(".") == 2
+    info = maxsim.info()
+    assert info["version"] == maxsim.__version__
+    names = [k["name"] for k in info["kernels"]]
+    assert info["kernel"] in names and "scalar" in names
+    assert info["threads"] >= 1 and info["backend"] in ("cpu", "cuda")
+    assert "Selected kernel" in info["report"]
+
+
+@pytest.mark.parametrize("metric", ["dot", "cosine"])
+@pytest.mark.parametrize("d", [1, 7, 64, 128, 131])
+def test_random_uniform_matches_float64(rng, metric, d):
+    Q = rng.standard_normal((4, 9, d)).astype(np.float32)
+    D = rng.standard_normal((6, 13, d)).astype(np.float32)
+    S = maxsim.scores(Q, D, metric=metric)
+    ref = reference_matrix(list(Q), list(D), metric=metric)
+    assert S.shape == (4, 6) and S.dtype == np.float32
+    np.testing.assert_allclose(S, ref, rtol=0, atol=tolerance(list(Q), list(D)))
+
+
+def test_ragged_lists_sets_and_masks_agree(rng):
+    d = 32
+    Q = ragged(rng, 3, 1, 12, d)
+    D = ragged(rng, 7, 1, 40, d)
+    ref = reference_matrix(Q, D)
+    S_list = maxsim.scores(Q, D)
+    np.testing.assert_allclose(S_list, ref, atol=tolerance(Q, D), rtol=0)
+    # The same documents as [n, L, d] + mask, as Sets(tokens, lengths=...), and as a packed corpus: same bits.
+    L = max(len(x) for x in D)
+    padded = np.zeros((len(D), L, d), np.float32)
+    mask = np.zeros((len(D), L), bool)
+    for i, x in enumerate(D):
+        padded[i, :len(x)] = x
+        mask[i, :len(x)] = True
+    padded[~mask] = 1e3  # masked rows must be excluded, never read as values
+    S_mask = maxsim.scores(Q, padded, d_mask=mask)
+    S_sets = maxsim.scores(Q, maxsim.Sets(np.concatenate(D), lengths=[len(x) for x in D]))
+    S_packed = maxsim.scores(Q, maxsim.pack(D))
+    for other in (S_mask, S_sets, S_packed):
+        assert np.array_equal(other, S_list)
+
+
+def test_adversarial_values(rng):
+    d = 16
+    # Ties (duplicate document tokens), all-negative similarities with padding (a padded 0 must never win),
+    # huge and tiny norms, an empty document, a single-token query.
+    base = rng.standard_normal((5, d)).astype(np.float32)
+    D = [np.concatenate([base, base]), -np.abs(rng.standard_normal((3, d))).astype(np.float32),
+         (rng.standard_normal((4, d)) * 1e15).astype(np.float32), (rng.standard_normal((4, d)) * 1e-20).astype(np.float32),
+         np.zeros((0, d), np.float32)]
+    Q = [np.abs(rng.standard_normal((6, d))).astype(np.float32), base[:1].copy()]
+    S, A = maxsim.scores(Q, D, return_argmax=True)
+    ref = reference_matrix(Q, D)
+    assert S[0, 4] == -np.inf and S[1, 4] == -np.inf
+    assert np.all(S[0, 1] < 0)  # all-negative: the true max, not a padded 0
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(S[finite], ref[finite], rtol=1e-5, atol=1e-30)
+    # Ties go to the lowest document-token index: query token base[0] against [base, base] picks token 0.
+    lq = [len(q) for q in Q]
+    a1 = A[len(D) * lq[0]:].reshape(len(D), lq[1])  # query 1's block (ragged queries: flat C layout)
+    assert a1[0, 0] == 0
+    assert np.all(a1[4] == -1)
+
+
+def test_empty_query_scores_zero(rng):
+    D = [rng.standard_normal((3, 8)).astype(np.float32)]
+    S = maxsim.scores([np.zeros((0, 8), np.float32)], D)
+    assert S.shape == (1, 1) and S[0, 0] == 0.0
+
+
+def test_real_data_parity_and_certified_bits(real_data):
+    Q, D = real_data["queries"], real_data["docs"]
+    ref = reference_matrix(Q, D)
+    corpus = maxsim.pack(D)
+    exact = maxsim.scores(Q, corpus)
+    np.testing.assert_allclose(exact, ref, rtol=0, atol=tolerance(Q, D))
+    cert, stats = maxsim.scores(Q, corpus, mode="certified", return_stats=True)
+    assert np.array_equal(cert.view(np.uint32), exact.view(np.uint32))
+    assert stats["pairs"] == len(Q) * len(D) and stats["refined"] > 0
+    approx = maxsim.scores(Q, corpus, mode="approximate")
+    np.testing.assert_allclose(approx, exact, rtol=1e-2)
+    # Exact bits on every kernel this machine runs and on 1 and 2 threads.
+    for k in maxsim.info()["kernels"]:
+        if k["status"] in ("selected", "available"):
+            for t in (1, 2):
+                for mode in ("exact", "certified"):
+                    got = maxsim.scores(Q, corpus, mode=mode, isa=k["name"], threads=t)
+                    assert np.array_equal(got, exact), (k["name"], t, mode)
+
+
+def test_topk_matches_matrix_and_ids(real_data):
+    Q, D = real_data["queries"], real_data["docs"]
+    ids = np.arange(len(D), dtype=np.uint64) * 7 + 3
+    corpus = maxsim.pack(D, ids=ids)
+    S = maxsim.scores(Q, corpus)
+    for mode in ("exact", "certified"):
+        top = maxsim.topk(Q, corpus, 10, mode=mode)
+        order = np.lexsort((np.broadcast_to(np.arange(len(D)), S.shape), -S), axis=1)[:, :10]
+        assert np.array_equal(top.indices, order)
+        assert np.array_equal(top.scores, np.take_along_axis(S, order, axis=1))
+        assert np.array_equal(top.ids, ids[order])
+    big = maxsim.topk(Q[0], corpus, len(D) + 3)  # 2-D query: no query axis; tail past the corpus end
+    assert big.scores.shape == (len(D) + 3,)
+    assert np.all(big.indices[-3:] == -1) and np.all(np.isneginf(big.scores[-3:]))
+
+
+def test_pairs_and_candidates(rng):
+    d = 24
+    Q = rng.standard_normal((5, 8, d)).astype(np.float32)
+    D = rng.standard_normal((5, 11, d)).astype(np.float32)
+    S = maxsim.scores(Q, D)
+    assert np.array_equal(maxsim.pairs(Q, D), np.diag(S))
+    cand = rng.integers(0, 5, size=(5, 3))
+    assert np.array_equal(maxsim.candidates(Q, D, cand), np.take_along_axis(S, cand, axis=1))
+    lists = [[0, 4], [], [1, 1, 2], [3], [0]]
+    flat = maxsim.candidates(Q, D, lists)
+    assert np.array_equal(flat, np.concatenate([S[i, l] for i, l in enumerate(lists)]))
+    # KD layout [Nq, K, Ld, d]
+    KD = rng.standard_normal((5, 4, 11, d)).astype(np.float32)
+    kd = maxsim.candidates(Q, KD)
+    ref = np.array([[reference_matrix([Q[i]], [KD[i, k]])[0, 0] for k in range(4)] for i in range(5)])
+    np.testing.assert_allclose(kd, ref, atol=tolerance(list(Q), list(D)), rtol=0)
+    s, a = maxsim.candidates(Q, KD, return_argmax=True)
+    assert a.shape == (5, 4, 8) and np.array_equal(s, kd)
+
+
+def test_half_precision_inputs(rng):
+    d = 48
+    Q = rng.standard_normal((3, 7, d)).astype(np.float32)
+    D = rng.standard_normal((4, 9, d)).astype(np.float32)
+    Q16, D16 = Q.astype(np.float16), D.astype(np.float16)
+    S16 = maxsim.scores(Q16, D16)
+    ref = reference_matrix(list(Q16.astype(np.float64)), list(D16.astype(np.float64)))
+    np.testing.assert_allclose(S16, ref, atol=tolerance(list(Q), list(D)), rtol=0)
+    # bf16 storage through pack(dtype="bf16"): scores equal the reference on the rounded values.
+    c = maxsim.pack(list(D), dtype="bf16")
+    assert c.dtype == "bf16"
+    bits = maxsim._api._bf16_bits(D).astype(np.uint32) << np.uint32(16)
+    Dbf = bits.view(np.float32)
+    np.testing.assert_allclose(maxsim.scores(Q, c), reference_matrix(list(Q), list(Dbf)), atol=tolerance(list(Q), list(D)), rtol=0)
+    assert maxsim.pack(list(D), dtype="f16").dtype == "f16"
+
+
+def test_pack_save_load_buffer_roundtrip(tmp_path, rng):
+    D = ragged(rng, 9, 0, 20, 16)
+    ids = np.arange(9, dtype=np.uint64) + 1000
+    c = maxsim.pack(D, ids=ids)
+    assert len(c) == 9 and c.dim == 16 and c.n_tokens == sum(len(x) for x in D)
+    assert np.array_equal(c.lengths, [len(x) for x in D]) and np.array_equal(c.ids, ids)
+    path = tmp_path / "c.maxsim"
+    c.save(path)
+    assert path.stat().st_size == c.nbytes
+    Q = ragged(rng, 2, 1, 5, 16)
+    ref = maxsim.scores(Q, c)
+    for level in ("fast", "standard", "deep"):
+        m = maxsim.load(path, validate=level)
+        assert np.array_equal(maxsim.scores(Q, m), ref) and np.array_equal(m.ids, ids)
+        m.validate(level)
+        m.close()
+    raw = path.read_bytes()
+    b = maxsim.PackedCorpus.from_buffer(raw)
+    assert np.array_equal(maxsim.scores(Q, b), ref)
+    assert bytes(b.buffer()) == raw
+    inplace = maxsim.PackedCorpus.from_buffer(c.buffer())  # aligned: wrapped without a copy
+    assert inplace.buffer().ctypes.data == c.buffer().ctypes.data
+    # Corruption is caught: flip a payload byte.
+    bad = bytearray(raw)
+    bad[len(bad) // 2] ^= 0x5A
+    with pytest.raises(maxsim.CorruptBufferError):
+        maxsim.PackedCorpus.from_buffer(bytes(bad))
+    with pytest.raises(maxsim.CorruptBufferError):
+        maxsim.PackedCorpus.from_buffer(raw[:100])
+
+
+def test_zero_copy_reads_the_callers_buffer(rng):
+    """A strided numpy view is read in place: scores follow a write to the caller's buffer, and scoring a
+    64 MiB document array allocates nothing like its size (tracemalloc sees every numpy allocation)."""
+    import tracemalloc
+
+    big = rng.standard_normal((2 * 65536, 128)).astype(np.float32)  # 64 MiB
+    view = big[::2]  # every other row: row stride 256 elements, not contiguous
+    assert not view.flags.c_contiguous
+    docs = maxsim.Sets(view, lengths=np.full(1024, 64))
+    Q = rng.standard_normal((1, 32, 128)).astype(np.float32)
+    tracemalloc.start()
+    S = maxsim.scores(Q, docs)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1 << 20, peak
+    ref = reference_matrix(list(Q), [view[i * 64:(i + 1) * 64] for i in range(3)])
+    np.testing.assert_allclose(S[0, :3], ref[0], atol=tolerance(list(Q), [view[:64]]), rtol=0)
+    big[0] = 0.0  # row 0 of the view: document 0 changes, the skipped odd rows do not matter
+    big[1] = 1e3
+    S2 = maxsim.scores(Q, docs)
+    assert S2[0, 0] != S[0, 0] and np.array_equal(S2[0, 1:], S[0, 1:])
+
+
+def _c_api():
+    """The C library inside the installed package, called through ctypes with the structs of maxsim.h."""
+    lib = ctypes.CDLL(str(next(pathlib.Path(maxsim.__file__).parent.glob("libmaxsim.so*"))))
+
+    class Dense(ctypes.Structure):
+        _fields_ = [("struct_size", ctypes.c_uint32), ("memory", ctypes.c_int32), ("data", ctypes.c_void_p),
+                    ("dtype", ctypes.c_int32), ("dim", ctypes.c_uint32), ("row_stride", ctypes.c_uint64),
+                    ("n_sets", ctypes.c_uint64), ("offsets", ctypes.c_void_p), ("set_length", ctypes.c_uint64),
+                    ("mask", ctypes.c_void_p)]
+
+    class Sets(ctypes.Structure):
+        _fields_ = [("packed", ctypes.c_void_p), ("dense", ctypes.POINTER(Dense))]
+
+    class ScoreOptions(ctypes.Structure):
+        _fields_ = [("struct_size", ctypes.c_uint32), ("metric", ctypes.c_int32), ("mode", ctypes.c_int32),
+                    ("stats", ctypes.c_void_p), ("cuda_stream", ctypes.c_void_p)]
+
+    return lib, Dense, Sets, ScoreOptions
+
+
+def test_same_bits_as_the_c_api(real_data):
+    lib, Dense, Sets, ScoreOptions = _c_api()
+    ctx = ctypes.c_void_p()
+    assert lib.maxsim_context_create(None, ctypes.byref(ctx)) == 0
+    try:
+        q, qo = real_data["queries_tokens"], real_data["queries_offsets"].astype(np.uint64)
+        d, do = real_data["docs_tokens"], real_data["docs_offsets"].astype(np.uint64)
+
+        def dense(tokens, offs):
+            return Dense(ctypes.sizeof(Dense), 0, tokens.ctypes.data, 1, tokens.shape[1], 0, len(offs) - 1,
+                         offs.ctypes.data, 0, None)
+
+        qd, dd = dense(q, qo), dense(d, do)
+        qs, ds = Sets(None, ctypes.pointer(qd)), Sets(None, ctypes.pointer(dd))
+        for metric in (0, 1):
+            opts = ScoreOptions(ctypes.sizeof(ScoreOptions), metric, 0, None, None)
+            out = np.zeros((len(qo) - 1, len(do) - 1), np.float32)
+            arg = np.zeros(out.size * 32, np.int32)
+            st = lib.maxsim_score_matrix(ctx, ctypes.byref(qs), ctypes.byref(ds), ctypes.byref(opts),
+                                         out.ctypes.data_as(ctypes.c_void_p), arg.ctypes.data_as(ctypes.c_void_p))
+            assert st == 0
+            S, A = maxsim.scores(maxsim.Sets(q, offsets=qo), maxsim.Sets(d, offsets=do),
+                                 metric=("dot", "cosine")[metric], return_argmax=True)
+            assert np.array_equal(S.view(np.uint32), out.view(np.uint32))
+            assert np.array_equal(A, arg)
+    finally:
+        lib.maxsim_context_destroy(ctx)
+
+
+def test_threads_backend_isa_options():
+    ctx = maxsim.context(threads=1, backend="cpu", isa="scalar")
+    assert ctx.threads == 1 and ctx.kernel == "scalar" and ctx.backend == "cpu"
+    with pytest.raises(maxsim.BackendUnavailableError):
+        maxsim.scores(np.ones((1, 1, 4), np.float32), np.ones((1, 1, 4), np.float32), backend="no-such-backend")
+    with pytest.raises(maxsim.Error):
+        maxsim.scores(np.ones((1, 1, 4), np.float32), np.ones((1, 1, 4), np.float32), isa="no-such-isa")

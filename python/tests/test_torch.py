@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: Apache-2.0
+"""PyTorch: tensors in and out (zero copy on the CPU), autograd through the library's backward (gradcheck in
+float64 on small shapes; einsum autograd in float32 on the real ColBERTv2 shapes), and deterministic gradients.
+CUDA tensors route to the CUDA plugin; they are tested on a GPU machine only (skipped here without CUDA)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed in this environment")
+
+import maxsim  # noqa: E402
+import maxsim.torch as mt  # noqa: E402
+
+
+def einsum_maxsim(Q, D, q_mask=None, d_mask=None):
+    sim = torch.einsum("qsd,ntd->qnst", Q, D)
+    if d_mask is not None:
+        sim = sim.masked_fill(~d_mask.bool()[None, :, None, :], float("-inf"))
+    best = sim.max(dim=-1).values
+    if q_mask is not None:
+        best = best * q_mask.to(best.dtype)[:, None, :]
+    return best.sum(-1)
+
+
+def test_tensor_in_tensor_out_same_bits_as_numpy():
+    g = torch.Generator().manual_seed(0)
+    Q = torch.randn(3, 8, 32, generator=g)
+    D = torch.randn(5, 12, 32, generator=g)
+    S = maxsim.scores(Q, D)
+    assert isinstance(S, torch.Tensor) and S.shape == (3, 5) and S.dtype == torch.float32
+    assert np.array_equal(S.numpy(), maxsim.scores(Q.numpy(), D.numpy()))
+    for dt in (torch.float16, torch.bfloat16):
+        got = maxsim.scores(Q.to(dt), D.to(dt))
+        ref = einsum_maxsim(Q.to(dt).double(), D.to(dt).double()).float()
+        torch.testing.assert_close(got, ref, atol=1e-3, rtol=1e-4)
+    top = maxsim.topk(Q, maxsim.pack(D), 2)
+    assert isinstance(top.scores, torch.Tensor) and top.indices.dtype == torch.int64
+
+
+def test_requires_grad_inputs_and_masks():
+    g = torch.Generator().manual_seed(1)
+    Q = torch.randn(2, 6, 16, generator=g, requires_grad=True)
+    D = torch.randn(4, 9, 16, generator=g)
+    d_mask = torch.ones(4, 9, dtype=torch.long)
+    d_mask[1, 5:] = 0
+    q_mask = torch.ones(2, 6, dtype=torch.bool)
+    q_mask[0, 4:] = False
+    S = maxsim.scores(Q, D, q_mask=q_mask, d_mask=d_mask)
+    torch.testing.assert_close(S, einsum_maxsim(Q.detach(), D, q_mask, d_mask), atol=1e-5, rtol=1e-6)
+
+
+def test_gradcheck_float64_small_shapes():
+    # The library computes in float32: the float64 inputs are rounded to f32, so the numerical Jacobian is taken
+    # with eps = 1e-3 (MaxSim is piecewise linear: exact away from argmax switches) and f32-level tolerances.
+    g = torch.Generator().manual_seed(2)
+    for (nq, lq, nd, ld, d) in [(2, 3, 3, 4, 5), (1, 1, 2, 7, 3), (3, 4, 1, 1, 8)]:
+        Q = torch.randn(nq, lq, d, generator=g, dtype=torch.float64, requires_grad=True)
+        D = torch.randn(nd, ld, d, generator=g, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda a, b: mt.maxsim(a, b), (Q, D), eps=1e-3, atol=2e-3, rtol=2e-3)
+        assert torch.autograd.gradcheck(lambda a, b: mt.maxsim_pairs(a, b[:nq] if nd >= nq else b.repeat(nq, 1, 1)[:nq]),
+                                        (Q, D), eps=1e-3, atol=2e-3, rtol=2e-3)
+    d_mask = torch.tensor([[1, 1, 0, 1], [0, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.bool)
+    Q = torch.randn(2, 3, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    D = torch.randn(3, 4, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: mt.maxsim(a, b, d_mask=d_mask), (Q, D), eps=1e-3, atol=2e-3, rtol=2e-3)
+
+
+def _real_batch(real_data):
+    L = max(len(x) for x in real_data["docs"])
+    D = torch.zeros(len(real_data["docs"]), L, 128)
+    mask = torch.zeros(len(real_data["docs"]), L, dtype=torch.bool)
+    for i, x in enumerate(real_data["docs"]):
+        D[i, :len(x)] = torch.from_numpy(x)
+        mask[i, :len(x)] = True
+    Q = torch.from_numpy(np.stack(real_data["queries"]))
+    return Q, D, mask
+
+
+def test_gradients_match_einsum_autograd_on_real_shapes(real_data):
+    Q0, D0, mask = _real_batch(real_data)
+    w = torch.randn(Q0.shape[0], D0.shape[0], generator=torch.Generator().manual_seed(3))
+    Q1, D1 = Q0.clone().requires_grad_(), D0.clone().requires_grad_()
+    (mt.maxsim(Q1, D1, d_mask=mask) * w).sum().backward()
+    Q2, D2 = Q0.clone().requires_grad_(), D0.clone().requires_grad_()
+    (einsum_maxsim(Q2, D2, d_mask=mask) * w).sum().backward()
+    torch.testing.assert_close(Q1.grad, Q2.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(D1.grad, D2.grad, atol=1e-5, rtol=1e-5)
+    assert torch.all(D1.grad[~mask] == 0)
+
+
+def test_backward_is_deterministic_across_threads(real_data):
+    Q0, D0, mask = _real_batch(real_data)
+    grads = []
+    for threads in (1, 2, 2):
+        Q, D = Q0.clone().requires_grad_(), D0.clone().requires_grad_()
+        mt.maxsim(Q, D, d_mask=mask, threads=threads).sum().backward()
+        grads.append((Q.grad, D.grad))
+    for gq, gd in grads[1:]:
+        assert torch.equal(gq, grads[0][0]) and torch.equal(gd, grads[0][1])
+
+
+def test_cpu_tensor_zero_copy():
+    D = torch.randn(64, 16, 32)
+    before = maxsim.scores(torch.ones(1, 2, 32), D)
+    D[3] += 100.0  # the library reads D's storage: the change shows without re-wrapping anything
+    after = maxsim.scores(torch.ones(1, 2, 32), D)
+    assert after[0, 3] != before[0, 3] and torch.equal(after[0, :3], before[0, :3])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (the CUDA plugin path runs on GPU hosts)")
+def test_cuda_tensors_stay_on_device():
+    Q = torch.randn(2, 8, 64, device="cuda")
+    D = torch.randn(3, 20, 64, device="cuda")
+    S = maxsim.scores(Q, D)
+    assert S.is_cuda
+    torch.testing.assert_close(S.cpu(), maxsim.scores(Q.cpu(), D.cpu()))

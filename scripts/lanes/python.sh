@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Lane `--python`: the Python package. A venv (reused when present), `pip install .` of this checkout (library +
+# nanobind extension through scikit-build-core), then the pytest suite python/tests (numpy always; the torch
+# tests with PyPI's torch wheel, ~3 GB with its CUDA libraries, installed once into the venv; MAXSIM_PY_TORCH=0
+# skips it and those tests skip with a message). Environment: MAXSIM_PY_VENV (default ~/.cache/libmaxsim/py-venv),
+# PYTHON (default python3), MAXSIM_PY_TORCH (default 1), JOBS.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bash scripts/setup.sh --python
+PYTHON=${PYTHON:-python3}
+VENV=${MAXSIM_PY_VENV:-$HOME/.cache/libmaxsim/py-venv}
+JOBS=${JOBS:-$(nproc)}
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "test.sh: creating the venv $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+want=(scikit-build-core nanobind numpy pytest)
+[ "${MAXSIM_PY_TORCH:-1}" = 1 ] && want+=(torch)
+missing=()
+for p in "${want[@]}"; do "$VENV/bin/python" -m pip show -q "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "test.sh: installing ${missing[*]} into the venv"
+  "${PIP[@]}" install "${missing[@]}"
+fi
+launcher=""
+command -v ccache >/dev/null && launcher="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
+echo "test.sh: pip install . (build in build-py/)"
+CMAKE_ARGS="${CMAKE_ARGS:-} $launcher" CMAKE_BUILD_PARALLEL_LEVEL=$JOBS \
+  "${PIP[@]}" install --no-build-isolation --no-deps --force-reinstall .
+echo "test.sh: running the Python tests"
+cd python/tests  # not the repository root: `import maxsim` must find the installed package, not ./python
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider .
