@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "maxsim/maxsim.hpp"
@@ -454,6 +455,78 @@ TEST(Api, ContextOptionsAndEnvironment) {
   EXPECT_EQ(maxsim_version(), static_cast<uint32_t>(MAXSIM_VERSION_MAJOR * 10000 + MAXSIM_VERSION_MINOR * 100 +
                                                     MAXSIM_VERSION_PATCH));
   EXPECT_STREQ(maxsim_version_string(), MAXSIM_PROJECT_VERSION);
+}
+
+
+// maxsim_set_progress: the callback runs on the calling thread only, sees monotonic counts of the call's total,
+// leaves results unchanged, and cancels with MAXSIM_ERR_CANCELLED when it returns non-zero.
+struct ProgressRecord {
+  std::thread::id caller = std::this_thread::get_id();
+  int calls = 0;
+  int cancel_at = -1;  // cancel on this call (1-based), -1: never
+  bool off_thread = false, monotonic = true;
+  uint64_t last = 0, total = 0;
+};
+
+int RecordProgress(void* user, uint64_t done, uint64_t total) {
+  auto* r = static_cast<ProgressRecord*>(user);
+  ++r->calls;
+  if (std::this_thread::get_id() != r->caller) r->off_thread = true;
+  if (done < r->last || done > total) r->monotonic = false;
+  r->last = done;
+  r->total = total;
+  return r->cancel_at == r->calls ? 1 : 0;
+}
+
+TEST(Api, ProgressCallbackReportsOnTheCallingThreadAndCancels) {
+  std::mt19937_64 rng(99);
+  // ~0.1-0.5 s of exact scoring on 2 threads: long enough to cross the 50 ms reporting interval.
+  const TokenSets q = Generate(rng, Shape::kGaussian, 16, 32, 32, 128);
+  const TokenSets d = Generate(rng, Shape::kGaussian, 3000, 100, 100, 128);
+  Context ctx = CpuContext(2);
+  const uint64_t nq = q.n_sets(), nd = d.n_sets();
+  const ScoreOptions exact{MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT};
+  const auto plain = ctx.ScoreMatrix(q.Dense(), nq, d.Dense(), nd, exact);
+
+  ProgressRecord rec;
+  maxsim_set_progress(RecordProgress, &rec);
+  const auto with = ctx.ScoreMatrix(q.Dense(), nq, d.Dense(), nd, exact);
+  maxsim_set_progress(nullptr, nullptr);
+  EXPECT_GE(rec.calls, 1);
+  EXPECT_FALSE(rec.off_thread);
+  EXPECT_TRUE(rec.monotonic);
+  EXPECT_EQ(rec.total, nq * nd);
+  ASSERT_EQ(with.size(), plain.size());
+  EXPECT_EQ(0, std::memcmp(with.data(), plain.data(), plain.size() * sizeof(float)));
+
+  // Cancel on the first report: score matrix, top-k and candidates stop with MAXSIM_ERR_CANCELLED.
+  maxsim_score_options o;
+  maxsim_score_options_init(&o);
+  const DenseSets qd = q.Dense(), dd = d.Dense();
+  const maxsim_sets qs{nullptr, qd.get()}, ds{nullptr, dd.get()};
+  std::vector<float> scores(nq * nd);
+  ProgressRecord cancel;
+  cancel.cancel_at = 1;
+  maxsim_set_progress(RecordProgress, &cancel);
+  EXPECT_EQ(MAXSIM_ERR_CANCELLED, maxsim_score_matrix(ctx.get(), &qs, &ds, &o, scores.data(), nullptr));
+  EXPECT_NE(std::string(maxsim_last_error()).find("cancelled"), std::string::npos) << maxsim_last_error();
+  EXPECT_EQ(cancel.calls, 1);
+  cancel.calls = 0;
+  std::vector<uint64_t> index(nq * 5);
+  EXPECT_EQ(MAXSIM_ERR_CANCELLED, maxsim_topk(ctx.get(), &qs, &ds, 5, &o, scores.data(), index.data(), nullptr));
+  cancel.calls = 0;
+  std::vector<uint64_t> coff(nq + 1), cand(nq * nd);
+  for (uint64_t i = 0; i <= nq; ++i) coff[i] = i * nd;
+  for (uint64_t c = 0; c < nq * nd; ++c) cand[c] = c % nd;
+  EXPECT_EQ(MAXSIM_ERR_CANCELLED, maxsim_score_candidates(ctx.get(), &qs, &ds, coff.data(), cand.data(), &o,
+                                                          scores.data(), nullptr));
+  EXPECT_STREQ(maxsim_status_name(MAXSIM_ERR_CANCELLED), "MAXSIM_ERR_CANCELLED");
+
+  // Removed: no more calls.
+  maxsim_set_progress(nullptr, nullptr);
+  cancel.calls = 0;
+  EXPECT_EQ(MAXSIM_OK, maxsim_score_matrix(ctx.get(), &qs, &ds, &o, scores.data(), nullptr));
+  EXPECT_EQ(cancel.calls, 0);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "packed.h"
 #include "packed_handle.h"
 #include "packer.h"
+#include "progress.h"
 #include "status.h"
 
 using maxsim::Error;
@@ -185,8 +186,13 @@ MAXSIM_API const char* maxsim_status_name(maxsim_status status_in) {
     case MAXSIM_ERR_BUFFER_TOO_SMALL: return "MAXSIM_ERR_BUFFER_TOO_SMALL";
     case MAXSIM_ERR_PLUGIN: return "MAXSIM_ERR_PLUGIN";
     case MAXSIM_ERR_INTERNAL: return "MAXSIM_ERR_INTERNAL";
+    case MAXSIM_ERR_CANCELLED: return "MAXSIM_ERR_CANCELLED";
   }
   return "MAXSIM_ERR_UNKNOWN";
+}
+
+MAXSIM_API void maxsim_set_progress(maxsim_progress_fn fn, void* user_data) {
+  maxsim::ThreadProgressSink() = maxsim::ProgressSink{fn, user_data};
 }
 
 MAXSIM_API uint32_t maxsim_version(void) { return MAXSIM_VERSION_NUMBER; }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "packed_handle.h"
+#include "progress.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -595,6 +596,7 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
   const int64_t n_tasks = static_cast<int64_t>(n_blocks * n_qchunks);
   const KernelOps& ops = *kernel_->ops;
   const bool batched = UseBatch(ops, req, D);
+  Progress progress(nq * nd);
 #pragma omp parallel num_threads(threads_) if (threads_ > 1 && n_tasks > 1)
   {
     ThreadState& ts = states[static_cast<size_t>(ThreadIndex())];
@@ -602,10 +604,12 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
     std::vector<int32_t*> bargmax;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
+      if (progress.cancelled()) continue;
       const uint64_t qc = static_cast<uint64_t>(task) / n_blocks;
       const uint64_t db = static_cast<uint64_t>(task) % n_blocks;
       const uint64_t q0 = qc * qchunk, q1 = std::min(nq, q0 + qchunk);
       const uint64_t d0 = db * block, d1 = std::min(nd, d0 + block);
+      progress.Advance((q1 - q0) * (d1 - d0));  // counted as a task starts: within one task of the truth
       if (batched) {
         // One kernel call per query and run of documents (the kernel overlaps a document's refinement with
         // the next one's screening). With several queries, runs of 8 documents stay in L2 across them.
@@ -645,6 +649,7 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
       }
     }
   }
+  MAXSIM_RETURN_IF_ERROR(progress.Finish("maxsim_score_matrix"));
   SumStats(states, stats);
   return Status::Ok();
 }
@@ -675,6 +680,7 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
   const int64_t n_tasks = static_cast<int64_t>((total + block - 1) / block);
   const KernelOps& ops = *kernel_->ops;
   const bool batched = UseBatch(ops, req, D);
+  Progress progress(total);
 #pragma omp parallel num_threads(threads_) if (threads_ > 1 && n_tasks > 1)
   {
     ThreadState& ts = states[static_cast<size_t>(ThreadIndex())];
@@ -682,7 +688,9 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
     std::vector<int32_t*> bargmax;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
+      if (progress.cancelled()) continue;
       const uint64_t c0 = static_cast<uint64_t>(task) * block, c1 = std::min(total, c0 + block);
+      progress.Advance(c1 - c0);
       uint64_t i = static_cast<uint64_t>(std::upper_bound(cand_offsets, cand_offsets + nq + 1, c0) - cand_offsets) - 1;
       if (batched) {
         // One kernel call per run of candidates of the same query.
@@ -719,6 +727,7 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
       }
     }
   }
+  MAXSIM_RETURN_IF_ERROR(progress.Finish("maxsim_score_candidates"));
   SumStats(states, stats);
   return Status::Ok();
 }
@@ -771,6 +780,7 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
   const KernelOps& ops = *kernel_->ops;
   const bool batched = UseBatch(ops, req, D);
   const bool cosine = req.metric == MAXSIM_METRIC_COSINE;
+  Progress progress(nq * nd);
 #pragma omp parallel num_threads(threads_) if (threads_ > 1 && n_tasks > 1)
   {
     const int t = ThreadIndex();
@@ -780,7 +790,9 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
     std::vector<float> bscores;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
+      if (progress.cancelled()) continue;
       const uint64_t d0 = static_cast<uint64_t>(task) * block, d1 = std::min(nd, d0 + block);
+      progress.Advance(nq * (d1 - d0));
       if (batched) {
         // Pruning (ScreenPrune): a document whose certified upper bound is below this thread's current k-th
         // score cannot enter the top-k (the k documents kept so far are real, so the global k-th score is at
@@ -820,6 +832,7 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
       }
     }
   }
+  MAXSIM_RETURN_IF_ERROR(progress.Finish("maxsim_topk"));
   std::vector<Ranked> merged;
   for (uint64_t i = 0; i < nq; ++i) {
     merged.clear();

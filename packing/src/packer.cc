@@ -14,6 +14,7 @@
 #include "dense.h"
 #include "packed.h"
 #include "packer.h"
+#include "progress.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -157,6 +158,7 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
   std::vector<RowStats> stats(analyse_pass ? n_vectors : 0);
 
   enum class Work { kAnalyse, kWrite, kBoth };
+  Progress progress((analyse_pass ? 2 : 1) * (in.n_rows));
   auto run = [&](Work work) {
 #pragma omp parallel num_threads(threads) if (threads > 1 && n_vectors > 2 * kChunkRows)
     {
@@ -168,7 +170,9 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
       Rejection& mine = rejections[static_cast<size_t>(t)];
 #pragma omp for schedule(dynamic, 1)
       for (int64_t c = 0; c < n_chunks; ++c) {
+        if (progress.cancelled()) continue;
         const Chunk& ch = chunks[static_cast<size_t>(c)];
+        progress.Advance(ch.row_end - ch.row_begin);
         uint64_t p = ch.packed_begin;
         for (uint64_t r = ch.row_begin; r < ch.row_end; ++r) {
           if (!in.kept(r)) continue;
@@ -210,6 +214,7 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
     }
   };
   run(analyse_pass ? Work::kAnalyse : Work::kBoth);
+  MAXSIM_RETURN_IF_ERROR(progress.Finish("packing"));
   const Rejection* first = nullptr;
   for (const Rejection& r : rejections) {
     if (r.packed != UINT64_MAX && (first == nullptr || r.packed < first->packed)) first = &r;
@@ -227,6 +232,7 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
                  static_cast<ull>(first->token), first->norm, what);
   }
   if (analyse_pass) run(Work::kWrite);
+  MAXSIM_RETURN_IF_ERROR(progress.Finish("packing"));
   std::memcpy(base + l.regions[MAXSIM_REGION_OFFSETS].offset, new_offsets.data(), new_offsets.size() * 8);
   if (ids) std::memcpy(base + l.regions[MAXSIM_REGION_IDS].offset, ids, in.n_sets * 8);
   if (l.has_string_ids) {

@@ -197,6 +197,40 @@ class Sets:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Progress: the library reports long calls to a callback on the calling thread (maxsim_set_progress); the
+# binding always installs one, so Ctrl-C cancels a long call, and advances a tqdm bar when asked.
+# ---------------------------------------------------------------------------------------------------------------
+class _Progress:
+    __slots__ = ("bar", "own", "total")
+
+    def __init__(self, progress: Any, total: int, desc: str, unit: str):
+        self.total = int(total)
+        self.own = progress is True
+        if progress is None or progress is False:
+            self.bar = None
+        elif progress is True:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                raise InvalidArgumentError("progress=True needs tqdm (pip install tqdm)") from None
+            self.bar = tqdm(total=self.total, desc=desc, unit=unit, unit_scale=True)
+        elif hasattr(progress, "update"):
+            self.bar = progress
+        else:
+            raise InvalidArgumentError("progress must be True, False or an object with an update(n) method (a tqdm bar)")
+
+    def __enter__(self) -> Any:
+        return self.bar
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+        if self.bar is None or not self.own:
+            return
+        if exc_type is None:
+            self.bar.update(max(0, self.total - self.bar.n))
+        self.bar.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Packed corpora
 # ---------------------------------------------------------------------------------------------------------------
 class PackedCorpus:
@@ -338,13 +372,15 @@ def pack(
     threads: int = 0,
     backend: Optional[str] = None,
     isa: Optional[str] = None,
+    progress: Any = False,
 ) -> PackedCorpus:
     """Packs token sets into a :class:`PackedCorpus` (masked rows are dropped).
 
     tokens: a [rows, dim] array with ``offsets`` or ``lengths``; an [n, L, dim] array with an optional [n, L]
     ``mask``; or a list of per-set [tokens, dim] arrays (PyLate's ``documents_embeddings``). numpy or torch
     (CPU), float32 / float16 / bfloat16. ``ids``: n uint64 external ids, stored in the corpus and returned by
-    :func:`topk`. ``dtype``: the stored originals' type ("f32", "f16", "bf16"; default: the input's)."""
+    :func:`topk`. ``dtype``: the stored originals' type ("f32", "f16", "bf16"; default: the input's).
+    ``progress``: True for a tqdm bar over the token rows (or a tqdm-like object to advance)."""
     if isinstance(tokens, (list, tuple)):
         if offsets is not None or lengths is not None:
             raise InvalidArgumentError("a list of per-set arrays carries its own lengths; do not pass offsets or lengths")
@@ -363,7 +399,10 @@ def pack(
         if ida.dtype.kind == "i" and ida.size and ida.min() < 0:
             raise InvalidArgumentError("ids must be non-negative (they are stored as uint64)")
         id_array = np.ascontiguousarray(ida, dtype=np.uint64)
-    return PackedCorpus(_core.Packed.pack(context(threads, backend, isa), sets._dense, id_array))
+    ctx = context(threads, backend, isa)
+    with _Progress(progress, sets._dense.rows, "pack", "rows") as bar:
+        packed = _core.Packed.pack(ctx, sets._dense, id_array, bar)
+    return PackedCorpus(packed)
 
 
 def load(path: Union[str, os.PathLike], validate: str = "standard") -> PackedCorpus:
@@ -436,6 +475,7 @@ def scores(
     threads: int = 0,
     backend: Optional[str] = None,
     isa: Optional[str] = None,
+    progress: Any = False,
 ) -> Any:
     """Every query set against every document set: a [Nq, Nd] float32 matrix in the caller's framework and
     device (numpy for numpy, torch for torch). Q, D: [n, L, d] arrays (+ masks), 2-D [L, d] arrays (one set;
@@ -451,8 +491,10 @@ def scores(
     if return_argmax:
         rows = q.obj.token_rows if isinstance(q.obj, _core.DenseSets) else q.obj.n_vectors
         arg = _empty(where, (nq, nd, q.length) if q.length is not None else (rows * nd,), "int32")
-    stats = _core.score_matrix(context(threads, backend, isa), q.obj, d.obj, _enum(_METRICS, metric, "metric"),
-                               _enum(_MODES, mode, "mode"), out, arg, return_stats, _stream(where))
+    ctx = context(threads, backend, isa)
+    with _Progress(progress, nq * nd, "scores", "pairs") as bar:
+        stats = _core.score_matrix(ctx, q.obj, d.obj, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"),
+                                   out, arg, return_stats, _stream(where), bar)
     if q.single or d.single:
         idx = tuple(0 if single else slice(None) for single in (q.single, d.single))
         out = out[idx]
@@ -506,6 +548,7 @@ def candidates(
     threads: int = 0,
     backend: Optional[str] = None,
     isa: Optional[str] = None,
+    progress: Any = False,
 ) -> Any:
     """Per-query candidate scoring (reranking, knowledge distillation).
 
@@ -560,16 +603,14 @@ def candidates(
             arg = _empty(where, out_shape + (q.length,), "int32")
             argmax_size = total * q.length
         else:
-            offs = q.obj.token_rows  # ragged queries: the C layout, flat
-            lens = _query_lengths(q)
-            argmax_size = int(sum(int(cand_offsets[i + 1] - cand_offsets[i]) * int(lens[i]) for i in range(nq)))
+            lens = _query_lengths(q)  # ragged queries: the C layout, flat
+            argmax_size = int(np.dot(np.diff(cand_offsets).astype(np.int64), lens.astype(np.int64)))
             arg = _empty(where, (argmax_size,), "int32")
-            del offs
     else:
         argmax_size = 0
-    _core.score_candidates(ctx, q.obj, d.obj, cand_offsets, cand, _enum(_METRICS, metric, "metric"),
-                           _enum(_MODES, mode, "mode"), out, arg, argmax_size, False, _stream(where))
-    del total
+    with _Progress(progress, total, "candidates", "pairs") as bar:
+        _core.score_candidates(ctx, q.obj, d.obj, cand_offsets, cand, _enum(_METRICS, metric, "metric"),
+                               _enum(_MODES, mode, "mode"), out, arg, argmax_size, False, _stream(where), bar)
     return (out, arg) if return_argmax else out
 
 
@@ -603,9 +644,11 @@ def topk(
     threads: int = 0,
     backend: Optional[str] = None,
     isa: Optional[str] = None,
+    progress: Any = False,
 ) -> Any:
     """The k best documents of ``corpus`` for every query set (score descending, ties by lower index), without
-    materialising the score matrix. A 2-D query drops the query axis from the outputs."""
+    materialising the score matrix. A 2-D query drops the query axis from the outputs. ``progress``: True for a
+    tqdm bar over the (query, document) pairs (or a tqdm-like object to advance)."""
     if int(k) < 0:
         raise InvalidArgumentError(f"k is {k}; it must be >= 0")
     k = int(k)
@@ -615,8 +658,10 @@ def topk(
     idx = np.empty((nq, k), dtype=np.uint64)
     has_ids = isinstance(d.obj, _core.Packed) and d.obj.has_ids
     ids = np.empty((nq, k), dtype=np.uint64) if has_ids else None
-    stats = _core.topk(context(threads, backend, isa), q.obj, d.obj, k, _enum(_METRICS, metric, "metric"),
-                       _enum(_MODES, mode, "mode"), s, idx, ids, return_stats, 0)
+    ctx = context(threads, backend, isa)
+    with _Progress(progress, nq * d.obj.n_sets, "topk", "pairs") as bar:
+        stats = _core.topk(ctx, q.obj, d.obj, k, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"), s,
+                           idx, ids, return_stats, 0, bar)
     indices = idx.view(np.int64)
     if q.single:
         s, indices = s[0], indices[0]

@@ -51,6 +51,49 @@ void Check(maxsim_status st) {
   Throw(st, maxsim_last_error());
 }
 
+// Installs this thread's progress callback (maxsim_set_progress) around one call that does work. The library
+// invokes it on this thread, every 50 ms at most, with the GIL released: it takes the GIL, runs Python's signal
+// handlers (Ctrl-C raises KeyboardInterrupt there) and advances `bar` (a tqdm-like object, or None). An exception
+// from either cancels the call (MAXSIM_ERR_CANCELLED) and is re-raised once the call has returned.
+class ProgressScope {
+ public:
+  explicit ProgressScope(nb::handle bar) : bar_(bar) { maxsim_set_progress(&ProgressScope::Callback, this); }
+  ~ProgressScope() { maxsim_set_progress(nullptr, nullptr); }
+  ProgressScope(const ProgressScope&) = delete;
+  ProgressScope& operator=(const ProgressScope&) = delete;
+
+  // After the call, with the GIL: the pending Python exception, if a callback raised one.
+  void Check(maxsim_status st) {
+    if (failed_) throw nb::python_error();
+    ::Check(st);
+  }
+
+ private:
+  static int Callback(void* user, uint64_t done, uint64_t total) {
+    auto* self = static_cast<ProgressScope*>(user);
+    nb::gil_scoped_acquire acquire;
+    if (PyErr_CheckSignals() != 0) {
+      self->failed_ = true;
+      return 1;
+    }
+    if (!self->bar_.is_none() && done > self->reported_) {
+      PyObject* r = PyObject_CallMethod(self->bar_.ptr(), "update", "K", static_cast<unsigned long long>(done - self->reported_));
+      if (r == nullptr) {
+        self->failed_ = true;
+        return 1;
+      }
+      Py_DECREF(r);
+      self->reported_ = done;
+    }
+    (void)total;
+    return 0;
+  }
+
+  nb::handle bar_;
+  uint64_t reported_ = 0;
+  bool failed_ = false;
+};
+
 maxsim_dtype DtypeOf(const nb::dlpack::dtype& t, const char* what) {
   using nb::dlpack::dtype_code;
   if (t.lanes == 1 && t.code == static_cast<uint8_t>(dtype_code::Float) && t.bits == 32) return MAXSIM_F32;
@@ -220,16 +263,17 @@ class Packed {
   Packed(const Packed&) = delete;
   Packed& operator=(const Packed&) = delete;
 
-  static Packed* Pack(Context* ctx, const DenseSets& sets, std::optional<U64Array> ids) {
+  static Packed* Pack(Context* ctx, const DenseSets& sets, std::optional<U64Array> ids, nb::handle bar) {
     if (sets.on_cuda()) ThrowArg("pack reads host memory; move the tokens to the CPU first");
     if (ids && ids->shape(0) != sets.n_sets()) ThrowArg("ids has " + std::to_string(ids->shape(0)) + " entries for " + std::to_string(sets.n_sets()) + " sets");
     maxsim_packed* p = nullptr;
     maxsim_status st;
+    ProgressScope progress(bar);
     {
       nb::gil_scoped_release release;
       st = maxsim_pack(ctx->get(), &sets.sets(), ids ? ids->data() : nullptr, &p);
     }
-    Check(st);
+    progress.Check(st);
     return new Packed(p);
   }
   static Packed* Load(const std::string& path, const std::string& level) {
@@ -358,7 +402,7 @@ void CheckSides(const Side& q, const Side& d) {
 }
 
 nb::object ScoreMatrix(Context* ctx, nb::handle queries, nb::handle documents, int metric, int mode, OutF32 scores,
-                       std::optional<OutI32> argmax, bool want_stats, uintptr_t stream) {
+                       std::optional<OutI32> argmax, bool want_stats, uintptr_t stream, nb::handle bar) {
   const Side q = SideOf(queries, "queries"), d = SideOf(documents, "documents");
   CheckSides(q, d);
   const bool cuda = q.cuda || d.cuda;
@@ -367,16 +411,17 @@ nb::object ScoreMatrix(Context* ctx, nb::handle queries, nb::handle documents, i
   maxsim_stats stats{};
   const maxsim_score_options o = ScoreOptions(metric, mode, want_stats ? &stats : nullptr, stream);
   maxsim_status st;
+  ProgressScope progress(bar);
   {
     nb::gil_scoped_release release;
     st = maxsim_score_matrix(ctx->get(), &q.sets, &d.sets, &o, scores.data(), argmax ? argmax->data() : nullptr);
   }
-  Check(st);
+  progress.Check(st);
   return want_stats ? StatsDict(stats) : nb::none();
 }
 
 nb::object ScorePairs(Context* ctx, nb::handle queries, nb::handle documents, int metric, int mode, OutF32 scores,
-                      std::optional<OutI32> argmax, bool want_stats, uintptr_t stream) {
+                      std::optional<OutI32> argmax, bool want_stats, uintptr_t stream, nb::handle bar) {
   const Side q = SideOf(queries, "queries"), d = SideOf(documents, "documents");
   CheckSides(q, d);
   const bool cuda = q.cuda || d.cuda;
@@ -386,17 +431,18 @@ nb::object ScorePairs(Context* ctx, nb::handle queries, nb::handle documents, in
   maxsim_stats stats{};
   const maxsim_score_options o = ScoreOptions(metric, mode, want_stats ? &stats : nullptr, stream);
   maxsim_status st;
+  ProgressScope progress(bar);
   {
     nb::gil_scoped_release release;
     st = maxsim_score_pairs(ctx->get(), &q.sets, &d.sets, &o, scores.data(), argmax ? argmax->data() : nullptr);
   }
-  Check(st);
+  progress.Check(st);
   return want_stats ? StatsDict(stats) : nb::none();
 }
 
 nb::object ScoreCandidates(Context* ctx, nb::handle queries, nb::handle documents, U64Array cand_offsets,
                            U64Array candidates, int metric, int mode, OutF32 scores, std::optional<OutI32> argmax,
-                           uint64_t argmax_size, bool want_stats, uintptr_t stream) {
+                           uint64_t argmax_size, bool want_stats, uintptr_t stream, nb::handle bar) {
   const Side q = SideOf(queries, "queries"), d = SideOf(documents, "documents");
   CheckSides(q, d);
   const bool cuda = q.cuda || d.cuda;
@@ -408,18 +454,19 @@ nb::object ScoreCandidates(Context* ctx, nb::handle queries, nb::handle document
   maxsim_stats stats{};
   const maxsim_score_options o = ScoreOptions(metric, mode, want_stats ? &stats : nullptr, stream);
   maxsim_status st;
+  ProgressScope progress(bar);
   {
     nb::gil_scoped_release release;
     st = maxsim_score_candidates(ctx->get(), &q.sets, &d.sets, cand_offsets.data(), candidates.data(), &o,
                                  scores.data(), argmax ? argmax->data() : nullptr);
   }
-  Check(st);
+  progress.Check(st);
   return want_stats ? StatsDict(stats) : nb::none();
 }
 
 nb::object TopK(Context* ctx, nb::handle queries, nb::handle documents, uint64_t k, int metric, int mode,
                 nb::ndarray<float, nb::c_contig, nb::device::cpu> scores, OutU64 index, std::optional<OutU64> ids,
-                bool want_stats, uintptr_t stream) {
+                bool want_stats, uintptr_t stream, nb::handle bar) {
   const Side q = SideOf(queries, "queries"), d = SideOf(documents, "documents");
   CheckSides(q, d);
   CheckOut(scores, q.n_sets * k, false, "scores");
@@ -428,11 +475,12 @@ nb::object TopK(Context* ctx, nb::handle queries, nb::handle documents, uint64_t
   maxsim_stats stats{};
   const maxsim_score_options o = ScoreOptions(metric, mode, want_stats ? &stats : nullptr, stream);
   maxsim_status st;
+  ProgressScope progress(bar);
   {
     nb::gil_scoped_release release;
     st = maxsim_topk(ctx->get(), &q.sets, &d.sets, k, &o, scores.data(), index.data(), ids ? ids->data() : nullptr);
   }
-  Check(st);
+  progress.Check(st);
   return want_stats ? StatsDict(stats) : nb::none();
 }
 
@@ -532,7 +580,7 @@ NB_MODULE(_core, m) {
 
   nb::class_<Packed>(m, "Packed")
       .def_static("pack", &Packed::Pack, "ctx"_a, "sets"_a, "ids"_a.none() = nb::none(),
-                  nb::rv_policy::take_ownership)
+                  "progress"_a.none() = nb::none(), nb::rv_policy::take_ownership)
       .def_static("load", &Packed::Load, "path"_a, "level"_a = "standard", nb::rv_policy::take_ownership)
       .def_static("open", &Packed::Open, "buffer"_a, "level"_a, "owner"_a, nb::rv_policy::take_ownership)
       .def("save", &Packed::Save)
@@ -560,14 +608,14 @@ NB_MODULE(_core, m) {
       });
 
   m.def("score_matrix", &ScoreMatrix, "ctx"_a, "queries"_a, "documents"_a, "metric"_a, "mode"_a, "scores"_a,
-        "argmax"_a.none(), "want_stats"_a, "stream"_a);
+        "argmax"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none());
   m.def("score_pairs", &ScorePairs, "ctx"_a, "queries"_a, "documents"_a, "metric"_a, "mode"_a, "scores"_a,
-        "argmax"_a.none(), "want_stats"_a, "stream"_a);
+        "argmax"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none());
   m.def("score_candidates", &ScoreCandidates, "ctx"_a, "queries"_a, "documents"_a, "cand_offsets"_a,
         "candidates"_a, "metric"_a, "mode"_a, "scores"_a, "argmax"_a.none(), "argmax_size"_a, "want_stats"_a,
-        "stream"_a);
+        "stream"_a, "progress"_a.none() = nb::none());
   m.def("topk", &TopK, "ctx"_a, "queries"_a, "documents"_a, "k"_a, "metric"_a, "mode"_a, "scores"_a, "index"_a,
-        "ids"_a.none(), "want_stats"_a, "stream"_a);
+        "ids"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none());
   m.def("backward", &Backward, "ctx"_a, "queries"_a, "documents"_a, "layout"_a, "cand_offsets"_a.none(),
         "candidates"_a.none(), "argmax"_a, "grad_scores"_a, "grad_queries"_a.none(), "grad_documents"_a.none(),
         "deterministic"_a, "stream"_a);

@@ -16,7 +16,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
-want=(scikit-build-core nanobind numpy pytest)
+want=(scikit-build-core nanobind numpy pytest tqdm)
 [ "${MAXSIM_PY_TORCH:-1}" = 1 ] && want+=(torch)
 missing=()
 for p in "${want[@]}"; do "$VENV/bin/python" -m pip show -q "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -62,6 +62,7 @@ typedef enum maxsim_status {
   MAXSIM_ERR_BUFFER_TOO_SMALL = 9,   /* an output capacity is too small; the needed size is reported */
   MAXSIM_ERR_PLUGIN = 10,            /* a plugin reported a failure (launch failure, device error) */
   MAXSIM_ERR_INTERNAL = 11,          /* a bug in libmaxsim: please report it with the message */
+  MAXSIM_ERR_CANCELLED = 12,         /* the progress callback asked the call to stop (maxsim_set_progress) */
   MAXSIM_STATUS_FORCE_INT32 = 0x7FFFFFFF /* keeps the enum 32-bit; never returned */
 } maxsim_status;
 
@@ -74,6 +75,17 @@ MAXSIM_API const char* maxsim_status_name(maxsim_status status);
 /* Version of the library actually loaded: MAJOR * 10000 + MINOR * 100 + PATCH. */
 MAXSIM_API uint32_t maxsim_version(void);
 MAXSIM_API const char* maxsim_version_string(void);
+
+/* Progress and cancellation of long calls. The callback registered by a thread applies to the calls that thread
+ * makes afterwards (maxsim_pack, maxsim_pack_into, maxsim_score_matrix, maxsim_score_pairs,
+ * maxsim_score_candidates, maxsim_topk on the CPU backend): it runs on the calling thread only (never on a
+ * worker), at most every 50 ms, the first time 50 ms after the call started (short calls never see it), with the
+ * units done so far and the call's total (packing: token rows; scoring: (query set, document set) pairs). Return
+ * 0 to go on; non-zero cancels: the workers skip the remaining units and the call returns MAXSIM_ERR_CANCELLED
+ * (outputs partially written, nothing allocated for the caller). NULL removes the callback. Calls a plugin
+ * runs report nothing. */
+typedef int (*maxsim_progress_fn)(void* user_data, uint64_t done, uint64_t total);
+MAXSIM_API void maxsim_set_progress(maxsim_progress_fn fn, void* user_data);
 
 /* ----------------------------------------------------------------------------------------------------- */
 /* Enumerations (each ends with a *_FORCE_INT32 member that keeps it 32-bit; the library reads enum fields  */

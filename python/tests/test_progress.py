@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Progress and cancellation: the library's progress callback (maxsim_set_progress) drives a tqdm-like bar,
+Ctrl-C (SIGINT) cancels a long call within a fraction of its run time, and an exception raised by the bar
+cancels the call and propagates."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import maxsim
+
+
+@pytest.fixture(scope="module")
+def long_job():
+    # ~420 GFLOP of exact scoring on one thread: seconds on any CPU, so a cancel after 0.3 s is visible.
+    rng = np.random.default_rng(5)
+    Q = rng.standard_normal((256, 32, 128)).astype(np.float32)
+    D = rng.standard_normal((2000, 100, 128)).astype(np.float32)
+    return Q, D
+
+
+class Bar:
+    def __init__(self, fail_after=None):
+        self.n = 0
+        self.calls = 0
+        self.fail_after = fail_after
+
+    def update(self, n):
+        self.calls += 1
+        self.n += n
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise RuntimeError("bar says stop")
+
+
+def test_progress_bar_advances_and_results_are_unchanged(long_job):
+    Q, D = long_job
+    q, d = Q[:8], D[:1000]
+    bar = Bar()
+    with_bar = maxsim.scores(q, d, threads=1, progress=bar)
+    assert bar.calls >= 1 and 0 < bar.n <= 8 * 1000
+    assert np.array_equal(with_bar, maxsim.scores(q, d, threads=1))
+    corpus = maxsim.pack(d, progress=Bar())
+    assert np.array_equal(corpus.buffer(), maxsim.pack(d).buffer())
+    top_bar = Bar()
+    top = maxsim.topk(q, corpus, 5, threads=1, progress=top_bar)
+    assert np.array_equal(top.indices, maxsim.topk(q, corpus, 5, threads=1).indices)
+    assert top_bar.n <= 8 * 1000
+
+
+def test_exception_in_bar_cancels(long_job):
+    Q, D = long_job
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="bar says stop"):
+        maxsim.scores(Q, D, threads=1, progress=Bar(fail_after=1))
+    assert time.perf_counter() - t0 < 2.0
+
+
+def test_ctrl_c_cancels_a_long_call(long_job):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    Q, D = long_job
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    t0 = time.perf_counter()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            maxsim.scores(Q, D, threads=1)
+    finally:
+        timer.cancel()
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 2.0, f"the call ran {elapsed:.2f} s after Ctrl-C at 0.3 s"
+    # The library is usable afterwards and the callback is gone.
+    assert maxsim.scores(Q[:1, :4], D[:3]).shape == (1, 3)
+
+
+def test_progress_argument_checked():
+    with pytest.raises(maxsim.InvalidArgumentError, match="progress"):
+        maxsim.scores(np.ones((1, 1, 4), np.float32), np.ones((1, 1, 4), np.float32), progress="yes")
+
+
+def test_tqdm_bar(long_job, capsys):
+    pytest.importorskip("tqdm", reason="tqdm is not installed")
+    Q, D = long_job
+    S = maxsim.scores(Q[:4], D[:500], threads=1, progress=True)
+    err = capsys.readouterr().err
+    assert "scores" in err and "2.00k/2.00k" in err, err[-300:]
+    assert S.shape == (4, 500)
