@@ -322,6 +322,11 @@ class PackedCorpus:
         """The external uint64 ids stored with the corpus (read-only view), or None."""
         return self._packed.ids()
 
+    @property
+    def string_ids(self) -> Optional[list]:
+        """The string ids stored with the corpus (a list of str), or None."""
+        return self._packed.string_ids(None)
+
     def buffer(self) -> np.ndarray:
         """The packed bytes as a read-only uint8 array (no copy)."""
         return self._packed.buffer()
@@ -378,8 +383,8 @@ def pack(
 
     tokens: a [rows, dim] array with ``offsets`` or ``lengths``; an [n, L, dim] array with an optional [n, L]
     ``mask``; or a list of per-set [tokens, dim] arrays (PyLate's ``documents_embeddings``). numpy or torch
-    (CPU), float32 / float16 / bfloat16. ``ids``: n uint64 external ids, stored in the corpus and returned by
-    :func:`topk`. ``dtype``: the stored originals' type ("f32", "f16", "bf16"; default: the input's).
+    (CPU), float32 / float16 / bfloat16. ``ids``: n external ids stored in the corpus and returned by
+    :func:`topk`: integers (uint64) or strings (non-empty UTF-8 without tab or line breaks; packed format 1.1). ``dtype``: the stored originals' type ("f32", "f16", "bf16"; default: the input's).
     ``progress``: True for a tqdm bar over the token rows (or a tqdm-like object to advance)."""
     if isinstance(tokens, (list, tuple)):
         if offsets is not None or lengths is not None:
@@ -390,6 +395,10 @@ def pack(
     if sets.where.cuda:
         raise InvalidArgumentError("pack reads host memory; move the tokens to the CPU first (tokens.cpu())")
     id_array = None
+    string_ids = None
+    if ids is not None and len(ids) and isinstance(next(iter(ids)), str):
+        string_ids = [str(x) for x in ids]
+        ids = None
     if ids is not None:
         if _is_torch(ids):
             ids = ids.detach().cpu().numpy()
@@ -401,7 +410,7 @@ def pack(
         id_array = np.ascontiguousarray(ida, dtype=np.uint64)
     ctx = context(threads, backend, isa)
     with _Progress(progress, sets._dense.rows, "pack", "rows") as bar:
-        packed = _core.Packed.pack(ctx, sets._dense, id_array, bar)
+        packed = _core.Packed.pack(ctx, sets._dense, id_array, string_ids, bar)
     return PackedCorpus(packed)
 
 
@@ -625,7 +634,8 @@ def _query_lengths(q: _Side) -> np.ndarray:
 
 class TopK(NamedTuple):
     """topk() result: scores [Nq, k] float32 (descending), indices [Nq, k] int64 (-1 past the corpus end),
-    ids [Nq, k] uint64 (the corpus' external ids; None when it has none)."""
+    ids: the corpus' external ids, [Nq, k] uint64 for integer ids, a list of Nq lists of k str for string ids
+    (None past the corpus end), None when it has none."""
 
     scores: Any
     indices: Any
@@ -656,13 +666,18 @@ def topk(
     nq = q.obj.n_sets
     s = np.empty((nq, k), dtype=np.float32)
     idx = np.empty((nq, k), dtype=np.uint64)
-    has_ids = isinstance(d.obj, _core.Packed) and d.obj.has_ids
+    packed = isinstance(d.obj, _core.Packed)
+    has_ids = packed and d.obj.has_ids
     ids = np.empty((nq, k), dtype=np.uint64) if has_ids else None
     ctx = context(threads, backend, isa)
     with _Progress(progress, nq * d.obj.n_sets, "topk", "pairs") as bar:
         stats = _core.topk(ctx, q.obj, d.obj, k, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"), s,
                            idx, ids, return_stats, 0, bar)
     indices = idx.view(np.int64)
+    if ids is None and packed:
+        names = d.obj.string_ids(idx.reshape(-1))  # None if the corpus has no string ids
+        if names is not None:
+            ids = [names[i * k:(i + 1) * k] for i in range(nq)]
     if q.single:
         s, indices = s[0], indices[0]
         ids = None if ids is None else ids[0]
@@ -672,7 +687,7 @@ def topk(
 
         s = torch.from_numpy(s).to(where.device)
         indices = torch.from_numpy(indices).to(where.device)
-        if ids is not None:
+        if isinstance(ids, np.ndarray):
             ids = torch.from_numpy(ids.view(np.int64)).to(where.device)
     result = TopK(s, indices, ids)
     return (result, stats) if return_stats else result

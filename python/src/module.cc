@@ -7,6 +7,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <chrono>
 #include <cstdint>
@@ -263,15 +264,25 @@ class Packed {
   Packed(const Packed&) = delete;
   Packed& operator=(const Packed&) = delete;
 
-  static Packed* Pack(Context* ctx, const DenseSets& sets, std::optional<U64Array> ids, nb::handle bar) {
+  static Packed* Pack(Context* ctx, const DenseSets& sets, std::optional<U64Array> ids,
+                      std::optional<std::vector<std::string>> string_ids, nb::handle bar) {
     if (sets.on_cuda()) ThrowArg("pack reads host memory; move the tokens to the CPU first");
     if (ids && ids->shape(0) != sets.n_sets()) ThrowArg("ids has " + std::to_string(ids->shape(0)) + " entries for " + std::to_string(sets.n_sets()) + " sets");
+    std::vector<const char*> names;
+    if (string_ids) {
+      if (string_ids->size() != sets.n_sets()) ThrowArg("string ids has " + std::to_string(string_ids->size()) + " entries for " + std::to_string(sets.n_sets()) + " sets");
+      for (const std::string& n : *string_ids) {
+        if (n.find('\0') != std::string::npos) ThrowArg("string id '" + n.substr(0, n.find('\0')) + "...' contains a NUL character");
+        names.push_back(n.c_str());
+      }
+    }
     maxsim_packed* p = nullptr;
     maxsim_status st;
     ProgressScope progress(bar);
     {
       nb::gil_scoped_release release;
-      st = maxsim_pack(ctx->get(), &sets.sets(), ids ? ids->data() : nullptr, &p);
+      st = string_ids ? maxsim_pack_with_string_ids(ctx->get(), &sets.sets(), ids ? ids->data() : nullptr, names.data(), &p)
+                      : maxsim_pack(ctx->get(), &sets.sets(), ids ? ids->data() : nullptr, &p);
     }
     progress.Check(st);
     return new Packed(p);
@@ -580,7 +591,7 @@ NB_MODULE(_core, m) {
 
   nb::class_<Packed>(m, "Packed")
       .def_static("pack", &Packed::Pack, "ctx"_a, "sets"_a, "ids"_a.none() = nb::none(),
-                  "progress"_a.none() = nb::none(), nb::rv_policy::take_ownership)
+                  "string_ids"_a.none() = nb::none(), "progress"_a.none() = nb::none(), nb::rv_policy::take_ownership)
       .def_static("load", &Packed::Load, "path"_a, "level"_a = "standard", nb::rv_policy::take_ownership)
       .def_static("open", &Packed::Open, "buffer"_a, "level"_a, "owner"_a, nb::rv_policy::take_ownership)
       .def("save", &Packed::Save)
@@ -602,6 +613,28 @@ NB_MODULE(_core, m) {
         if (!d.ids) return nb::none();
         return nb::cast(nb::ndarray<nb::numpy, const uint64_t, nb::ndim<1>>(d.ids, {static_cast<size_t>(d.n_sets)}, self));
       })
+      .def("string_ids", [](const Packed& p, std::optional<OutU64> which) -> nb::object {
+        // All string ids (which = None) or those of the given set indices (UINT64_MAX: None); None without any.
+        const maxsim_packed* h = p.get();
+        const char* id = nullptr;
+        size_t len = 0;
+        const uint64_t n = p.Describe().n_sets;
+        if (n == 0) return nb::list();
+        Check(maxsim_packed_string_id(h, 0, &id, &len));
+        if (id == nullptr) return nb::none();
+        nb::list out;
+        const uint64_t count = which ? which->size() : n;
+        for (uint64_t k = 0; k < count; ++k) {
+          const uint64_t i = which ? which->data()[k] : k;
+          if (i >= n) {
+            out.append(nb::none());
+            continue;
+          }
+          Check(maxsim_packed_string_id(h, i, &id, &len));
+          out.append(nb::str(id, len));
+        }
+        return out;
+      }, "which"_a.none() = nb::none())
       .def("buffer", [](nb::handle self) {
         const maxsim_packed_desc d = nb::cast<const Packed&>(self).Describe();
         return nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>>(d.data, {static_cast<size_t>(d.size)}, self);

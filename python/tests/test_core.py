@@ -272,3 +272,18 @@ def test_threads_backend_isa_options():
         maxsim.scores(np.ones((1, 1, 4), np.float32), np.ones((1, 1, 4), np.float32), backend="no-such-backend")
     with pytest.raises(maxsim.Error):
         maxsim.scores(np.ones((1, 1, 4), np.float32), np.ones((1, 1, 4), np.float32), isa="no-such-isa")
+
+
+def test_string_ids_roundtrip_and_topk(real_data, tmp_path):
+    names = real_data["doc_ids"]
+    corpus = maxsim.pack(real_data["docs"], ids=names)
+    assert corpus.string_ids == names and corpus.ids is None
+    path = tmp_path / "named.maxsim"
+    corpus.save(path)
+    loaded = maxsim.load(path)
+    assert loaded.string_ids == names
+    top = maxsim.topk(real_data["queries"], loaded, 3)
+    assert top.ids == [[names[j] for j in row] for row in top.indices.tolist()]
+    assert maxsim.topk(real_data["queries"][0], loaded, 2).ids == [names[j] for j in top.indices[0, :2]]
+    with pytest.raises(maxsim.InvalidArgumentError):
+        maxsim.pack(real_data["docs"][:2], ids=["ok", "tab\there"])

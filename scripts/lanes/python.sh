@@ -3,8 +3,10 @@
 # Lane `--python`: the Python package. A venv (reused when present), `pip install .` of this checkout (library +
 # nanobind extension through scikit-build-core), then the pytest suite python/tests (numpy always; the torch
 # tests with PyPI's torch wheel, ~3 GB with its CUDA libraries, installed once into the venv; MAXSIM_PY_TORCH=0
-# skips it and those tests skip with a message). Environment: MAXSIM_PY_VENV (default ~/.cache/libmaxsim/py-venv),
-# PYTHON (default python3), MAXSIM_PY_TORCH (default 1), JOBS.
+# skips it and those tests skip with a message; PyLate with the few packages its scoring modules import, for the
+# integration tests, MAXSIM_PY_PYLATE=0 skips it, and a failed install only skips those tests). Environment:
+# MAXSIM_PY_VENV (default ~/.cache/libmaxsim/py-venv), PYTHON (default python3), MAXSIM_PY_TORCH and
+# MAXSIM_PY_PYLATE (default 1), JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/setup.sh --python
@@ -23,6 +25,14 @@ for p in "${want[@]}"; do "$VENV/bin/python" -m pip show -q "$p" >/dev/null 2>&1
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} into the venv"
   "${PIP[@]}" install "${missing[@]}"
+fi
+if [ "${MAXSIM_PY_TORCH:-1}" = 1 ] && [ "${MAXSIM_PY_PYLATE:-1}" = 1 ] && \
+   ! "$VENV/bin/python" -c "import pylate.scores, pylate.rank" >/dev/null 2>&1; then
+  # PyLate's full dependency set (sentence-transformers, fast-plaid, ...) is not needed to import its scoring and
+  # ranking modules: install it without dependencies, then what those modules import.
+  echo "test.sh: installing pylate (scoring modules) into the venv"
+  "${PIP[@]}" install --no-deps pylate && "${PIP[@]}" install "transformers>=4.41,<=5.3" datasets ujson \
+    || echo "test.sh: PyLate could not be installed; its integration tests will be skipped"
 fi
 launcher=""
 command -v ccache >/dev/null && launcher="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"

@@ -77,13 +77,13 @@ MAXSIM_API uint32_t maxsim_version(void);
 MAXSIM_API const char* maxsim_version_string(void);
 
 /* Progress and cancellation of long calls. The callback registered by a thread applies to the calls that thread
- * makes afterwards (maxsim_pack, maxsim_pack_into, maxsim_score_matrix, maxsim_score_pairs,
- * maxsim_score_candidates, maxsim_topk on the CPU backend): it runs on the calling thread only (never on a
- * worker), at most every 50 ms, the first time 50 ms after the call started (short calls never see it), with the
- * units done so far and the call's total (packing: token rows; scoring: (query set, document set) pairs). Return
- * 0 to go on; non-zero cancels: the workers skip the remaining units and the call returns MAXSIM_ERR_CANCELLED
- * (outputs partially written, nothing allocated for the caller). NULL removes the callback. Calls a plugin
- * runs report nothing. */
+ * makes afterwards (maxsim_pack, maxsim_pack_into, maxsim_pack_with_string_ids, maxsim_score_matrix,
+ * maxsim_score_pairs, maxsim_score_candidates, maxsim_topk on the CPU backend): it runs on the calling thread only
+ * (never on a worker), at most every 50 ms, the first time 50 ms after the call started (short calls never see
+ * it), with the units done so far and the call's total (packing: token rows; scoring: (query set, document set)
+ * pairs). Return 0 to go on; non-zero cancels: the workers skip the remaining units and the call returns
+ * MAXSIM_ERR_CANCELLED (outputs partially written, nothing allocated for the caller). NULL removes the callback.
+ * Calls a plugin runs report nothing. */
 typedef int (*maxsim_progress_fn)(void* user_data, uint64_t done, uint64_t total);
 MAXSIM_API void maxsim_set_progress(maxsim_progress_fn fn, void* user_data);
 
