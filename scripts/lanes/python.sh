@@ -4,9 +4,10 @@
 # nanobind extension through scikit-build-core), then the pytest suite python/tests (numpy always; the torch
 # tests with PyPI's torch wheel, ~3 GB with its CUDA libraries, installed once into the venv; MAXSIM_PY_TORCH=0
 # skips it and those tests skip with a message; PyLate with the few packages its scoring modules import, for the
-# integration tests, MAXSIM_PY_PYLATE=0 skips it, and a failed install only skips those tests). Environment:
-# MAXSIM_PY_VENV (default ~/.cache/libmaxsim/py-venv), PYTHON (default python3), MAXSIM_PY_TORCH and
-# MAXSIM_PY_PYLATE (default 1), JOBS.
+# integration tests, MAXSIM_PY_PYLATE=0 skips it, and a failed install only skips those tests; Ray for the
+# maxsim.distributed tests, MAXSIM_PY_RAY=0 skips it). Environment: MAXSIM_PY_VENV (default
+# ~/.cache/libmaxsim/py-venv), PYTHON (default python3), MAXSIM_PY_TORCH, MAXSIM_PY_PYLATE, MAXSIM_PY_RAY (default
+# 1), JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/setup.sh --python
@@ -20,6 +21,7 @@ fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 want=(scikit-build-core nanobind numpy pytest tqdm)
 [ "${MAXSIM_PY_TORCH:-1}" = 1 ] && want+=(torch)
+[ "${MAXSIM_PY_RAY:-1}" = 1 ] && want+=(ray)
 missing=()
 for p in "${want[@]}"; do "$VENV/bin/python" -m pip show -q "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
