@@ -287,3 +287,24 @@ def test_string_ids_roundtrip_and_topk(real_data, tmp_path):
     assert maxsim.topk(real_data["queries"][0], loaded, 2).ids == [names[j] for j in top.indices[0, :2]]
     with pytest.raises(maxsim.InvalidArgumentError):
         maxsim.pack(real_data["docs"][:2], ids=["ok", "tab\there"])
+
+
+class _DLPackOnly:
+    """An object that only speaks DLPack (neither numpy nor torch)."""
+
+    def __init__(self, a):
+        self._a = a
+        self.ndim, self.shape = a.ndim, a.shape
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_objects_are_read(rng):
+    Q = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    D = rng.standard_normal((3, 7, 16)).astype(np.float32)
+    got = maxsim.scores(_DLPackOnly(Q), _DLPackOnly(D))
+    assert isinstance(got, np.ndarray) and np.array_equal(got, maxsim.scores(Q, D))
