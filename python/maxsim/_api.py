@@ -238,11 +238,14 @@ class PackedCorpus:
     :func:`pack`), memory-mapped from a file (:meth:`load`), or wrapping a caller's buffer (:meth:`from_buffer`).
     Usable as the documents (or queries) of every scoring call; ``close()`` releases it early."""
 
-    __slots__ = ("_packed", "_path")
+    __slots__ = ("_packed", "_path", "_n", "_ids_kind")
 
     def __init__(self, packed: _core.Packed, path: Optional[str] = None):
         self._packed = packed
         self._path = path
+        # Immutable facts, kept for the per-call path (topk reads them without calling into the library).
+        self._n = packed.n_sets
+        self._ids_kind = "numeric" if packed.has_ids else ("string" if packed.has_string_ids else None)
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike], validate: str = "standard") -> "PackedCorpus":
@@ -431,6 +434,8 @@ class _Side(NamedTuple):
 
 
 def _side(x: Any, mask: Any, what: str) -> _Side:
+    if type(x) is np.ndarray and mask is None and (x.ndim == 2 or x.ndim == 3):  # the common case, kept short
+        return _Side(_core.DenseSets(x, None, 0, None, 0), _NUMPY, x.ndim == 2, x.shape[x.ndim - 2], x)
     if isinstance(x, PackedCorpus):
         if mask is not None:
             raise InvalidArgumentError(f"a {what} mask does not apply to a packed corpus (masked rows were dropped at pack time)")
@@ -666,18 +671,20 @@ def topk(
     nq = q.obj.n_sets
     s = np.empty((nq, k), dtype=np.float32)
     idx = np.empty((nq, k), dtype=np.uint64)
-    packed = isinstance(d.obj, _core.Packed)
-    has_ids = packed and d.obj.has_ids
-    ids = np.empty((nq, k), dtype=np.uint64) if has_ids else None
+    ids_kind = corpus._ids_kind if isinstance(corpus, PackedCorpus) else None
+    ids = np.empty((nq, k), dtype=np.uint64) if ids_kind == "numeric" else None
     ctx = context(threads, backend, isa)
-    with _Progress(progress, nq * d.obj.n_sets, "topk", "pairs") as bar:
+    if progress is False:
         stats = _core.topk(ctx, q.obj, d.obj, k, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"), s,
-                           idx, ids, return_stats, 0, bar)
+                           idx, ids, return_stats, 0, None)
+    else:
+        with _Progress(progress, nq * d.obj.n_sets, "topk", "pairs") as bar:
+            stats = _core.topk(ctx, q.obj, d.obj, k, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"),
+                               s, idx, ids, return_stats, 0, bar)
     indices = idx.view(np.int64)
-    if ids is None and packed:
-        names = d.obj.string_ids(idx.reshape(-1))  # None if the corpus has no string ids
-        if names is not None:
-            ids = [names[i * k:(i + 1) * k] for i in range(nq)]
+    if ids_kind == "string":
+        names = d.obj.string_ids(idx.reshape(-1))
+        ids = [names[i * k:(i + 1) * k] for i in range(nq)]
     if q.single:
         s, indices = s[0], indices[0]
         ids = None if ids is None else ids[0]

@@ -604,6 +604,11 @@ NB_MODULE(_core, m) {
       .def_prop_ro("dtype", [](const Packed& p) { return static_cast<int>(p.Describe().dtype); })
       .def_prop_ro("nbytes", [](const Packed& p) { return p.Describe().size; })
       .def_prop_ro("has_ids", [](const Packed& p) { return p.Describe().has_ids != 0; })
+      .def_prop_ro("has_string_ids", [](const Packed& p) {
+        const char* id = nullptr;
+        size_t len = 0;
+        return p.Describe().n_sets > 0 && maxsim_packed_string_id(p.get(), 0, &id, &len) == MAXSIM_OK && id != nullptr;
+      })
       .def("offsets", [](nb::handle self) {
         const maxsim_packed_desc d = nb::cast<const Packed&>(self).Describe();
         return nb::ndarray<nb::numpy, const uint64_t, nb::ndim<1>>(d.offsets, {static_cast<size_t>(d.n_sets + 1)}, self);
