@@ -412,40 +412,25 @@ void CheckSides(const Side& q, const Side& d) {
   if (q.cuda != d.cuda && q.sets.dense && d.sets.dense) ThrowArg("queries and documents must both be host memory or both CUDA memory");
 }
 
-nb::object ScoreMatrix(Context* ctx, nb::handle queries, nb::handle documents, int metric, int mode, OutF32 scores,
-                       std::optional<OutI32> argmax, bool want_stats, uintptr_t stream, nb::handle bar) {
+// The score matrix (every query set against every document set) or pairs (query set i against document set i).
+template <bool kPairs>
+nb::object ScoreSets(Context* ctx, nb::handle queries, nb::handle documents, int metric, int mode, OutF32 scores,
+                     std::optional<OutI32> argmax, bool want_stats, uintptr_t stream, nb::handle bar) {
   const Side q = SideOf(queries, "queries"), d = SideOf(documents, "documents");
   CheckSides(q, d);
   const bool cuda = q.cuda || d.cuda;
-  CheckOut(scores, q.n_sets * d.n_sets, cuda, "scores");
-  if (argmax) CheckOut(*argmax, q.token_rows * d.n_sets, cuda, "argmax");
+  if (kPairs && q.n_sets != d.n_sets) ThrowArg("pairs needs as many query sets as document sets (" + std::to_string(q.n_sets) + " vs " + std::to_string(d.n_sets) + ")");
+  const uint64_t per_query = kPairs ? 1 : d.n_sets;
+  CheckOut(scores, q.n_sets * per_query, cuda, "scores");
+  if (argmax) CheckOut(*argmax, q.token_rows * per_query, cuda, "argmax");
   maxsim_stats stats{};
   const maxsim_score_options o = ScoreOptions(metric, mode, want_stats ? &stats : nullptr, stream);
   maxsim_status st;
   ProgressScope progress(bar);
   {
     nb::gil_scoped_release release;
-    st = maxsim_score_matrix(ctx->get(), &q.sets, &d.sets, &o, scores.data(), argmax ? argmax->data() : nullptr);
-  }
-  progress.Check(st);
-  return want_stats ? StatsDict(stats) : nb::none();
-}
-
-nb::object ScorePairs(Context* ctx, nb::handle queries, nb::handle documents, int metric, int mode, OutF32 scores,
-                      std::optional<OutI32> argmax, bool want_stats, uintptr_t stream, nb::handle bar) {
-  const Side q = SideOf(queries, "queries"), d = SideOf(documents, "documents");
-  CheckSides(q, d);
-  const bool cuda = q.cuda || d.cuda;
-  if (q.n_sets != d.n_sets) ThrowArg("pairs needs as many query sets as document sets (" + std::to_string(q.n_sets) + " vs " + std::to_string(d.n_sets) + ")");
-  CheckOut(scores, q.n_sets, cuda, "scores");
-  if (argmax) CheckOut(*argmax, q.token_rows, cuda, "argmax");
-  maxsim_stats stats{};
-  const maxsim_score_options o = ScoreOptions(metric, mode, want_stats ? &stats : nullptr, stream);
-  maxsim_status st;
-  ProgressScope progress(bar);
-  {
-    nb::gil_scoped_release release;
-    st = maxsim_score_pairs(ctx->get(), &q.sets, &d.sets, &o, scores.data(), argmax ? argmax->data() : nullptr);
+    st = (kPairs ? maxsim_score_pairs : maxsim_score_matrix)(ctx->get(), &q.sets, &d.sets, &o, scores.data(),
+                                                            argmax ? argmax->data() : nullptr);
   }
   progress.Check(st);
   return want_stats ? StatsDict(stats) : nb::none();
@@ -645,9 +630,9 @@ NB_MODULE(_core, m) {
         return nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>>(d.data, {static_cast<size_t>(d.size)}, self);
       });
 
-  m.def("score_matrix", &ScoreMatrix, "ctx"_a, "queries"_a, "documents"_a, "metric"_a, "mode"_a, "scores"_a,
+  m.def("score_matrix", &ScoreSets<false>, "ctx"_a, "queries"_a, "documents"_a, "metric"_a, "mode"_a, "scores"_a,
         "argmax"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none());
-  m.def("score_pairs", &ScorePairs, "ctx"_a, "queries"_a, "documents"_a, "metric"_a, "mode"_a, "scores"_a,
+  m.def("score_pairs", &ScoreSets<true>, "ctx"_a, "queries"_a, "documents"_a, "metric"_a, "mode"_a, "scores"_a,
         "argmax"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none());
   m.def("score_candidates", &ScoreCandidates, "ctx"_a, "queries"_a, "documents"_a, "cand_offsets"_a,
         "candidates"_a, "metric"_a, "mode"_a, "scores"_a, "argmax"_a.none(), "argmax_size"_a, "want_stats"_a,
