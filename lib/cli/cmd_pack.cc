@@ -66,7 +66,15 @@ int RunPack(int argc, char** argv) {
   maxsim_packed* packed = nullptr;
   maxsim_status st;
   {
-    Progress p("packing " + HumanCount(static_cast<double>(tokens.rows)) + " vectors", 0);
+    // The library reports the rows packed so far through its progress callback (on this thread); the line shows
+    // the percentage, the rate and the ETA.
+    Progress p("packing", tokens.rows, "vectors");
+    maxsim_set_progress(
+        [](void* user, uint64_t done, uint64_t) {
+          static_cast<Progress*>(user)->Set(done);
+          return 0;
+        },
+        &p);
     const uint64_t* numeric = ids.empty() ? nullptr : ids.data();
     if (args.Has("ids") && !string_ids.empty()) {
       std::vector<const char*> text(string_ids.size());
@@ -75,6 +83,8 @@ int RunPack(int argc, char** argv) {
     } else {
       st = maxsim_pack(ctx, &sets, numeric, &packed);
     }
+    maxsim_set_progress(nullptr, nullptr);
+    if (st == MAXSIM_OK) p.Set(tokens.rows);
   }
   const double t2 = Now();
   maxsim_context_destroy(ctx);

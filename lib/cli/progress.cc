@@ -91,14 +91,16 @@ std::string Progress::Line() {
     bar[30] = '\0';
     const double rate = elapsed > 0 ? done / elapsed : 0;
     char eta[32] = "?";
-    if (rate > 0) {
+    if (done >= total_) {
+      std::snprintf(eta, sizeof(eta), "%.1f s", elapsed);  // finished: how long it took
+    } else if (rate > 0) {
       const double left = (total_ - done) / rate;
       if (left < 1) std::snprintf(eta, sizeof(eta), "<1 s");
       else std::snprintf(eta, sizeof(eta), "%.0f s", left);
     }
-    std::snprintf(line, sizeof(line), "%s [%s] %3.0f%%  %s/%s %s  %s %s/s  eta %s", label.c_str(), bar, frac * 100,
+    std::snprintf(line, sizeof(line), "%s [%s] %3.0f%%  %s/%s %s  %s %s/s  %s %s", label.c_str(), bar, frac * 100,
                   HumanCount(static_cast<double>(done)).c_str(), HumanCount(static_cast<double>(total_)).c_str(),
-                  unit_, HumanCount(rate).c_str(), unit_, eta);
+                  unit_, HumanCount(rate).c_str(), unit_, done >= total_ ? "in" : "eta", eta);
   }
   return line;
 }
