@@ -2,14 +2,15 @@
 # SPDX-License-Identifier: Apache-2.0
 # Installs what libmaxsim needs to build and test on Debian 12 (bookworm). Idempotent: when everything is
 # present it only asks dpkg and exits in well under a second.
-#   scripts/setup.sh            core build + tests (g++, Highway, oneDNN, OpenMP, GoogleTest, Benchmark, OpenBLAS)
+#   scripts/setup.sh            core build + tests (g++, Highway, oneDNN, OpenMP, GoogleTest, Benchmark, OpenBLAS;
+#                               ccache, so that the test lanes' several build folders compile each source once)
 #   scripts/setup.sh --clang    also clang-19 (sanitizer build, libFuzzer, AVX-512/AMX intrinsics)
 #   scripts/setup.sh --wasm     also the WebAssembly toolchain (clang-19, wasi-libc, wasm32 libc++), node and
 #                               Chromium (the browser test; Playwright comes from PyPI into build-web/venv)
 #   scripts/setup.sh --python   also the Python headers and venv module (pip install . of the Python package)
 set -euo pipefail
 
-want=(cmake ninja-build g++ libhwy-dev libdnnl-dev libgtest-dev libbenchmark-dev libopenblas-dev python3)
+want=(cmake ninja-build ccache g++ libhwy-dev libdnnl-dev libgtest-dev libbenchmark-dev libopenblas-dev python3)
 for arg in "$@"; do
   case "$arg" in
     --clang) want+=(clang-19 lld-19 libomp-19-dev libclang-rt-19-dev) ;;

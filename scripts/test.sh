@@ -23,6 +23,14 @@ for arg in "$@"; do
   esac
 done
 [ ${#lanes[@]} -eq 0 ] && lanes=(release python)
+bash scripts/setup.sh
+# The lanes build the same sources in several folders (build, build-py, build-cuda, ...): ccache, keyed on paths
+# relative to this checkout, compiles each source once. A launcher or base folder set by the caller wins.
+if command -v ccache >/dev/null; then
+  export CMAKE_C_COMPILER_LAUNCHER=${CMAKE_C_COMPILER_LAUNCHER:-ccache}
+  export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+fi
 for lane in "${lanes[@]}"; do
   lane_start=$(date +%s)
   echo "test.sh: lane $lane"

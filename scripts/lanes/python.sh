@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Lane `--python`: the Python package. A venv (reused when present), `pip install .` of this checkout (library +
-# nanobind extension through scikit-build-core), then the pytest suite python/tests (numpy always; the torch
-# tests with PyPI's torch wheel, ~3 GB with its CUDA libraries, installed once into the venv; MAXSIM_PY_TORCH=0
-# skips it and those tests skip with a message; PyLate with the few packages its scoring modules import, for the
-# integration tests, MAXSIM_PY_PYLATE=0 skips it, and a failed install only skips those tests; Ray for the
-# maxsim.distributed tests, MAXSIM_PY_RAY=0 skips it). Environment: MAXSIM_PY_VENV (default
-# ~/.cache/libmaxsim/py-venv), PYTHON (default python3), MAXSIM_PY_TORCH, MAXSIM_PY_PYLATE, MAXSIM_PY_RAY (default
-# 1), JOBS.
+# nanobind extension through scikit-build-core), then the pytest suite python/tests. Always with numpy; the
+# optional groups are off unless asked, because they are large downloads (.ci/run turns all three on):
+#   MAXSIM_PY_TORCH=1   PyPI's torch wheel (~3 GB with its CUDA libraries): the autograd and torch-input tests
+#   MAXSIM_PY_PYLATE=1  PyLate's scoring modules (with torch): the integration tests against PyLate's functions
+#   MAXSIM_PY_RAY=1     Ray: the maxsim.distributed tests
+# Tests whose package is missing skip, saying so. Environment: MAXSIM_PY_VENV (default ~/.cache/libmaxsim/py-venv),
+# PYTHON (default python3), JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/setup.sh --python
@@ -20,15 +20,20 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 want=(scikit-build-core nanobind numpy pytest tqdm)
-[ "${MAXSIM_PY_TORCH:-1}" = 1 ] && want+=(torch)
-[ "${MAXSIM_PY_RAY:-1}" = 1 ] && want+=(ray)
+[ "${MAXSIM_PY_TORCH:-0}" = 1 ] && want+=(torch)
+[ "${MAXSIM_PY_RAY:-0}" = 1 ] && want+=(ray)
+off=()
+[ "${MAXSIM_PY_TORCH:-0}" = 1 ] || off+=("torch (MAXSIM_PY_TORCH=1)")
+[ "${MAXSIM_PY_PYLATE:-0}" = 1 ] && [ "${MAXSIM_PY_TORCH:-0}" = 1 ] || off+=("PyLate (MAXSIM_PY_TORCH=1 MAXSIM_PY_PYLATE=1)")
+[ "${MAXSIM_PY_RAY:-0}" = 1 ] || off+=("Ray (MAXSIM_PY_RAY=1)")
+[ ${#off[@]} -gt 0 ] && echo "test.sh: not installing the optional groups $(IFS=,; echo "${off[*]}" | sed 's/,/, /g'); their tests skip unless the venv already has them"
 missing=()
 for p in "${want[@]}"; do "$VENV/bin/python" -m pip show -q "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} into the venv"
   "${PIP[@]}" install "${missing[@]}"
 fi
-if [ "${MAXSIM_PY_TORCH:-1}" = 1 ] && [ "${MAXSIM_PY_PYLATE:-1}" = 1 ] && \
+if [ "${MAXSIM_PY_TORCH:-0}" = 1 ] && [ "${MAXSIM_PY_PYLATE:-0}" = 1 ] && \
    ! "$VENV/bin/python" -c "import pylate.scores, pylate.rank" >/dev/null 2>&1; then
   # PyLate's full dependency set (sentence-transformers, fast-plaid, ...) is not needed to import its scoring and
   # ranking modules: install it without dependencies, then what those modules import.
