@@ -235,6 +235,10 @@ TEST(Validate, ResealedPayloadLiesAreCaught) {
       {"code sum", [&](auto& b) { Put<int32_t>(b, meta + 12, 127 * 20 + 1); }, "code sum"},
       {"original NaN", [&](auto& b) { Put<float>(b, orig + 8, nan); }, "non-finite"},
       {"original padding", [&](auto& b) { Put<float>(b, orig + 4 * v.dim, 1.0f); }, "padding"},
+      {"original huge", [&](auto& b) { Put<float>(b, orig + 4, 3e38f); }, "above the supported 1e19"},
+      {"original changed", [&](auto& b) { Put<float>(b, orig, Get<float>(b, orig) + 0.125f); }, "norm record"},
+      {"norm record stale", [&](auto& b) { Put<float>(b, meta + 4, Get<float>(b, meta + 4) * 0.5f); }, "norm record"},
+      {"scale halved", [&](auto& b) { Put<float>(b, meta, Get<float>(b, meta) * 0.5f); }, "scale record"},
       {"gap after offsets", [&](auto& b) { b[offs + 8 * (v.n_sets + 1)] = 1; }, "after the offsets"},
   };
   for (const Case& c : standard) {
@@ -245,9 +249,8 @@ TEST(Validate, ResealedPayloadLiesAreCaught) {
   }
   const std::vector<Case> deep_only = {
       {"code off by one", [&](auto& b) { b[codes + 2] = static_cast<uint8_t>(b[codes + 2] == 127 ? 126 : b[codes + 2] + 1); }, "codes do not match"},
-      {"scale halved", [&](auto& b) { Put<float>(b, meta, Get<float>(b, meta) * 0.5f); }, "metadata"},
       {"resid understated", [&](auto& b) { Put<float>(b, meta + 8, 0.0f); }, "metadata"},
-      {"original changed", [&](auto& b) { Put<float>(b, orig, Get<float>(b, orig) + 0.125f); }, "does not match"},
+      {"code sum off by one", [&](auto& b) { Put<int32_t>(b, meta + 12, Get<int32_t>(b, meta + 12) + 1); }, "metadata"},
   };
   for (const Case& c : deep_only) {
     auto b = good;
@@ -255,6 +258,32 @@ TEST(Validate, ResealedPayloadLiesAreCaught) {
     Reseal(b);
     EXPECT_EQ(ValidateBytes(b, MAXSIM_VALIDATE_STANDARD), MAXSIM_OK) << c.name << ": " << maxsim_last_error();
     ExpectRejected(b, c.name, c.message, MAXSIM_VALIDATE_DEEP);
+  }
+}
+
+// STANDARD computes every vector's norm from its originals in their own dtype (not from the metadata): one
+// element raised to near the dtype's maximum, metadata untouched and both checksums recomputed, is refused.
+TEST(Validate, StandardChecksNormsOfTheOriginalsInEveryDtype) {
+  for (maxsim_dtype dtype : {MAXSIM_F32, MAXSIM_F16, MAXSIM_BF16}) {
+    std::mt19937_64 rng(22);
+    TokenSets t = Generate(rng, Shape::kGaussian, 3, 1, 4, 70);
+    t.Encode(dtype);
+    const auto good = ReferencePack(t, nullptr);
+    AlignedBytes ga(good);
+    pack::PackedView v;
+    ASSERT_TRUE(pack::Validate(ga.data(), good.size(), MAXSIM_VALIDATE_STANDARD, &v).ok()) << pack::DtypeName(dtype);
+    const size_t orig = static_cast<size_t>(v.originals - v.base);
+    auto b = good;
+    if (dtype == MAXSIM_F32) {
+      Put<float>(b, orig + 4 * 3, 3e38f);
+    } else if (dtype == MAXSIM_BF16) {
+      Put<uint16_t>(b, orig + 2 * 3, 0x7f7f);  // 3.39e38
+    } else {
+      Put<uint16_t>(b, orig + 2 * 3, 0x7bff);  // 65504: within 1e19, but the norm record no longer matches
+    }
+    Reseal(b);
+    ExpectRejected(b, pack::DtypeName(dtype), dtype == MAXSIM_F16 ? "norm record" : "above the supported 1e19");
+    ExpectRejected(b, pack::DtypeName(dtype), nullptr, MAXSIM_VALIDATE_DEEP);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <fstream>
 
@@ -84,7 +85,12 @@ uint64_t ParseUnsigned(const std::string& s, const char* what, const std::string
   return v;
 }
 
-std::string JsonScore(float s) { return std::isinf(s) ? "null, \"empty\": true" : FloatText(s); }
+// -inf is an empty document; any other non-finite score (none comes from a validated corpus; a FAST-trusted one
+// may hold anything) is null too, never a bare nan/inf, which is not JSON.
+std::string JsonScore(float s) {
+  if (s == -std::numeric_limits<float>::infinity()) return "null, \"empty\": true";
+  return std::isfinite(s) ? FloatText(s) : "null";
+}
 
 std::string JsonIndex(uint64_t i) { return i == kNoIndex ? "null" : std::to_string(i); }
 

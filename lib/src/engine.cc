@@ -374,6 +374,14 @@ struct ThreadState {
   std::vector<uint8_t> pruned;
 };
 
+// A score: the double sum of the per-token maxima rounded once to f32. Accepted inputs keep every per-token
+// value finite (norms <= 1e19), but enough of them near 1e38 sum beyond the f32 range: such a sum saturates to
+// +-FLT_MAX, so that -inf stays the score of an empty document only.
+float RoundScore(double sum) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  return static_cast<float>(std::clamp(sum, -kMax, kMax));
+}
+
 // Scores prepared query qs against document d, writes qs.positions argmax values (if argmax) and returns the
 // score: -inf for an empty document, else the double sum over kept tokens in order, rounded once to f32.
 float ScorePair(const QuerySet& qs, const DocRef& d, const uint32_t* doc_map, const KernelOps& ops,
@@ -405,7 +413,7 @@ float ScorePair(const QuerySet& qs, const DocRef& d, const uint32_t* doc_map, co
       argmax[qs.kept ? qs.kept[s] : s] = pos;
     }
   }
-  return static_cast<float>(sum);
+  return RoundScore(sum);
 }
 
 // The key -> score sum of ScorePair for one query token set: the double sum over kept tokens in order, rounded
@@ -420,7 +428,7 @@ float ScoreFromKeys(const QuerySet& qs, bool cosine, const float* best, const in
     if (qs.kept) std::fill(argmax, argmax + qs.positions, -1);
     for (uint32_t s = 0; s < qs.q.n_tokens; ++s) argmax[qs.kept ? qs.kept[s] : s] = arg[s];
   }
-  return static_cast<float>(sum);
+  return RoundScore(sum);
 }
 
 // Whether screened scoring goes through KernelOps::screened_batch: certified/approximate on packed documents
@@ -737,9 +745,13 @@ struct Ranked {
   float score;
   uint64_t index;
 };
-// Strict total order: higher score first, then lower index.
+// Strict total order: higher score first, then lower index. A NaN score (none is produced from accepted
+// inputs; this is defence in depth) ranks below every number, -inf included, so it can never displace one.
 inline bool Better(const Ranked& a, const Ranked& b) {
-  return a.score > b.score || (a.score == b.score && a.index < b.index);
+  const bool a_nan = std::isnan(a.score), b_nan = std::isnan(b.score);
+  if (a_nan != b_nan) return b_nan;
+  if (!a_nan && a.score != b.score) return a.score > b.score;
+  return a.index < b.index;
 }
 // Keeps the k best in a heap whose top is the worst kept entry.
 inline void Offer(std::vector<Ranked>& heap, uint64_t k, const Ranked& r) {

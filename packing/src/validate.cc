@@ -29,6 +29,13 @@ Status Bad(const char* format, ...) {
 const char* kRegionNames[MAXSIM_REGION_COUNT + 1] = {"codes", "metadata", "originals", "offsets", "ids",
                                                      "string ids"};
 
+bool SameBits(float a, float b) {
+  uint32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  return x == y;
+}
+
 bool AllZero(const uint8_t* p, uint64_t n) {
   uint8_t acc = 0;
   for (uint64_t i = 0; i < n; ++i) acc |= p[i];
@@ -71,31 +78,36 @@ Status CheckMeta(const PackedView& v) {
   return Status::Ok();
 }
 
+// Every original is finite with a norm <= 1e19, both computed from the originals themselves (the packer's
+// canonical pass: widen exactly to f32, then AnalyzeRow), and the scale and norm records equal the ones that pass
+// gives: the metadata cosine and the screening bounds read can then never claim a vector is smaller than it is.
+// Codes, residual norms and code sums need a re-quantisation (DEEP).
 Status CheckOriginals(const PackedView& v) {
   const uint32_t elem = DtypeBytes(v.dtype);
   const uint64_t used = static_cast<uint64_t>(v.dim) * elem;
+  std::vector<float> widened(v.dtype == MAXSIM_F32 ? 0 : v.dim);
   for (uint64_t r = 0; r < v.n_vectors; ++r) {
     const uint8_t* row = v.originals + r * v.orig_row_bytes;
-    bool finite = true;
-    if (v.dtype == MAXSIM_F32) {
-      uint32_t all_exp = 0;
-      for (uint32_t k = 0; k < v.dim; ++k) {
-        uint32_t bits;
-        std::memcpy(&bits, row + 4 * k, 4);
-        all_exp |= static_cast<uint32_t>((bits & 0x7F800000u) == 0x7F800000u);
-      }
-      finite = all_exp == 0;
-    } else {
-      const uint16_t exp_mask = v.dtype == MAXSIM_F16 ? 0x7C00u : 0x7F80u;
-      uint32_t all_exp = 0;
-      for (uint32_t k = 0; k < v.dim; ++k) {
-        uint16_t bits;
-        std::memcpy(&bits, row + 2 * k, 2);
-        all_exp |= static_cast<uint32_t>((bits & exp_mask) == exp_mask);
-      }
-      finite = all_exp == 0;
+    const float* f32 = reinterpret_cast<const float*>(row);  // rows are 64-byte aligned
+    if (v.dtype != MAXSIM_F32) {
+      WidenRow(row, v.dtype, v.dim, widened.data());
+      f32 = widened.data();
     }
-    if (!finite) return Bad("vector %llu has a non-finite original value", static_cast<ull>(r));
+    const RowStats s = AnalyzeRow(f32, v.dim);
+    if (!s.finite) return Bad("vector %llu has a non-finite original value", static_cast<ull>(r));
+    if (!NormAccepted(s.norm_sq)) {
+      return Bad("vector %llu has originals of norm %g, above the supported 1e19", static_cast<ull>(r),
+                 std::sqrt(s.norm_sq));
+    }
+    const float norm = NormFromSquares(s.norm_sq), scale = s.maxabs / 127.0f;
+    if (!SameBits(norm, v.meta[r].norm)) {
+      return Bad("vector %llu: its norm record %g does not match its originals (norm %g)", static_cast<ull>(r),
+                 v.meta[r].norm, norm);
+    }
+    if (!SameBits(scale, v.meta[r].scale)) {
+      return Bad("vector %llu: its scale record %g does not match its originals (max |v| / 127 = %g)",
+                 static_cast<ull>(r), v.meta[r].scale, scale);
+    }
     if (!AllZero(row + used, v.orig_row_bytes - used)) {
       return Bad("vector %llu has non-zero padding after its originals", static_cast<ull>(r));
     }

@@ -195,7 +195,8 @@ typedef struct maxsim_packed maxsim_packed;
 
 /* Validation depth for buffers from outside. STANDARD checks every header field, region, offset and count
  * with overflow-safe arithmetic, every metadata record, every code (range and zero padding), that every
- * original is finite with a norm <= 1e19, and the payload checksum. DEEP also re-quantises every vector and
+ * original is finite with a norm <= 1e19 (computed from the originals) and that the norm and scale records equal
+ * the ones recomputed from the originals, and the payload checksum. DEEP also re-quantises every vector and
  * requires codes and metadata to match bit for bit (what certified mode's guarantee rests on, against buffers
  * crafted by hand). FAST checks the header, regions and offsets only (O(sets), no pass over the vectors): use
  * it only on buffers this process packed itself. */

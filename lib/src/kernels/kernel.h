@@ -159,6 +159,13 @@ bool KernelAvailable(const KernelInfo& k, std::string* reason);
 // a zero vector (cosine 0 with anything): its reciprocal would overflow f32, and no embedding model produces it.
 inline float InvNorm(float norm) { return norm >= 0x1p-126f ? 1.0f / norm : 0.0f; }
 
+// The start value of an unsigned-biased i8 dot product (vpdpbusd on q + 128): -128 * code_sum, in the
+// accumulator's modulo-2^32 arithmetic. A validated code_sum (|sum| <= 127 * dim) never wraps; a FAST-validated
+// (trusted) buffer may hold any value, and the product must not be signed-overflow UB even then.
+inline int32_t CodeSumBias(int32_t code_sum) {
+  return static_cast<int32_t>(0u - 128u * static_cast<uint32_t>(code_sum));
+}
+
 }  // namespace maxsim
 
 #endif  // MAXSIM_SRC_KERNELS_KERNEL_H_

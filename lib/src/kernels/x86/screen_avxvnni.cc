@@ -50,7 +50,7 @@ MAXSIM_TARGET_AVXVNNI inline void Tile(const uint8_t* ql, size_t qstride, uint32
   __m256i acc[NQ][R];
   const int8_t* rp[R];
   for (int r = 0; r < R; ++r) {
-    const __m256i start = _mm256_set1_epi32(-128 * meta[j + r].code_sum);
+    const __m256i start = _mm256_set1_epi32(CodeSumBias(meta[j + r].code_sum));
     for (int i = 0; i < NQ; ++i) acc[i][r] = start;
     rp[r] = codes + static_cast<size_t>(j + r) * padded_dim;
   }

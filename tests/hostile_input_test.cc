@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+// Inputs at the edge of what is accepted, and trusted (FAST) buffers that lie: no accepted input scores a
+// non-finite value other than -inf for an empty document, top-k never orders a NaN above a number, and lying
+// metadata in a trusted buffer is never undefined behaviour in a kernel (the sanitize lane runs these under UBSan).
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "maxsim/maxsim.hpp"
+#include "packed.h"
+#include "test_util.h"
+
+namespace maxsim::test {
+namespace {
+
+const maxsim_mode kModes[] = {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE};
+
+// One context per CPU kernel this machine runs.
+std::vector<std::string> AvailableKernels() {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < maxsim_kernel_count(); ++i) {
+    if (maxsim_kernel_available(i, nullptr)) names.push_back(maxsim_kernel_name(i));
+  }
+  return names;
+}
+
+Context KernelContext(const std::string& isa, int threads = 1) {
+  maxsim_options o;
+  maxsim_options_init(&o);
+  o.num_threads = threads;
+  o.load_plugins = 0;
+  o.backend = "cpu";
+  o.isa = isa.c_str();
+  return Context(o);
+}
+
+// A packed buffer's bytes, copied into 64-byte aligned memory the test may edit.
+struct Editable {
+  AlignedBytes bytes;
+  pack::PackedView view;
+  explicit Editable(const Packed& p) : bytes(ToVector(p)) {
+    if (!pack::Validate(bytes.data(), bytes.size(), MAXSIM_VALIDATE_FAST, &view).ok()) ADD_FAILURE();
+  }
+  static std::vector<uint8_t> ToVector(const Packed& p) {
+    const maxsim_packed_desc d = p.Describe();
+    const auto* b = static_cast<const uint8_t*>(d.data);
+    return std::vector<uint8_t>(b, b + d.size);
+  }
+  maxsim_vector_meta* meta(uint64_t row) { return const_cast<maxsim_vector_meta*>(view.meta) + row; }
+  float* f32(uint64_t row) { return reinterpret_cast<float*>(const_cast<uint8_t*>(view.originals) + row * view.orig_row_bytes); }
+};
+
+// Dot products near the 1e38 limit (norms just under 1e19) summed over 8 query tokens exceed FLT_MAX: the score
+// saturates to +-FLT_MAX in every mode and on every kernel, and an empty document still ranks below it.
+TEST(Hostile, SumsBeyondTheF32RangeSaturate) {
+  const uint32_t dim = 4;
+  const float big = 9.9e18f;
+  std::vector<float> q(8 * dim, 0.0f), d(2 * dim, 0.0f);
+  for (int s = 0; s < 8; ++s) q[s * dim] = big;
+  d[0] = big;                // document 0: +9.8e37 per query token
+  d[dim] = -big;             // document 1: -9.8e37 per query token
+  const std::vector<uint64_t> qoff{0, 8}, doff{0, 1, 2, 2};  // document 2 is empty
+  const DenseSets Q(q.data(), dim, qoff), D(d.data(), dim, doff);
+  for (const std::string& isa : AvailableKernels()) {
+    Context ctx = KernelContext(isa);
+    Packed pd = Packed::Pack(ctx, D);
+    for (maxsim_mode mode : kModes) {
+      for (int packed = 0; packed < 2; ++packed) {
+        const std::string what = isa + " mode " + std::to_string(mode) + (packed ? " packed" : " dense");
+        const Sets docs = packed ? Sets(pd) : Sets(D);
+        const auto s = ctx.ScoreMatrix(Q, 1, docs, 3, {MAXSIM_METRIC_DOT, mode});
+        EXPECT_EQ(s[0], std::numeric_limits<float>::max()) << what;
+        EXPECT_EQ(s[1], -std::numeric_limits<float>::max()) << what;
+        EXPECT_EQ(s[2], -std::numeric_limits<float>::infinity()) << what;
+        const TopKResult top = ctx.TopK(Q, 1, docs, 3, {MAXSIM_METRIC_DOT, mode});
+        EXPECT_EQ(top.index, (std::vector<uint64_t>{0, 1, 2})) << what;
+      }
+    }
+  }
+}
+
+// A trusted (FAST) buffer whose originals hold an infinity scores NaN for that document (+inf from one query
+// token, -inf from the other), but top-k ranks it below every number, the empty document's -inf included,
+// whatever the thread count.
+TEST(Hostile, TopKRanksANanBelowEveryNumber) {
+  const uint32_t dim = 8;
+  std::vector<float> d(3 * dim, 0.5f), q(2 * dim, 0.25f);
+  for (uint32_t k = 0; k < dim; ++k) d[2 * dim + k] = 0.75f;
+  q[0] = 1.0f;
+  q[dim] = -1.0f;
+  const std::vector<uint64_t> doff{0, 1, 2, 2, 3}, qoff{0, 2};  // document 2 is empty
+  Context ctx = KernelContext("", 2);
+  Packed clean = Packed::Pack(ctx, DenseSets(d.data(), dim, doff));
+  Editable e(clean);
+  e.f32(0)[0] = std::numeric_limits<float>::infinity();  // document 0's only token
+  Packed hostile = Packed::Open(e.bytes.data(), e.bytes.size(), MAXSIM_VALIDATE_FAST);
+  const DenseSets Q(q.data(), dim, qoff);
+  for (int threads : {1, 2}) {
+    Context c = KernelContext("", threads);
+    EXPECT_TRUE(std::isnan(c.ScoreMatrix(Q, 1, hostile, 4)[0]));
+    const TopKResult top = c.TopK(Q, 1, hostile, 4);
+    EXPECT_EQ(top.index, (std::vector<uint64_t>{3, 1, 2, 0})) << threads << " threads";
+    EXPECT_EQ(top.scores[2], -std::numeric_limits<float>::infinity());
+    EXPECT_TRUE(std::isnan(top.scores[3]));
+    for (uint64_t k : {1, 2, 3}) {
+      const TopKResult t = c.TopK(Q, 1, hostile, k);
+      EXPECT_EQ(t.index, std::vector<uint64_t>(top.index.begin(), top.index.begin() + k)) << k;
+    }
+  }
+}
+
+// code_sum feeds the unsigned-bias start value of the VNNI kernels (-128 * code_sum). In a trusted buffer it
+// may hold anything: INT32_MAX / INT32_MIN must not be signed-overflow UB on any kernel, in any screened mode.
+TEST(Hostile, TrustedBuffersWithExtremeCodeSumsAreNotUndefinedBehaviour) {
+  std::mt19937_64 rng(61);
+  TokenSets q = Generate(rng, Shape::kUnitGaussian, 2, 1, 9, 96);
+  TokenSets d = Generate(rng, Shape::kUnitGaussian, 6, 1, 12, 96);
+  Context ctx0 = KernelContext("");
+  Packed clean = Packed::Pack(ctx0, d.Dense());
+  Editable e(clean);
+  for (uint64_t r = 0; r < e.view.n_vectors; ++r) e.meta(r)->code_sum = r % 2 ? INT32_MAX : INT32_MIN;
+  Packed hostile = Packed::Open(e.bytes.data(), e.bytes.size(), MAXSIM_VALIDATE_FAST);
+  const DenseSets qd = q.Dense();
+  const maxsim_sets Q{nullptr, qd.get()}, D{hostile.get(), nullptr};
+  for (const std::string& isa : AvailableKernels()) {
+    Context ctx = KernelContext(isa);
+    for (maxsim_mode mode : {MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+      std::vector<float> s(q.n_sets() * d.n_sets());
+      const maxsim_score_options o = ScoreOptions{MAXSIM_METRIC_DOT, mode}.c();
+      EXPECT_EQ(maxsim_score_matrix(ctx.get(), &Q, &D, &o, s.data(), nullptr), MAXSIM_OK)
+          << isa << ": " << maxsim_last_error();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace maxsim::test
