@@ -10,9 +10,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <limits>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "cli.h"
 #include "string_id.h"
