@@ -653,11 +653,11 @@ TEST_F(Retrieval, OutputFilesAreReplacedAtomicallyAndNeverOverNonRegularFiles) {
   ASSERT_EQ(mkdir(Path("adir").c_str(), 0755), 0);
   CliResult dir = Run({"search", corpus, qt, qo, "-o", Path("adir")});
   EXPECT_EQ(dir.code, 1);
-  EXPECT_NE(dir.err.find("adir: exists and is not a regular file"), std::string::npos) << dir.err;
+  EXPECT_NE(dir.err.find("adir exists and is a directory, not a regular file"), std::string::npos) << dir.err;
   ASSERT_EQ(mkfifo(Path("fifo").c_str(), 0644), 0);
   CliResult fifo = Run({"search", corpus, qt, qo, "-o", Path("fifo")});
   EXPECT_EQ(fifo.code, 1);
-  EXPECT_NE(fifo.err.find("fifo: exists and is not a regular file"), std::string::npos) << fifo.err;
+  EXPECT_NE(fifo.err.find("fifo exists and is a FIFO (named pipe), not a regular file"), std::string::npos) << fifo.err;
   // No temporary files are left behind.
   DIR* d = opendir(dir_.c_str());
   ASSERT_NE(d, nullptr);

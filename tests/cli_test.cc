@@ -458,10 +458,40 @@ TEST(NpyReader, RejectsWhatItCannotRepresentExactly) {
   EXPECT_NE(parse("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 12).find("trailing"), std::string::npos);
   EXPECT_NE(parse("{'descr': '<f\\4', 'fortran_order': False, 'shape': (2,), }", 8).find("descr"), std::string::npos);
   EXPECT_NE(parse("{'descr: '<f4', 'fortran_order': False, 'shape': (2,), }", 8), "");
+  // A NUL inside the descr is shown (escaped), not allowed to cut the message short.
+  const std::string nul = parse(std::string("{'descr': '<f") + '\0' + "x9', 'fortran_order': False, 'shape': (2,), }", 8);
+  EXPECT_NE(nul.find("'<f\\x00x9' is not supported"), std::string::npos) << nul;
+  std::string bimg = "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }";
+  EXPECT_EQ(parse(bimg, 3), "");
   const std::string v9("\x93NUMPY\x09\x00\x10\x00{}", 12);
   npy::Array a;
   EXPECT_NE(npy::Parse(reinterpret_cast<const uint8_t*>(v9.data()), v9.size(), &a).find("version 9"), std::string::npos);
   EXPECT_NE(npy::Parse(reinterpret_cast<const uint8_t*>("\x93NUMPY"), 6, &a).find("bad magic"), std::string::npos);
+}
+
+// Inputs that are not regular files are refused before anything can block on them; outputs never replace
+// one; a bool array is called bool; MAXSIM_CPU_MASK must be a hex mask.
+TEST_F(CliErrors, NonRegularFilesAndBadEnvironmentAreRefused) {
+  const std::string fifo = Path("fifo.npy"), folder = Path("folder.npy");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  ASSERT_EQ(mkdir(folder.c_str(), 0755), 0);
+  ExpectError({"search", corpus_, fifo, qoff_}, 1, {"FIFO"});
+  ExpectError({"search", corpus_, qt_, fifo}, 1, {"FIFO"});
+  ExpectError({"search", fifo, qt_, qoff_}, 1, {"FIFO"});
+  ExpectError({"search", corpus_, folder, qoff_}, 1, {"is a directory"});
+  ExpectError({"pack", dt_, doff_, "--ids", fifo, "-o", Path("x.maxsim")}, 1, {"FIFO"});
+  ExpectError({"pack", dt_, doff_, "-o", fifo}, 1, {"FIFO", "refusing to replace"});
+  ExpectError({"pack", dt_, doff_, "-o", folder}, 1, {"directory", "refusing to replace"});
+  struct stat st;
+  ASSERT_EQ(stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced";
+  WriteBytes(Path("bool.npy"), Npy("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string(3, '\1')));
+  ExpectError({"search", corpus_, qt_, Path("bool.npy")}, 1, {"not bool"});
+  setenv("MAXSIM_CPU_MASK", "zz", 1);
+  CliResult r = Run({"info"});
+  unsetenv("MAXSIM_CPU_MASK");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("MAXSIM_CPU_MASK='zz'"), std::string::npos) << r.err;
 }
 
 // ---- real embeddings --------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #define MAXSIM_TESTS_CLI_TEST_UTIL_H_
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -77,10 +78,19 @@ class Cli : public ::testing::Test {
       execv(exe.c_str(), argv.data());
       _exit(127);
     }
+    // A run that blocks (on a FIFO, say) is killed after two minutes and fails with code -2.
     int status = 0;
-    waitpid(pid, &status, 0);
+    bool done = false;
+    for (int waited_ms = 0; waited_ms < 120000 && !done; waited_ms += 10) {
+      done = waitpid(pid, &status, WNOHANG) == pid;
+      if (!done) usleep(10000);
+    }
+    if (!done) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
     CliResult r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.code = !done ? -2 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r.out = ReadFile(out);
     r.err = ReadFile(err);
     return r;

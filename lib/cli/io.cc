@@ -6,11 +6,13 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "cli.h"
 #include "half.h"
 #include "maxsim/packed_format.h"
 #include "npy.h"
+#include "regular_file.h"
 #include "string_id.h"
 
 namespace maxsim::cli {
@@ -116,15 +118,16 @@ std::vector<uint64_t> ReadNumericIds(const std::string& path, uint64_t n_sets) {
 }
 
 std::vector<std::string> ReadLines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Failure(path + ": cannot open: " + std::strerror(errno));
+  std::vector<uint8_t> bytes;
+  const std::string error = file::ReadRegular(path, &bytes);  // refuses FIFOs, devices and folders first
+  if (!error.empty()) throw Failure(error);
+  std::istringstream in(std::string(bytes.begin(), bytes.end()));
   std::vector<std::string> lines;
   std::string line;
   while (std::getline(in, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     lines.push_back(line);
   }
-  if (in.bad()) throw Failure(path + ": read error");
   return lines;
 }
 
@@ -145,10 +148,14 @@ std::vector<std::string> ReadStringIds(const std::string& path, uint64_t n_sets,
 }
 
 bool IsNpyFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  uint64_t size = 0;
+  std::string error;
+  const int fd = file::OpenRegular(path, &size, &error);  // a FIFO is not a .npy file (and must not block)
+  if (fd < 0) return false;
   char magic[6] = {0};
-  in.read(magic, 6);
-  return in.gcount() == 6 && std::memcmp(magic, "\x93NUMPY", 6) == 0;
+  const bool npy = read(fd, magic, 6) == 6 && std::memcmp(magic, "\x93NUMPY", 6) == 0;
+  close(fd);
+  return npy;
 }
 
 Queries ReadQueries(const std::string& tokens_path, const std::string& offsets_path, const std::string& mask_path) {
@@ -183,7 +190,8 @@ Queries ReadQueries(const std::string& tokens_path, const std::string& offsets_p
   npy::Array m;
   err = npy::Read(mask_path, &m);
   if (!err.empty()) throw Failure(err);
-  if (m.dtype != npy::Dtype::kU8 && m.dtype != npy::Dtype::kI64 && m.dtype != npy::Dtype::kI32 &&
+  if (m.dtype != npy::Dtype::kBool && m.dtype != npy::Dtype::kU8 && m.dtype != npy::Dtype::kI64 &&
+      m.dtype != npy::Dtype::kI32 &&
       m.dtype != npy::Dtype::kU64) {
     throw Failure(mask_path + ": a mask must be bool, uint8, int32 or int64 (0 = padding, 1 = token), not " +
                   npy::DtypeName(m.dtype));

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 
+#include "regular_file.h"
+
 namespace maxsim::npy {
 namespace {
 
@@ -19,7 +21,23 @@ struct Descr {
 // reader accepts only the explicit '<bf16' spelling some tools use.
 const Descr kDescrs[] = {{"<f4", Dtype::kF32}, {"<f2", Dtype::kF16}, {"<bf16", Dtype::kBF16}, {"<f8", Dtype::kF64},
                          {"<i8", Dtype::kI64}, {"<u8", Dtype::kU64}, {"<i4", Dtype::kI32}, {"|u1", Dtype::kU8},
-                         {"|b1", Dtype::kU8}};
+                         {"|b1", Dtype::kBool}};
+
+// The descr as a message shows it: control and non-ASCII bytes (a NUL would end the message) as \xNN.
+std::string Printable(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f) {
+      out += c;
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", u);
+      out += hex;
+    }
+  }
+  return out;
+}
 
 void SkipSpace(const std::string& s, size_t& i) {
   while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n')) ++i;
@@ -68,9 +86,12 @@ std::string ParseHeader(const std::string& h, Dtype* dtype, std::vector<uint64_t
         }
       }
       if (!found) {
-        if (d.find('O') != std::string::npos) return "dtype '" + d + "' is an object (pickled) array: refused";
-        if (!d.empty() && d[0] == '>') return "dtype '" + d + "' is big-endian: convert with arr.astype('<" + d.substr(1) + "')";
-        return "dtype '" + d + "' is not supported (use float32, float16, int64, uint64, int32 or uint8)";
+        const std::string shown = Printable(d);
+        if (d.find('O') != std::string::npos) return "dtype '" + shown + "' is an object (pickled) array: refused";
+        if (!d.empty() && d[0] == '>') {
+          return "dtype '" + shown + "' is big-endian: convert with arr.astype('<" + Printable(d.substr(1)) + "')";
+        }
+        return "dtype '" + shown + "' is not supported (use float32, float16, int64, uint64, int32, uint8 or bool)";
       }
       have_descr = true;
     } else if (key == "fortran_order") {
@@ -129,6 +150,7 @@ const char* DtypeName(Dtype d) {
     case Dtype::kU64: return "uint64";
     case Dtype::kI32: return "int32";
     case Dtype::kU8: return "uint8";
+    case Dtype::kBool: return "bool";
   }
   return "?";
 }
@@ -138,7 +160,7 @@ size_t DtypeSize(Dtype d) {
     case Dtype::kF32: case Dtype::kI32: return 4;
     case Dtype::kF16: case Dtype::kBF16: return 2;
     case Dtype::kF64: case Dtype::kI64: case Dtype::kU64: return 8;
-    case Dtype::kU8: return 1;
+    case Dtype::kU8: case Dtype::kBool: return 1;
   }
   return 0;
 }
@@ -179,15 +201,9 @@ std::string Parse(const uint8_t* b, size_t size, Array* out) {
 }
 
 std::string Read(const std::string& path, Array* out) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return path + ": cannot open: " + std::strerror(errno);
   std::vector<uint8_t> bytes;
-  uint8_t buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
-  const bool failed = std::ferror(f);
-  std::fclose(f);
-  if (failed) return path + ": read error";
+  const std::string error = file::ReadRegular(path, &bytes);  // refuses FIFOs, devices and folders first
+  if (!error.empty()) return error;
   const std::string err = Parse(bytes.data(), bytes.size(), out);
   return err.empty() ? "" : path + ": " + err;
 }
@@ -203,6 +219,7 @@ std::string Write(const std::string& path, const Array& a) {
     case Dtype::kU64: descr = "<u8"; break;
     case Dtype::kI32: descr = "<i4"; break;
     case Dtype::kU8: descr = "|u1"; break;
+    case Dtype::kBool: descr = "|b1"; break;
   }
   std::string shape = "(";
   for (size_t i = 0; i < a.shape.size(); ++i) shape += std::to_string(a.shape[i]) + (a.shape.size() == 1 ? "," : i + 1 < a.shape.size() ? ", " : "");
@@ -211,14 +228,11 @@ std::string Write(const std::string& path, const Array& a) {
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return path + ": cannot create: " + std::strerror(errno);
   const uint8_t pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<uint8_t>(header.size() & 0xFF),
                            static_cast<uint8_t>(header.size() >> 8)};
-  bool ok = std::fwrite(pre, 1, 10, f) == 10 && std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
-            std::fwrite(a.data.data(), 1, a.data.size(), f) == a.data.size();
-  ok = (std::fclose(f) == 0) && ok;
-  return ok ? "" : path + ": write failed";
+  const std::string error =
+      file::WriteAtomically(path, {{pre, 10}, {header.data(), header.size()}, {a.data.data(), a.data.size()}});
+  return error;  // names the path
 }
 
 }  // namespace maxsim::npy

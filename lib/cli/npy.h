@@ -11,7 +11,7 @@
 
 namespace maxsim::npy {
 
-enum class Dtype { kF32, kF16, kBF16, kF64, kI64, kU64, kI32, kU8 };
+enum class Dtype { kF32, kF16, kBF16, kF64, kI64, kU64, kI32, kU8, kBool };
 const char* DtypeName(Dtype d);
 size_t DtypeSize(Dtype d);
 

@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "cli.h"
+#include "regular_file.h"
 #include "string_id.h"
 
 namespace maxsim::cli {
@@ -186,29 +187,8 @@ void WriteOutput(const std::string& path, const std::string& text) {
     }
     return;
   }
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    throw Failure(path + ": exists and is not a regular file: refusing to replace it");
-  }
-  std::string tmp = path + ".tmp-XXXXXX";
-  const int fd = mkstemp(tmp.data());
-  if (fd < 0) throw Failure(path + ": cannot create a temporary file beside it: " + std::strerror(errno));
-  size_t done = 0;
-  bool ok = true;
-  while (ok && done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
-  }
-  const int saved = errno;
-  ok = ok && fsync(fd) == 0;
-  ok = (close(fd) == 0) && ok;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = ok ? errno : saved;
-    unlink(tmp.c_str());
-    throw Failure(path + ": cannot write: " + std::strerror(err) + " (nothing was written)");
-  }
+  const std::string error = file::WriteAtomically(path, {{text.data(), text.size()}});
+  if (!error.empty()) throw Failure(error + " (nothing was written)");
 }
 
 std::vector<RunLine> ReadRunFile(const std::string& path, bool need_scores) {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "cli.h"
+#include "regular_file.h"
 #include "runs.h"
 
 namespace maxsim::cli {
@@ -50,11 +51,11 @@ ScoringFiles SortScoringFiles(const std::vector<std::string>& positional, bool o
   ScoringFiles f;
   std::vector<std::string> npys;
   for (const std::string& p : positional) {
-    if (std::FILE* file = std::fopen(p.c_str(), "rb")) {
-      std::fclose(file);
-    } else {
-      throw Failure(p + ": cannot open: " + std::strerror(errno));
-    }
+    uint64_t size = 0;
+    std::string error;
+    const int fd = file::OpenRegular(p, &size, &error);  // a FIFO, device or folder is refused, never opened blocking
+    if (fd < 0) throw Failure(error);
+    close(fd);
     // By name first (so that a damaged file is reported as what it was meant to be), else by content.
     const bool npy = EndsWith(p, ".npy") || (!EndsWith(p, ".maxsim") && IsNpyFile(p));
     if (npy) {

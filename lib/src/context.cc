@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "context.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -48,34 +51,77 @@ void HostLog(void* host_data, maxsim_log_level level, const char* message) {
   if (ctx && message) ctx->Log(level, message);
 }
 
+// The most threads a context runs: the same limit as MAXSIM_NUM_THREADS and the CLI's --threads.
+constexpr int kMaxThreads = 4096;
+
+// Checks that this process may run `n` threads at once by starting n - 1 that wait until all have started (the
+// calling thread is the n-th). libgomp cannot report a failure to create a team member: it prints "Thread
+// creation failed" and exits the process. A count the process limits (ulimit -u, cgroup pids.max, address
+// space) would not allow is therefore refused here, with a status. The probe threads use the default stack size,
+// as libgomp's do unless OMP_STACKSIZE is set.
+Status ProbeThreads(int n, const std::string& source) {
+  if (n <= 1) return Status::Ok();
+  pthread_rwlock_t gate = PTHREAD_RWLOCK_INITIALIZER;
+  pthread_rwlock_wrlock(&gate);
+  std::vector<pthread_t> started;
+  started.reserve(static_cast<size_t>(n - 1));
+  int err = 0;
+  for (int i = 1; i < n; ++i) {
+    pthread_t t;
+    err = pthread_create(&t, nullptr, [](void* g) -> void* {
+      auto* gate_lock = static_cast<pthread_rwlock_t*>(g);
+      pthread_rwlock_rdlock(gate_lock);
+      pthread_rwlock_unlock(gate_lock);
+      return nullptr;
+    }, &gate);
+    if (err != 0) break;
+    started.push_back(t);
+  }
+  pthread_rwlock_unlock(&gate);
+  for (pthread_t t : started) pthread_join(t, nullptr);
+  pthread_rwlock_destroy(&gate);
+  if (err == 0) return Status::Ok();
+  return Error(MAXSIM_ERR_INVALID_ARGUMENT,
+               "%d threads (%s) cannot run in this process: starting thread %zu failed (%s); the process or user "
+               "thread limit (ulimit -u, cgroup pids.max) or the address space is exhausted; ask for fewer threads",
+               n, source.c_str(), started.size() + 2, std::strerror(err));
+}
+
+// num_threads: 0 reads MAXSIM_NUM_THREADS, else OpenMP's default; 1..4096 is used as given once ProbeThreads
+// shows the process can run that many; anything else is refused with a status (never capped silently).
 Status SelectThreads(const maxsim_options& o, maxsim_context* ctx) {
-  if (o.num_threads < 0) {
-    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "num_threads is %d (use 0 for the default or a positive count)",
-                 o.num_threads);
+  if (o.num_threads < 0 || o.num_threads > kMaxThreads) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT,
+                 "num_threads is %d: use 0 for the default (MAXSIM_NUM_THREADS, else one per core) or a count from 1 "
+                 "to %d", o.num_threads, kMaxThreads);
   }
   if (o.num_threads > 0) {
     ctx->threads = o.num_threads;
     ctx->threads_source = "set by the options";
-    return Status::Ok();
-  }
-  if (const char* e = std::getenv("MAXSIM_NUM_THREADS"); e && e[0]) {
+  } else if (const char* e = std::getenv("MAXSIM_NUM_THREADS"); e && e[0]) {
     char* end = nullptr;
+    errno = 0;
     const long n = std::strtol(e, &end, 10);
-    if (end == e || *end != '\0' || n <= 0 || n > 4096) {
-      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "MAXSIM_NUM_THREADS='%s' is not a thread count from 1 to 4096", e);
+    if (end == e || *end != '\0' || errno == ERANGE || n <= 0 || n > kMaxThreads) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "MAXSIM_NUM_THREADS='%s' is not a thread count from 1 to %d", e,
+                   kMaxThreads);
     }
     ctx->threads = static_cast<int>(n);
     ctx->threads_source = std::string("set by MAXSIM_NUM_THREADS=") + e;
-    return Status::Ok();
+  } else {
+#ifdef _OPENMP
+    ctx->threads = std::clamp(omp_get_max_threads(), 1, kMaxThreads);
+    ctx->threads_source = "OpenMP default";
+#else
+    ctx->threads = 1;
+    ctx->threads_source = "built without OpenMP";
+#endif
   }
 #ifdef _OPENMP
-  ctx->threads = std::max(1, omp_get_max_threads());
-  ctx->threads_source = "OpenMP default";
+  return ProbeThreads(ctx->threads, ctx->threads_source);
 #else
-  ctx->threads = 1;
-  ctx->threads_source = "built without OpenMP";
-#endif
   return Status::Ok();
+#endif
 }
 
 Status SelectKernel(const maxsim_options& o, maxsim_context* ctx) {
@@ -226,6 +272,9 @@ maxsim_status CreateContext(const maxsim_options* options, maxsim_context** out)
   auto ctx = std::make_unique<maxsim_context>();
   ctx->log = o.log;
   ctx->log_user = o.log_user_data;
+  if (const std::string& bad = GetCpuInfo().mask_error; !bad.empty()) {
+    return Report(Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s", bad.c_str()));
+  }
   Status st = SelectThreads(o, ctx.get());
   if (st.ok()) st = SelectKernel(o, ctx.get());
   if (!st.ok()) return Report(st);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cpu_features.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -219,8 +220,16 @@ CpuInfo Detect() {
 #endif
   info.amx_note = "not an x86 CPU";
 #endif
-  if (const char* mask = std::getenv("MAXSIM_CPU_MASK")) {
-    info.features &= ~std::strtoull(mask, nullptr, 16);
+  if (const char* mask = std::getenv("MAXSIM_CPU_MASK"); mask && mask[0]) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long hide = std::strtoull(mask, &end, 16);
+    if (end == mask || *end != '\0' || errno == ERANGE || mask[0] == '-') {
+      info.mask_error = std::string("MAXSIM_CPU_MASK='") + mask +
+                        "' is not a hexadecimal feature mask (e.g. 0x300 hides two features; unset it to hide none)";
+    } else {
+      info.features &= ~static_cast<uint64_t>(hide);
+    }
   }
   return info;
 }

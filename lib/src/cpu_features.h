@@ -43,6 +43,7 @@ struct CpuInfo {
   std::string brand;   // processor brand string where available
   std::string amx_note;  // why AMX is not usable (CPU lacks it, OS did not enable it, permission refused)
   std::string relaxed_note;  // WebAssembly: what the relaxed-SIMD probe found
+  std::string mask_error;  // MAXSIM_CPU_MASK is set but not a hex mask (contexts then fail to create)
 };
 
 // Detected once (thread-safe); MAXSIM_CPU_MASK (hex, features to hide) lets tests pretend to be an older CPU.

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "packed_handle.h"
+#include "regular_file.h"
 
 #if defined(__wasi__)
 #define MAXSIM_NO_MMAP 1  // WASI: packed files are read into owned memory, buffers come from aligned_alloc
@@ -24,54 +25,17 @@ using ull = unsigned long long;
 
 Status SavePackedFile(const pack::PackedView& view, const char* path) {
   if (path == nullptr || path[0] == '\0') return Error(MAXSIM_ERR_INVALID_ARGUMENT, "file path is empty");
-  const std::string tmp = std::string(path) + ".tmp." + std::to_string(getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return Error(MAXSIM_ERR_IO, "cannot create %s: %s (does the folder exist and is it writable?)", tmp.c_str(),
-                 std::strerror(errno));
-  }
-  uint64_t done = 0;
-  while (done < view.size) {
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(view.size - done, 1u << 30));
-    const ssize_t n = write(fd, view.base + done, chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      return Error(MAXSIM_ERR_IO, "writing %s failed after %llu of %llu bytes: %s", tmp.c_str(),
-                   static_cast<ull>(done), static_cast<ull>(view.size), std::strerror(err));
-    }
-    done += static_cast<uint64_t>(n);
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return Error(MAXSIM_ERR_IO, "flushing %s failed: %s", tmp.c_str(), std::strerror(err));
-  }
-  if (rename(tmp.c_str(), path) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return Error(MAXSIM_ERR_IO, "renaming %s to %s failed: %s", tmp.c_str(), path, std::strerror(err));
-  }
+  const std::string error = file::WriteAtomically(path, {{view.base, view.size}});
+  if (!error.empty()) return Error(MAXSIM_ERR_IO, "%s", error.c_str());
   return Status::Ok();
 }
 
 Status LoadPackedFile(const char* path, maxsim_validation level, maxsim_packed** out) {
   if (path == nullptr || path[0] == '\0') return Error(MAXSIM_ERR_INVALID_ARGUMENT, "file path is empty");
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error(MAXSIM_ERR_IO, "cannot open %s: %s", path, std::strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    close(fd);
-    return Error(MAXSIM_ERR_IO, "cannot stat %s: %s", path, std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return Error(MAXSIM_ERR_IO, "%s is not a regular file", path);
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t size = 0;
+  std::string error;
+  const int fd = file::OpenRegular(path, &size, &error);  // refuses FIFOs, devices and folders before any read
+  if (fd < 0) return Error(MAXSIM_ERR_IO, "%s", error.c_str());
   if (size < MAXSIM_PACK_HEADER_SIZE) {
     close(fd);
     return Error(MAXSIM_ERR_INVALID_BUFFER, "invalid packed file %s: %llu bytes is smaller than the %u-byte header",
@@ -119,6 +83,7 @@ Status LoadPackedFile(const char* path, maxsim_validation level, maxsim_packed**
   p->memory = map;
   p->mapped_bytes = size;
   p->uid = NextPackedUid();
+  p->trust = TrustAfter(level);
   *out = p;
   return Status::Ok();
 }

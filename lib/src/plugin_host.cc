@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "regular_file.h"
 #include "status.h"
 
 namespace maxsim {
@@ -134,6 +135,10 @@ void PluginHost::TryLoad(const std::string& path, const LogSink& log, const maxs
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     skip("no such file");
+    return;
+  }
+  if (!S_ISREG(st.st_mode)) {  // dlopen would block on a FIFO
+    skip(std::string("it is ") + file::KindName(st.st_mode) + ", not a regular file");
     return;
   }
   dlerror();

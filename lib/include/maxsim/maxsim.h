@@ -130,7 +130,10 @@ typedef struct maxsim_context maxsim_context;
 
 typedef struct maxsim_options {
   uint32_t struct_size;   /* sizeof(maxsim_options): lets later versions append fields */
-  int32_t num_threads;    /* 0: MAXSIM_NUM_THREADS if set, else OpenMP's default */
+  int32_t num_threads;    /* 0: MAXSIM_NUM_THREADS if set, else OpenMP's default. 1..4096 are used as given
+                             once the process has been seen to start that many threads at once; anything else,
+                             or a count the process limits (ulimit -u, cgroup pids.max, memory) do not allow,
+                             fails maxsim_context_create with MAXSIM_ERR_INVALID_ARGUMENT (never capped) */
   /* Backend: NULL or "" reads MAXSIM_BACKEND (default "auto"). "auto": a GPU plugin when one is available and
    * the work is large enough, else the CPU. "cpu": always the CPU. Any other name (e.g. "cuda") must be a
    * loaded, available plugin, else maxsim_context_create fails with MAXSIM_ERR_BACKEND_UNAVAILABLE. */
@@ -200,7 +203,12 @@ typedef struct maxsim_packed maxsim_packed;
  * the ones recomputed from the originals, and the payload checksum. DEEP also re-quantises every vector and
  * requires codes and metadata to match bit for bit (what certified mode's guarantee rests on, against buffers
  * crafted by hand). FAST checks the header, regions and offsets only (O(sets), no pass over the vectors): use
- * it only on buffers this process packed itself. */
+ * it only on buffers this process packed itself, or that the caller vouches for.
+ * Certified mode and trust: a handle opened or loaded at STANDARD is DEEP-validated once, before its first
+ * CERTIFIED call (with the context's threads); if its codes or metadata do not match its originals, that call and
+ * every later certified call on it fail with MAXSIM_ERR_INVALID_BUFFER instead of returning a non-exact answer.
+ * Handles from maxsim_pack* or opened at DEEP are proven; at FAST, the caller's word is taken (packing/README.md,
+ * "Trust and validation"). */
 typedef enum maxsim_validation {
   MAXSIM_VALIDATE_STANDARD = 0,
   MAXSIM_VALIDATE_DEEP = 1,
