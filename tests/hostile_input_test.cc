@@ -6,13 +6,16 @@
 
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "maxsim/maxsim.hpp"
 #include "packed.h"
+#include "reference_packer.h"
 #include "test_util.h"
 
 namespace maxsim::test {
@@ -135,6 +138,83 @@ TEST(Hostile, TrustedBuffersWithExtremeCodeSumsAreNotUndefinedBehaviour) {
       EXPECT_EQ(maxsim_score_matrix(ctx.get(), &Q, &D, &o, s.data(), nullptr), MAXSIM_OK)
           << isa << ": " << maxsim_last_error();
     }
+  }
+}
+
+// The trust model (trust.cc): a buffer whose codes or metadata were edited and both checksums recomputed passes
+// STANDARD. Opened or loaded at STANDARD, it scores in exact mode but its first certified use DEEP-validates it
+// and refuses it (never a silently non-exact "certified" answer); at DEEP it is refused when opened; at FAST the
+// caller vouches for it. A consistent buffer opened at STANDARD scores certified == exact, bit for bit.
+TEST(Hostile, CertifiedModeRefusesResealedStaleCodesAndMetadata) {
+  std::mt19937_64 rng(71);
+  TokenSets q = Generate(rng, Shape::kUnitGaussian, 3, 1, 8, 64);
+  TokenSets d = Generate(rng, Shape::kClustered, 12, 1, 16, 64);
+  const std::vector<uint8_t> good = ReferencePack(d, nullptr);
+  AlignedBytes ga(good);
+  pack::PackedView v;
+  ASSERT_TRUE(pack::Validate(ga.data(), good.size(), MAXSIM_VALIDATE_STANDARD, &v).ok());
+  const size_t codes = static_cast<size_t>(reinterpret_cast<const uint8_t*>(v.codes) - v.base);
+  const size_t meta = static_cast<size_t>(reinterpret_cast<const uint8_t*>(v.meta) - v.base);
+  const uint64_t last = v.n_vectors - 1;
+  struct Lie {
+    const char* name;
+    std::function<void(std::vector<uint8_t>&)> edit;
+  };
+  const std::vector<Lie> lies = {
+      {"a code moved by one", [&](auto& b) {
+         const size_t at = codes + last * v.padded_dim;
+         const int8_t c = static_cast<int8_t>(b[at]);
+         b[at] = static_cast<uint8_t>(c == 127 ? 126 : c + 1);
+       }},
+      {"residual norm understated", [&](auto& b) { Put<float>(b, meta + 16 * last + 8, 0.0f); }},
+      {"code sum off by one", [&](auto& b) { Put<int32_t>(b, meta + 16 * last + 12, Get<int32_t>(b, meta + 16 * last + 12) + 1); }},
+  };
+  Context ctx = KernelContext("", 2);
+  const DenseSets Q = q.Dense();
+  const uint64_t nq = q.n_sets(), nd = d.n_sets();
+  char tmpl[] = "/tmp/maxsim-trust-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string file = std::string(tmpl) + "/lie.maxsim";
+  for (const Lie& lie : lies) {
+    std::vector<uint8_t> b = good;
+    lie.edit(b);
+    Reseal(b);
+    AlignedBytes a(b);
+    ASSERT_EQ(maxsim_validate(a.data(), b.size(), MAXSIM_VALIDATE_STANDARD), MAXSIM_OK) << lie.name;
+    maxsim_packed* p = nullptr;
+    EXPECT_EQ(maxsim_packed_open(a.data(), b.size(), MAXSIM_VALIDATE_DEEP, &p), MAXSIM_ERR_INVALID_BUFFER) << lie.name;
+    Packed opened = Packed::Open(a.data(), b.size(), MAXSIM_VALIDATE_STANDARD);
+    opened.Save(file);
+    Packed loaded = Packed::Load(file, MAXSIM_VALIDATE_STANDARD);
+    for (const Packed* h : {&opened, &loaded}) {
+      const maxsim_sets QS{nullptr, Q.get()}, DS{h->get(), nullptr};
+      std::vector<float> s(nq * nd);
+      EXPECT_EQ(maxsim_score_matrix(ctx.get(), &QS, &DS, nullptr, s.data(), nullptr), MAXSIM_OK) << lie.name;
+      maxsim_score_options o;
+      maxsim_score_options_init(&o);
+      o.mode = MAXSIM_MODE_CERTIFIED;
+      for (int call = 0; call < 2; ++call) {  // refused again on a later call, not only the first
+        EXPECT_EQ(maxsim_score_matrix(ctx.get(), &QS, &DS, &o, s.data(), nullptr), MAXSIM_ERR_INVALID_BUFFER) << lie.name;
+        EXPECT_NE(std::string(maxsim_last_error()).find("certified"), std::string::npos) << maxsim_last_error();
+        std::vector<uint64_t> idx(nq);
+        EXPECT_EQ(maxsim_topk(ctx.get(), &QS, &DS, 1, &o, s.data(), idx.data(), nullptr), MAXSIM_ERR_INVALID_BUFFER);
+      }
+      // The same lie as packed queries.
+      const maxsim_sets QP{h->get(), nullptr}, DD{nullptr, Q.get()};
+      std::vector<float> s2(nd * nq);
+      EXPECT_EQ(maxsim_score_matrix(ctx.get(), &QP, &DD, &o, s2.data(), nullptr), MAXSIM_ERR_INVALID_BUFFER) << lie.name;
+    }
+    Packed trusted = Packed::Open(a.data(), b.size(), MAXSIM_VALIDATE_FAST);
+    (void)ctx.ScoreMatrix(Q, nq, trusted, nd, {MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED});  // the caller's word
+  }
+  std::system((std::string("rm -rf ") + tmpl).c_str());
+  Packed clean = Packed::Open(ga.data(), good.size(), MAXSIM_VALIDATE_STANDARD);
+  for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+    std::vector<int32_t> ae(nd * q.rows()), ac(nd * q.rows());
+    const auto exact = ctx.ScoreMatrix(Q, nq, clean, nd, {metric, MAXSIM_MODE_EXACT}, ae.data());
+    const auto cert = ctx.ScoreMatrix(Q, nq, clean, nd, {metric, MAXSIM_MODE_CERTIFIED}, ac.data());
+    EXPECT_EQ(std::memcmp(exact.data(), cert.data(), exact.size() * 4), 0);
+    EXPECT_EQ(ae, ac);
   }
 }
 

@@ -109,7 +109,12 @@ Status ReadScoringInputs(const maxsim_context* ctx, const maxsim_sets* queries, 
   MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
   MAXSIM_RETURN_IF_ERROR(ReadScoreOptions(options, &in->req, &in->stats, &in->stream));
   MAXSIM_RETURN_IF_ERROR(ResolveSets(queries, "queries", &in->q));
-  return ResolveSets(documents, "documents", &in->d);
+  MAXSIM_RETURN_IF_ERROR(ResolveSets(documents, "documents", &in->d));
+  if (in->req.mode == MAXSIM_MODE_CERTIFIED) {  // every route, CPU and plugins (trust.cc)
+    if (in->q.is_packed) MAXSIM_RETURN_IF_ERROR(ProveForCertified(*in->q.handle, ctx->threads, "queries"));
+    if (in->d.is_packed) MAXSIM_RETURN_IF_ERROR(ProveForCertified(*in->d.handle, ctx->threads, "documents"));
+  }
+  return Status::Ok();
 }
 
 // The CPU engine reports a dimension mismatch itself; a plugin route checks it here first.
@@ -325,6 +330,7 @@ Status PackOwned(maxsim_context* ctx, const maxsim_dense_sets* sets, const uint6
     p->memory = memory;
     p->mapped_bytes = allocated;
     p->uid = NextPackedUid();
+    p->trust = maxsim_packed::Trust::kProven;  // this library packed it
     *out = p;
     return Status::Ok();
   }
@@ -366,6 +372,7 @@ MAXSIM_API maxsim_status maxsim_packed_open(const void* buffer, uint64_t size, m
     auto* p = new maxsim_packed;
     p->view = view;
     p->uid = NextPackedUid();
+    p->trust = TrustAfter(level);
     *out = p;
     return Status::Ok();
   });

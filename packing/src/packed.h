@@ -71,6 +71,9 @@ struct PackedView {
 
 
 Status Validate(const void* buffer, uint64_t size, maxsim_validation level, PackedView* view);
+// The DEEP pass alone, over a view that passed STANDARD: re-quantises every vector with `threads` threads and
+// requires codes and metadata to match bit for bit.
+Status CheckDeep(const PackedView& view, int threads);
 
 // ---- Quantisation (the canonical definition lives in quantize_ref.cc; packing/README.md states it) ----
 

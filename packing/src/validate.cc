@@ -3,6 +3,7 @@
 // it is used), header checksum, region table against the layout recomputed with overflow checks, offsets, then
 // (STANDARD) the payload checksum and every record, code and original, then (DEEP) a re-quantisation.
 // Messages name the field, the value found and the value expected.
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -115,32 +116,53 @@ Status CheckOriginals(const PackedView& v) {
   return Status::Ok();
 }
 
-// Re-quantises every vector and requires codes and metadata to match bit for bit.
-Status CheckDeep(const PackedView& v) {
-  std::vector<float> row(v.dim);
-  std::vector<int8_t> codes(v.padded_dim);
-  for (uint64_t r = 0; r < v.n_vectors; ++r) {
-    WidenRow(v.originals + r * v.orig_row_bytes, v.dtype, v.dim, row.data());
-    const RowStats stats = AnalyzeRow(row.data(), v.dim);
-    if (!stats.finite || !NormAccepted(stats.norm_sq)) {
-      return Bad("vector %llu has norm %g, above the supported 1e19", static_cast<ull>(r), std::sqrt(stats.norm_sq));
-    }
-    maxsim_vector_meta meta;
-    QuantizeRow(row.data(), v.dim, v.padded_dim, stats, codes.data(), &meta);
-    if (std::memcmp(&meta, &v.meta[r], sizeof(meta)) != 0) {
-      return Bad("vector %llu: metadata does not match its originals (stored scale %g norm %g resid %g sum %d; "
-                 "recomputed %g %g %g %d)",
-                 static_cast<ull>(r), v.meta[r].scale, v.meta[r].norm, v.meta[r].resid_norm, v.meta[r].code_sum,
-                 meta.scale, meta.norm, meta.resid_norm, meta.code_sum);
-    }
-    if (std::memcmp(codes.data(), v.codes + r * v.padded_dim, v.padded_dim) != 0) {
-      return Bad("vector %llu: codes do not match its originals", static_cast<ull>(r));
-    }
+// Re-quantises vector r (row and codes are scratch) and requires its codes and metadata to match bit for bit.
+Status CheckDeepRow(const PackedView& v, uint64_t r, float* row, int8_t* codes) {
+  WidenRow(v.originals + r * v.orig_row_bytes, v.dtype, v.dim, row);
+  const RowStats stats = AnalyzeRow(row, v.dim);
+  if (!stats.finite || !NormAccepted(stats.norm_sq)) {
+    return Bad("vector %llu has norm %g, above the supported 1e19", static_cast<ull>(r), std::sqrt(stats.norm_sq));
+  }
+  maxsim_vector_meta meta;
+  QuantizeRow(row, v.dim, v.padded_dim, stats, codes, &meta);
+  if (std::memcmp(&meta, &v.meta[r], sizeof(meta)) != 0) {
+    return Bad("vector %llu: metadata does not match its originals (stored scale %g norm %g resid %g sum %d; "
+               "recomputed %g %g %g %d)",
+               static_cast<ull>(r), v.meta[r].scale, v.meta[r].norm, v.meta[r].resid_norm, v.meta[r].code_sum,
+               meta.scale, meta.norm, meta.resid_norm, meta.code_sum);
+  }
+  if (std::memcmp(codes, v.codes + r * v.padded_dim, v.padded_dim) != 0) {
+    return Bad("vector %llu: codes do not match its originals", static_cast<ull>(r));
   }
   return Status::Ok();
 }
 
 }  // namespace
+
+// The rows are shared by `threads` threads; the first mismatching vector is the one reported, whatever the
+// thread count (each thread skips rows after the first mismatch found so far).
+Status CheckDeep(const PackedView& v, int threads) {
+  const int64_t n = static_cast<int64_t>(v.n_vectors);
+  std::atomic<uint64_t> first_bad{UINT64_MAX};
+#pragma omp parallel num_threads(threads) if (threads > 1 && n > 2048)
+  {
+    std::vector<float> row(v.dim);
+    std::vector<int8_t> codes(v.padded_dim);
+#pragma omp for schedule(dynamic, 512)
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t r = static_cast<uint64_t>(i);
+      uint64_t seen = first_bad.load(std::memory_order_relaxed);
+      if (r > seen || CheckDeepRow(v, r, row.data(), codes.data()).ok()) continue;
+      while (r < seen && !first_bad.compare_exchange_weak(seen, r, std::memory_order_relaxed)) {
+      }
+    }
+  }
+  const uint64_t bad = first_bad.load();
+  if (bad == UINT64_MAX) return Status::Ok();
+  std::vector<float> row(v.dim);
+  std::vector<int8_t> codes(v.padded_dim);
+  return CheckDeepRow(v, bad, row.data(), codes.data());
+}
 
 Status Validate(const void* buffer, uint64_t size, maxsim_validation level, PackedView* view) {
   if (buffer == nullptr) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "packed buffer pointer is NULL");
@@ -173,6 +195,11 @@ Status Validate(const void* buffer, uint64_t size, maxsim_validation level, Pack
     return Bad("format version %u.%u is not supported by this reader (%u.%u): repack the data with this version",
                h.version_major, h.version_minor, MAXSIM_PACK_VERSION_MAJOR, MAXSIM_PACK_VERSION_MINOR);
   }
+  if (h.version_minor > MAXSIM_PACK_VERSION_MINOR) {
+    return Bad("format version %u.%u is newer than this reader's %u.%u (it may hold information this reader cannot "
+               "check): upgrade libmaxsim to read it", h.version_major, h.version_minor, MAXSIM_PACK_VERSION_MAJOR,
+               MAXSIM_PACK_VERSION_MINOR);
+  }
   if (h.header_size != MAXSIM_PACK_HEADER_SIZE) {
     return Bad("header_size is %u, expected %u", h.header_size, MAXSIM_PACK_HEADER_SIZE);
   }
@@ -203,7 +230,7 @@ Status Validate(const void* buffer, uint64_t size, maxsim_validation level, Pack
   if (h.region_count != expected_regions) {
     return Bad("region_count is %u, expected %u", h.region_count, expected_regions);
   }
-  if (h.version_minor <= MAXSIM_PACK_VERSION_MINOR && !AllZero(h.reserved, sizeof(h.reserved))) {
+  if (!AllZero(h.reserved, sizeof(h.reserved))) {
     return Bad("reserved header bytes are not zero");
   }
 
@@ -316,7 +343,7 @@ Status Validate(const void* buffer, uint64_t size, maxsim_validation level, Pack
     MAXSIM_RETURN_IF_ERROR(CheckCodes(v));
     MAXSIM_RETURN_IF_ERROR(CheckOriginals(v));
   }
-  if (level == MAXSIM_VALIDATE_DEEP) MAXSIM_RETURN_IF_ERROR(CheckDeep(v));
+  if (level == MAXSIM_VALIDATE_DEEP) MAXSIM_RETURN_IF_ERROR(CheckDeep(v, 1));
   if (view) *view = v;
   return Status::Ok();
 }

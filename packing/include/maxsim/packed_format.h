@@ -30,7 +30,8 @@ extern "C" {
 
 #define MAXSIM_PACK_MAGIC "MAXSIMPK"            /* 8 bytes, no terminator stored */
 #define MAXSIM_PACK_VERSION_MAJOR 1u             /* a reader refuses another major version */
-#define MAXSIM_PACK_VERSION_MINOR 1u             /* a reader accepts any minor <= its own; writers write 0
+#define MAXSIM_PACK_VERSION_MINOR 1u             /* a reader accepts any minor <= its own and refuses a newer one
+                                                    (it cannot check what that adds); writers write 0
                                                     unless the buffer has string ids (1.1) */
 #define MAXSIM_PACK_ENDIAN_TAG 0x01020304u      /* reads 0x04030201 on a big-endian machine */
 #define MAXSIM_PACK_LAYOUT_CANONICAL 1u
