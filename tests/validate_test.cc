@@ -287,6 +287,22 @@ TEST(Validate, StandardChecksNormsOfTheOriginalsInEveryDtype) {
   }
 }
 
+// The header's rule: a reader accepts any minor version up to its own and refuses a newer one.
+TEST(Validate, MinorVersionsAboveTheReadersAreRefused) {
+  for (uint16_t minor : {uint16_t{0}, uint16_t{MAXSIM_PACK_VERSION_MINOR}}) {
+    auto b = ValidBuffer();
+    Put<uint16_t>(b, hdr::kVersionMinor, minor);
+    ResealHeaderOnly(b);
+    EXPECT_EQ(ValidateBytes(b), MAXSIM_OK) << minor << ": " << maxsim_last_error();
+  }
+  for (uint16_t minor : {uint16_t{MAXSIM_PACK_VERSION_MINOR + 1}, uint16_t{65535}}) {
+    auto b = ValidBuffer();
+    Put<uint16_t>(b, hdr::kVersionMinor, minor);
+    ResealHeaderOnly(b);
+    ExpectRejected(b, "minor " + std::to_string(minor), "newer than this reader's");
+  }
+}
+
 TEST(Validate, ArgumentErrors) {
   const auto good = ValidBuffer();
   AlignedBytes a(good.size() + 64);
