@@ -490,6 +490,13 @@ MAXSIM_API maxsim_status maxsim_topk(maxsim_context* ctx, const maxsim_sets* que
     ScoringInputs in;
     MAXSIM_RETURN_IF_ERROR(ReadScoringInputs(ctx, queries, documents, options, &in));
     const SetsRef& d = in.d;
+    // The outputs are [Nq, k]: a k for which no memory could hold them is a mistake (k = -1 cast to uint64_t,
+    // say), refused before anything is written.
+    uint64_t cells = 0;
+    if (MulOverflows(in.q.n_sets(), k, &cells) || cells > static_cast<uint64_t>(PTRDIFF_MAX) / sizeof(uint64_t)) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "k = %llu: %llu queries x k outputs cannot fit in memory",
+                   static_cast<unsigned long long>(k), static_cast<unsigned long long>(in.q.n_sets()));
+    }
     Route route;
     MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, PluginOp::kTopK, in.q, d, MatrixWork(in.q, d), &route));
     if (route == Route::kPlugin) {

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "context.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cctype>
@@ -18,6 +16,7 @@
 
 #ifdef _OPENMP
 #include <omp.h>
+#include <pthread.h>
 #endif
 
 namespace maxsim {
@@ -54,6 +53,7 @@ void HostLog(void* host_data, maxsim_log_level level, const char* message) {
 // The most threads a context runs: the same limit as MAXSIM_NUM_THREADS and the CLI's --threads.
 constexpr int kMaxThreads = 4096;
 
+#ifdef _OPENMP
 // Checks that this process may run `n` threads at once by starting n - 1 that wait until all have started (the
 // calling thread is the n-th). libgomp cannot report a failure to create a team member: it prints "Thread
 // creation failed" and exits the process. A count the process limits (ulimit -u, cgroup pids.max, address
@@ -86,6 +86,7 @@ Status ProbeThreads(int n, const std::string& source) {
                "thread limit (ulimit -u, cgroup pids.max) or the address space is exhausted; ask for fewer threads",
                n, source.c_str(), started.size() + 2, std::strerror(err));
 }
+#endif  // _OPENMP
 
 // num_threads: 0 reads MAXSIM_NUM_THREADS, else OpenMP's default; 1..4096 is used as given once ProbeThreads
 // shows the process can run that many; anything else is refused with a status (never capped silently).

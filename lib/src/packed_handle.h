@@ -4,9 +4,9 @@
 #define MAXSIM_SRC_PACKED_HANDLE_H_
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 
+#include "mutex.h"
 #include "packed.h"
 
 struct maxsim_packed {
@@ -21,7 +21,7 @@ struct maxsim_packed {
   // kUnproven (STANDARD: DEEP-validated before its first certified use, by maxsim::ProveForCertified).
   enum class Trust { kProven, kTrusted, kUnproven };
   Trust trust = Trust::kUnproven;
-  mutable std::mutex proof_mu;  // guards the fields below
+  mutable maxsim::Mutex proof_mu;  // guards the fields below
   mutable int proof_state = 0;  // kUnproven only: 0 not checked yet, 1 DEEP passed, 2 DEEP failed
   mutable std::string proof_error;
 };

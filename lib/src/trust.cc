@@ -18,7 +18,7 @@ maxsim_packed::Trust TrustAfter(maxsim_validation level) {
 
 Status ProveForCertified(const maxsim_packed& packed, int threads, const char* role) {
   if (packed.trust != maxsim_packed::Trust::kUnproven) return Status::Ok();
-  std::lock_guard<std::mutex> lock(packed.proof_mu);
+  LockGuard lock(packed.proof_mu);
   if (packed.proof_state == 0) {
     const Status st = pack::CheckDeep(packed.view, threads);
     packed.proof_state = st.ok() ? 1 : 2;
