@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds the libFuzzer targets (clang-19, ASan + UBSan) and runs each for a share of SECONDS (default 60):
-# the packed-buffer validator/loader/scorer and the .npy reader. A crash, sanitizer report or broken contract
-# (certified != exact) fails the run and leaves the reproducer in build-fuzz/findings/.
+# the packed-buffer validator/loader/scorer (structure-aware: hostile values planted in fields, checksums
+# recomputed) and the .npy reader. A crash, sanitizer report or broken contract (a non-finite score from an
+# accepted buffer, certified != exact) fails the run and leaves the reproducer in build-fuzz/findings/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TOTAL=${1:-60}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Writes a seed corpus for the fuzzers: small valid packed buffers (several dims, dtypes, with and without ids,
-// empty sets) prefixed by the fuzz target's control byte, and small .npy files.
+// Writes a seed corpus for the fuzzers: small valid packed buffers (several dims, f32/f16/bf16 originals, without
+// ids, with numeric ids, with string ids; empty sets) prefixed by the fuzz target's control byte, and small .npy files.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -40,9 +40,12 @@ int main(int argc, char** argv) {
       s.n_sets = 3;
       s.offsets = off.data();
       const uint64_t ids[3] = {7, 8, 9};
-      for (int with_ids = 0; with_ids < 2; ++with_ids) {
+      const char* const string_ids[3] = {"doc-a", "b", "\xc3\xa9t\xc3\xa9"};
+      for (int with_ids = 0; with_ids < 3; ++with_ids) {  // none, numeric, numeric + string ids (format 1.1)
         maxsim_packed* p = nullptr;
-        if (maxsim_pack(nullptr, &s, with_ids ? ids : nullptr, &p) != MAXSIM_OK) {
+        const maxsim_status st = with_ids < 2 ? maxsim_pack(nullptr, &s, with_ids ? ids : nullptr, &p)
+                                              : maxsim_pack_with_string_ids(nullptr, &s, ids, string_ids, &p);
+        if (st != MAXSIM_OK) {
           std::fprintf(stderr, "pack failed: %s\n", maxsim_last_error());
           return 1;
         }
