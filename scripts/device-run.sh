@@ -23,6 +23,7 @@ mkdir -p "$OUT"
 source scripts/device/env.sh
 sections=("$@")
 [ ${#sections[@]} -eq 0 ] && sections=(build cpu-tests cpu-bench gpu-tests gpu-bench)
+export DEVICE_RUN_SECTIONS="${sections[*]}"  # named in result files' commands
 # A remote runner may return only a few files, and only what is under $OUT when the call ends, also when it runs
 # past its time limit. So after every section its files go into one archive, $OUT/results.tar (summary-*.txt stay
 # until the end), and the summaries so far are rewritten to $OUT/summary.txt: a call cut off mid-way still

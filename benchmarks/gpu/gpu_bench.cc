@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "read_bw.h"
 #include "maxsim/maxsim.h"
 
 namespace {
@@ -35,6 +36,8 @@ using mscuda::Corpus;
 using mscuda::DeviceQueries;
 
 FILE* g_json = nullptr;
+maxsim_context* g_cpu = nullptr;  // packs the benchmark's data (CPU, all threads)
+maxsim_context* g_api = nullptr;  // the public API's context (backend "cuda"); NULL when it cannot be created
 
 #define CHECK_CUDA(x)                                                                     \
   do {                                                                                    \
@@ -68,21 +71,8 @@ uint16_t ToBf16(float f) {
   return static_cast<uint16_t>(b >> 16);
 }
 
-// n_sets uniform sets of `len` unit-norm Gaussian vectors, bf16, packed by the library.
-// A packed buffer (64-byte aligned storage), opened, with the view the host hands a plugin.
-struct PackedData {
-  std::vector<uint8_t> storage;
-  const uint8_t* base = nullptr;
-  uint64_t size = 0;
-  maxsim_packed* handle = nullptr;
-  maxsim_packed_view view{};
-  PackedData() = default;
-  PackedData(const PackedData&) = delete;
-  PackedData& operator=(const PackedData&) = delete;
-  ~PackedData() { maxsim_packed_release(handle); }
-};
-
-void PackRandom(uint64_t n_sets, uint64_t len, uint32_t dim, uint64_t seed, PackedData* out) {
+// n_sets uniform sets of `len` unit-norm Gaussian vectors, bf16 (row-major [n_sets * len, dim]).
+std::vector<uint16_t> RandomBf16(uint64_t n_sets, uint64_t len, uint32_t dim, uint64_t seed) {
   const uint64_t rows = n_sets * len;
   std::vector<uint16_t> data(rows * dim);
 #pragma omp parallel for schedule(static)
@@ -98,33 +88,47 @@ void PackRandom(uint64_t n_sets, uint64_t len, uint32_t dim, uint64_t seed, Pack
     const float inv = static_cast<float>(1.0 / std::sqrt(n));
     for (uint32_t k = 0; k < dim; ++k) data[r * dim + k] = ToBf16(v[k] * inv);
   }
+  return data;
+}
+
+maxsim_dense_sets DenseSets(const void* data, maxsim_memory memory, uint64_t n_sets, uint64_t len, uint32_t dim) {
   maxsim_dense_sets s{};
   s.struct_size = sizeof(s);
-  s.memory = MAXSIM_MEMORY_HOST;
-  s.data = data.data();
+  s.memory = memory;
+  s.data = data;
   s.dtype = MAXSIM_BF16;
   s.dim = dim;
   s.n_sets = n_sets;
   s.set_length = len;
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.load_plugins = 0;
-  o.backend = "cpu";
-  maxsim_context* ctx = nullptr;
-  CHECK_MS(maxsim_context_create(&o, &ctx));
-  uint64_t size = 0;
-  CHECK_MS(maxsim_pack_size(&s, 0, &size));
-  out->storage.resize(size + 64);
-  uint8_t* aligned = out->storage.data();
-  while (reinterpret_cast<uintptr_t>(aligned) % 64) ++aligned;  // the packer wants 64-byte alignment
-  uint64_t written = 0;
-  CHECK_MS(maxsim_pack_into(ctx, &s, nullptr, aligned, size, &written));
-  maxsim_context_destroy(ctx);
-  out->base = aligned;
-  out->size = written;
-  CHECK_MS(maxsim_packed_open(aligned, written, MAXSIM_VALIDATE_STANDARD, &out->handle));
-  CHECK_MS(maxsim_packed_plugin_view(out->handle, 0, n_sets, &out->view));
+  return s;
 }
+
+// The sets packed by the library (an owned, validated handle).
+maxsim_packed* PackHandle(const std::vector<uint16_t>& data, uint64_t n_sets, uint64_t len, uint32_t dim) {
+  const maxsim_dense_sets s = DenseSets(data.data(), MAXSIM_MEMORY_HOST, n_sets, len, dim);
+  maxsim_packed* p = nullptr;
+  CHECK_MS(maxsim_pack(g_cpu, &s, nullptr, &p));
+  return p;
+}
+
+// Packed sets: the owned handle, its bytes and the view the host hands a plugin.
+struct PackedData {
+  maxsim_packed* handle = nullptr;
+  const uint8_t* base = nullptr;
+  uint64_t size = 0;
+  maxsim_packed_view view{};
+  PackedData(const std::vector<uint16_t>& data, uint64_t n_sets, uint64_t len, uint32_t dim)
+      : handle(PackHandle(data, n_sets, len, dim)) {
+    maxsim_packed_desc desc{};
+    CHECK_MS(maxsim_packed_describe(handle, &desc));
+    base = static_cast<const uint8_t*>(desc.data);
+    size = desc.size;
+    CHECK_MS(maxsim_packed_plugin_view(handle, 0, n_sets, &view));
+  }
+  PackedData(const PackedData&) = delete;
+  PackedData& operator=(const PackedData&) = delete;
+  ~PackedData() { maxsim_packed_release(handle); }
+};
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -181,13 +185,89 @@ struct Shape {
 
 void HostLog(void*, maxsim_log_level, const char*) {}
 
+// Median wall time (ms) of fn(i) over `iters` calls after `warmup` calls: for public calls, which return when
+// their results are ready.
+double WallIt(int warmup, int iters, const std::function<void(int)>& fn) {
+  for (int i = 0; i < warmup; ++i) fn(i);
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn(i);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return Median(ms);
+}
+
+// Elements of a and b whose bits differ.
+uint64_t BitsDiffer(const std::vector<float>& a, const std::vector<float>& b) {
+  uint64_t n = a.size() == b.size() ? 0 : std::max(a.size(), b.size());
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += std::memcmp(&a[i], &b[i], 4) != 0;
+  return n;
+}
+
+// The public C API (maxsim.h), what users call, on the same data as the kernel rows: dense device tensors in,
+// device scores out ("api-dense"); a resident packed corpus with a dense host query in, host scores out
+// ("api-resident", "api-resident-certified"). Each call returns when its results are ready, so it is timed
+// with the host clock. "same_bits" counts scores that differ from the kernel rows' (expected: 0).
+void RunApi(const Shape& s, const std::vector<uint16_t>& qdata, const std::vector<uint16_t>& ddata,
+            maxsim_packed* dpacked, uint64_t copies, double flops, double bytes, cudaStream_t stream,
+            const std::vector<float>& kernel_scores) {
+  if (!g_api) return;
+  const uint64_t nq = s.nq, nd = s.nd;
+  std::vector<void*> qd(copies), dd(copies);
+  for (uint64_t c = 0; c < copies; ++c) {
+    CHECK_CUDA(cudaMalloc(&qd[c], qdata.size() * 2));
+    CHECK_CUDA(cudaMalloc(&dd[c], ddata.size() * 2));
+    CHECK_CUDA(cudaMemcpy(qd[c], qdata.data(), qdata.size() * 2, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dd[c], ddata.data(), ddata.size() * 2, cudaMemcpyHostToDevice));
+  }
+  float* scores = nullptr;
+  CHECK_CUDA(cudaMalloc(&scores, nq * nd * 4));
+  std::vector<float> out(nq * nd);
+  auto extra = [&](const std::vector<float>& got) {
+    return "\"same_bits\": " + std::to_string(BitsDiffer(got, kernel_scores) == 0 ? 1 : 0) +
+           ", \"differing\": " + std::to_string(BitsDiffer(got, kernel_scores));
+  };
+  maxsim_score_options o;
+  maxsim_score_options_init(&o);
+  o.cuda_stream = stream;
+  const double dense_ms = WallIt(5, 30, [&](int i) {
+    const maxsim_dense_sets qs = DenseSets(qd[i % copies], MAXSIM_MEMORY_CUDA, nq, s.lq, s.dim);
+    const maxsim_dense_sets ds = DenseSets(dd[i % copies], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
+    const maxsim_sets qa{nullptr, &qs}, da{nullptr, &ds};
+    CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, nullptr));
+  });
+  CHECK_CUDA(cudaMemcpy(out.data(), scores, nq * nd * 4, cudaMemcpyDeviceToHost));
+  Emit(s.name, "api-dense", dense_ms, flops, bytes, extra(out));
+  // Resident corpora: one handle per copy (each uploaded once, by the warm-up calls).
+  std::vector<maxsim_packed*> handles{dpacked};
+  for (uint64_t c = 1; c < copies; ++c) handles.push_back(PackHandle(ddata, nd, s.ld, s.dim));
+  const maxsim_dense_sets hq = DenseSets(qdata.data(), MAXSIM_MEMORY_HOST, nq, s.lq, s.dim);
+  for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED}) {
+    maxsim_score_options ho;
+    maxsim_score_options_init(&ho);
+    ho.mode = mode;
+    const double ms = WallIt(5, 30, [&](int i) {
+      const maxsim_sets qa{nullptr, &hq}, da{handles[i % copies], nullptr};
+      CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &ho, out.data(), nullptr));
+    });
+    Emit(s.name, mode == MAXSIM_MODE_EXACT ? "api-resident" : "api-resident-certified", ms, flops, bytes, extra(out));
+  }
+  for (uint64_t c = 1; c < copies; ++c) maxsim_packed_release(handles[c]);
+  for (uint64_t c = 0; c < copies; ++c) {
+    cudaFree(qd[c]);
+    cudaFree(dd[c]);
+  }
+  cudaFree(scores);
+}
+
 void RunShape(Backend& b, const Shape& s, const std::string& only) {
   if (!only.empty() && only != s.name) return;
   std::printf("-- %s: Nq=%llu Lq=%llu Nd=%llu Ld=%llu d=%u\n", s.name, (unsigned long long)s.nq,
               (unsigned long long)s.lq, (unsigned long long)s.nd, (unsigned long long)s.ld, s.dim);
-  PackedData qbuf, dbuf;
-  PackRandom(s.nq, s.lq, s.dim, 1, &qbuf);
-  PackRandom(s.nd, s.ld, s.dim, 2, &dbuf);
+  const std::vector<uint16_t> qdata = RandomBf16(s.nq, s.lq, s.dim, 1);
+  const std::vector<uint16_t> ddata = RandomBf16(s.nd, s.ld, s.dim, 2);
+  const PackedData qbuf(qdata, s.nq, s.lq, s.dim), dbuf(ddata, s.nd, s.ld, s.dim);
   // Copies to rotate among so that repeated calls stream from HBM, not L2 (50 MB).
   const uint64_t copies = std::max<uint64_t>(1, std::min<uint64_t>(4, (200ull << 20) / dbuf.size + 1));
   std::vector<Corpus*> corpora(copies, nullptr);
@@ -217,6 +297,8 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   };
   const mscuda::Tuning tuning_set = b.tuning;  // as read from the environment; the variants below change it
   Emit(s.name, "exact", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
+  std::vector<float> kernel_scores(s.nq * s.nd);
+  CHECK_CUDA(cudaMemcpy(kernel_scores.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
   // The same calls one at a time on an idle device: adds the host's enqueue work and the first launch's latency.
   Emit(s.name, "exact-synced", run(MAXSIM_MODE_EXACT, true), flops, exact_bytes);
   if (s.lq > 64 && s.dim > 96 && s.dim <= 128) {
@@ -333,6 +415,7 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   for (Corpus* c : corpora) mscuda::FreeCorpus(b, c);
   cudaFree(scores);
   cudaFree(counters);
+  RunApi(s, qdata, ddata, dbuf.handle, copies, flops, exact_bytes, b.stream, kernel_scores);
 }
 
 // In-batch training step: forward (scores + argmax) + backward (grad_Q, grad_D), bf16 device tensors.
@@ -405,6 +488,32 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
                   std::max(extra_f, extra_b) / 1048576.0, fwd);
     Emit("train-inbatch", det ? "fwd+bwd-det" : "fwd+bwd-atomic", ms, flops, bytes, extra);
   }
+  if (g_api) {
+    // The public calls of a training step (maxsim_score_matrix with argmax, then maxsim_backward) on the same
+    // device tensors and stream; each returns when its stream has finished.
+    maxsim_score_options o;
+    maxsim_score_options_init(&o);
+    o.cuda_stream = b.stream;
+    const maxsim_sets qa{nullptr, &sq}, da{nullptr, &sd};
+    for (int det : {1, 0}) {
+      maxsim_backward_args ba{};
+      ba.struct_size = sizeof(ba);
+      ba.layout = MAXSIM_LAYOUT_MATRIX;
+      ba.argmax = argmax;
+      ba.grad_scores = grad;
+      ba.grad_queries = gq;
+      ba.grad_documents = gd;
+      ba.deterministic = det;
+      ba.cuda_stream = b.stream;
+      const double ms = WallIt(5, 30, [&](int) {
+        CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, argmax));
+        CHECK_MS(maxsim_backward(g_api, &sq, &sd, &ba));
+      });
+      Emit("train-inbatch", det ? "api-fwd+bwd-det" : "api-fwd+bwd-atomic", ms, flops, bytes);
+    }
+    const double fwd = WallIt(5, 30, [&](int) { CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, argmax)); });
+    Emit("train-inbatch", "api-fwd", fwd, flops, bytes);
+  }
   cudaFree(dq);
   cudaFree(dd);
   cudaFree(scores);
@@ -412,6 +521,27 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
   cudaFree(argmax);
   cudaFree(gq);
   cudaFree(gd);
+}
+
+// The read bandwidth of a plain read kernel (read_bw.cu) over 2 GiB: the best of a few grid sizes.
+void ReadBandwidth(Backend& b) {
+  const uint64_t bytes = 2ull << 30;
+  void* x;
+  uint32_t* sink;
+  CHECK_CUDA(cudaMalloc(&x, bytes));
+  CHECK_CUDA(cudaMalloc(&sink, 4));
+  CHECK_CUDA(cudaMemset(x, 1, bytes));
+  double best = 1e30;
+  int best_blocks = 0;
+  for (int per_sm : {4, 8, 16}) {
+    const int blocks = per_sm * b.prop.multiProcessorCount;
+    const double ms = TimeIt(b.stream, 3, 10, [&](int) { CHECK_CUDA(LaunchReadBandwidth(x, bytes, blocks, sink, b.stream)); });
+    if (ms < best) best = ms, best_blocks = blocks;
+  }
+  std::printf("device read: %.1f GB/s (%d blocks of 256)\n", bytes / best / 1e6, best_blocks);
+  if (g_json) std::fprintf(g_json, "{\"shape\": \"read\", \"mode\": \"read\", \"ms\": %.6f, \"bytes\": %.6e}\n", best, 1.0 * bytes);
+  cudaFree(x);
+  cudaFree(sink);
 }
 
 void CopyBandwidth(Backend& b) {
@@ -443,17 +573,35 @@ int main(int argc, char** argv) {
   Backend* b = nullptr;
   CHECK_ST(mscuda::CreateBackend(&host, &b));
   std::printf("device: %s, %d SMs, L2 %d MB\n", b->prop.name, b->prop.multiProcessorCount, b->prop.l2CacheSize >> 20);
+  maxsim_options co;
+  maxsim_options_init(&co);
+  co.load_plugins = 0;
+  co.backend = "cpu";
+  CHECK_MS(maxsim_context_create(&co, &g_cpu));
+  maxsim_options ao;
+  maxsim_options_init(&ao);
+  ao.backend = "cuda";
+  if (maxsim_context_create(&ao, &g_api) != MAXSIM_OK) {
+    std::printf("public API rows skipped: %s\n", maxsim_last_error());
+    g_api = nullptr;
+  }
   if (only.empty()) CopyBandwidth(*b);
+  ReadBandwidth(*b);
   const Shape shapes[] = {
       {"textual-1k", 1, 32, 1000, 300, 128, true, false},
       {"textual-10k", 1, 32, 10000, 300, 128, true, true},
       {"colpali-rerank", 1, 32, 1000, 1030, 128, true, false},
       {"q128", 1, 128, 1000, 1030, 128, true, false},
       {"visual", 1, 1024, 1000, 1024, 128, true, false},
+      // Serving: queries arrive in batches.
+      {"serve-textual-10k-64q", 64, 32, 10000, 300, 128, false, false},
+      {"serve-colpali-16q", 16, 32, 1000, 1030, 128, false, false},
   };
   for (const Shape& s : shapes) RunShape(*b, s, only);
   if (only.empty() || only == "train") RunTrain(*b, 64, 64, 32, 300, 128);
   mscuda::DestroyBackend(b);
+  if (g_api) maxsim_context_destroy(g_api);
+  maxsim_context_destroy(g_cpu);
   if (g_json) std::fclose(g_json);
   return 0;
 }

@@ -1,84 +1,196 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Joins gpu_bench.json (libmaxsim CUDA plugin) and baselines.json (cuBLAS, copy bandwidth, naive PyTorch) into
-one table: ms, TFLOP/s (TOP/s for int8 screening), GB/s, % of the in-run cuBLAS bf16
-rate and of the in-run copy bandwidth, speed-up over the naive baseline, and the target.
+"""Tables of a GPU benchmark run, from what that run measured (no number is written into this script).
 
-GB/s counts the fewest bytes the mode must move (exact: bf16 originals; certified/approximate: int8 codes +
-16-byte metadata per token; refinement reads come on top), so % BW near 100 means at the memory floor.
+    report.py --bench gpu-bench.json --baselines gpu-baselines.json --peers peers.json \
+              [--combine result.json --command CMD --machine machine.txt]
+    report.py --result benchmarks/results/gpu-h100.json        # the tables of a committed result file
+
+Inputs (one JSON object per line): gpu_bench (libmaxsim: kernel rows timed with CUDA events on the plugin's
+internal calls, public-API rows timed with the host clock, the read and copy bandwidth), baselines.py (cuBLAS
+bf16 rate, copy bandwidth, naive PyTorch) and peers.py (libmaxsim's public C API and the Triton peers on the same
+torch tensors, one process per shape: end-to-end, event and profiler kernel times). --combine writes one result
+file holding all three with the command, the machine and the date.
+
+Table 1, side by side per shape (ms; ratios > 1 mean libmaxsim is faster):
+  peer kernel    the best peer's kernel-only time (sum of its GPU kernels per call, profiler)
+  lib kernel     libmaxsim's kernel-only time: its GPU kernels per public call but input checks (profiler,
+                 peers.py), or where peers.py has no row, the internal call timed with CUDA events (gpu_bench)
+  check          input-check kernels per public call (kernels named *Check*), not in lib kernel
+  API gpu        the public C API with GPU tensors in and out (wall clock per call, peers.py; gpu_bench api-dense)
+  API resident   the public C API with a resident packed corpus, host query in, host scores out (gpu_bench)
+  peer e2e       the best peer's wall clock per call from Python, synchronised
+  k ratio        peer kernel / lib kernel;  e2e ratio: peer e2e / API gpu
+  overhead       API gpu - lib kernel (us) and as % of lib kernel
+  %read          libmaxsim's kernel-only GB/s (the fewest bytes: bf16 corpus once) over the in-run read kernel
+  %GEMM          libmaxsim's kernel-only TFLOP/s over the in-run cuBLAS bf16 rate
+Table 2: every gpu_bench row with TFLOP/s, GB/s, % of the in-run rates and the speed-up over naive PyTorch.
 """
+import argparse
 import json
 import sys
 
-TARGETS = {  # (shape, mode) -> the project's target ms on an H100
-    ("textual-1k", "exact"): 0.06,
-    ("textual-10k", "exact"): 0.28,
-    ("textual-10k", "certified"): 0.16,
-    ("textual-10k", "certified-screen"): 0.16,
-    ("colpali-rerank", "exact"): 0.10,
-    ("q128", "exact"): 0.12,
-    ("visual", "exact"): 0.42,
-    ("visual", "certified"): 0.30,
-    ("visual", "certified-screen"): 0.30,
-    ("train-inbatch", "fwd+bwd-det"): 0.45,
-    ("train-inbatch", "fwd+bwd-atomic"): 0.45,
-}
+ORDER = ["textual-1k", "textual-10k", "colpali-rerank", "q128", "visual", "serve-textual-10k-64q",
+         "serve-colpali-16q", "train-inbatch"]
 
 
-def load(path):
+def load_lines(path):
     rows = []
+    if not path:
+        return rows
     try:
         with open(path) as f:
             for line in f:
                 line = line.strip()
                 if line:
-                    rows.append(json.loads(line))
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        pass
     except FileNotFoundError:
         pass
     return rows
 
 
-def main():
-    bench = load(sys.argv[1])
-    base = load(sys.argv[2]) if len(sys.argv) > 2 else []
-    peak = next((r["tflops"] for r in base if r.get("baseline") == "cublas_bf16"), None)
-    bw = next((r["gbps"] for r in base if r.get("baseline") == "copy_d2d"), None)
-    if bw is None:
-        bw = next((r["bytes"] / r["ms"] / 1e6 for r in bench if r.get("shape") == "copy"), None)
+def fmt(v, spec="%.4f"):
+    return spec % v if isinstance(v, (int, float)) else "-"
+
+
+def side_by_side(bench, base, peers):
+    read_bw = next((r["bytes"] / r["ms"] / 1e6 for r in bench if r.get("shape") == "read"), None)
+    cublas = next((r["tflops"] for r in base if r.get("baseline") == "cublas_bf16"), None)
+    copy_bw = next((r["gbps"] for r in base if r.get("baseline") == "copy_d2d"), None)
+    if copy_bw is None:
+        copy_bw = next((r["bytes"] / r["ms"] / 1e6 for r in bench if r.get("shape") == "copy"), None)
+    out = ["in-run ceilings: read kernel %s GB/s, device copy %s GB/s (read + write), cuBLAS bf16 %s TFLOP/s" % (
+        fmt(read_bw, "%.0f"), fmt(copy_bw, "%.0f"), fmt(cublas, "%.0f"))]
+    dev = next((r.get("device") for r in peers if r.get("device")), None)
+    versions = sorted({"%s %s" % (r["impl"], r["version"]) for r in peers if r.get("version")})
+    if dev or versions:
+        out.append("peers.py on %s: %s" % (dev or "?", ", ".join(versions) or "no peer rows"))
+    hdr = ("| shape | peer kernel | lib kernel | check | API gpu | API resident | peer e2e | k ratio | e2e ratio "
+           "| overhead us (%) | %read | %GEMM |")
+    out += [hdr, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    bmap = {(r.get("shape"), r.get("mode")): r for r in bench}
+    for shape in ORDER:
+        prs = [r for r in peers if r.get("shape") == shape and "error" not in r]
+        is_train = shape.startswith("train")
+        lib_name = "libmaxsim-atomic" if is_train else "libmaxsim"
+        lib = next((r for r in prs if r["impl"] == lib_name), None)
+        peer_rows = [r for r in prs if not r["impl"].startswith("libmaxsim") and not r["impl"].endswith("-fwd")]
+        pk = min(peer_rows, key=lambda r: r["kernel_ms"]) if peer_rows else None
+        pe = min(peer_rows, key=lambda r: r["e2e_ms"]) if peer_rows else None
+        kernel_row = bmap.get((shape, "fwd+bwd-atomic" if is_train else "exact"))
+        if lib is None and kernel_row is None and pk is None:
+            continue
+        lk = lib["kernel_ms"] - lib.get("check_ms", 0.0) if lib else (kernel_row["ms"] if kernel_row else None)
+        chk = lib.get("check_ms") if lib else None
+        api_gpu = lib["e2e_ms"] if lib else None
+        if api_gpu is None:
+            r = bmap.get((shape, "api-fwd+bwd-atomic" if is_train else "api-dense"))
+            api_gpu = r["ms"] if r else None
+        res = bmap.get((shape, "api-resident"))
+        kratio = pk["kernel_ms"] / lk if pk and lk else None
+        eratio = pe["e2e_ms"] / api_gpu if pe and api_gpu else None
+        over = "%.1f (%.0f%%)" % ((api_gpu - lk) * 1e3, 100 * (api_gpu - lk) / lk) if api_gpu and lk else "-"
+        ref = kernel_row or bmap.get((shape, "exact"))
+        pread = pgemm = None
+        if ref and lk:
+            if read_bw and not is_train:
+                pread = 100 * ref["bytes"] / lk / 1e6 / read_bw
+            if cublas:
+                pgemm = 100 * ref["flops"] / lk / 1e9 / cublas
+        out.append("| %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            shape, fmt(pk["kernel_ms"] if pk else None), " (%s)" % pk["impl"] if pk else "", fmt(lk), fmt(chk),
+            fmt(api_gpu), fmt(res["ms"] if res else None), fmt(pe["e2e_ms"] if pe else None),
+            fmt(kratio, "%.2f"), fmt(eratio, "%.2f"), over, fmt(pread, "%.0f"), fmt(pgemm, "%.0f")))
+    errs = [r for r in peers if "error" in r]
+    for r in errs:
+        out.append("- %s %s: %s" % (r.get("shape"), r.get("impl"), r["error"]))
+    bad = [r for r in peers if isinstance(r.get("rel_err"), float) and r["rel_err"] > 1e-2]
+    for r in bad:
+        out.append("- %s %s: max relative error %.3g against the float64 reference" % (r["shape"], r["impl"], r["rel_err"]))
+    errs_lib = [r for r in peers if r.get("impl") == "libmaxsim" and isinstance(r.get("rel_err"), float)]
+    if errs_lib:
+        out.append("- libmaxsim max relative error against float64 over the shapes: %.2g; peers: %s" % (
+            max(r["rel_err"] for r in errs_lib),
+            ", ".join("%s %.2g" % (i, max(r["rel_err"] for r in peers if r.get("impl") == i and
+                                         isinstance(r.get("rel_err"), float)))
+                      for i in sorted({r["impl"] for r in peers if not r.get("impl", "lib").startswith("libmaxsim")
+                                       and isinstance(r.get("rel_err"), float)}))))
+    diff = [r for r in bench if r.get("same_bits") == 0]
+    for r in diff:
+        out.append("- %s %s: %s scores differ in their bits from the kernel rows" % (r["shape"], r["mode"], r.get("differing")))
+    return out, read_bw, cublas, copy_bw
+
+
+def detail(bench, base, read_bw, cublas):
     naive = {r["shape"]: r for r in base if r.get("baseline") == "naive" and "ms" in r}
-    print("in-run: cuBLAS bf16 %s TFLOP/s, device copy %s GB/s (read + write)" %
-          ("%.0f" % peak if peak else "?", "%.0f" % bw if bw else "?"))
-    hdr = "%-15s %-15s %9s %8s %8s %7s %6s %9s %7s %8s %s" % (
-        "shape", "mode", "ms", "TFLOP/s", "GB/s", "%peak", "%BW", "naive ms", "xnaive", "target", "")
-    print(hdr)
-    print("-" * len(hdr))
+    out = ["| shape | mode | ms | TFLOP/s | GB/s | %GEMM | %read | naive ms | x naive | |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in bench:
-        if r.get("shape") == "copy":
+        if r.get("shape") in ("copy", "read") or "ms" not in r:
             continue
         ms = r["ms"]
         tf = r.get("flops", 0) / ms / 1e9
         gbs = r.get("bytes", 0) / ms / 1e6
-        pk = "%6.1f" % (100 * tf / peak) if peak else "     ?"
-        pb = "%5.1f" % (100 * gbs / bw) if bw else "    ?"
         nv = naive.get(r["shape"])
-        nms = "%9.3f" % nv["ms"] if nv else "        -"
-        ratio = "%6.1fx" % (nv["ms"] / ms) if nv else "      -"
-        tgt = TARGETS.get((r["shape"], r["mode"]))
-        verdict = ""
-        if tgt is not None:
-            verdict = "MET" if ms <= tgt else "missed"
         extra = []
         if "extra_mb" in r:
             extra.append("extra %.2f MB" % r["extra_mb"])
-            if r["extra_mb"] > 16:
-                verdict += " (memory missed)"
         if "fwd_ms" in r:
-            extra.append("fwd %.3f ms" % r["fwd_ms"])
+            extra.append("fwd %.4f ms" % r["fwd_ms"])
         if "refined_per_token" in r:
             extra.append("refined %.2f/token" % r["refined_per_token"])
-        print("%-15s %-15s %9.4f %8.1f %8.0f %7s %6s %s %7s %8s %s %s" % (
-            r["shape"], r["mode"], ms, tf, gbs, pk, pb, nms, ratio, "%.3f" % tgt if tgt else "-", verdict,
-            "; ".join(extra)))
+        if "same_bits" in r:
+            extra.append("same bits as kernel rows" if r["same_bits"] else "%s scores differ" % r.get("differing"))
+        out.append("| %s | %s | %.4f | %.1f | %.0f | %s | %s | %s | %s | %s |" % (
+            r["shape"], r["mode"], ms, tf, gbs, fmt(100 * tf / cublas if cublas else None, "%.1f"),
+            fmt(100 * gbs / read_bw if read_bw else None, "%.1f"), fmt(nv["ms"] if nv else None, "%.3f"),
+            fmt(nv["ms"] / ms if nv else None, "%.1fx"), "; ".join(extra)))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench")
+    ap.add_argument("--baselines")
+    ap.add_argument("--peers")
+    ap.add_argument("--result", help="a combined result file (written by --combine)")
+    ap.add_argument("--combine", help="write one result file holding all inputs, the command, machine and date")
+    ap.add_argument("--command", default="")
+    ap.add_argument("--revision", help="the source revision (default: git describe)")
+    ap.add_argument("--machine", help="a text file describing the machine (nvidia-smi, lscpu)")
+    ap.add_argument("--brief", action="store_true", help="table 1 only")
+    args = ap.parse_args()
+    if args.result:
+        with open(args.result) as f:
+            res = json.load(f)
+        bench, base, peers, ctx = res["bench"], res["baselines"], res["peers"], res["context"]
+    else:
+        bench, base, peers = load_lines(args.bench), load_lines(args.baselines), load_lines(args.peers)
+        ctx = None
+    if args.combine:
+        import datetime
+        import subprocess
+        machine = open(args.machine).read() if args.machine else ""
+        rev = args.revision or subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                                              text=True).stdout.strip()
+        ctx = {"command": args.command, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "revision": rev or "unknown", "machine": machine}
+        with open(args.combine, "w") as f:
+            json.dump({"context": ctx, "bench": bench, "baselines": base, "peers": peers}, f, indent=1)
+            f.write("\n")
+    if ctx:
+        gpu = next((l.strip() for l in ctx.get("machine", "").splitlines() if "H100" in l or "H200" in l), "")
+        print("Run: `%s` at %s, revision %s%s" % (ctx.get("command"), ctx.get("date"), ctx.get("revision"),
+                                                   "; " + " ".join(gpu.split()) if gpu else ""))
+        print()
+    t1, read_bw, cublas, _ = side_by_side(bench, base, peers)
+    print("\n".join(t1))
+    if not args.brief:
+        print()
+        print("\n".join(detail(bench, base, read_bw, cublas)))
     return 0
 
 

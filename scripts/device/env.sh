@@ -15,9 +15,11 @@ export BUILD=${BUILD:-$PWD/build-device}
 export NPROC=$(nproc)
 
 # Configures $BUILD for the GPU sections (Release, CUDA required) unless a configured tree is already there.
+# MAXSIM_CUDA_ARCHS (e.g. 90a-real) builds the plugin for those architectures only: a third of the compile time.
 configure_gpu_build() {
   [ -f "$BUILD/build.ninja" ] && return 0
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXSIM_CUDA=ON \
+    ${MAXSIM_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$MAXSIM_CUDA_ARCHS} \
     -DMAXSIM_BLAS_DIR="$MAXSIM_BLAS_DIR" -DMAXSIM_BLAS_INCLUDE="$MAXSIM_BLAS_INCLUDE"
 }
 

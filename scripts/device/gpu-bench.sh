@@ -1,15 +1,25 @@
 # SPDX-License-Identifier: Apache-2.0
-# GPU benchmarks (a machine with an NVIDIA GPU): libmaxsim's CUDA plugin on the benchmark shapes (bf16, median of CUDA-event-
-# timed calls after warm-up), with in-run baselines (cuBLAS bf16 rate, device copy bandwidth, naive PyTorch
-# einsum + amax + sum at fp32), one Nsight Compute speed-of-light profile of the main kernels, and one table.
+# GPU benchmarks (a machine with an NVIDIA GPU): libmaxsim's CUDA plugin on the benchmark shapes, side by side:
+# kernel-only (internal calls timed with CUDA events), the public C API (GPU tensors in and out; a resident packed
+# corpus with host queries), and the Triton peers (late-interaction-kernels, flash-maxsim) on the same torch
+# tensors through benchmarks/gpu/peers.py, one process per shape; in-run baselines (plain read kernel, device
+# copy, cuBLAS bf16, naive PyTorch); one result file and its tables (benchmarks/gpu/report.py).
+# The peers come from their PyPI wheels, carried in .whl/ (docs/cuda.md, "Benchmarks"); without them their rows
+# say "not importable".
+# Knobs: MAXSIM_GPU_VARIANTS=1 (long-query kernel variants), MAXSIM_GPU_PROFILE=1 (Nsight Compute speed of light),
+# GPU_PEER_SHAPES (shapes for peers.py, default all).
 set -uo pipefail
 source scripts/device/env.sh
-gpu_build maxsim_gpu_bench maxsim_plugin_cuda || exit 1
+gpu_build maxsim_gpu_bench maxsim_plugin_cuda maxsim || exit 1
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader || true
+  grep -m1 "Model name" /proc/cpuinfo 2> /dev/null || lscpu | grep -m1 "Model name"; nproc
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>&1 | tail -1
+} > "$OUT/gpu-machine.txt" 2>&1
 B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
-timeout 240 "$B" --json "$OUT/gpu-bench.json" > "$OUT/gpu-bench.txt" 2>&1
+timeout 300 "$B" --json "$OUT/gpu-bench.json" > "$OUT/gpu-bench.txt" 2>&1
 brc=$?
 # The long-query exact kernel with and without wgmma (docs/cuda.md), in the same run.
-if [ "${MAXSIM_GPU_VARIANTS:-1}" = 1 ]; then
+if [ "${MAXSIM_GPU_VARIANTS:-0}" = 1 ]; then
   for v in default MAXSIM_CUDA_WGMMA=0; do
     for shape in q128 visual; do
       line=$(env ${v/default/MAXSIM_NOTHING=1} timeout 60 "$B" --only $shape 2>&1 | grep -E "^$shape +exact ")
@@ -19,7 +29,15 @@ if [ "${MAXSIM_GPU_VARIANTS:-1}" = 1 ]; then
 fi
 PYTHONUNBUFFERED=1 timeout 150 python3 benchmarks/gpu/baselines.py --json "$OUT/gpu-baselines.json" > "$OUT/gpu-baselines.txt" 2>&1
 prc=$?
-if [ "${MAXSIM_GPU_PROFILE:-1}" = 1 ] && command -v ncu > /dev/null; then
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/maxsim-peers .whl/*.whl \
+    > "$OUT/peers-install.txt" 2>&1 && export PYTHONPATH=/tmp/maxsim-peers${PYTHONPATH:+:$PYTHONPATH}
+fi
+LIB=$(ls "$BUILD"/libmaxsim.so 2> /dev/null || ls "$BUILD"/libmaxsim.so.* | head -1)
+PYTHONUNBUFFERED=1 timeout 900 python3 benchmarks/gpu/peers.py --lib "$LIB" --json "$OUT/peers.json" \
+  ${GPU_PEER_SHAPES:+--shapes "$GPU_PEER_SHAPES"} > "$OUT/peers.txt" 2>&1
+pprc=$?
+if [ "${MAXSIM_GPU_PROFILE:-0}" = 1 ] && command -v ncu > /dev/null; then
   for shape in textual-10k q128 visual; do
     timeout 240 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
       -k "regex:ExactTc|ExactWgmma|Screen" --launch-skip 34 --launch-count 2 "$B" --only $shape > "$OUT/ncu-$shape.txt" 2>&1
@@ -32,11 +50,17 @@ if command -v cuobjdump > /dev/null && [ -f "$BUILD/libmaxsim-plugin-cuda.so" ];
   cuobjdump -sass "$BUILD/libmaxsim-plugin-cuda.so" 2> /dev/null |
     awk '/Function :/{f=$3} /LDL|STL/{n[f]++} END{for (k in n) print n[k], k}' | sort -rn > "$OUT/sass-local.txt"
 fi
-python3 benchmarks/gpu/report.py "$OUT/gpu-bench.json" "$OUT/gpu-baselines.json" > "$OUT/summary-gpu-bench.txt"
-echo "bench rc $brc, baselines rc $prc" >> "$OUT/summary-gpu-bench.txt"
-[ -f "$OUT/sass-local.txt" ] && { echo "--- kernels with local-memory loads/stores in SASS: $(wc -l < "$OUT/sass-local.txt")"; head -n 8 "$OUT/sass-local.txt"; } >> "$OUT/summary-gpu-bench.txt"
-[ -f "$OUT/gpu-variants.txt" ] && { echo "--- long-query exact kernel variants"; cat "$OUT/gpu-variants.txt"; } >> "$OUT/summary-gpu-bench.txt"
-for f in "$OUT"/ncu-*.txt; do
-  [ -f "$f" ] && { echo "--- $(basename "$f")"; grep -E "ExactTc|ExactWgmma|Screen|Duration|Memory Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|DRAM Throughput" "$f" | head -24; } >> "$OUT/summary-gpu-bench.txt"
-done
+python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --baselines "$OUT/gpu-baselines.json" \
+  --peers "$OUT/peers.json" --machine "$OUT/gpu-machine.txt" --combine "$OUT/gpu-result.json" \
+  --revision "$(cat REVISION 2> /dev/null || git describe --always --dirty 2> /dev/null || echo unknown)" \
+  --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-bench}" > "$OUT/gpu-report.md"
+{
+  python3 benchmarks/gpu/report.py --result "$OUT/gpu-result.json" --brief
+  echo "bench rc $brc, baselines rc $prc, peers rc $pprc"
+  [ -f "$OUT/sass-local.txt" ] && { echo "--- kernels with local-memory loads/stores in SASS: $(wc -l < "$OUT/sass-local.txt")"; head -n 8 "$OUT/sass-local.txt"; }
+  [ -f "$OUT/gpu-variants.txt" ] && { echo "--- long-query exact kernel variants"; cat "$OUT/gpu-variants.txt"; }
+  for f in "$OUT"/ncu-*.txt; do
+    [ -f "$f" ] && { echo "--- $(basename "$f")"; grep -E "ExactTc|ExactWgmma|Screen|Duration|Memory Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|DRAM Throughput" "$f" | head -24; }
+  done
+} > "$OUT/summary-gpu-bench.txt"
 [ $brc -eq 0 ]

@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""libmaxsim's public C API against the Triton MaxSim peers, on the same GPU tensors, in one process per shape.
+
+    python3 benchmarks/gpu/peers.py --lib build/libmaxsim.so --json out.json           # every shape, each in
+                                                                                      # a fresh child process
+    python3 benchmarks/gpu/peers.py --lib build/libmaxsim.so --shape visual --json -   # one shape, here
+
+Implementations (each on the same bf16 torch tensors, d = 128, unit-norm Gaussian tokens):
+  libmaxsim             maxsim_score_matrix through ctypes (the public C API) with MAXSIM_MEMORY_CUDA dense sets,
+                        device scores out, EXACT mode, on torch's current stream (training: with argmax, then
+                        maxsim_backward, atomic and deterministic)
+  lik                   late-interaction-kernels: maxsim(Q, D) (training: autograd backward)
+  flash                 flash-maxsim: flash_maxsim_batched(Q, D) (Nq = 1: also flash_maxsim(Q[0], D));
+                        training: flash_maxsim_batched_train(Q, D) + autograd backward
+Whichever peer package is not importable is reported as missing, not skipped silently.
+
+Per implementation and shape:
+  e2e_ms        median wall time of one call from Python, host clock, the device synchronised after it (what a
+                caller waits for; libmaxsim's call already returns after its stream finished)
+  device_ms     median of CUDA-event intervals around calls enqueued back to back (do_bench style)
+  kernel_ms     the sum of GPU kernel durations per call from the PyTorch profiler (CUPTI), and per kernel name
+  check_ms      libmaxsim only: the part of kernel_ms spent in input-check kernels (names containing "Check")
+  rel_err       max |score - ref| / max |ref| against a float64 reference of the same tensors
+Inputs rotate among copies of D (and Q) when D is smaller than 200 MB, so that repeated calls read HBM, not L2.
+Writes one JSON object per line (shape, impl, the fields above); report.py prints the ratios.
+"""
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SHAPES = {
+    # name: (Nq, Lq, Nd, Ld)
+    "textual-1k": (1, 32, 1000, 300),
+    "textual-10k": (1, 32, 10000, 300),
+    "colpali-rerank": (1, 32, 1000, 1030),
+    "q128": (1, 128, 1000, 1030),
+    "visual": (1, 1024, 1000, 1024),
+    "serve-textual-10k-64q": (64, 32, 10000, 300),
+    "serve-colpali-16q": (16, 32, 1000, 1030),
+    "train-inbatch": (64, 32, 64, 300),
+}
+DIM = 128
+
+
+# ---- libmaxsim through ctypes (maxsim.h) ---------------------------------------------------------------------
+
+class DenseSets(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("memory", ctypes.c_int32), ("data", ctypes.c_void_p),
+                ("dtype", ctypes.c_int32), ("dim", ctypes.c_uint32), ("row_stride", ctypes.c_uint64),
+                ("n_sets", ctypes.c_uint64), ("offsets", ctypes.c_void_p), ("set_length", ctypes.c_uint64),
+                ("mask", ctypes.c_void_p)]
+
+
+class Sets(ctypes.Structure):
+    _fields_ = [("packed", ctypes.c_void_p), ("dense", ctypes.POINTER(DenseSets))]
+
+
+class ScoreOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("metric", ctypes.c_int32), ("mode", ctypes.c_int32),
+                ("stats", ctypes.c_void_p), ("cuda_stream", ctypes.c_void_p)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("num_threads", ctypes.c_int32), ("backend", ctypes.c_char_p),
+                ("isa", ctypes.c_char_p), ("plugin_path", ctypes.c_char_p), ("load_plugins", ctypes.c_uint32),
+                ("log", ctypes.c_void_p), ("log_user_data", ctypes.c_void_p)]
+
+
+class BackwardArgs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("layout", ctypes.c_int32), ("cand_offsets", ctypes.c_void_p),
+                ("candidates", ctypes.c_void_p), ("argmax", ctypes.c_void_p), ("grad_scores", ctypes.c_void_p),
+                ("grad_queries", ctypes.c_void_p), ("grad_documents", ctypes.c_void_p),
+                ("deterministic", ctypes.c_int32), ("cuda_stream", ctypes.c_void_p)]
+
+
+MAXSIM_MEMORY_CUDA, MAXSIM_BF16 = 1, 3
+
+
+class LibMaxsim:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        L = self.lib
+        L.maxsim_last_error.restype = ctypes.c_char_p
+        L.maxsim_context_create.argtypes = [ctypes.POINTER(Options), ctypes.POINTER(ctypes.c_void_p)]
+        L.maxsim_score_matrix.argtypes = [ctypes.c_void_p, ctypes.POINTER(Sets), ctypes.POINTER(Sets),
+                                          ctypes.POINTER(ScoreOptions), ctypes.c_void_p, ctypes.c_void_p]
+        L.maxsim_backward.argtypes = [ctypes.c_void_p, ctypes.POINTER(DenseSets), ctypes.POINTER(DenseSets),
+                                      ctypes.POINTER(BackwardArgs)]
+        L.maxsim_context_backend.restype = ctypes.c_char_p
+        L.maxsim_context_backend.argtypes = [ctypes.c_void_p]
+        o = Options()
+        L.maxsim_options_init(ctypes.byref(o))
+        o.backend = b"cuda"
+        self.ctx = ctypes.c_void_p()
+        self.check(L.maxsim_context_create(ctypes.byref(o), ctypes.byref(self.ctx)), "maxsim_context_create")
+        self.backend = L.maxsim_context_backend(self.ctx).decode()
+
+    def check(self, status, what):
+        if status != 0:
+            raise RuntimeError(f"{what}: status {status}: {self.lib.maxsim_last_error().decode()}")
+
+    @staticmethod
+    def dense(t):
+        """A [N, L, d] bf16 CUDA tensor as maxsim_dense_sets (uniform lengths)."""
+        assert t.is_cuda and t.is_contiguous() and t.dim() == 3
+        s = DenseSets()
+        s.struct_size = ctypes.sizeof(DenseSets)
+        s.memory = MAXSIM_MEMORY_CUDA
+        s.data = t.data_ptr()
+        s.dtype = MAXSIM_BF16
+        s.dim = t.shape[2]
+        s.n_sets = t.shape[0]
+        s.set_length = t.shape[1]
+        return s
+
+    def score_matrix(self, q, d, scores, argmax=None, stream=0):
+        qs, ds = self.dense(q), self.dense(d)
+        qa, da = Sets(None, ctypes.pointer(qs)), Sets(None, ctypes.pointer(ds))
+        o = ScoreOptions()
+        self.lib.maxsim_score_options_init(ctypes.byref(o))
+        o.cuda_stream = stream
+        self.check(self.lib.maxsim_score_matrix(self.ctx, ctypes.byref(qa), ctypes.byref(da), ctypes.byref(o),
+                                                scores.data_ptr(), argmax.data_ptr() if argmax is not None else None),
+                   "maxsim_score_matrix")
+
+    def backward(self, q, d, argmax, grad, gq, gd, deterministic, stream=0):
+        qs, ds = self.dense(q), self.dense(d)
+        a = BackwardArgs()
+        a.struct_size = ctypes.sizeof(BackwardArgs)
+        a.layout = 0  # MAXSIM_LAYOUT_MATRIX
+        a.argmax = argmax.data_ptr()
+        a.grad_scores = grad.data_ptr()
+        a.grad_queries = gq.data_ptr()
+        a.grad_documents = gd.data_ptr()
+        a.deterministic = deterministic
+        a.cuda_stream = stream
+        self.check(self.lib.maxsim_backward(self.ctx, ctypes.byref(qs), ctypes.byref(ds), ctypes.byref(a)),
+                   "maxsim_backward")
+
+
+# ---- measurement ---------------------------------------------------------------------------------------------
+
+def unit(torch, shape, gen):
+    x = torch.randn(*shape, device="cuda", dtype=torch.float32, generator=gen)
+    return (x / x.norm(dim=-1, keepdim=True)).to(torch.bfloat16).contiguous()
+
+
+def reference(torch, q, d):
+    """float64 MaxSim scores [Nq, Nd] of bf16 tensors, in document chunks."""
+    q64 = q.double()
+    out = []
+    step = max(1, (1 << 27) // max(1, q.shape[0] * q.shape[1] * d.shape[1]))
+    for j in range(0, d.shape[0], step):
+        s = torch.einsum("qsh,nth->qnst", q64, d[j:j + step].double())
+        out.append(s.amax(-1).sum(-1))
+    return torch.cat(out, dim=1)
+
+
+def time_call(torch, fn, n_inputs, warm=5, iters=30):
+    """(e2e median ms, device median ms): host clock with a synchronise after each call, and CUDA events
+    around calls enqueued back to back."""
+    for i in range(warm):
+        fn(i % n_inputs)
+    torch.cuda.synchronize()
+    e2e = []
+    for i in range(iters):
+        t0 = time.perf_counter()
+        fn(i % n_inputs)
+        torch.cuda.synchronize()
+        e2e.append((time.perf_counter() - t0) * 1e3)
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for i in range(iters):
+        ev[i][0].record()
+        fn(i % n_inputs)
+        ev[i][1].record()
+    torch.cuda.synchronize()
+    dev = [a.elapsed_time(b) for a, b in ev]
+    return statistics.median(e2e), statistics.median(dev)
+
+
+def kernel_time(torch, fn, n_inputs, iters=20):
+    """Sum of GPU kernel durations per call (ms) from the profiler's trace, and per kernel name."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(iters):
+            fn(i % n_inputs)
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            trace = json.load(f)
+    finally:
+        os.unlink(path)
+    by_name = {}
+    for e in trace.get("traceEvents", []):
+        if e.get("cat") == "kernel" and "dur" in e:
+            by_name[e["name"]] = by_name.get(e["name"], 0.0) + float(e["dur"]) / 1e3 / iters
+    return sum(by_name.values()), by_name
+
+
+def run_shape(name, lib_path, out):
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    nq, lq, nd, ld = SHAPES[name]
+    train = name.startswith("train")
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(11)
+    d_bytes = nd * ld * DIM * 2
+    copies = 1 if train else max(1, min(4, (200 << 20) // d_bytes + 1))
+    Qs = [unit(torch, (nq, lq, DIM), gen) for _ in range(copies)]
+    Ds = [unit(torch, (nd, ld, DIM), gen) for _ in range(copies)]
+    ref = None if train else reference(torch, Qs[0], Ds[0])
+    dev = torch.cuda.get_device_name()
+
+    def emit(impl, **kw):
+        rec = {"shape": name, "impl": impl, "nq": nq, "lq": lq, "nd": nd, "ld": ld, "dim": DIM, "device": dev}
+        rec.update(kw)
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+        brief = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in kw.items() if k != "kernels"}
+        print(name, impl, brief, flush=True)
+
+    def measure(impl, fn, result=None, extra=None):
+        try:
+            e2e, devms = time_call(torch, fn, copies)
+            kms, kernels = kernel_time(torch, fn, copies)
+            rec = {"e2e_ms": e2e, "device_ms": devms, "kernel_ms": kms,
+                   "kernels": {k: round(v, 5) for k, v in sorted(kernels.items(), key=lambda x: -x[1])[:8]}}
+            if impl.startswith("libmaxsim"):
+                rec["check_ms"] = sum(v for k, v in kernels.items() if "Check" in k)
+            if result is not None and ref is not None:
+                fn(0)
+                torch.cuda.synchronize()
+                r = result().double().reshape(ref.shape)
+                rec["rel_err"] = float((r - ref).abs().max() / ref.abs().max())
+            rec.update(extra or {})
+            emit(impl, **rec)
+        except Exception as e:  # a peer's failure is reported as a row, never hidden
+            emit(impl, error=f"{type(e).__name__}: {str(e)[:300]}")
+
+    stream = torch.cuda.current_stream().cuda_stream
+    # libmaxsim, public C API.
+    try:
+        lib = LibMaxsim(lib_path)
+    except Exception as e:
+        lib = None
+        emit("libmaxsim", error=f"{type(e).__name__}: {str(e)[:300]}")
+    if lib is not None:
+        if lib.backend != "cuda":
+            emit("libmaxsim", error=f"backend is {lib.backend}, not cuda")
+        elif not train:
+            scores = torch.empty(nq, nd, device="cuda", dtype=torch.float32)
+            measure("libmaxsim", lambda i: lib.score_matrix(Qs[i], Ds[i], scores, stream=stream),
+                    result=lambda: scores)
+        else:
+            scores = torch.empty(nq, nd, device="cuda", dtype=torch.float32)
+            argmax = torch.empty(nq, nd, lq, device="cuda", dtype=torch.int32)
+            grad = torch.randn(nq, nd, device="cuda", generator=gen)
+            gq = torch.empty(nq, lq, DIM, device="cuda", dtype=torch.float32)
+            gd = torch.empty(nd, ld, DIM, device="cuda", dtype=torch.float32)
+            for det in (0, 1):
+                def step(i, det=det):
+                    lib.score_matrix(Qs[i], Ds[i], scores, argmax, stream=stream)
+                    lib.backward(Qs[i], Ds[i], argmax, grad, gq, gd, det, stream=stream)
+                measure("libmaxsim-" + ("det" if det else "atomic"), step)
+            measure("libmaxsim-fwd", lambda i: lib.score_matrix(Qs[i], Ds[i], scores, argmax, stream=stream))
+    # late-interaction-kernels.
+    try:
+        import late_interaction_kernels as lik
+        ver = getattr(lik, "__version__", "?")
+    except Exception as e:
+        lik = None
+        emit("lik", error=f"not importable: {type(e).__name__}: {str(e)[:200]}")
+    if lik is not None:
+        if not train:
+            res = {}
+            def f(i):
+                res["s"] = lik.maxsim(Qs[i], Ds[i])
+            measure("lik", f, result=lambda: res["s"], extra={"version": ver})
+        else:
+            grad = torch.randn(nq, nd, device="cuda", generator=gen)
+            qg = [q.detach().clone().requires_grad_(True) for q in Qs]
+            dg = [d.detach().clone().requires_grad_(True) for d in Ds]
+            def step(i):
+                s = lik.maxsim(qg[i], dg[i])
+                s.backward(grad)
+            measure("lik", step, extra={"version": ver})
+            with torch.no_grad():
+                measure("lik-fwd", lambda i: lik.maxsim(Qs[i], Ds[i]), extra={"version": ver})
+    # flash-maxsim.
+    try:
+        import flash_maxsim as fm
+        ver = getattr(fm, "__version__", "?")
+    except Exception as e:
+        fm = None
+        emit("flash", error=f"not importable: {type(e).__name__}: {str(e)[:200]}")
+    if fm is not None:
+        if not train:
+            res = {}
+            def fb(i):
+                res["s"] = fm.flash_maxsim_batched(Qs[i], Ds[i])
+            measure("flash", fb, result=lambda: res["s"], extra={"version": ver, "entry": "flash_maxsim_batched"})
+            if nq == 1:
+                def f1(i):
+                    res["s"] = fm.flash_maxsim(Qs[i][0], Ds[i])
+                measure("flash-single", f1, result=lambda: res["s"], extra={"version": ver, "entry": "flash_maxsim"})
+        else:
+            grad = torch.randn(nq, nd, device="cuda", generator=gen)
+            qg = [q.detach().clone().requires_grad_(True) for q in Qs]
+            dg = [d.detach().clone().requires_grad_(True) for d in Ds]
+            def step(i):
+                s = fm.flash_maxsim_batched_train(qg[i], dg[i])
+                s.backward(grad)
+            measure("flash", step, extra={"version": ver, "entry": "flash_maxsim_batched_train"})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True, help="path to libmaxsim.so (its folder holds the CUDA plugin)")
+    ap.add_argument("--json", required=True, help="output file (one JSON object per line), '-' for stdout")
+    ap.add_argument("--shape", help="one shape, in this process; default: every shape, each in a child process")
+    ap.add_argument("--shapes", default=" ".join(SHAPES), help="shapes for the child processes")
+    ap.add_argument("--timeout", type=float, default=240, help="seconds per shape (Triton autotuning included)")
+    args = ap.parse_args()
+    if args.shape:
+        out = sys.stdout if args.json == "-" else open(args.json, "a")
+        run_shape(args.shape, args.lib, out)
+        return 0
+    open(args.json, "w").close()
+    status = 0
+    for name in args.shapes.split():
+        t0 = time.time()
+        try:
+            r = subprocess.run([sys.executable, __file__, "--lib", args.lib, "--json", args.json, "--shape", name],
+                               timeout=args.timeout)
+            rc = r.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        print(f"peers: {name}: rc {rc} in {time.time() - t0:.0f} s", flush=True)
+        if rc != 0:
+            status = 1
+            with open(args.json, "a") as f:
+                f.write(json.dumps({"shape": name, "impl": "process", "error": f"rc {rc}"}) + "\n")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
