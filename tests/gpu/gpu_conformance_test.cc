@@ -1027,6 +1027,109 @@ TEST_F(Gpu, ErrorsAreStatuses) {
   ExpectReference(q, d, MAXSIM_METRIC_DOT, again, "after errors");
 }
 
+// Dense device inputs are not read a second time to check them: the value check is folded into the scoring
+// kernels (a non-finite kept similarity sets a flag read back with the results; only then does a check pass name
+// the token). Every kernel family is covered (short queries, long queries with argmax and values-only (wgmma on
+// sm_90), f32 / FFMA), with uniform sets (no offsets) and offsets: a non-finite element in a kept query or
+// document row is MAXSIM_ERR_NON_FINITE naming the set and token, and the outputs then hold nothing that could be
+// taken for an answer (scores NaN, argmax -1); non-finite values in masked rows are never read as errors.
+TEST_F(Gpu, FoldedInputCheckOnDeviceTensors) {
+  Context gpu(Options("cuda"));
+  struct Case {
+    maxsim_dtype dtype;
+    uint64_t lq;
+    bool argmax, uniform;
+  };
+  const Case cases[] = {{MAXSIM_BF16, 32, false, true}, {MAXSIM_BF16, 32, true, false}, {MAXSIM_F16, 20, false, false},
+                        {MAXSIM_BF16, 300, false, true}, {MAXSIM_BF16, 300, true, true}, {MAXSIM_F16, 130, false, false},
+                        {MAXSIM_F32, 24, true, true}};
+  struct Bad {
+    bool query;
+    uint64_t set, token;
+    uint32_t k;
+    float value;
+  };
+  const Bad bads[] = {{true, 1, 5, 3, std::nanf("")}, {false, 2, 7, 0, INFINITY}, {false, 4, 0, 127, -INFINITY},
+                      {true, 2, 0, 64, -INFINITY}};
+  uint64_t salt = 1800;
+  for (const Case& c : cases) {
+    auto rng = Rng(++salt);
+    const std::string what = "dtype " + std::to_string(c.dtype) + " lq " + std::to_string(c.lq) +
+                             (c.argmax ? " argmax" : " values") + (c.uniform ? " uniform" : " offsets");
+    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, c.lq, c.lq, 128), c.dtype);
+    const TokenSets d = Encoded(Generate(rng, Shape::kUnitGaussian, 5, c.uniform ? 300 : 40, 300, 128), c.dtype);
+    auto run = [&](const TokenSets& tq, const TokenSets& td, maxsim_status* st, Matrix* m) {
+      DeviceSets dq(tq), dd(td);
+      if (c.uniform) {  // uniform sets are passed without offsets
+        dq.s.offsets = nullptr;
+        dq.s.set_length = tq.length(0);
+        dd.s.offsets = nullptr;
+        dd.s.set_length = td.length(0);
+      }
+      Dev<float> sc(q.n_sets() * d.n_sets());
+      Dev<int32_t> am(d.n_sets() * q.rows());
+      sc.Fill(0);  // finite: a partial result would show
+      am.Fill(0);
+      maxsim_score_options o;
+      maxsim_score_options_init(&o);
+      maxsim_sets qs{nullptr, &dq.s}, ds{nullptr, &dd.s};
+      *st = maxsim_score_matrix(gpu.get(), &qs, &ds, &o, sc.p, c.argmax ? am.p : nullptr);
+      m->scores = sc.Down();
+      m->argmax = am.Down();
+    };
+    for (const Bad& b : bads) {
+      TokenSets bq = q, bd = d;
+      TokenSets& t = b.query ? bq : bd;
+      t.values[(t.offsets[b.set] + b.token) * t.dim + b.k] = b.value;
+      t.Encode(c.dtype);
+      maxsim_status st = MAXSIM_OK;
+      Matrix m;
+      run(bq, bd, &st, &m);
+      const std::string want = std::string(b.query ? "queries" : "documents") + ": set " + std::to_string(b.set) +
+                               " token " + std::to_string(b.token) + " ";
+      const std::string msg = st == MAXSIM_OK ? "" : maxsim_last_error();
+      EXPECT_EQ(st, MAXSIM_ERR_NON_FINITE) << what << ": " << want;
+      EXPECT_NE(msg.find(want), std::string::npos) << what << ": message '" << msg << "' does not name " << want;
+      for (float v : m.scores) ASSERT_TRUE(std::isnan(v)) << what << ": a score survived a failed call: " << v;
+      if (c.argmax) {
+        for (int32_t v : m.argmax) ASSERT_EQ(v, -1) << what << ": an argmax survived a failed call";
+      }
+    }
+    // Non-finite values in masked rows (one query token, one document token) are not errors.
+    TokenSets mq = q, md = d;
+    mq.mask.assign(mq.rows(), 1);
+    md.mask.assign(md.rows(), 1);
+    mq.mask[mq.offsets[1] + 2] = 0;
+    md.mask[md.offsets[3] + 1] = 0;
+    TokenSets nq = mq, nd = md;
+    nq.values[(nq.offsets[1] + 2) * nq.dim] = std::nanf("");
+    nd.values[(nd.offsets[3] + 1) * nd.dim + 5] = INFINITY;
+    nq.Encode(c.dtype);
+    nd.Encode(c.dtype);
+    maxsim_status st = MAXSIM_OK;
+    Matrix m;
+    run(nq, nd, &st, &m);
+    ASSERT_EQ(st, MAXSIM_OK) << what << " masked: " << maxsim_last_error();
+    for (uint64_t i = 0; i < q.n_sets(); ++i) {
+      for (uint64_t j = 0; j < d.n_sets(); ++j) {
+        const int32_t* am = c.argmax ? m.argmax.data() + d.n_sets() * mq.offsets[i] + j * mq.length(i) : nullptr;
+        const std::string err = CheckPair(mq, i, md, j, MAXSIM_METRIC_DOT, m.scores[i * d.n_sets() + j], am);
+        ASSERT_TRUE(err.empty()) << what << " masked: query " << i << " doc " << j << ": " << err;
+      }
+    }
+    // And clean inputs right after the failures.
+    run(q, d, &st, &m);
+    ASSERT_EQ(st, MAXSIM_OK) << what << ": " << maxsim_last_error();
+    for (uint64_t i = 0; i < q.n_sets(); ++i) {
+      for (uint64_t j = 0; j < d.n_sets(); ++j) {
+        const int32_t* am = c.argmax ? m.argmax.data() + d.n_sets() * q.offsets[i] + j * q.length(i) : nullptr;
+        const std::string err = CheckPair(q, i, d, j, MAXSIM_METRIC_DOT, m.scores[i * d.n_sets() + j], am);
+        ASSERT_TRUE(err.empty()) << what << ": query " << i << " doc " << j << ": " << err;
+      }
+    }
+  }
+}
+
 // ---- real embeddings ----------------------------------------------------------------------------------------
 
 TEST_F(Gpu, RealEmbeddings) {

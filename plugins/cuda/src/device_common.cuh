@@ -232,6 +232,16 @@ __device__ __forceinline__ void MergeBest(float& v, int& i, int off) {
   }
 }
 
+// max that propagates NaN (PTX max.NaN, sm_80+), for the folded input check: chk = MaxNaN(chk, |sim|) over
+// kept similarities stays finite exactly when every one of them is.
+__device__ __forceinline__ float MaxNaN(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+// 0 when chk (MaxNaN of magnitudes) is finite, else 1.
+__device__ __forceinline__ bool NotFinite(float chk) { return !(chk <= 3.402823466e38f); }
+
 // As the CPU (lib/src/kernels/kernel.h): a norm below 2^-126 counts as a zero vector (1/n would overflow f32).
 __device__ __forceinline__ float InvNorm(float n) { return n >= 0x1p-126f ? 1.0f / n : 0.0f; }
 

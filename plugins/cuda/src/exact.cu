@@ -42,11 +42,16 @@ __device__ __forceinline__ void FoldTile(const ForwardArgs& a, uint64_t db, uint
     w0 = v0 ? InvNorm(RowNorm(a.d, db + n0)) : 0.0f;
     w1 = v1 ? InvNorm(RowNorm(a.d, db + n1)) : 0.0f;
   }
+  const bool check = a.bad != nullptr;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float k0 = c[mt][2 * h], k1 = c[mt][2 * h + 1];
+      if (check) {
+        if (v0) b.chk = MaxNaN(b.chk, fabsf(k0));
+        if (v1) b.chk = MaxNaN(b.chk, fabsf(k1));
+      }
       if (a.cosine) {
         k0 *= w0;
         k1 *= w1;
@@ -311,6 +316,10 @@ __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a)
           for (int mt = 0; mt < 2; ++mt) {
             best.v[mt][0] = fmaxf(best.v[mt][0], fmaxf(acc[mt][0], acc[mt][1]));
             best.v[mt][1] = fmaxf(best.v[mt][1], fmaxf(acc[mt][2], acc[mt][3]));
+            if (a.bad != nullptr) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) best.chk = MaxNaN(best.chk, fabsf(acc[mt][e]));
+            }
           }
           saw_kept = true;
         } else {
@@ -330,6 +339,7 @@ __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a)
       MergeBest(best.v[mt][h], best.i[mt][h], 2);
     }
   }
+  ReportCheck(a, best.chk);
   if (t == 0) {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
@@ -555,7 +565,7 @@ __global__ void __launch_bounds__(256) ExactFfmaKernel(const ForwardArgs a) {
     if (grp > 0 && r0 >= lq) continue;
     const uint8_t* qbase = a.q.orig + (qb + r0) * a.q.row_bytes;
     const uint8_t* dbase = a.d.orig + db * a.d.row_bytes;
-    float best = -INFINITY;
+    float best = -INFINITY, chk = 0.0f;
     int idx = -1;
     for (uint64_t tile = 0; tile < ld; tile += kFfmaTile) {
       float acc[8];
@@ -589,6 +599,7 @@ __global__ void __launch_bounds__(256) ExactFfmaKernel(const ForwardArgs a) {
       for (int u = 0; u < 8; ++u) {
         const uint64_t n = tile + tl + 8 * u;
         if (n < ld && a.d.Kept(db + n)) {
+          chk = MaxNaN(chk, fabsf(acc[u]));
           const float key = a.cosine ? acc[u] * InvNorm(RowNorm(a.d, db + n)) : acc[u];
           if (key > best) {
             best = key;
@@ -600,6 +611,7 @@ __global__ void __launch_bounds__(256) ExactFfmaKernel(const ForwardArgs a) {
     MergeBest(best, idx, 1);
     MergeBest(best, idx, 2);
     MergeBest(best, idx, 4);
+    ReportCheck(a, chk);
     const uint64_t row = r0 + r;
     if (tl == 0 && row < lq) {
       float term = 0.0f;

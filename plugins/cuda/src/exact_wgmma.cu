@@ -167,9 +167,14 @@ __device__ __forceinline__ void TreeMax(const float (&d)[N / 2], float& ra, floa
 // and g+8 (rb), reading the document's mask and norms per column where needed.
 template <int N>
 __device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&d)[N / 2], uint64_t db, uint64_t ld,
-                                            uint64_t base, bool plain, float& ra, float& rb, bool& saw_kept) {
+                                            uint64_t base, bool plain, float& ra, float& rb, bool& saw_kept,
+                                            float& chk) {
   const int t = threadIdx.x & 3;
   if (plain && base + N <= ld) {
+    if (a.bad != nullptr) {
+#pragma unroll
+      for (int j = 0; j < N / 2; ++j) chk = MaxNaN(chk, fabsf(d[j]));
+    }
     TreeMax<N>(d, ra, rb);
     saw_kept = true;
     return;
@@ -181,6 +186,7 @@ __device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&
       const uint64_t col = base + 8 * j + 2 * t + e;
       const bool keep = col < ld && a.d.Kept(db + col);
       if (keep) {
+        if (a.bad != nullptr) chk = MaxNaN(chk, MaxNaN(fabsf(d[4 * j + e]), fabsf(d[4 * j + 2 + e])));
         const float w = a.cosine ? InvNorm(RowNorm(a.d, db + col)) : 1.0f;
         // + 0.0f: -0 -> +0 before the weight (scale-d = 0 start, IssueTile), so keys match the mma.sync chain's.
         const float va = a.cosine ? (d[4 * j + e] + 0.0f) * w : d[4 * j + e];
@@ -225,9 +231,10 @@ template <int QS, class Barrier>
 __device__ __forceinline__ void FinishPair(const ForwardArgs& a, const Barrier& bar, bool first, float* s_term,
                                            float (&run)[QS][2], uint32_t row0, uint32_t grp, uint32_t r0b,
                                            uint64_t p, uint64_t qi, uint64_t dj, uint64_t qb, uint64_t lq,
-                                           uint64_t ld, bool saw_kept) {
+                                           uint64_t ld, bool saw_kept, float chk) {
   const int t = threadIdx.x & 3;
   const uint32_t G = a.part.groups;
+  if (a.bad != nullptr && NotFinite(chk)) *a.bad = 1u;
 #pragma unroll
   for (int qs = 0; qs < QS; ++qs) {
 #pragma unroll
@@ -356,6 +363,7 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
 #pragma unroll
     for (int qs = 0; qs < QS; ++qs) run[qs][0] = run[qs][1] = -INFINITY;
     bool saw_kept = false;
+    float chk = 0.0f;
     const uint64_t ntiles = (ld + kWgTokens - 1) / kWgTokens;
     for (uint64_t tile = 0; tile < ntiles; ++tile, consumed.Advance(S)) {
       const uint32_t s = consumed.slot;
@@ -371,22 +379,22 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
         produce();
         WgWait<1>();
         PinAcc(acc0);
-        FoldTileMax<kWgTokens>(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept);
+        FoldTileMax<kWgTokens>(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept, chk);
         WgWait<0>();
         PinAcc(acc1);
         MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
-        FoldTileMax<kWgTokens>(a, acc1, db, ld, tile * kWgTokens, plain, run[1][0], run[1][1], saw_kept);
+        FoldTileMax<kWgTokens>(a, acc1, db, ld, tile * kWgTokens, plain, run[1][0], run[1][1], saw_kept, chk);
       } else {
         IssueTile<T, kWgTokens>(acc0, qa[0], qc[0], st);
         produce();
         WgWait<0>();
         PinAcc(acc0);
         MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
-        FoldTileMax<kWgTokens>(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept);
+        FoldTileMax<kWgTokens>(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept, chk);
       }
     }
     FinishPair<QS>(a, BlockBarrier{}, tid == 0, s_term, run, wg * QS * 64 + wq * 16 + g, grp, r0b, p, qi, dj, qb,
-                   lq, ld, saw_kept);
+                   lq, ld, saw_kept, chk);
   }
 #endif
 }

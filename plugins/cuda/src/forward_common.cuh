@@ -61,7 +61,13 @@ template <int MT>
 struct Best {
   float v[MT][2];
   int i[MT][2];
+  float chk = 0.0f;  // the folded input check (ForwardArgs::bad): MaxNaN of |kept similarity|
 };
+
+// Ends the folded input check of one lane: flags the call when its check value is not finite.
+__device__ __forceinline__ void ReportCheck(const ForwardArgs& a, float chk) {
+  if (a.bad != nullptr && NotFinite(chk)) *a.bad = 1u;
+}
 
 // After the quad merge, lane t == 0 of group g holds rows mt*16 + g (+8). Writes the warp's rows: directly into
 // scores/argmax when one group covers the query (G == 1), else into the partials.
@@ -71,6 +77,7 @@ __device__ __forceinline__ void WriteRows(const ForwardArgs& a, uint64_t p, uint
                                           Best<MT>& b, float* s_term, int* s_arg) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint32_t r0 = grp * MT * 16;
+  ReportCheck(a, b.chk);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll

@@ -164,19 +164,20 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
         MatrixForwardArgs(q.view, d, nq, n, a.metric, mode, counters, reinterpret_cast<float*>(s + o_scores),
                           a.argmax ? reinterpret_cast<int32_t*>(s + o_argmax) : nullptr, s + o_part, plan);
     MSC_RETURN(LaunchForward(b, plan, fa, b.stream));
+    // Results come back through the pinned stage (a copy into the caller's pageable memory would be staged by
+    // the driver, synchronously, and costs more than the memcpy below).
     uint8_t* hs = b.stage.data();
     uint8_t* ha = hs + RoundUp(nq * n * 4, kAlign);
-    MSC_CUDA(cudaMemcpyAsync(single ? static_cast<void*>(a.scores) : hs, s + o_scores, nq * n * 4,
-                             cudaMemcpyDeviceToHost, b.stream));
-    if (a.argmax) {
-      MSC_CUDA(cudaMemcpyAsync(single ? static_cast<void*>(a.argmax) : ha, s + o_argmax, qpos * n * 4,
-                               cudaMemcpyDeviceToHost, b.stream));
-    }
+    MSC_CUDA(cudaMemcpyAsync(hs, s + o_scores, nq * n * 4, cudaMemcpyDeviceToHost, b.stream));
+    if (a.argmax) MSC_CUDA(cudaMemcpyAsync(ha, s + o_argmax, qpos * n * 4, cudaMemcpyDeviceToHost, b.stream));
     if (counters && ch.j1 == nd) {
       MSC_CUDA(cudaMemcpyAsync(b.stage.data() + h_cnt, counters, 16, cudaMemcpyDeviceToHost, b.stream));
     }
     MSC_CUDA(cudaStreamSynchronize(b.stream));
-    if (!single) {
+    if (single) {
+      std::memcpy(a.scores, hs, nq * n * 4);
+      if (a.argmax) std::memcpy(a.argmax, ha, qpos * n * 4);
+    } else {
       for (uint64_t i = 0; i < nq; ++i) {
         std::memcpy(a.scores + i * nd + ch.j0, hs + i * n * 4, n * 4);
         if (a.argmax) {

@@ -13,9 +13,10 @@ namespace mscuda {
 namespace {
 
 struct DenseInfo {
-  SetsView view;                 // offsets still to be pointed at the device copy
+  SetsView view;                 // offsets still to be pointed at the device copy (unless uniform)
   std::vector<uint64_t> offsets; // host copy (n_sets + 1), always filled
   uint64_t n_rows = 0, first_row = 0, max_len = 0;
+  bool uniform = false;          // no offsets given: sets of set_length rows, addressed without a device copy
 };
 
 Status ReadDense(const maxsim_dense_sets* s, const char* role, DenseInfo* out) {
@@ -35,6 +36,7 @@ Status ReadDense(const maxsim_dense_sets* s, const char* role, DenseInfo* out) {
   v.set_length = s->set_length;
   d.offsets.resize(s->n_sets + 1);
   for (uint64_t i = 0; i <= s->n_sets; ++i) d.offsets[i] = s->offsets ? s->offsets[i] : i * s->set_length;
+  d.uniform = s->offsets == nullptr;
   d.first_row = d.offsets[0];
   d.n_rows = d.offsets[s->n_sets];
   d.max_len = MaxLen(d.offsets.data(), s->n_sets);
@@ -43,6 +45,9 @@ Status ReadDense(const maxsim_dense_sets* s, const char* role, DenseInfo* out) {
   *out = std::move(d);
   return Status::Ok();
 }
+
+// Bytes [0, 16) of flags_host receive ReadFlags' copies; the word at this offset is the folded input check's flag.
+constexpr uint64_t kFoldedFlagOffset = 32;
 
 Status ReadFlags(Backend& b, const ull* dev_flags, cudaStream_t stream, ull* out2) {
   MSC_CUDA(cudaMemcpyAsync(b.flags_host.data(), dev_flags, 16, cudaMemcpyDeviceToHost, stream));
@@ -104,23 +109,38 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
   if (a.peak_extra_bytes) *a.peak_extra_bytes = cv.size();
   uint8_t* s = b.scratch.data();
   uint64_t used = 0;
-  MSC_RETURN(StageUpload(b, used, s + o_qoff, q.offsets.data(), (nq + 1) * 8, stream));
-  MSC_RETURN(StageUpload(b, used, s + o_doff, d.offsets.data(), (nd + 1) * 8, stream));
+  // Uniform sets (no offsets) are addressed by set_length: nothing to upload.
+  if (!q.uniform) MSC_RETURN(StageUpload(b, used, s + o_qoff, q.offsets.data(), (nq + 1) * 8, stream));
+  if (!d.uniform) MSC_RETURN(StageUpload(b, used, s + o_doff, d.offsets.data(), (nd + 1) * 8, stream));
   if (list) {
     MSC_RETURN(StageUpload(b, used, s + o_pq, pq.data(), n_pairs * 4, stream));
     MSC_RETURN(StageUpload(b, used, s + o_pd, pd.data(), n_pairs * 4, stream));
     MSC_RETURN(StageUpload(b, used, s + o_am, am.data(), n_pairs * 8, stream));
   }
-  MSC_CUDA(cudaEventRecord(b.staged, stream));
-  q.view.offsets = reinterpret_cast<const uint64_t*>(s + o_qoff);
-  d.view.offsets = reinterpret_cast<const uint64_t*>(s + o_doff);
+  if (used > 0) MSC_CUDA(cudaEventRecord(b.staged, stream));
+  q.view.offsets = q.uniform ? nullptr : reinterpret_cast<const uint64_t*>(s + o_qoff);
+  d.view.offsets = d.uniform ? nullptr : reinterpret_cast<const uint64_t*>(s + o_doff);
   ull* flag = reinterpret_cast<ull*>(s + o_flag);
-  MSC_CUDA(cudaMemsetAsync(flag, 0xff, 16, stream));
+  // The value check of maxsim.h. Dot: folded into the scoring kernels (ForwardArgs::bad: a non-finite kept
+  // similarity), so the inputs are read once; only when it fires does RowCheck read them again to name the
+  // offending token (or find that the similarity came from a masked query row: the results stand). Cosine needs
+  // the per-row norms anyway, so RowCheck computes them and checks on the way.
+  // The folded check's flag is a word of pinned host memory that the kernels write through its device mapping:
+  // no memset before the launch and no copy after it, only the synchronisation the call needs anyway.
+  const bool folded = !cosine;
   float* qn = cosine ? reinterpret_cast<float*>(s + o_qn) : nullptr;
   float* dn = cosine ? reinterpret_cast<float*>(s + o_dn) : nullptr;
-  cudaError_t e = LaunchRowCheck(q.view, q.first_row, q.n_rows, qn, flag, stream);
-  if (e == cudaSuccess) e = LaunchRowCheck(d.view, d.first_row, d.n_rows, dn, flag + 1, stream);
-  if (e != cudaSuccess) return CudaFail(e, "launching the input check");
+  volatile unsigned int* bad_host = reinterpret_cast<volatile unsigned int*>(b.flags_host.data() + kFoldedFlagOffset);
+  unsigned int* bad_dev = nullptr;
+  if (folded) {
+    *bad_host = 0u;
+    MSC_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&bad_dev), const_cast<unsigned int*>(bad_host), 0));
+  } else {
+    MSC_CUDA(cudaMemsetAsync(flag, 0xff, 16, stream));
+    cudaError_t e = LaunchRowCheck(q.view, q.first_row, q.n_rows, qn, flag, stream);
+    if (e == cudaSuccess) e = LaunchRowCheck(d.view, d.first_row, d.n_rows, dn, flag + 1, stream);
+    if (e != cudaSuccess) return CudaFail(e, "launching the input check");
+  }
   q.view.norms = qn;
   d.view.norms = dn;
   ForwardArgs fa;
@@ -142,10 +162,32 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
   }
   fa.part.term = reinterpret_cast<float*>(s + o_part);
   fa.part.arg = reinterpret_cast<int32_t*>(s + o_part + n_pairs * plan.groups * plan.rows * 4);
+  fa.bad = bad_dev;
   MSC_RETURN(LaunchForward(b, plan, fa, stream));
   if (!b.sync_calls) return Status::Ok();
   ull flags[2];
-  MSC_RETURN(ReadFlags(b, flag, stream, flags));
+  if (folded) {
+    MSC_CUDA(cudaStreamSynchronize(stream));
+    if (*bad_host == 0u) return Status::Ok();
+    MSC_CUDA(cudaMemsetAsync(flag, 0xff, 16, stream));
+    cudaError_t e = LaunchRowCheck(q.view, q.first_row, q.n_rows, nullptr, flag, stream);
+    if (e == cudaSuccess) e = LaunchRowCheck(d.view, d.first_row, d.n_rows, nullptr, flag + 1, stream);
+    if (e != cudaSuccess) return CudaFail(e, "launching the input check");
+    MSC_RETURN(ReadFlags(b, flag, stream, flags));
+    if (flags[0] != ~0ull || flags[1] != ~0ull) {
+      // Nothing the caller could take for an answer: scores NaN, argmax -1.
+      MSC_CUDA(cudaMemsetAsync(a.scores, 0xff, n_pairs * 4, stream));
+      if (a.argmax) {
+        const uint64_t q_positions = q.offsets[nq] - q.offsets[0];
+        const uint64_t n_arg = list ? (n_pairs ? am[n_pairs - 1] + (q.offsets[pq[n_pairs - 1] + 1] - q.offsets[pq[n_pairs - 1]]) : 0)
+                               : a.layout == MAXSIM_LAYOUT_PAIRS ? q_positions : nd * q_positions;
+        MSC_CUDA(cudaMemsetAsync(a.argmax, 0xff, n_arg * 4, stream));
+      }
+      MSC_CUDA(cudaStreamSynchronize(stream));
+    }
+  } else {
+    MSC_RETURN(ReadFlags(b, flag, stream, flags));
+  }
   for (int r = 0; r < 2; ++r) {
     if (flags[r] != ~0ull) {
       DenseInfo& x = r == 0 ? q : d;
