@@ -539,7 +539,9 @@ Status ResolveSets(const maxsim_sets* sets, const char* role, SetsRef* out) {
   } else {
     r.dense_src = sets->dense;
     MAXSIM_RETURN_IF_ERROR(ResolveDense(sets->dense, role, &r.dense));
-    for (uint64_t i = 0; i < r.dense.n_sets; ++i) {
+    // Uniform sets (no offsets) all have set_length tokens: one check, not one per set.
+    const uint64_t checked = r.dense.offsets ? r.dense.n_sets : std::min<uint64_t>(r.dense.n_sets, 1);
+    for (uint64_t i = 0; i < checked; ++i) {
       if (r.dense.length(i) > UINT32_MAX / 2) {
         return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: set %llu has %llu tokens (at most %u supported)", role,
                      static_cast<ull>(i), static_cast<ull>(r.dense.length(i)), UINT32_MAX / 2);

@@ -298,7 +298,10 @@ MAXSIM_API void maxsim_score_options_init(maxsim_score_options* options);
  * too, the work is enqueued on options->cuda_stream, and the call returns once that stream has finished it (so
  * that errors come back as statuses); offsets and candidate lists stay host memory. Device inputs score in
  * EXACT mode only (CERTIFIED/APPROXIMATE need packed buffers) and top-k needs a packed corpus. With a packed
- * corpus (host memory, uploaded once and cached per context) and host queries, outputs are host memory. */
+ * corpus (host memory, uploaded once and cached per context) and host queries, outputs are host memory.
+ * Device inputs are checked by the scoring kernels themselves (docs/cuda.md): a NaN or infinite element in a
+ * kept token is MAXSIM_ERR_NON_FINITE naming it, with every score set to NaN and every argmax to -1; with the
+ * dot metric a finite token whose norm exceeds 1e19 is rejected only where one of its similarities overflows. */
 
 /* Argmax layout. For query set i (Lq_i tokens; o_i = number of query tokens in earlier sets), its c-th scored
  * document (c = document index for the matrix, 0 for pairs, candidate slot for candidates) and query token s,

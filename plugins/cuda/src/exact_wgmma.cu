@@ -168,10 +168,10 @@ __device__ __forceinline__ void TreeMax(const float (&d)[N / 2], float& ra, floa
 template <int N>
 __device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&d)[N / 2], uint64_t db, uint64_t ld,
                                             uint64_t base, bool plain, float& ra, float& rb, bool& saw_kept,
-                                            float& chk) {
+                                            bool check, float& chk) {
   const int t = threadIdx.x & 3;
   if (plain && base + N <= ld) {
-    if (a.bad != nullptr) {
+    if (check) {
 #pragma unroll
       for (int j = 0; j < N / 2; ++j) chk = MaxNaN(chk, fabsf(d[j]));
     }
@@ -186,7 +186,7 @@ __device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&
       const uint64_t col = base + 8 * j + 2 * t + e;
       const bool keep = col < ld && a.d.Kept(db + col);
       if (keep) {
-        if (a.bad != nullptr) chk = MaxNaN(chk, MaxNaN(fabsf(d[4 * j + e]), fabsf(d[4 * j + 2 + e])));
+        if (check) chk = MaxNaN(chk, MaxNaN(fabsf(d[4 * j + e]), fabsf(d[4 * j + 2 + e])));
         const float w = a.cosine ? InvNorm(RowNorm(a.d, db + col)) : 1.0f;
         // + 0.0f: -0 -> +0 before the weight (scale-d = 0 start, IssueTile), so keys match the mma.sync chain's.
         const float va = a.cosine ? (d[4 * j + e] + 0.0f) * w : d[4 * j + e];
@@ -300,6 +300,7 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
   __shared__ __align__(8) uint64_t s_full[S], s_empty[S];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wq = warp & 3;
+  const bool checker = warp == 0;  // checks every similarity it computes (the folded input check, below)
   const int g = lane >> 2;
   const uint32_t G = a.part.groups;
   const uint32_t grp = blockIdx.x % G;
@@ -370,6 +371,13 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
       MbarWait(full0 + 8 * s, consumed.phase);
       FenceProxyAsync();  // the copies (generic proxy) before this thread's wgmma reads (async proxy)
       const uint32_t st = sbase + s * kWgStageBytes;
+      // The folded input check (ForwardArgs::bad) on a share of the tiles that still sees every kept query and
+      // document row: a non-finite element makes every similarity of its row non-finite, whatever the other row
+      // (NaN * x = NaN, Inf * 0 = NaN), so one warp checking all its similarities covers every document row, and
+      // every warp checking a pair's first tile covers every query row (without a mask every column of it below
+      // ld is kept; masked documents are checked on every tile). The condition is uniform across the warp: a
+      // per-thread one (divergent control flow around the accumulators) slowed the kernel down.
+      const bool check = a.bad != nullptr && (checker || tile == 0 || !plain);
       // Both row sets are issued, the next copies go out while they run, then set 0 is folded during set 1.
       // (Folding set 1 of the previous tile during set 0 of this one, across iterations, makes ptxas
       // serialise every wgmma: ptxas report C7514.)
@@ -379,18 +387,21 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
         produce();
         WgWait<1>();
         PinAcc(acc0);
-        FoldTileMax<kWgTokens>(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept, chk);
+        FoldTileMax<kWgTokens>(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept,
+                               check, chk);
         WgWait<0>();
         PinAcc(acc1);
         MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
-        FoldTileMax<kWgTokens>(a, acc1, db, ld, tile * kWgTokens, plain, run[1][0], run[1][1], saw_kept, chk);
+        FoldTileMax<kWgTokens>(a, acc1, db, ld, tile * kWgTokens, plain, run[1][0], run[1][1], saw_kept,
+                               check, chk);
       } else {
         IssueTile<T, kWgTokens>(acc0, qa[0], qc[0], st);
         produce();
         WgWait<0>();
         PinAcc(acc0);
         MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
-        FoldTileMax<kWgTokens>(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept, chk);
+        FoldTileMax<kWgTokens>(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept,
+                               check, chk);
       }
     }
     FinishPair<QS>(a, BlockBarrier{}, tid == 0, s_term, run, wg * QS * 64 + wq * 16 + g, grp, r0b, p, qi, dj, qb,

@@ -147,9 +147,10 @@ struct ForwardArgs {
   unsigned long long* counters = nullptr;  // optional [2]: refined, multi_candidate (screening)
   KernelSwitches sw;         // read by the launchers only
   // Dense inputs: the input check folded into the exact kernels. When set, every kernel that computes kept
-  // similarities keeps the NaN-propagating maximum of their magnitudes and writes 1 here if one was NaN or
-  // infinite (a non-finite input element in a kept row, or an overflow); the host then locates the offending
-  // token (LaunchRowCheck) and fails the call. Null: no check (packed buffers are validated when loaded).
+  // similarities keeps the NaN-propagating maximum of their magnitudes (the wgmma kernel: of a sample that meets
+  // every kept row, exact_wgmma.cu) and writes 1 here if one was NaN or infinite (a non-finite input element in
+  // a kept row, or an overflow); the host then locates the offending token (LaunchRowCheck) and fails the call.
+  // Null: no check (packed buffers are validated when loaded).
   unsigned int* bad = nullptr;
 };
 

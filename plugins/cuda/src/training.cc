@@ -39,7 +39,7 @@ Status ReadDense(const maxsim_dense_sets* s, const char* role, DenseInfo* out) {
   d.uniform = s->offsets == nullptr;
   d.first_row = d.offsets[0];
   d.n_rows = d.offsets[s->n_sets];
-  d.max_len = MaxLen(d.offsets.data(), s->n_sets);
+  d.max_len = d.uniform ? (s->n_sets ? s->set_length : 0) : MaxLen(d.offsets.data(), s->n_sets);
   if (d.max_len > 0x7fffffffull) return Fail(MAXSIM_ERR_UNSUPPORTED, "%s: a set is too long for the CUDA backend", role);
   if (s->n_sets > 0xffffffffull) return Fail(MAXSIM_ERR_UNSUPPORTED, "%s: too many sets for the CUDA backend", role);
   *out = std::move(d);
