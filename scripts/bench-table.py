@@ -12,6 +12,8 @@ Result files live in benchmarks/results/ (docs/benchmarks.md, "Result files"). A
     <!-- end bench-table -->
 lines; --update-docs rewrites what is between them from the named file (paths relative to the repository
 root), so every figure a doc quotes comes from a committed result file, and --check-docs (a CTest) proves it.
+A GPU result file (benchmarks/results/gpu-*.json, written by benchmarks/gpu/report.py --combine) is rendered by
+report.py's tables (--brief: the side-by-side table only).
 
 Several files (e.g. one per thread count) are merged. With --benchmark_repetitions, the median repetition is
 used (or the best with --stat best: on a shared machine the least disturbed one); otherwise the single run. Ratios are computed here from GSO/s against the baselines of the same shape
@@ -257,7 +259,25 @@ def brief(runs, contexts):
     return "\n".join(lines)
 
 
+def gpu_result(path):
+    """Whether `path` is a GPU result file (benchmarks/gpu/report.py --combine): {context, bench, baselines, peers}."""
+    try:
+        with open(path) as f:
+            head = f.read(4096)
+        return head.lstrip().startswith("{") and '"context"' in head and os.path.basename(path).startswith("gpu")
+    except OSError:
+        return False
+
+
 def render(paths, brief_table, stat):
+    if len(paths) == 1 and gpu_result(paths[0]):
+        # GPU result files have their own tables (benchmarks/gpu/report.py).
+        import importlib.util
+        here = os.path.dirname(os.path.abspath(__file__))
+        spec = importlib.util.spec_from_file_location("gpu_report", os.path.join(here, "..", "benchmarks", "gpu", "report.py"))
+        report = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(report)
+        return report.render_result(paths[0], brief_table)
     runs, contexts = load(paths, stat)
     if not runs:
         raise ValueError("no benchmark results in " + ", ".join(paths))
