@@ -12,7 +12,9 @@
 #include <numeric>
 #include <random>
 #include <string>
+#if !defined(__wasm__) || defined(_REENTRANT)
 #include <thread>
+#endif
 #include <vector>
 
 #include "maxsim/maxsim.hpp"
@@ -460,8 +462,16 @@ TEST(Api, ContextOptionsAndEnvironment) {
 
 // maxsim_set_progress: the callback runs on the calling thread only, sees monotonic counts of the call's total,
 // leaves results unchanged, and cancels with MAXSIM_ERR_CANCELLED when it returns non-zero.
+#if defined(__wasm__) && !defined(_REENTRANT)  // WebAssembly without threads: the calling thread is the only one
+using ThreadId = int;
+ThreadId CurrentThread() { return 0; }
+#else
+using ThreadId = std::thread::id;
+ThreadId CurrentThread() { return std::this_thread::get_id(); }
+#endif
+
 struct ProgressRecord {
-  std::thread::id caller = std::this_thread::get_id();
+  ThreadId caller = CurrentThread();
   int calls = 0;
   int cancel_at = -1;  // cancel on this call (1-based), -1: never
   bool off_thread = false, monotonic = true;
@@ -471,7 +481,7 @@ struct ProgressRecord {
 int RecordProgress(void* user, uint64_t done, uint64_t total) {
   auto* r = static_cast<ProgressRecord*>(user);
   ++r->calls;
-  if (std::this_thread::get_id() != r->caller) r->off_thread = true;
+  if (CurrentThread() != r->caller) r->off_thread = true;
   if (done < r->last || done > total) r->monotonic = false;
   r->last = done;
   r->total = total;

@@ -13,7 +13,8 @@
 // maxsim_status values (lib/include/maxsim/maxsim.h), in order.
 const STATUS = ['MAXSIM_OK', 'MAXSIM_ERR_INVALID_ARGUMENT', 'MAXSIM_ERR_INVALID_BUFFER', 'MAXSIM_ERR_NON_FINITE',
   'MAXSIM_ERR_DIM_MISMATCH', 'MAXSIM_ERR_IO', 'MAXSIM_ERR_OUT_OF_MEMORY', 'MAXSIM_ERR_UNSUPPORTED',
-  'MAXSIM_ERR_BACKEND_UNAVAILABLE', 'MAXSIM_ERR_BUFFER_TOO_SMALL', 'MAXSIM_ERR_PLUGIN', 'MAXSIM_ERR_INTERNAL'];
+  'MAXSIM_ERR_BACKEND_UNAVAILABLE', 'MAXSIM_ERR_BUFFER_TOO_SMALL', 'MAXSIM_ERR_PLUGIN', 'MAXSIM_ERR_INTERNAL',
+  'MAXSIM_ERR_CANCELLED'];
 const DTYPE = { f32: 1, f16: 2, bf16: 3 };
 const DTYPE_NAME = { 1: 'f32', 2: 'f16', 3: 'bf16' };
 const METRIC = { dot: 0, cosine: 1 };
@@ -51,6 +52,10 @@ function wasiImports(getMemory) {
       let n = 0;
       for (let i = 0; i < iovsLen; i++) n += v.getUint32(iovs + 8 * i + 4, true);
       v.setUint32(nwrittenPtr, n, true);
+      return 0;
+    },
+    clock_time_get(id, precision, timePtr) {  // the library's progress timing
+      new DataView(getMemory().buffer).setBigUint64(timePtr, BigInt(Math.round(performance.now() * 1e6)), true);
       return 0;
     },
     fd_close() { return 0; },

@@ -10,7 +10,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#if defined(__wasm__) && !defined(_REENTRANT)
+#define MAXSIM_PROGRESS_ONE_THREAD 1  // WebAssembly without threads: its libc++ has no <thread>
+#else
 #include <thread>
+#endif
 
 #include "maxsim/maxsim.h"
 #include "status.h"
@@ -29,11 +33,19 @@ inline ProgressSink& ThreadProgressSink() {
 }
 
 class Progress {
+#ifdef MAXSIM_PROGRESS_ONE_THREAD
+  using ThreadId = int;
+  static ThreadId Self() { return 0; }  // the calling thread is the only one
+#else
+  using ThreadId = std::thread::id;
+  static ThreadId Self() { return std::this_thread::get_id(); }
+#endif
+
  public:
   static constexpr int kIntervalMs = 50;
 
   explicit Progress(uint64_t total)
-      : sink_(ThreadProgressSink()), total_(total), owner_(std::this_thread::get_id()),
+      : sink_(ThreadProgressSink()), total_(total), owner_(Self()),
         last_(std::chrono::steady_clock::now()) {}
 
   // True when the callers' remaining work should be skipped.
@@ -43,7 +55,7 @@ class Progress {
   void Advance(uint64_t units) {
     if (sink_.fn == nullptr) return;
     const uint64_t done = done_.fetch_add(units, std::memory_order_relaxed) + units;
-    if (std::this_thread::get_id() != owner_ || cancel_.load(std::memory_order_relaxed)) return;
+    if (Self() != owner_ || cancel_.load(std::memory_order_relaxed)) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_ < std::chrono::milliseconds(kIntervalMs)) return;
     last_ = now;
@@ -66,7 +78,7 @@ class Progress {
 
   const ProgressSink sink_;
   const uint64_t total_;
-  const std::thread::id owner_;
+  const ThreadId owner_;
   std::chrono::steady_clock::time_point last_;
   std::atomic<uint64_t> done_{0};
   std::atomic<bool> cancel_{false};
