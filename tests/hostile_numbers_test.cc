@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <iterator>
 #include <vector>
 
 #include "maxsim/maxsim.h"
@@ -22,6 +23,10 @@
 namespace {
 
 const int32_t kInts[] = {0, -1, 1, 2, 3, 4097, 65536, 65537, INT32_MAX, INT32_MIN};
+// Enum fields: a negative value is outside the range of the library's enums in C++ (0 .. 0x7FFFFFFF), so a C++
+// caller cannot even pass one without undefined behaviour (UBSan's enum check); C callers' values are read as
+// plain integers by the library (RawEnum).
+const int32_t kEnumValues[] = {0, 1, 2, 3, 4, 12, 4097, 65537, INT32_MAX};
 const uint64_t kCounts[] = {0, 1, UINT32_MAX, static_cast<uint64_t>(INT32_MAX), UINT64_MAX, UINT64_MAX / 2,
                             UINT64_MAX - 1, 1ull << 62, 1ull << 63};
 const uint32_t kDims[] = {0, 1, 65536, 65537, UINT32_MAX, static_cast<uint32_t>(INT32_MAX)};
@@ -106,7 +111,7 @@ uint64_t DeclaredBytes(const maxsim_dense_sets& s) {
 }
 
 void WalkEverything(Walk& w) {
-  for (int32_t v : kInts) w.Expect(maxsim_status_name(static_cast<maxsim_status>(v)) != nullptr, "status_name");
+  for (int32_t v : kEnumValues) w.Expect(maxsim_status_name(static_cast<maxsim_status>(v)) != nullptr, "status_name");
   for (uint64_t i : kCounts) {
     const char* reason = nullptr;
     w.Expect(maxsim_kernel_available(static_cast<size_t>(i), &reason) == 0 || i < maxsim_kernel_count(),
@@ -161,8 +166,8 @@ void WalkEverything(Walk& w) {
         case 1: s.set_length = v; break;
         case 2: s.row_stride = v; break;
         case 3: s.dim = static_cast<uint32_t>(v); break;
-        case 4: s.dtype = static_cast<maxsim_dtype>(static_cast<int32_t>(v)); break;
-        default: s.memory = static_cast<maxsim_memory>(static_cast<int32_t>(v)); break;
+        case 4: s.dtype = static_cast<maxsim_dtype>(static_cast<uint32_t>(v) & 0x7FFFFFFFu); break;
+        default: s.memory = static_cast<maxsim_memory>(static_cast<uint32_t>(v) & 0x7FFFFFFFu); break;
       }
       const uint64_t bytes = DeclaredBytes(s);
       if (bytes != UINT64_MAX && bytes > data.size() * 4 && s.dim >= 1 && s.dim <= 65536) continue;  // a promise
@@ -207,7 +212,7 @@ void WalkEverything(Walk& w) {
     maxsim_packed* p = nullptr;
     w.ExpectError(maxsim_packed_open(out, size, MAXSIM_VALIDATE_FAST, &p), "open size " + std::to_string(size));
   }
-  for (int32_t level : kInts) {
+  for (int32_t level : kEnumValues) {
     if (level >= 0 && level <= 2) continue;
     const auto l = static_cast<maxsim_validation>(level);
     w.ExpectError(maxsim_validate(out, need, l), "validate level " + std::to_string(level));
@@ -233,7 +238,7 @@ void WalkEverything(Walk& w) {
   int32_t argmax[64];
   uint64_t index[16], ids[16];
   for (int field = 0; field < 3; ++field) {
-    for (int32_t v : kInts) {
+    for (int32_t v : kEnumValues) {
       maxsim_score_options so;
       maxsim_score_options_init(&so);
       if (field == 0) so.struct_size = static_cast<uint32_t>(v);
@@ -265,7 +270,8 @@ void WalkEverything(Walk& w) {
   float grad_scores[2] = {1, 1};
   std::vector<float> gq(2 * 8), gd(5 * 8);
   for (int field = 0; field < 3; ++field) {
-    for (int32_t v : kInts) {
+    for (int32_t v : field == 0 ? std::vector<int32_t>(std::begin(kEnumValues), std::end(kEnumValues))
+                                : std::vector<int32_t>(std::begin(kInts), std::end(kInts))) {
       maxsim_backward_args a{};
       a.struct_size = sizeof(a);
       a.layout = MAXSIM_LAYOUT_MATRIX;
