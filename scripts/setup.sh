@@ -8,8 +8,10 @@
 #   scripts/setup.sh --wasm     also the WebAssembly toolchain (clang-19, wasi-libc, wasm32 libc++), node and
 #                               Chromium (the browser test; Playwright comes from PyPI into build-web/venv)
 #   scripts/setup.sh --python   also the Python headers and venv module (pip install . of the Python package)
+#   scripts/setup.sh --arm      also the AArch64 cross toolchain, qemu-user and the arm64 multiarch libraries
 set -euo pipefail
 
+arm=0
 want=(cmake ninja-build ccache g++ libhwy-dev libdnnl-dev libgtest-dev libbenchmark-dev libopenblas-dev python3)
 for arg in "$@"; do
   case "$arg" in
@@ -17,7 +19,9 @@ for arg in "$@"; do
     --wasm) want+=(clang-19 lld-19 wasi-libc libc++-19-dev-wasm32 libc++abi-19-dev-wasm32 libclang-rt-19-dev-wasm32
                    nodejs chromium python3-venv) ;;
     --python) want+=(python3-dev python3-venv python3-pip) ;;
-    *) echo "setup.sh: unknown option '$arg' (known: --clang, --wasm, --python)" >&2; exit 2 ;;
+    --arm) arm=1
+           want+=(g++-aarch64-linux-gnu qemu-user-static libhwy-dev:arm64 libgtest-dev:arm64 libgomp1:arm64) ;;
+    *) echo "setup.sh: unknown option '$arg' (known: --clang, --wasm, --python, --arm)" >&2; exit 2 ;;
   esac
 done
 
@@ -36,6 +40,9 @@ if [ "$(id -u)" != 0 ]; then
   SUDO=sudo
 fi
 export DEBIAN_FRONTEND=noninteractive
+if [ "$arm" = 1 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  $SUDO dpkg --add-architecture arm64  # the arm64 multiarch libraries (Highway, GoogleTest, libgomp)
+fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 echo "setup.sh: done"

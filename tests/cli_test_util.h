@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -70,12 +71,20 @@ class Cli : public ::testing::Test {
       dup2(fo, 1);
       dup2(fe, 2);
       std::vector<char*> argv;
-      std::string exe = MAXSIM_CLI_PATH;
-      argv.push_back(exe.data());
-      std::vector<std::string> copy = args;
-      for (std::string& a : copy) argv.push_back(a.data());
+      // Cross builds run the tool through the same emulator as the tests (CMAKE_CROSSCOMPILING_EMULATOR, its
+      // words separated by spaces): under qemu-user an exec of a foreign binary does not go through qemu again.
+      std::vector<std::string> words;
+      const std::string emulator = MAXSIM_CLI_EMULATOR;
+      for (size_t p = 0; p < emulator.size();) {
+        const size_t e = std::min(emulator.find(' ', p), emulator.size());
+        if (e > p) words.push_back(emulator.substr(p, e - p));
+        p = e + 1;
+      }
+      words.push_back(MAXSIM_CLI_PATH);
+      for (const std::string& a : args) words.push_back(a);
+      for (std::string& w : words) argv.push_back(w.data());
       argv.push_back(nullptr);
-      execv(exe.c_str(), argv.data());
+      execvp(argv[0], argv.data());
       _exit(127);
     }
     // A run that blocks (on a FIFO, say) is killed after two minutes and fails with code -2.

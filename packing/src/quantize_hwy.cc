@@ -8,6 +8,11 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "quantize_hwy.cc"
+// Not compiled: the SVE targets (sizeless vectors cannot be array or struct members, which LaneSums needs); on
+// AArch64 the NEON target serves every CPU, SVE ones included.
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)
+#endif
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "half.h"
@@ -53,6 +58,9 @@ using DI32_HALF = hn::Rebind<int32_t, DD>;
 using DI8_HALF = hn::Rebind<int8_t, DD>;
 
 struct LaneSums {
+  // Written out: g++ compiles an implicit constructor without this target's attributes (AArch64: "target
+  // specific option mismatch" when it inlines Vec128's).
+  HWY_INLINE LaneSums() {}
   hn::Vec<DD> acc[8];
 };
 

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Lane `arm`: AArch64 cross build (g++-aarch64-linux-gnu), tests under qemu-aarch64-static at SVE 128/256/512/2048.
+# Installs the cross toolchain, qemu-user and the arm64 multiarch libraries (scripts/setup.sh --arm), builds the
+# library, CLI and tests with cmake/aarch64-linux-gnu.cmake, then runs through qemu (CMAKE_CROSSCOMPILING_EMULATOR;
+# the CPU from QEMU_CPU): at 128-bit SVE every test but the multi-GiB, real-data and demo ones (minutes under
+# emulation, and not about the ISA); at 256, 512 and 2048 bits the kernel, cross-ISA and API tests, where the
+# vector length can change a kernel's path. Environment: JOBS, BUILD_DIR (default build-arm).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bash scripts/setup.sh --arm
+JOBS=${JOBS:-$(nproc)}
+BUILD_DIR=${BUILD_DIR:-build-arm}
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+  -DMAXSIM_BUILD_TESTS=ON -DMAXSIM_BUILD_CLI=ON -DMAXSIM_BUILD_BENCHMARKS=OFF "${launcher[@]}" >/dev/null
+echo "test.sh: building (aarch64 cross) in $BUILD_DIR with $JOBS jobs"
+ninja -C "$BUILD_DIR" -j"$JOBS"
+heavy='RealData|BufferLargerThan4GiB|Cli.DemoPasses|Cli.RealColbert'
+isa='KernelTest|KernelsAgree|Api\.|CrossIsa'
+echo "test.sh: qemu -cpu max, 128-bit SVE: every test but the multi-GiB, real-data and demo ones"
+QEMU_CPU=max,sve-default-vector-length=16 ctest --test-dir "$BUILD_DIR" -j"$JOBS" --output-on-failure --timeout 900 -E "$heavy"
+for bytes in 32 64 256; do
+  echo "test.sh: qemu -cpu max, $((bytes * 8))-bit SVE: kernel, cross-ISA and API tests"
+  QEMU_CPU=max,sve-default-vector-length=$bytes ctest --test-dir "$BUILD_DIR" -j"$JOBS" --output-on-failure \
+    --timeout 900 -R "$isa" -E "$heavy"
+done
