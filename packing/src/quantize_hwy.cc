@@ -285,6 +285,11 @@ void WidenRow(const void* row, maxsim_dtype dtype, uint32_t dim, float* out) {
   HWY_DYNAMIC_DISPATCH(WidenRowImpl)(row, dtype, dim, out);
 }
 
+#if HWY_COMPILE_ONLY_STATIC  // edge builds: the static target only, no libhwy (its dispatch tables)
+size_t QuantizeTargetCount() { return 1; }
+const char* QuantizeTargetName(size_t i) { return i == 0 ? hwy::TargetName(HWY_STATIC_TARGET) : "?"; }
+void QuantizeForceTarget(size_t) {}
+#else
 size_t QuantizeTargetCount() { return hwy::SupportedAndGeneratedTargets().size(); }
 const char* QuantizeTargetName(size_t i) {
   const auto targets = hwy::SupportedAndGeneratedTargets();
@@ -298,6 +303,7 @@ void QuantizeForceTarget(size_t i) {
   const auto targets = hwy::SupportedAndGeneratedTargets();
   if (i < targets.size()) hwy::SetSupportedTargetsForTest(targets[i]);
 }
+#endif
 
 }  // namespace maxsim::pack
 #endif  // HWY_ONCE
