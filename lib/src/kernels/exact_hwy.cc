@@ -112,6 +112,7 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT qt, size_t qstride, const float* 
     for (size_t r = 0; r < R; ++r) acc[i][r] = hn::Zero(df);
   }
   for (uint32_t k = 0; k < dim; ++k) {
+    MAXSIM_MCA_BEGIN(NQ * 100 + R);
     const float* HWY_RESTRICT qk = qt + static_cast<size_t>(k) * qstride;
     if (pf) __builtin_prefetch(pf + k * pf_step, 0, 3);
     VF q[NQ];
@@ -120,6 +121,7 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT qt, size_t qstride, const float* 
       const VF b = hn::Set(df, rows[r][k]);
       for (size_t i = 0; i < NQ; ++i) acc[i][r] = ChainMulAdd(q[i], b, acc[i][r]);
     }
+    MAXSIM_MCA_END();
   }
   FoldTile<NQ, R, kCos, kMask>(acc, idx, inv, masks, best, arg);
 }

@@ -18,6 +18,16 @@
 #define MAXSIM_PF_HINT 2
 #endif
 
+// llvm-mca regions: one iteration of a tile's k loop, named "tile" + its shape (scripts/arm-mca.py compiles the
+// kernel sources with -DMAXSIM_MCA and feeds the region to llvm-mca). Nothing in every real build.
+#ifdef MAXSIM_MCA
+#define MAXSIM_MCA_BEGIN(shape) __asm__ volatile("# LLVM-MCA-BEGIN tile%c0" ::"i"(shape))
+#define MAXSIM_MCA_END() __asm__ volatile("# LLVM-MCA-END")
+#else
+#define MAXSIM_MCA_BEGIN(shape) ((void)0)
+#define MAXSIM_MCA_END() ((void)0)
+#endif
+
 namespace maxsim {
 
 // Per-lane query data of the screening kernels, written by the layout hook after the interleaved i8 codes (see

@@ -22,6 +22,7 @@ struct NeonImpl : NoOwnLayout {
       for (int i = 0; i < NQ; ++i) lo[i][r] = hi[i][r] = vdupq_n_s32(0);
     }
     for (uint32_t g = 0; g < a.groups4; ++g) {
+      MAXSIM_MCA_BEGIN(NQ * 100 + R);
       int8x16_t qv[NQ];
       for (int i = 0; i < NQ; ++i) qv[i] = vld1q_s8(a.ql + g * a.qstride + i * 16);
       for (int r = 0; r < R; ++r) {
@@ -31,6 +32,7 @@ struct NeonImpl : NoOwnLayout {
           hi[i][r] = vpadalq_s16(hi[i][r], vmull_high_s8(qv[i], dv));
         }
       }
+      MAXSIM_MCA_END();
     }
     for (int r = 0; r < R; ++r) {
       for (int i = 0; i < NQ; ++i) out[i][r] = vpaddq_s32(lo[i][r], hi[i][r]);

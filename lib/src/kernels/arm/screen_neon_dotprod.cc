@@ -47,12 +47,14 @@ struct DotprodImpl : NoOwnLayout {
       for (int i = 0; i < NQ; ++i) acc[i][r] = vdupq_n_s32(0);
     }
     for (uint32_t g = 0; g < a.groups4; g += 4) {
+      MAXSIM_MCA_BEGIN(NQ * 100 + R);
       int8x16_t dv[R];
       for (int r = 0; r < R; ++r) dv[r] = vld1q_s8(rp[r] + 4 * g);
       Step<0>(a, g, dv, acc);
       Step<1>(a, g, dv, acc);
       Step<2>(a, g, dv, acc);
       Step<3>(a, g, dv, acc);
+      MAXSIM_MCA_END();
     }
   }
 };

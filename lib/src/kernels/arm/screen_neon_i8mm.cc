@@ -62,12 +62,14 @@ struct I8mmImpl {
     }
     const uint32_t steps = (a.groups4 + 1) / 2;  // k steps of 8 covering dim (padded_dim is a multiple of 64)
     for (uint32_t s = 0; s < steps; ++s) {
+      MAXSIM_MCA_BEGIN(NQ * 100 + R);
       int8x16_t qv[2 * NQ];
       for (int v = 0; v < 2 * NQ; ++v) qv[v] = vld1q_s8(a.own + s * a.own_stride + v * 16);
       for (int p = 0; p < P; ++p) {
         const int8x16_t dv = vcombine_s8(vld1_s8(rp[2 * p] + 8 * s), vld1_s8(rp[2 * p + 1] + 8 * s));
         for (int v = 0; v < 2 * NQ; ++v) acc[v][p] = vmmlaq_s32(acc[v][p], qv[v], dv);
       }
+      MAXSIM_MCA_END();
     }
     // acc[v][p] = [lane 2v' x row 2p, lane 2v' x row 2p+1, lane 2v'+1 x row 2p, lane 2v'+1 x row 2p+1]
     for (int i = 0; i < NQ; ++i) {
