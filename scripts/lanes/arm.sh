@@ -3,7 +3,7 @@
 # Lane `arm`: AArch64 cross build (g++-aarch64-linux-gnu), tests under qemu-aarch64-static at SVE 128/256/512/2048.
 # Installs the cross toolchain, qemu-user and the arm64 multiarch libraries (scripts/setup.sh --arm), builds the
 # library, CLI and tests with cmake/aarch64-linux-gnu.cmake, then runs through qemu (CMAKE_CROSSCOMPILING_EMULATOR;
-# the CPU from QEMU_CPU): at 128-bit SVE every test but the multi-GiB, real-data and demo ones (minutes under
+# the CPU from QEMU_CPU): at 128-bit SVE every test but the multi-GiB, real-data, demo and progress-timing ones (minutes under
 # emulation, and not about the ISA); at 256, 512 and 2048 bits the cross-ISA test, which scores with every
 # kernel in every mode (no kernel executes SVE instructions yet: these runs show the NEON kernels do not depend
 # on the vector length, and are where vector-length-agnostic kernels will get their reference tests too). Then
@@ -22,7 +22,7 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN
   -DMAXSIM_BUILD_TESTS=ON -DMAXSIM_BUILD_CLI=ON -DMAXSIM_BUILD_BENCHMARKS=OFF "${launcher[@]}" >/dev/null
 echo "test.sh: building (aarch64 cross) in $BUILD_DIR with $JOBS jobs"
 ninja -C "$BUILD_DIR" -j"$JOBS"
-heavy='RealData|BufferLargerThan4GiB|Cli.DemoPasses|Cli.RealColbert'
+heavy='RealData|BufferLargerThan4GiB|Cli.DemoPasses|Cli.RealColbert|Api.ProgressCallback'
 isa='KernelTest|KernelsAgree|Api\.|CrossIsa'
 per_vl='CrossIsa'
 echo "test.sh: qemu -cpu max, 128-bit SVE: every test but the multi-GiB, real-data and demo ones"
