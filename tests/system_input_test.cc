@@ -14,8 +14,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <memory>
@@ -196,6 +198,10 @@ TEST(Threads, ThreadCreationFailureIsAStatusNotAnExit) {
   const std::string out = tmpl;
   auto run = [&](const char* threads) {
     const pid_t pid = fork();
+    if (pid < 0) {
+      ADD_FAILURE() << threads << " threads: fork failed: " << std::strerror(errno);
+      return std::string();
+    }
     if (pid == 0) {
       ftruncate(out_fd, 0);
       dup2(out_fd, 1);
