@@ -65,6 +65,14 @@ struct Mma16<__half> {
   }
 };
 
+// A score: the double sum of the per-token maxima rounded once to f32, saturating at +-FLT_MAX (as the CPU's
+// RoundScore in lib/src/engine.cc): a sum beyond the f32 range is not +-inf, so -inf stays the score of an empty
+// document only. Inside the range the clamp changes nothing, so the bits are the plain rounding's.
+__device__ __forceinline__ float RoundScore(double sum) {
+  constexpr double kMax = 3.4028234663852886e38;  // FLT_MAX
+  return static_cast<float>(sum > kMax ? kMax : (sum < -kMax ? -kMax : sum));
+}
+
 // One 32-dimension chunk: two k16 steps (dims [32c, 32c + 16), then [32c + 16, 32c + 32)). qa = row g's
 // fragment, qb = row g+8's, b = column g's, all in the same placement (LdFrag16, or LdFragNatural with
 // LdsmFrag16).

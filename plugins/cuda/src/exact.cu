@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a)
   if (G == 1) {
     if (threadIdx.x == 0) {
       const double sum = OrderedSum(s_term, lq);
-      *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? static_cast<float>(sum) : -INFINITY;
+      *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? RoundScore(sum) : -INFINITY;
     }
     int32_t* am = a.pairs.ArgmaxPtr(p, qi, dj, qb - a.q.Begin(0), lq);
     if (am) {
@@ -659,7 +659,7 @@ __global__ void FinalizeKernel(const ForwardArgs a) {
       for (int k = 0; k < 32; ++k) sum += static_cast<double>(__shfl_sync(kFull, v, k));
       v = next;
     }
-    if (lane == 0) *a.pairs.ScorePtr(p, qi, dj) = nonempty ? static_cast<float>(sum) : -INFINITY;
+    if (lane == 0) *a.pairs.ScorePtr(p, qi, dj) = nonempty ? RoundScore(sum) : -INFINITY;
     int32_t* am = a.pairs.ArgmaxPtr(p, qi, dj, qb - a.q.Begin(0), lq);
     if (am) {
       for (uint64_t s = lane; s < lq; s += 32) am[s] = nonempty ? a.part.arg[slot0 + s] : -1;

@@ -265,7 +265,7 @@ __device__ __forceinline__ void FinishPair(const ForwardArgs& a, const Barrier& 
     bar.Sync();
     if (first) {
       const double sum = OrderedSum(s_term, lq);
-      *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? static_cast<float>(sum) : -INFINITY;
+      *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? RoundScore(sum) : -INFINITY;
     }
   } else if (t == 0) {
 #pragma unroll

@@ -115,7 +115,7 @@ __device__ __forceinline__ void WriteRows(const ForwardArgs& a, uint64_t p, uint
   const uint64_t o_i = qb - a.q.Begin(0);
   if (lane == 0) {
     const double sum = OrderedSum(s_term, lq);
-    *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? static_cast<float>(sum) : -INFINITY;
+    *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? RoundScore(sum) : -INFINITY;
   }
   int32_t* am = a.pairs.ArgmaxPtr(p, qi, dj, o_i, lq);
   if (am) {

@@ -478,7 +478,7 @@ __global__ void __launch_bounds__(256, 2) ScreenWgmmaRefineKernel(const ForwardA
     __syncthreads();
     if (tid == 0) {
       const double sum = OrderedSum(s_term, rows);
-      *a.pairs.ScorePtr(p, qi, dj) = ld > 0 ? static_cast<float>(sum) : -INFINITY;
+      *a.pairs.ScorePtr(p, qi, dj) = ld > 0 ? RoundScore(sum) : -INFINITY;
     }
   }
 }
