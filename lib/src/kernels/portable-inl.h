@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Portable kernel body: plain C++ written so that a compiler auto-vectorises it across query tokens (16 lanes,
 // 4 document rows per tile). Included twice: by portable_baseline.cc (no ISA assumption) and by
-// portable_x86v3.cc (compiled for AVX2+FMA), each inside its own namespace MAXSIM_PORTABLE_NS so that the two
+// portable_autovec_avx2.cc (compiled for AVX2+FMA), each inside its own namespace MAXSIM_PORTABLE_NS so that the two
 // instantiations never merge at link time.
 //
 // Exact: for each group of 16 query lanes, every tile of 4 document rows runs the canonical FMA chain over k

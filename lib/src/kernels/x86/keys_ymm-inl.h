@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The end of a ymm i8 tile, shared by the "avx2" (screen_avx2.cc) and "avx-vnni" (screen_avxvnni.cc) screens:
+// The end of a ymm i8 tile, shared by the "avx2" (screen_avx2.cc) and "avx-vnni" (screen_avx_vnni.cc) screens:
 // exact i32 dots of NQ query vectors (8 lanes each) x R document rows starting at row j -> the approximate keys
 //   K[i * group_stride + (j + r) * 8 + l] = fl(fl(fl(float(I) * s_d) * s_q) [* inv])
 // (the portable kernel's expression, ComputeKeysFn in kernels/pipeline.h) and the running maxima top[i].

@@ -31,7 +31,7 @@
 #include "kernels/x86/x86_kernels.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, see screen_avx512vnni.cc
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, see screen_avx512_vnni.cc
 #endif
 
 #define MAXSIM_TARGET_AMX \
@@ -456,7 +456,7 @@ void Prepare(const PreparedQuery& q, maxsim_mode mode, void* out) {
 }  // namespace
 }  // namespace x86
 
-extern const KernelOps kOpsAmx = {&x86::ExactBf16Kernel, &x86::ScreenedAmx, &x86::LayoutBytes, &x86::Prepare,
+extern const KernelOps kOpsAmx = {&x86::ExactAvx512Bf16, &x86::ScreenedAmx, &x86::LayoutBytes, &x86::Prepare,
                                   &x86::ScreenedBatchAmx};
 
 }  // namespace maxsim

@@ -8,9 +8,9 @@
 //   pair_tile-inl.h          AVX2 / AVX-512 transposes of the pair-per-lane refinement tile (a hook of
 //                            kernels/screen_hwy-inl.h).
 //   screen_avx2.cc           AVX2 i8 screening (sign table + vpmaddubsw + vpmaddwd), kernel "avx2".
-//   screen_avx512vnni.cc     AVX-512 VNNI i8 screening (vpdpbusd), kernel "avx512-vnni".
-//   screen_avxvnni.cc        AVX-VNNI i8 screening (VEX vpdpbusd on ymm), kernel "avx-vnni".
-//   exact_avx512bf16.cc      vdpbf16ps exact path for bf16 originals, kernel "avx512-bf16" (and "amx").
+//   screen_avx512_vnni.cc    AVX-512 VNNI i8 screening (vpdpbusd), kernel "avx512-vnni".
+//   screen_avx_vnni.cc       AVX-VNNI i8 screening (VEX vpdpbusd on ymm), kernel "avx-vnni".
+//   exact_avx512_bf16.cc     vdpbf16ps exact path for bf16 originals, kernel "avx512-bf16" (and "amx").
 //   screen_amx.cc            AMX-INT8 screening (tdpbssd), kernel "amx".
 #ifndef MAXSIM_SRC_KERNELS_X86_X86_KERNELS_H_
 #define MAXSIM_SRC_KERNELS_X86_X86_KERNELS_H_
@@ -26,15 +26,15 @@
 namespace maxsim {
 namespace x86 {
 
-// vdpbf16ps exact path (exact_avx512bf16.cc). Returns false (and computes nothing) when the pair falls outside
+// vdpbf16ps exact path (exact_avx512_bf16.cc). Returns false (and computes nothing) when the pair falls outside
 // the range where vdpbf16ps provably reproduces the canonical chain; the caller then uses the FMA path.
 bool ExactBf16Dp(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key,
                  int32_t* best_index, KernelScratch& scratch);
-// Query-layout hook of the kernels that use ExactBf16Dp (pair-swapped bf16 query, see exact_avx512bf16.cc).
+// Query-layout hook of the kernels that use ExactBf16Dp (pair-swapped bf16 query, see exact_avx512_bf16.cc).
 size_t Bf16LayoutBytes(const PreparedQuery& q);
 void Bf16Prepare(const PreparedQuery& q, void* out);
 // KernelOps::exact of the kernels with vdpbf16ps: ExactBf16Dp where it applies, else the Highway AVX3 path.
-void ExactBf16Kernel(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key,
+void ExactAvx512Bf16(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key,
                      int32_t* best_index, KernelScratch& scratch);
 // One line saying what the vdpbf16ps self-test and rate check found on this CPU (run on first use; needs
 // AVX512_BF16), and whether exact bf16 pairs take the vdpbf16ps path (the exact result is the same either way).
@@ -43,15 +43,15 @@ bool Bf16DpInUse();
 // Tests only: -1 (default) choose by measured rate, 1 use vdpbf16ps wherever it is exact, 0 never.
 void ForceBf16DpForTest(int mode);
 
-// AVX-512 VNNI screening shared between kernels (screen_avx512vnni.cc); its biased query layout is also the
+// AVX-512 VNNI screening shared between kernels (screen_avx512_vnni.cc); its biased query layout is also the
 // "avx-vnni" kernel's.
-void ScreenedVnni(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode,
-                  float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters);
-void ScreenedBatchVnni(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric, maxsim_mode mode,
-                       float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters,
-                       const ScreenPrune* prune);
-size_t VnniLayoutBytes(const PreparedQuery& q, maxsim_mode mode);
-void VnniPrepare(const PreparedQuery& q, maxsim_mode mode, void* out);
+void ScreenedAvx512Vnni(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode,
+                        float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters);
+void ScreenedBatchAvx512Vnni(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric,
+                             maxsim_mode mode, float* best_key, int32_t* best_index, KernelScratch& scratch,
+                             ScreenCounters* counters, const ScreenPrune* prune);
+size_t BiasedLayoutBytes(const PreparedQuery& q, maxsim_mode mode);
+void BiasedLayoutPrepare(const PreparedQuery& q, maxsim_mode mode, void* out);
 
 // The ComputeKeysFn of the vpdpbusd kernels ("avx512-vnni": W = 16 lanes per group, "avx-vnni": W = 8). Both read
 // the biased I8QueryLayout and differ only in RowsT::Run<NQ, kCos>, which computes the keys of every document row

@@ -3,7 +3,7 @@
 // encoding of vpdpbusd on ymm registers (Alder Lake and later Intel client cores, which have no AVX-512;
 // Sapphire Rapids; AMD Zen 5). On a CPU with AVX-512 VNNI the "avx512-vnni" kernel ranks higher.
 //
-// Signs: as in screen_avx512vnni.cc. vpdpbusd multiplies unsigned by signed bytes; the query is stored once
+// Signs: as in screen_avx512_vnni.cc. vpdpbusd multiplies unsigned by signed bytes; the query is stored once
 // per call with a +128 bias (I8QueryLayout with xor 0x80, the same layout as "avx512-vnni"), the document codes
 // stay signed, and each accumulator starts at -128 * code_sum(d) from the packed metadata, so it ends at exactly
 // the integer dot I (arithmetic modulo 2^32; the final I fits in i32 for every packed buffer).
@@ -33,7 +33,7 @@ constexpr int kTileRows = 6;   // document rows per tile (register budget above)
 // acc += q (unsigned bytes) x d (signed bytes), in place. The {vex} prefix (written %{vex%} in GCC asm, where
 // braces mark dialect alternatives) pins the VEX encoding, the only one an AVX-VNNI CPU without AVX-512
 // decodes. Under GCC the asm also keeps each accumulator in its register (its intrinsic codegen copies
-// registers per instruction, as screen_avx512vnni.cc found for zmm).
+// registers per instruction, as screen_avx512_vnni.cc found for zmm).
 MAXSIM_TARGET_AVXVNNI inline void Dp(__m256i& acc, __m256i q, __m256i d) {
 #if defined(__GNUC__) && !defined(__clang__)
   __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(q), "x"(d));
@@ -128,8 +128,9 @@ void Exact(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float*
 }  // namespace
 }  // namespace x86
 
-// The query layout (biased i8, then the lanes) is avx512-vnni's: VnniLayoutBytes / VnniPrepare are ISA-free.
-extern const KernelOps kOpsAvxVnni = {&x86::Exact, &x86::Screened, &x86::VnniLayoutBytes, &x86::VnniPrepare,
+// The query layout (biased i8, then the lanes) is avx512-vnni's: BiasedLayoutBytes / BiasedLayoutPrepare are
+// ISA-free.
+extern const KernelOps kOpsAvxVnni = {&x86::Exact, &x86::Screened, &x86::BiasedLayoutBytes, &x86::BiasedLayoutPrepare,
                                       &x86::ScreenedBatch};
 
 }  // namespace maxsim

@@ -119,24 +119,24 @@ struct ZmmRows {
 
 }  // namespace
 
-void ScreenedBatchVnni(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric, maxsim_mode mode,
-                       float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters,
-                       const ScreenPrune* prune) {
+void ScreenedBatchAvx512Vnni(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric,
+                             maxsim_mode mode, float* best_key, int32_t* best_index, KernelScratch& scratch,
+                             ScreenCounters* counters, const ScreenPrune* prune) {
   const ScreenCall c = MakeScreenCall(q, docs, n, metric, mode, best_key, best_index, scratch, counters, prune,
                                       &BiasedLayoutKeys<kW, ZmmRows>);
   HwyTargetOps(HWY_AVX3)->screen(c);
 }
 
-void ScreenedVnni(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode,
-                  float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters) {
-  ScreenedBatchVnni(q, &d, 1, metric, mode, best_key, best_index, scratch, counters, nullptr);
+void ScreenedAvx512Vnni(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, maxsim_mode mode,
+                        float* best_key, int32_t* best_index, KernelScratch& scratch, ScreenCounters* counters) {
+  ScreenedBatchAvx512Vnni(q, &d, 1, metric, mode, best_key, best_index, scratch, counters, nullptr);
 }
 
-size_t VnniLayoutBytes(const PreparedQuery& q, maxsim_mode mode) {
+size_t BiasedLayoutBytes(const PreparedQuery& q, maxsim_mode mode) {
   return mode == MAXSIM_MODE_EXACT ? 0 : I8QueryLayout::Bytes(q);
 }
 
-void VnniPrepare(const PreparedQuery& q, maxsim_mode mode, void* out) {
+void BiasedLayoutPrepare(const PreparedQuery& q, maxsim_mode mode, void* out) {
   if (mode != MAXSIM_MODE_EXACT) I8QueryLayout::Write(q, 0x80, out);
 }
 
@@ -149,7 +149,7 @@ void ExactAvx3(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, fl
 
 }  // namespace x86
 
-extern const KernelOps kOpsAvx512Vnni = {&x86::ExactAvx3, &x86::ScreenedVnni, &x86::VnniLayoutBytes,
-                                         &x86::VnniPrepare, &x86::ScreenedBatchVnni};
+extern const KernelOps kOpsAvx512Vnni = {&x86::ExactAvx3, &x86::ScreenedAvx512Vnni, &x86::BiasedLayoutBytes,
+                                         &x86::BiasedLayoutPrepare, &x86::ScreenedBatchAvx512Vnni};
 
 }  // namespace maxsim

@@ -16,7 +16,7 @@
 #pragma GCC target("avx2,fma,f16c")
 #endif
 
-#define MAXSIM_PORTABLE_NS portable_x86v3
+#define MAXSIM_PORTABLE_NS portable_autovec_avx2
 #include "kernels/portable-inl.h"
 
 #if defined(__clang__)
@@ -26,5 +26,5 @@
 #endif
 
 namespace maxsim {
-extern const KernelOps kOpsAutovecAvx2 = {&portable_x86v3::Exact, &portable_x86v3::Screened};
+extern const KernelOps kOpsAutovecAvx2 = {&portable_autovec_avx2::Exact, &portable_autovec_avx2::Screened};
 }  // namespace maxsim

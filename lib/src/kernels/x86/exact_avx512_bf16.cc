@@ -33,7 +33,7 @@
 #include "kernels/x86/x86_kernels.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, see screen_avx512vnni.cc
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, see screen_avx512_vnni.cc
 #endif
 
 #define MAXSIM_TARGET_BF16 \
@@ -375,30 +375,25 @@ bool ExactBf16Dp(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, 
 
 namespace {
 
-void ExactBf16OrFma(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key,
-                    int32_t* best_index, KernelScratch& scratch) {
-  if (!ExactBf16Dp(q, d, metric, best_key, best_index, scratch)) {
-    ExactWithHwy(*HwyTargetOps(HWY_AVX3), q, d, metric, best_key, best_index, scratch);
-  }
-}
-
 size_t LayoutBytes(const PreparedQuery& q, maxsim_mode mode) {
-  return mode == MAXSIM_MODE_EXACT ? Bf16LayoutBytes(q) : VnniLayoutBytes(q, mode);
+  return mode == MAXSIM_MODE_EXACT ? Bf16LayoutBytes(q) : BiasedLayoutBytes(q, mode);
 }
 
 void Prepare(const PreparedQuery& q, maxsim_mode mode, void* out) {
   if (mode == MAXSIM_MODE_EXACT) {
     Bf16Prepare(q, out);
   } else {
-    VnniPrepare(q, mode, out);
+    BiasedLayoutPrepare(q, mode, out);
   }
 }
 
 }  // namespace
 
-void ExactBf16Kernel(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key,
+void ExactAvx512Bf16(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key,
                      int32_t* best_index, KernelScratch& scratch) {
-  ExactBf16OrFma(q, d, metric, best_key, best_index, scratch);
+  if (!ExactBf16Dp(q, d, metric, best_key, best_index, scratch)) {
+    ExactWithHwy(*HwyTargetOps(HWY_AVX3), q, d, metric, best_key, best_index, scratch);
+  }
 }
 
 const char* Bf16DpVerdict() {
@@ -423,7 +418,7 @@ void ForceBf16DpForTest(int mode) { g_force_dp.store(mode, std::memory_order_rel
 
 }  // namespace x86
 
-extern const KernelOps kOpsAvx512Bf16 = {&x86::ExactBf16OrFma, &x86::ScreenedVnni, &x86::LayoutBytes,
-                                         &x86::Prepare, &x86::ScreenedBatchVnni};
+extern const KernelOps kOpsAvx512Bf16 = {&x86::ExactAvx512Bf16, &x86::ScreenedAvx512Vnni, &x86::LayoutBytes,
+                                         &x86::Prepare, &x86::ScreenedBatchAvx512Vnni};
 
 }  // namespace maxsim
