@@ -170,7 +170,7 @@ TEST_F(Cli, DemoPassesItsCertifiedCheck) {
   // Deterministic: the same seed gives the same corpus (the saved files are byte-identical).
   ASSERT_EQ(Run({"demo", "--docs", "50", "--queries", "2", "--seed", "5", "--save", Path("a")}).code, 0);
   ASSERT_EQ(Run({"demo", "--docs", "50", "--queries", "2", "--seed", "5", "--threads", "1", "--save", Path("b")}).code, 0);
-  for (const char* f : {"docs_tokens.npy", "docs_offsets.npy", "queries_tokens.npy", "corpus.maxsim"}) {
+  for (const char* f : {"docs_tokens.npy", "docs_offsets.npy", "queries_tokens.npy", "docs_ids.txt", "corpus.maxsim"}) {
     const std::string a = ReadFile(Path(std::string("a/") + f)), b = ReadFile(Path(std::string("b/") + f));
     EXPECT_FALSE(a.empty()) << f;
     EXPECT_EQ(a, b) << f;
@@ -485,6 +485,14 @@ TEST_F(CliErrors, NonRegularFilesAndBadEnvironmentAreRefused) {
   struct stat st;
   ASSERT_EQ(stat(fifo.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced";
+  // demo --save writes its id list through the same writer: a FIFO in its place is refused, not opened.
+  ASSERT_EQ(mkdir(Path("demo").c_str(), 0755), 0);
+  ASSERT_EQ(mkfifo(Path("demo/docs_ids.txt").c_str(), 0644), 0);
+  CliResult demo = Run({"demo", "--docs", "20", "--queries", "1", "--save", Path("demo")});
+  EXPECT_EQ(demo.code, 1) << demo.err;
+  EXPECT_NE(demo.err.find("refusing to replace"), std::string::npos) << demo.err;
+  ASSERT_EQ(stat(Path("demo/docs_ids.txt").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "demo replaced the FIFO";
   WriteBytes(Path("bool.npy"), Npy("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string(3, '\1')));
   ExpectError({"search", corpus_, qt_, Path("bool.npy")}, 1, {"not bool"});
   setenv("MAXSIM_CPU_MASK", "zz", 1);

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "npy.h"
+#include "runs.h"
 
 namespace maxsim::cli {
 namespace {
@@ -117,10 +118,9 @@ int RunDemo(int argc, char** argv) {
     SaveNpy(dir + "/queries_tokens.npy", npy::Dtype::kF32, {nq * ss.query_len, data.dim}, data.queries.data(),
             data.queries.size() * 4);
     SaveNpy(dir + "/queries_offsets.npy", npy::Dtype::kI64, {nq + 1}, data.query_offsets.data(), (nq + 1) * 8);
-    std::FILE* f = std::fopen((dir + "/docs_ids.txt").c_str(), "w");
-    if (!f) throw Failure(dir + "/docs_ids.txt: cannot create (does the folder exist and is it writable?)");
-    for (uint64_t id : ids) std::fprintf(f, "%llu\n", static_cast<unsigned long long>(id));
-    std::fclose(f);
+    std::string id_lines;
+    for (uint64_t id : ids) id_lines += std::to_string(id) + "\n";
+    WriteOutput(dir + "/docs_ids.txt", id_lines);  // temporary file + rename, never over a non-regular file
     Check(maxsim_packed_save(corpus, (dir + "/corpus.maxsim").c_str()), "writing " + dir + "/corpus.maxsim");
     std::printf("saved: %s/{docs_tokens,docs_offsets,queries_tokens,queries_offsets}.npy, docs_ids.txt, corpus.maxsim\n",
                 dir.c_str());

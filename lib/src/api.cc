@@ -170,6 +170,40 @@ Status CheckLevel(const maxsim_validation& level) {
   return Status::Ok();
 }
 
+// maxsim_pack and maxsim_pack_with_string_ids: a library-owned buffer, packed and checked (FAST).
+Status PackOwned(maxsim_context* ctx, const maxsim_dense_sets* sets, const uint64_t* ids,
+                 const char* const* string_ids, maxsim_packed** out) {
+  if (!out) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "out is NULL");
+  *out = nullptr;
+  DenseView v;
+  MAXSIM_RETURN_IF_ERROR(ResolveDense(sets, "sets", &v));
+  uint64_t size = 0;
+  MAXSIM_RETURN_IF_ERROR(pack::PackedSize(v, ids != nullptr, &size, string_ids));
+  void* memory = AllocatePacked(size);
+  if (!memory) {
+    return Error(MAXSIM_ERR_OUT_OF_MEMORY, "cannot allocate %llu bytes for the packed buffer",
+                 static_cast<unsigned long long>(size));
+  }
+  const uint64_t allocated = size;
+  Status st = pack::PackInto(v, ids, memory, size, ctx ? ctx->threads : 1, "sets", &size,
+                             /*write_before_validation=*/true, string_ids);
+  pack::PackedView view;
+  if (st.ok()) st = pack::Validate(memory, size, MAXSIM_VALIDATE_FAST, &view);
+  if (!st.ok()) {
+    FreePacked(memory, allocated);
+    return st;
+  }
+  auto* p = new maxsim_packed;
+  p->view = view;
+  p->storage = maxsim_packed::Storage::kOwned;
+  p->memory = memory;
+  p->mapped_bytes = allocated;
+  p->uid = NextPackedUid();
+  p->trust = maxsim_packed::Trust::kProven;  // this library packed it
+  *out = p;
+  return Status::Ok();
+}
+
 }  // namespace
 }  // namespace maxsim
 
@@ -300,42 +334,6 @@ MAXSIM_API maxsim_status maxsim_pack_into(maxsim_context* ctx, const maxsim_dens
   });
 }
 
-namespace {
-Status PackOwned(maxsim_context* ctx, const maxsim_dense_sets* sets, const uint64_t* ids,
-                 const char* const* string_ids, maxsim_packed** out) {
-  {
-    if (!out) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "out is NULL");
-    *out = nullptr;
-    DenseView v;
-    MAXSIM_RETURN_IF_ERROR(ResolveDense(sets, "sets", &v));
-    uint64_t size = 0;
-    MAXSIM_RETURN_IF_ERROR(pack::PackedSize(v, ids != nullptr, &size, string_ids));
-    void* memory = AllocatePacked(size);
-    if (!memory) {
-      return Error(MAXSIM_ERR_OUT_OF_MEMORY, "cannot allocate %llu bytes for the packed buffer",
-                   static_cast<unsigned long long>(size));
-    }
-    const uint64_t allocated = size;
-    Status st = pack::PackInto(v, ids, memory, size, ctx ? ctx->threads : 1, "sets", &size,
-                               /*write_before_validation=*/true, string_ids);
-    pack::PackedView view;
-    if (st.ok()) st = pack::Validate(memory, size, MAXSIM_VALIDATE_FAST, &view);
-    if (!st.ok()) {
-      FreePacked(memory, allocated);
-      return st;
-    }
-    auto* p = new maxsim_packed;
-    p->view = view;
-    p->storage = maxsim_packed::Storage::kOwned;
-    p->memory = memory;
-    p->mapped_bytes = allocated;
-    p->uid = NextPackedUid();
-    p->trust = maxsim_packed::Trust::kProven;  // this library packed it
-    *out = p;
-    return Status::Ok();
-  }
-}
-}  // namespace
 
 MAXSIM_API maxsim_status maxsim_pack(maxsim_context* ctx, const maxsim_dense_sets* sets, const uint64_t* ids,
                                      maxsim_packed** out) {

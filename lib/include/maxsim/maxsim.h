@@ -9,9 +9,9 @@
  *  - f32 accumulation. The similarity of one (query token, document token) pair is the sequential f32 fused
  *    multiply-add chain over k = 0..dim-1 starting from +0, on inputs converted exactly to f32. Every CPU
  *    kernel computes exactly this, so exact results are bit-identical across ISAs and thread counts.
- *  - Ties go to the lowest document-token index. The per-token maxima are summed in double, in token order
- *    (in chunks of 256 tokens summed in order), and rounded once to f32; a sum beyond the f32 range saturates to
- *    +-FLT_MAX, so that no accepted input scores a non-finite value other than an empty document's -INFINITY.
+ *  - Ties go to the lowest document-token index. The per-token maxima are summed in double, in token order, in
+ *    one pass, and rounded once to f32; a sum beyond the f32 range saturates to +-FLT_MAX, so that no accepted
+ *    input scores a non-finite value other than an empty document's -INFINITY.
  *  - A document set with no tokens scores -INFINITY (it never outranks a real document; argmax -1); a query
  *    set with no tokens scores 0 against any non-empty document. Masked document tokens are excluded (never
  *    treated as 0); masked query tokens contribute 0 and get argmax -1.
