@@ -14,6 +14,8 @@
 #   gpu-ncu     a full Nsight Compute profile of one kernel on one shape (NCU_SHAPE, NCU_KERNEL)
 #   gpu-ab      the GPU benchmark of .carry/base-src (MAXSIM_BASE_REV=<rev> make-carry.sh) against this tree
 #   x86-kernels the x86 kernel developers' section: kernel_bench per kernel, top-k pruning, pinned thread scaling
+#   py-cuda     the Python package on CUDA tensors: offline `pip install .` from .whl/ (scripts/make-py-wheels.sh;
+#               carry .whl too), python/tests/test_cuda.py against the plugin (and PyLate's CUDA path)
 # Full logs and JSON go under $OUT, bundled section by section into $OUT/results.tar.gz (a remote runner may
 # return only a few files); the summaries of all sections are printed last and kept in $OUT/summary.txt.
 set -uo pipefail

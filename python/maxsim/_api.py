@@ -668,6 +668,8 @@ def topk(
         raise InvalidArgumentError(f"k is {k}; it must be >= 0")
     k = int(k)
     q, d = _side(Q, q_mask, "queries"), _side(corpus, None, "corpus")
+    if (q.where is not None and q.where.cuda) or (d.where is not None and d.where.cuda):
+        return _topk_cuda(Q, q, d, k, metric, mode, return_stats, threads, backend, isa)
     nq = q.obj.n_sets
     s = np.empty((nq, k), dtype=np.float32)
     idx = np.empty((nq, k), dtype=np.uint64)
@@ -698,6 +700,56 @@ def topk(
             ids = torch.from_numpy(ids.view(np.int64)).to(where.device)
     result = TopK(s, indices, ids)
     return (result, stats) if return_stats else result
+
+
+def _topk_cuda(Q: Any, q: _Side, d: _Side, k: int, metric: str, mode: str, return_stats: bool, threads: int,
+               backend: Optional[str], isa: Optional[str]) -> Any:
+    """topk() with CUDA tensors. The library's top-k takes host queries and a packed corpus (host memory, which
+    the CUDA backend uploads once per context and caches), so CUDA queries against a PackedCorpus are copied to
+    the host (the query tokens only) and the results are returned on the queries' device. CUDA queries against
+    CUDA document tensors never leave the device: the library scores the [Nq, Nd] matrix there and a stable
+    descending sort on the device ranks it (ties to the lower document index, as the library ranks)."""
+    import torch
+
+    device = (q.where if q.where is not None and q.where.cuda else d.where).device
+    if isinstance(d.obj, _core.Packed):
+        host = _host_copy(q.keep)
+        top = topk(host, d.keep, k, metric=metric, mode=mode, return_stats=return_stats, threads=threads,
+                   backend=backend, isa=isa)
+        res, stats = top if return_stats else (top, None)
+        vals, idx, ids = torch.as_tensor(res.scores), torch.as_tensor(res.indices), res.ids
+        if isinstance(ids, np.ndarray):
+            ids = torch.from_numpy(ids.view(np.int64))
+        if q.single:
+            vals, idx, ids = vals[0], idx[0], None if ids is None else ids[0]
+        out = TopK(vals.to(device), idx.to(device), ids.to(device) if isinstance(ids, torch.Tensor) else ids)
+        return (out, stats) if return_stats else out
+    s = scores(q.keep, d.keep, metric=metric, mode=mode, return_stats=return_stats, threads=threads,
+               backend=backend, isa=isa)
+    s, stats = s if return_stats else (s, None)
+    if s.ndim == 1:
+        s = s[None]
+    nq, nd = s.shape
+    vals, idx = torch.sort(s, dim=1, descending=True, stable=True)
+    vals, idx = vals[:, :k], idx[:, :k]
+    if k > nd:
+        vals = torch.cat([vals, torch.full((nq, k - nd), float("-inf"), device=device)], dim=1)
+        idx = torch.cat([idx, torch.full((nq, k - nd), -1, dtype=torch.int64, device=device)], dim=1)
+    if q.single:
+        vals, idx = vals[0], idx[0]
+    out = TopK(vals, idx, None)
+    return (out, stats) if return_stats else out
+
+
+def _host_copy(x: Any) -> Any:
+    """A host copy of CUDA query tokens as _side received them (a tensor, a list of tensors, or Sets)."""
+    if isinstance(x, Sets):
+        data, offsets, mask = x._keep
+        host_mask = None if mask is None else mask.cpu()
+        if offsets is not None:
+            return Sets(data.cpu(), offsets=offsets, mask=host_mask)
+        return Sets(data.cpu(), mask=None if host_mask is None else host_mask.reshape(data.shape[:-1]))
+    return x.cpu()
 
 
 def backward(

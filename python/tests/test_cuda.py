@@ -1,0 +1,337 @@
+# SPDX-License-Identifier: Apache-2.0
+"""CUDA tensors through the CUDA plugin (a GPU host; scripts/device/py-cuda.sh runs this file there). Skipped
+without torch, a CUDA device or a usable libmaxsim CUDA plugin; MAXSIM_PY_CUDA_REQUIRE=1 turns those skips into
+failures (the device section sets it).
+
+What is checked: CUDA tensors are read in place on the device (no host round trip: a CPU-only context refuses
+them, the torch allocator sees only the outputs, an in-place write shows in the next call) and outputs come back
+on the caller's device; float32 scores, argmaxes, pairs, candidates and top-k equal the CPU's bit for bit (the
+plugin runs the CPU's FMA chain for f32, docs/cuda.md); 16-bit inputs are within the float32 bound of the
+float64 reference (tensor cores: not the CPU's bits); autograd on CUDA matches the CPU backward (deterministic:
+bit-identical across runs; atomic: within float32 rounding); NaN/Inf in a device tensor raises NonFiniteError;
+PyLate's functions on CUDA tensors through maxsim.integrations.pylate."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from conftest import reference_matrix, tolerance
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+import maxsim  # noqa: E402
+import maxsim.torch as mt  # noqa: E402
+
+REQUIRE = os.environ.get("MAXSIM_PY_CUDA_REQUIRE", "0") == "1"
+
+
+def _unavailable() -> str | None:
+    if not torch.cuda.is_available():
+        return "no CUDA device visible to torch"
+    try:
+        maxsim.context(backend="cuda")
+    except maxsim.Error as e:
+        return f"no usable libmaxsim CUDA plugin ({e}); build it (-DMAXSIM_CUDA=ON) and set MAXSIM_PLUGIN_PATH"
+    return None
+
+
+_REASON = _unavailable()
+if _REASON is not None:
+    if REQUIRE:
+        raise RuntimeError(f"MAXSIM_PY_CUDA_REQUIRE=1 but {_REASON}")
+    pytest.skip(_REASON, allow_module_level=True)
+
+DEV = torch.device("cuda")
+
+
+def _rand(*shape, seed, dtype=torch.float32, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(dtype)
+
+
+def _same_bits(a, b, what=""):
+    a, b = a.detach().cpu(), b.detach().cpu() if isinstance(b, torch.Tensor) else torch.as_tensor(b)
+    assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
+    assert a.dtype == b.dtype, f"{what}: dtype {a.dtype} vs {b.dtype}"
+    if a.dtype.is_floating_point:
+        ai, bi = a.contiguous().view(torch.int32), b.contiguous().view(torch.int32)
+    else:
+        ai, bi = a, b
+    diff = (ai != bi).nonzero()
+    assert diff.numel() == 0, f"{what}: {diff.shape[0]} elements differ, first at {diff[0].tolist()}: " \
+                              f"{a[tuple(diff[0])].item()!r} vs {b[tuple(diff[0])].item()!r}"
+
+
+def test_the_cuda_backend_is_active():
+    info = maxsim.info(backend="cuda")
+    assert info["backend"] == "cuda", info["report"]
+    assert any("cuda" in p for p in info["plugins"]), info["plugins"]
+
+
+@pytest.mark.parametrize("metric", ["dot", "cosine"])
+@pytest.mark.parametrize("shape", [(3, 32, 40, 180, 128), (2, 7, 9, 33, 72), (1, 40, 5, 1, 3), (4, 1, 6, 300, 100)])
+def test_scores_and_argmax_equal_cpu_bits(metric, shape):
+    nq, lq, nd, ld, d = shape
+    Q, D = _rand(nq, lq, d, seed=1), _rand(nd, ld, d, seed=2)
+    s, a = maxsim.scores(Q.to(DEV), D.to(DEV), metric=metric, return_argmax=True)
+    assert s.is_cuda and a.is_cuda and s.device == DEV
+    s_cpu, a_cpu = maxsim.scores(Q, D, metric=metric, return_argmax=True)
+    _same_bits(s, s_cpu, f"scores {shape} {metric}")
+    _same_bits(a, a_cpu, f"argmax {shape} {metric}")
+    ref = reference_matrix(list(Q.numpy()), list(D.numpy()), metric=metric)
+    np.testing.assert_allclose(s.cpu().numpy(), ref, atol=tolerance(list(Q.numpy()), list(D.numpy())), rtol=0)
+
+
+def test_masks_ragged_lists_and_sets_equal_cpu_bits():
+    Q, D = _rand(3, 16, 64, seed=3), _rand(6, 50, 64, seed=4)
+    q_mask = torch.ones(3, 16, dtype=torch.bool)
+    q_mask[1, 9:] = False
+    d_mask = torch.ones(6, 50, dtype=torch.long)
+    d_mask[2, 20:] = 0
+    d_mask[4, :] = 0  # an empty document
+    D[2, 20:] = 7.0  # masked rows must never win
+    got = maxsim.scores(Q.to(DEV), D.to(DEV), q_mask=q_mask.to(DEV), d_mask=d_mask.to(DEV))
+    _same_bits(got, maxsim.scores(Q, D, q_mask=q_mask, d_mask=d_mask), "masked scores")
+    lengths = [50, 1, 20, 0, 33, 7]
+    docs = [D[i, :n] for i, n in enumerate(lengths)]
+    got = maxsim.scores(Q.to(DEV), [x.to(DEV) for x in docs])
+    _same_bits(got, maxsim.scores(Q, docs), "ragged list")
+    flat = torch.cat(docs)
+    got = maxsim.scores(maxsim.Sets(Q.to(DEV)), maxsim.Sets(flat.to(DEV), lengths=lengths))
+    _same_bits(got, maxsim.scores(Q, maxsim.Sets(flat, lengths=lengths)), "Sets with lengths")
+    # One [L, d] query: its axis is dropped, as on the CPU.
+    one = maxsim.scores(Q[0].to(DEV), D.to(DEV))
+    assert one.shape == (6,) and one.is_cuda
+    _same_bits(one, maxsim.scores(Q[0], D), "single query")
+
+
+def test_strided_rows_are_read_in_place():
+    base = _rand(8, 40, 96, seed=5).to(DEV)
+    D = base[:, ::2]  # every other token: row stride 2 * dim, not contiguous
+    Q = _rand(2, 12, 96, seed=6).to(DEV)
+    _same_bits(maxsim.scores(Q, D), maxsim.scores(Q.cpu(), D.cpu().contiguous()), "strided document rows")
+
+
+def test_adversarial_values_equal_cpu_bits():
+    g = torch.Generator().manual_seed(7)
+    # Ties: integer-valued tokens and repeated documents (equal scores; argmax ties to the same token).
+    Q = torch.randint(-2, 3, (3, 8, 24), generator=g).float()
+    D = torch.randint(-2, 3, (10, 30, 24), generator=g).float()
+    D[5] = D[2]
+    s, a = maxsim.scores(Q.to(DEV), D.to(DEV), return_argmax=True)
+    s_cpu, a_cpu = maxsim.scores(Q, D, return_argmax=True)
+    _same_bits(s, s_cpu, "ties: scores")
+    _same_bits(a, a_cpu, "ties: argmax")
+    # All-negative similarities with padding: the masked token must not score 0.
+    Q = torch.ones(1, 4, 16)
+    D = -torch.rand(3, 12, 16, generator=g) - 0.5
+    m = torch.ones(3, 12, dtype=torch.bool)
+    m[:, 8:] = False
+    D[:, 8:] = 0.0
+    s = maxsim.scores(Q.to(DEV), D.to(DEV), d_mask=m.to(DEV))
+    assert (s < 0).all()
+    _same_bits(s, maxsim.scores(Q, D, d_mask=m), "all-negative with padding")
+    # Huge and tiny norms (finite similarities), near-ties one ulp apart.
+    for scale_q, scale_d in [(1e15, 1e3), (1e-12, 1e-6), (1.0, 1e-19)]:
+        Q, D = _rand(2, 9, 40, seed=8, scale=scale_q), _rand(5, 21, 40, seed=9, scale=scale_d)
+        D[3, 4] = torch.nextafter(D[3, 4], torch.full_like(D[3, 4], float("inf")))
+        s, a = maxsim.scores(Q.to(DEV), D.to(DEV), return_argmax=True)
+        s_cpu, a_cpu = maxsim.scores(Q, D, return_argmax=True)
+        _same_bits(s, s_cpu, f"norms {scale_q:g} x {scale_d:g}: scores")
+        _same_bits(a, a_cpu, f"norms {scale_q:g} x {scale_d:g}: argmax")
+
+
+def test_pairs_and_candidates_equal_cpu_bits():
+    Q, D = _rand(5, 20, 128, seed=10), _rand(5, 60, 128, seed=11)
+    got, arg = maxsim.pairs(Q.to(DEV), D.to(DEV), return_argmax=True)
+    assert got.is_cuda and arg.is_cuda
+    s_cpu, a_cpu = maxsim.pairs(Q, D, return_argmax=True)
+    _same_bits(got, s_cpu, "pairs")
+    _same_bits(arg, a_cpu, "pairs argmax")
+    # KD layout [Nq, K, Ld, d] with a mask.
+    Dk = _rand(5, 4, 60, 128, seed=12)
+    mk = torch.ones(5, 4, 60, dtype=torch.bool)
+    mk[1, 2, 30:] = False
+    got = maxsim.candidates(Q.to(DEV), Dk.to(DEV), d_mask=mk.to(DEV))
+    assert got.shape == (5, 4) and got.is_cuda
+    _same_bits(got, maxsim.candidates(Q, Dk, d_mask=mk), "KD candidates")
+    # Candidate indices into a collection (repeats allowed) and ragged candidate lists.
+    Dc = _rand(30, 45, 128, seed=13)
+    idx = torch.tensor([[0, 5, 5, 29], [1, 2, 3, 4], [29, 28, 0, 0], [7, 7, 7, 7], [10, 20, 11, 21]])
+    got = maxsim.candidates(Q.to(DEV), Dc.to(DEV), idx)
+    _same_bits(got, maxsim.candidates(Q, Dc, idx), "candidate indices")
+    lists = [[3], [], [0, 1, 2], [29], [5, 5]]
+    got = maxsim.candidates(Q.to(DEV), Dc.to(DEV), lists)
+    _same_bits(got, maxsim.candidates(Q, Dc, lists), "candidate lists")
+
+
+def test_topk_equals_cpu():
+    Q, D = _rand(4, 32, 128, seed=14), _rand(40, 80, 128, seed=15)
+    D[17] = D[3]  # a tie: the lower index ranks first
+    corpus = maxsim.pack(D, ids=np.arange(1000, 1040, dtype=np.uint64))
+    for k in (1, 7, 45):
+        cpu = maxsim.topk(Q, corpus, k)
+        dense = maxsim.topk(Q.to(DEV), D.to(DEV), k)  # device tensors: scored and ranked on the device
+        packed = maxsim.topk(Q.to(DEV), corpus, k)  # a packed (host) corpus: the library's top-k
+        on_gpu = maxsim.topk(Q.to(DEV), corpus, k, backend="cuda")  # the plugin's top-k on the uploaded corpus
+        for top, what in ((dense, "CUDA documents"), (packed, "packed corpus"), (on_gpu, "packed corpus, cuda")):
+            assert top.scores.is_cuda and top.indices.is_cuda, what
+            _same_bits(top.scores, cpu.scores, f"top-{k} scores, {what}")
+            _same_bits(top.indices, cpu.indices, f"top-{k} indices, {what}")
+        assert packed.ids.is_cuda
+        _same_bits(packed.ids, cpu.ids, f"top-{k} ids")
+        assert dense.ids is None
+    one = maxsim.topk(Q[0].to(DEV), D.to(DEV), 5)
+    assert one.scores.shape == (5,)
+    _same_bits(one.indices, maxsim.topk(Q[0], corpus, 5).indices, "single query top-k")
+
+
+def test_half_precision_within_the_f32_bound():
+    # Tensor cores: 16-bit inputs are not the CPU's bits; every score is within the f32 bound of float64.
+    for dt in (torch.bfloat16, torch.float16):
+        Q, D = _rand(3, 32, 128, seed=16, dtype=dt), _rand(20, 100, 128, seed=17, dtype=dt)
+        s = maxsim.scores(Q.to(DEV), D.to(DEV))
+        assert s.dtype == torch.float32 and s.is_cuda
+        q64, d64 = list(Q.double().numpy()), list(D.double().numpy())
+        np.testing.assert_allclose(s.cpu().numpy(), reference_matrix(q64, d64), atol=tolerance(q64, d64), rtol=0)
+
+
+def test_real_colbert_embeddings_equal_cpu_bits(real_data):
+    Q = [torch.from_numpy(q) for q in real_data["queries"]]
+    D = [torch.from_numpy(d) for d in real_data["docs"]]
+    got, arg = maxsim.scores([q.to(DEV) for q in Q], [d.to(DEV) for d in D], return_argmax=True)
+    s_cpu, a_cpu = maxsim.scores(Q, D, return_argmax=True)
+    _same_bits(got, s_cpu, "real data scores")
+    _same_bits(arg, a_cpu, "real data argmax")
+    top = maxsim.topk(torch.stack(Q).to(DEV), maxsim.pack(D), 10)
+    cpu = maxsim.topk(torch.stack(Q), maxsim.pack(D), 10)
+    _same_bits(top.scores, cpu.scores, "real data top-10")
+    _same_bits(top.indices, cpu.indices, "real data top-10 indices")
+
+
+def test_no_host_round_trip():
+    Q, D = _rand(2, 32, 128, seed=18).to(DEV), _rand(64, 128, 128, seed=19).to(DEV)
+    # The CPU backend cannot read device memory, and the binding never copies it to the host: refused.
+    with pytest.raises(maxsim.BackendUnavailableError):
+        maxsim.scores(Q, D, backend="cpu")
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    s, a = maxsim.scores(Q, D, return_argmax=True)
+    torch.cuda.synchronize()
+    # The torch allocator sees the outputs only (it rounds blocks up to 512 bytes): no device copy of the inputs.
+    rounded = sum(-(-t.numel() * t.element_size() // 512) * 512 for t in (s, a))
+    assert torch.cuda.memory_allocated() - before <= rounded
+    # The library reads the caller's device memory: an in-place change shows in the next call.
+    D[5].zero_()
+    after = maxsim.scores(Q, D)
+    assert (after[:, 5] == 0).all() and (s[:, 5] != 0).all()
+    keep = [j for j in range(64) if j != 5]
+    _same_bits(after[:, keep], s[:, keep], "unchanged documents")
+
+
+def test_non_default_stream():
+    Q, D = _rand(3, 16, 64, seed=20), _rand(12, 40, 64, seed=21)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        Qd, Dd = Q.to(DEV, non_blocking=False), D.to(DEV)
+        s = maxsim.scores(Qd, Dd)
+    stream.synchronize()
+    _same_bits(s, maxsim.scores(Q, D), "scores on a side stream")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_device_input_raises(value):
+    Q, D = _rand(2, 8, 64, seed=22).to(DEV), _rand(6, 30, 64, seed=23).to(DEV)
+    D[4, 17, 5] = value
+    with pytest.raises(maxsim.NonFiniteError):
+        maxsim.scores(Q, D)
+    Q2 = Q.clone()
+    Q2[1, 3, 0] = value
+    with pytest.raises(maxsim.NonFiniteError):
+        maxsim.pairs(Q2, D[:2])
+    # The context still works afterwards.
+    D[4, 17, 5] = 0.0
+    _same_bits(maxsim.scores(Q, D), maxsim.scores(Q.cpu(), D.cpu()), "after an error")
+
+
+def _autograd(Q0, D0, mask, w, device, deterministic):
+    Q = Q0.to(device).clone().requires_grad_()
+    D = D0.to(device).clone().requires_grad_()
+    m = None if mask is None else mask.to(device)
+    s = mt.maxsim(Q, D, d_mask=m, deterministic=deterministic)
+    (s * w.to(device)).sum().backward()
+    return s, Q.grad, D.grad
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_autograd_matches_cpu_backward(deterministic):
+    Q0, D0 = _rand(6, 32, 128, seed=24), _rand(10, 90, 128, seed=25)
+    mask = torch.ones(10, 90, dtype=torch.bool)
+    mask[3, 40:] = False
+    w = _rand(6, 10, seed=26)
+    s_cpu, gq_cpu, gd_cpu = _autograd(Q0, D0, mask, w, "cpu", True)
+    s, gq, gd = _autograd(Q0, D0, mask, w, DEV, deterministic)
+    assert gq.is_cuda and gd.is_cuda
+    _same_bits(s, s_cpu, "forward")
+    # float32 sums in another order: within rounding of the CPU's (values here are O(1)-O(10)).
+    torch.testing.assert_close(gq.cpu(), gq_cpu, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gd.cpu(), gd_cpu, atol=1e-5, rtol=1e-5)
+    assert torch.all(gd[3, 40:] == 0)
+    if deterministic:
+        _, gq2, gd2 = _autograd(Q0, D0, mask, w, DEV, True)
+        _same_bits(gq2, gq, "deterministic grad_Q, second run")
+        _same_bits(gd2, gd, "deterministic grad_D, second run")
+
+
+def test_autograd_pairs_on_real_shapes(real_data):
+    L = max(len(x) for x in real_data["docs"])
+    D0 = torch.zeros(len(real_data["docs"]), L, 128)
+    mask = torch.zeros(len(real_data["docs"]), L, dtype=torch.bool)
+    for i, x in enumerate(real_data["docs"]):
+        D0[i, :len(x)] = torch.from_numpy(x)
+        mask[i, :len(x)] = True
+    Q0 = torch.from_numpy(np.stack(real_data["queries"]))
+    w = _rand(Q0.shape[0], D0.shape[0], seed=27)
+    s_cpu, gq_cpu, gd_cpu = _autograd(Q0, D0, mask, w, "cpu", True)
+    s, gq, gd = _autograd(Q0, D0, mask, w, DEV, True)
+    _same_bits(s, s_cpu, "real forward")
+    torch.testing.assert_close(gq.cpu(), gq_cpu, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gd.cpu(), gd_cpu, atol=1e-5, rtol=1e-5)
+    Qp, Dp = Q0.clone().to(DEV).requires_grad_(), D0[:Q0.shape[0]].clone().to(DEV).requires_grad_()
+    mt.maxsim_pairs(Qp, Dp, d_mask=mask[:Q0.shape[0]].to(DEV)).sum().backward()
+    Qc, Dc = Q0.clone().requires_grad_(), D0[:Q0.shape[0]].clone().requires_grad_()
+    mt.maxsim_pairs(Qc, Dc, d_mask=mask[:Q0.shape[0]]).sum().backward()
+    torch.testing.assert_close(Qp.grad.cpu(), Qc.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(Dp.grad.cpu(), Dc.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_pylate_on_cuda_tensors(monkeypatch):
+    pytest.importorskip("pylate.scores", reason="PyLate is not installed (its CUDA path is not checked)")
+    import pylate.scores
+
+    import maxsim.integrations.pylate as mp
+
+    monkeypatch.delenv("MAXSIM_PYLATE", raising=False)
+    monkeypatch.delenv("PYLATE_SCORES_BACKEND", raising=False)
+    assert mp.enable()
+    try:
+        Q, D = _rand(4, 32, 128, seed=28).to(DEV), _rand(9, 70, 128, seed=29).to(DEV)
+        mask = torch.ones(9, 70, device=DEV)
+        mask[2, 50:] = 0
+        ours = pylate.scores.colbert_scores(Q, D, documents_mask=mask)
+        assert ours.is_cuda
+        _same_bits(ours, maxsim.scores(Q.cpu(), D.cpu(), d_mask=mask.cpu()), "PyLate colbert_scores on CUDA")
+        theirs = pylate.scores.colbert.colbert_scores.__maxsim_original__(Q, D, documents_mask=mask, backend="torch")
+        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-5)
+        Dk = D[:8].reshape(4, 2, 70, 128)
+        kd = pylate.scores.colbert_kd_scores(Q, Dk)
+        assert kd.is_cuda
+        _same_bits(kd, maxsim.candidates(Q.cpu(), Dk.cpu()), "PyLate colbert_kd_scores on CUDA")
+        Qg, Dg = Q.clone().requires_grad_(), D.clone().requires_grad_()
+        pylate.scores.colbert_scores(Qg, Dg, documents_mask=mask).sum().backward()
+        assert Qg.grad.is_cuda and Dg.grad.is_cuda
+    finally:
+        mp.disable()

@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: Apache-2.0
+# The Python package on CUDA tensors (a machine with an NVIDIA GPU and the image's python3 with torch + CUDA; no
+# registry). Needs .whl/ from scripts/make-py-wheels.sh (carry [".carry", ".whl"]). Steps, each reported in the
+# summary with what failed and why:
+#   1. the CUDA plugin (gpu_build: the build section's tree, or .carry/prebuilt.tar.xz; else it is built here);
+#   2. the build backend, pytest and PyLate from .whl/ (`pip --no-index` into /tmp/maxsim-py, nothing else of
+#      the image changed), then `pip install .` of this checkout (library + extension, CUDA plugin off) into
+#      /tmp/maxsim-pkg;
+#   3. python/tests/test_cuda.py with MAXSIM_PLUGIN_PATH at the plugin and MAXSIM_PY_CUDA_REQUIRE=1 (a missing
+#      GPU or plugin fails instead of skipping); its PyLate test runs if pylate.scores and pylate.rank import;
+#   4. for information (not the section's result): test_torch.py, test_core.py and test_errors.py there.
+set -uo pipefail
+source scripts/device/env.sh
+S="$OUT/summary-py-cuda.txt"
+: > "$S"
+say() { echo "$*" | tee -a "$S"; }
+PY=${PYTHON:-python3}
+DEPS=/tmp/maxsim-py PKG=/tmp/maxsim-pkg
+
+say "python: $($PY -c 'import sys; print(sys.version.split()[0], sys.executable)' 2>&1)"
+say "torch: $($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -1)"
+
+# 1. The plugin.
+if ! gpu_build maxsim_plugin_cuda > "$OUT/py-cuda-plugin-build.log" 2>&1; then
+  say "FAILED: building the CUDA plugin (maxsim_plugin_cuda in $BUILD); log: py-cuda-plugin-build.log"
+  tail -n 20 "$OUT/py-cuda-plugin-build.log" >> "$S"
+  exit 1
+fi
+PLUGIN_DIR=${MAXSIM_PLUGIN_PATH:-$BUILD}
+if ! ls "$PLUGIN_DIR"/libmaxsim-plugin-cuda.so > /dev/null 2>&1; then
+  say "FAILED: no libmaxsim-plugin-cuda.so in $PLUGIN_DIR after gpu_build"
+  exit 1
+fi
+say "plugin: $PLUGIN_DIR/libmaxsim-plugin-cuda.so"
+
+# 2. Offline install of the build backend and test tools, then of this checkout.
+if ! ls .whl/scikit_build_core-*.whl .whl/nanobind-*.whl .whl/pytest-*.whl > /dev/null 2>&1; then
+  say "FAILED: .whl/ lacks scikit-build-core, nanobind or pytest wheels: run scripts/make-py-wheels.sh on the preparing machine and pass .whl in carry"
+  exit 1
+fi
+if ! $PY -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  say "FAILED: $PY has no Python.h ($($PY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')): the extension cannot be built here"
+  exit 1
+fi
+PIP=("$PY" -m pip --disable-pip-version-check --no-cache-dir install --no-index --find-links .whl --no-compile)
+rm -rf "$DEPS" "$PKG"
+if ! "${PIP[@]}" -q --target "$DEPS" scikit-build-core nanobind pytest > "$OUT/py-cuda-pip.log" 2>&1; then
+  say "FAILED: pip --no-index of scikit-build-core, nanobind, pytest from .whl/; log: py-cuda-pip.log"
+  tail -n 20 "$OUT/py-cuda-pip.log" >> "$S"
+  exit 1
+fi
+if ls .whl/pylate-*.whl > /dev/null 2>&1; then
+  "${PIP[@]}" -q --no-deps --target "$DEPS" pylate >> "$OUT/py-cuda-pip.log" 2>&1 || say "note: pylate did not install from .whl/ (its test skips)"
+fi
+export PYTHONPATH="$PKG:$DEPS${PYTHONPATH:+:$PYTHONPATH}"
+start=$(date +%s)
+if ! CMAKE_BUILD_PARALLEL_LEVEL=$NPROC "${PIP[@]}" --no-build-isolation --no-deps --target "$PKG" . \
+     > "$OUT/py-cuda-install.log" 2>&1; then
+  say "FAILED: pip install . (scikit-build-core + nanobind, offline); log: py-cuda-install.log"
+  grep -E "error|Error" "$OUT/py-cuda-install.log" | head -20 >> "$S"
+  exit 1
+fi
+say "pip install . (offline): $(( $(date +%s) - start )) s"
+if $PY -c "import pylate.scores, pylate.rank" > "$OUT/py-cuda-pylate-import.txt" 2>&1; then
+  say "pylate: imports ($($PY -c 'import pylate; print(pylate.__version__)' 2>/dev/null)): its CUDA test runs"
+else
+  say "pylate: does not import offline ($(tail -n 1 "$OUT/py-cuda-pylate-import.txt")): its CUDA test skips"
+fi
+
+# 3. The CUDA tests (run from python/tests so that `import maxsim` is the installed package).
+export MAXSIM_PLUGIN_PATH="$PLUGIN_DIR" MAXSIM_PY_CUDA_REQUIRE=1 PYTHONUNBUFFERED=1
+(cd python/tests && $PY -c "import maxsim, json; i = maxsim.info(backend='cuda'); print(i['report'])") \
+  > "$OUT/py-cuda-info.txt" 2>&1
+grep -E "^  cuda|^Backend" "$OUT/py-cuda-info.txt" | head -5 >> "$S"
+(cd python/tests && timeout 420 $PY -m pytest -p no:cacheprovider -rs -v test_cuda.py \
+  --junitxml="$OUT/py-cuda-tests.xml") > "$OUT/py-cuda-tests.txt" 2>&1
+rc=$?
+grep -E "^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped|error)" "$OUT/py-cuda-tests.txt" | tail -n 30 >> "$S"
+grep -B2 -A25 -E "^_{5,} test" "$OUT/py-cuda-tests.txt" | head -80 >> "$S"
+say "test_cuda.py: rc $rc"
+
+# 4. For information: the CPU-side Python tests on this machine's CPU (AVX-512/AMX kernels) with torch there.
+(cd python/tests && timeout 240 $PY -m pytest -p no:cacheprovider -q test_torch.py test_core.py test_errors.py) \
+  > "$OUT/py-cuda-cpu-tests.txt" 2>&1
+say "for information, test_torch/test_core/test_errors there: rc $? ($(grep -E '[0-9]+ (passed|failed)' "$OUT/py-cuda-cpu-tests.txt" | tail -n 1))"
+exit $rc
