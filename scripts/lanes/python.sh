@@ -6,6 +6,9 @@
 #   MAXSIM_PY_TORCH=1   PyPI's torch wheel (~3 GB with its CUDA libraries): the autograd and torch-input tests
 #   MAXSIM_PY_PYLATE=1  PyLate's scoring modules (with torch): the integration tests against PyLate's functions
 #   MAXSIM_PY_RAY=1     Ray: the maxsim.distributed tests
+#   MAXSIM_PY_COLPALI=1 colpali-engine (with torch) without its dependencies, whose torchvision pin would replace
+#                       the venv's torch, plus the two its processing and loss modules import (pillow, peft), torch
+#                       held at the venv's version: the integration tests against colpali-engine's functions
 # Tests whose package is missing skip, saying so. Environment: MAXSIM_PY_VENV (default ~/.cache/libmaxsim/py-venv),
 # PYTHON (default python3), JOBS.
 set -euo pipefail
@@ -26,6 +29,7 @@ off=()
 [ "${MAXSIM_PY_TORCH:-0}" = 1 ] || off+=("torch (MAXSIM_PY_TORCH=1)")
 [ "${MAXSIM_PY_PYLATE:-0}" = 1 ] && [ "${MAXSIM_PY_TORCH:-0}" = 1 ] || off+=("PyLate (MAXSIM_PY_TORCH=1 MAXSIM_PY_PYLATE=1)")
 [ "${MAXSIM_PY_RAY:-0}" = 1 ] || off+=("Ray (MAXSIM_PY_RAY=1)")
+[ "${MAXSIM_PY_COLPALI:-0}" = 1 ] && [ "${MAXSIM_PY_TORCH:-0}" = 1 ] || off+=("colpali-engine (MAXSIM_PY_TORCH=1 MAXSIM_PY_COLPALI=1)")
 [ ${#off[@]} -gt 0 ] && echo "test.sh: not installing the optional groups $(IFS=,; echo "${off[*]}" | sed 's/,/, /g'); their tests skip unless the venv already has them"
 missing=()
 for p in "${want[@]}"; do "$VENV/bin/python" -m pip show -q "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -40,6 +44,16 @@ if [ "${MAXSIM_PY_TORCH:-0}" = 1 ] && [ "${MAXSIM_PY_PYLATE:-0}" = 1 ] && \
   echo "test.sh: installing pylate (scoring modules) into the venv"
   "${PIP[@]}" install --no-deps pylate && "${PIP[@]}" install "transformers>=4.41,<=5.3" datasets ujson \
     || echo "test.sh: PyLate could not be installed; its integration tests will be skipped"
+fi
+if [ "${MAXSIM_PY_TORCH:-0}" = 1 ] && [ "${MAXSIM_PY_COLPALI:-0}" = 1 ] && \
+   ! "$VENV/bin/python" -c "import colpali_engine.utils.processing_utils" >/dev/null 2>&1; then
+  torch_version=$("$VENV/bin/python" -c "import torch; print(torch.__version__.split('+')[0])")
+  echo "test.sh: installing colpali-engine (no dependencies) + pillow, peft into the venv (torch held at $torch_version)"
+  constraints=$(mktemp)
+  echo "torch==$torch_version" > "$constraints"
+  "${PIP[@]}" install --no-deps "colpali-engine==0.3.18" && "${PIP[@]}" install -c "$constraints" pillow "peft>=0.18,<0.21" \
+    || echo "test.sh: colpali-engine could not be installed; its integration tests will be skipped"
+  rm -f "$constraints"
 fi
 launcher=""
 command -v ccache >/dev/null && launcher="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
