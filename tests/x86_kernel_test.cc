@@ -25,33 +25,61 @@
 namespace maxsim::test {
 namespace {
 
-Context Ctx(const std::string& kernel, int threads = 1) {
+// A context for "kernel" or "kernel/variant" (a variant of KernelOps::variants, forced through its environment
+// variable as a user would: MAXSIM_BF16_DOT=vdpbf16ps).
+Context Ctx(const std::string& config, int threads = 1) {
+  const size_t slash = config.find('/');
+  const std::string kernel = config.substr(0, slash);
+  const char* env = nullptr;
+  size_t n = 0;
+  const KernelInfo* list = KernelList(&n);
+  for (size_t i = 0; i < n; ++i) {
+    if (kernel == list[i].name && list[i].ops->variants) env = list[i].ops->variants->env;
+  }
+  if (slash != std::string::npos) {
+    EXPECT_NE(env, nullptr) << config;
+    if (env) setenv(env, config.substr(slash + 1).c_str(), 1);
+  }
   maxsim_options o;
   maxsim_options_init(&o);
   o.isa = kernel.c_str();
   o.num_threads = threads;
   o.load_plugins = 0;
   o.backend = "cpu";
-  return Context(o);
+  Context ctx(o);
+  if (env) unsetenv(env);
+  return ctx;
 }
 
-// Forces the vdpbf16ps path on (where its order self-test passed) for one test, whatever its speed here.
-struct ForceBf16Dp {
-  ForceBf16Dp() { x86::ForceBf16DpForTest(1); }
-  ~ForceBf16Dp() { x86::ForceBf16DpForTest(-1); }
-};
-
+// Every kernel this CPU runs, and every variant of it that runs here as its own entry ("amx/fma",
+// "amx/vdpbf16ps"), so that each path is compared with the others whatever the speed check would choose.
 std::vector<std::string> Available() {
-  std::vector<std::string> names;
-  for (size_t i = 0; i < maxsim_kernel_count(); ++i) {
-    if (maxsim_kernel_available(i, nullptr)) names.push_back(maxsim_kernel_name(i));
+  std::vector<std::string> configs;
+  size_t n = 0;
+  const KernelInfo* list = KernelList(&n);
+  for (size_t i = 0; i < n; ++i) {
+    if (!KernelAvailable(list[i], nullptr)) continue;
+    const KernelVariants* v = list[i].ops->variants;
+    if (v == nullptr) {
+      configs.push_back(list[i].name);
+      continue;
+    }
+    for (int j = 0; j < 4 && v->names[j]; ++j) {
+      if (v->runs(j, nullptr)) configs.push_back(std::string(list[i].name) + "/" + v->names[j]);
+    }
   }
-  return names;
+  return configs;
+}
+
+// The bf16 dot variants differ only in the exact path on bf16 documents (vdpbf16ps); elsewhere a "/vdpbf16ps"
+// config runs the same code as "/fma", so the long tile-shape sweeps skip it there.
+bool RepeatsFma(const std::string& config, maxsim_mode mode, maxsim_dtype dtype) {
+  return config.find("/vdpbf16ps") != std::string::npos && (mode != MAXSIM_MODE_EXACT || dtype != MAXSIM_BF16);
 }
 
 bool Has(const std::string& name) {
   for (const std::string& n : Available()) {
-    if (n == name) return true;
+    if (n.substr(0, n.find('/')) == name) return true;
   }
   return false;
 }
@@ -126,7 +154,7 @@ void ExpectEveryKernelMatchesScalar(const TokenSets& q, const TokenSets& d, cons
       Context ref_ctx = Ctx("scalar");
       const Outcome ref = Score(ref_ctx, q, d, metric, mode);
       for (const std::string& k : Available()) {
-        if (k == "scalar") continue;
+        if (k == "scalar" || RepeatsFma(k, mode, d.dtype)) continue;
         Context ctx = Ctx(k, 2);
         const std::string what =
             k + " " + label + " metric " + std::to_string(metric) + " mode " + std::to_string(mode);
@@ -144,7 +172,6 @@ void ExpectEveryKernelMatchesScalar(const TokenSets& q, const TokenSets& d, cons
 // every kernel and the keys, margins and candidate tests use the same f32 expressions, so even the candidate
 // sets (multi_candidate) and the approximate choices must agree.
 TEST(X86Kernels, EveryKernelMatchesScalarBitForBitOnEveryTileShape) {
-  ForceBf16Dp force;  // the bf16 data below goes through vdpbf16ps where the CPU has it (and it is exact)
   std::mt19937_64 rng(31337);
   // Query lengths around the 8/16/32-lane groups, document lengths around the 1/2/4/6/8/12/16/32-row tiles.
   const std::vector<uint64_t> lq_lengths = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 64, 65, 100};
@@ -162,7 +189,6 @@ TEST(X86Kernels, EveryKernelMatchesScalarBitForBitOnEveryTileShape) {
 // padded row stride (LaneStride) so that a block's rows do not share one L1 set; every kernel must still equal
 // the scalar kernel bit for bit, candidate sets included.
 TEST(X86Kernels, LongQueriesWithPaddedLayoutsMatchScalarBitForBit) {
-  ForceBf16Dp force;
   std::mt19937_64 rng(4242);
   EXPECT_EQ(LaneStride(16), 16u);
   EXPECT_EQ(LaneStride(112), 112u);
@@ -211,7 +237,6 @@ TEST(X86Kernels, AmxFusedScreeningAndItsFallbackMatchScalar) {
 // Many queries against the same documents (the engine reuses per-document work across queries: widened rows,
 // re-laid-out bf16 rows): results must not depend on which query came first.
 TEST(X86Kernels, PerDocumentCachesDoNotLeakAcrossQueriesOrDocuments) {
-  ForceBf16Dp force;
   std::mt19937_64 rng(99);
   TokenSets q = Generate(rng, Shape::kUnitGaussian, 9, 1, 40, 64);
   TokenSets d = Generate(rng, Shape::kUnitGaussian, 30, 1, 50, 64);
@@ -328,7 +353,9 @@ struct Direct {
   std::vector<uint8_t> layout_storage;
   PreparedQuery q;
   DocRef d;
-  Direct(const std::vector<float>& qv, uint32_t lq, const std::vector<float>& dv, uint32_t ld, uint32_t dim) {
+  Direct(const std::vector<float>& qv, uint32_t lq, const std::vector<float>& dv, uint32_t ld, uint32_t dim,
+         int variant = x86::kBf16DotVdpbf16ps) {
+    q.variant = variant;
     q.n_tokens = lq;
     q.n_padded = (lq + 15) / 16 * 16;
     q.lane_stride = LaneStride(q.n_padded);
@@ -376,8 +403,7 @@ std::vector<float> Bf16Values(std::mt19937_64& rng, size_t n, int emin, int emax
 
 TEST(X86Kernels, VdpBf16PathIsTakenWhereItAppliesAndEqualsTheCanonicalChain) {
   if (!Has("avx512-bf16")) GTEST_SKIP() << "kernel avx512-bf16 unavailable here";
-  std::printf("vdpbf16ps self-test on this CPU: %s\n", x86::Bf16DpVerdict());
-  ForceBf16Dp force;
+  std::printf("vdpbf16ps self-test on this CPU: %s\n", x86::Bf16DpSelfTest().c_str());
   std::mt19937_64 rng(5);
   const uint32_t dim = 128, lq = 33, ld = 77;
   for (int trial = 0; trial < 4; ++trial) {
@@ -387,7 +413,7 @@ TEST(X86Kernels, VdpBf16PathIsTakenWhereItAppliesAndEqualsTheCanonicalChain) {
     std::vector<int32_t> arg(lq), arg_ref(lq);
     KernelScratch scratch, scratch_ref;
     const bool taken = x86::ExactBf16Dp(x.q, x.d, MAXSIM_METRIC_DOT, key.data(), arg.data(), scratch);
-    if (!x86::Bf16DpInUse()) {  // the self-test found no canonical order on this CPU
+    if (!x86::kBf16DotVariants.runs(x86::kBf16DotVdpbf16ps, nullptr)) {  // the self-test found no canonical order
       EXPECT_FALSE(taken);
       continue;
     }
@@ -410,12 +436,56 @@ TEST(X86Kernels, VdpBf16PathIsTakenWhereItAppliesAndEqualsTheCanonicalChain) {
   qv[5] = std::nextafter(qv[5], 10.0f);
   Direct off(qv, lq, Bf16Values(rng, ld * dim, -10, 0), ld, dim);
   EXPECT_FALSE(x86::ExactBf16Dp(off.q, off.d, MAXSIM_METRIC_DOT, key.data(), arg.data(), scratch));
+  // The fma variant never takes it, even inside the guard.
+  Direct fma(Bf16Values(rng, lq * dim, -10, 0), lq, Bf16Values(rng, ld * dim, -10, 0), ld, dim, x86::kBf16DotFma);
+  EXPECT_FALSE(x86::ExactBf16Dp(fma.q, fma.d, MAXSIM_METRIC_DOT, key.data(), arg.data(), scratch));
+}
+
+// MAXSIM_BF16_DOT: the context reports the variant it chose and why (the rate check's figures, or "forced"),
+// takes a forced one, and refuses an unknown name with a message naming the known ones.
+TEST(X86Kernels, Bf16DotVariantIsReportedAndForceable) {
+  for (const char* kernel : {"avx512-bf16", "amx"}) {
+    if (!Has(kernel)) continue;
+    maxsim_options o;
+    maxsim_options_init(&o);
+    o.isa = kernel;
+    o.load_plugins = 0;
+    auto report = [&](const char* env) {
+      if (env) setenv("MAXSIM_BF16_DOT", env, 1);
+      maxsim_context* ctx = nullptr;
+      const maxsim_status st = maxsim_context_create(&o, &ctx);
+      unsetenv("MAXSIM_BF16_DOT");
+      if (st != MAXSIM_OK) return std::string("error: ") + maxsim_last_error();
+      char text[8192];
+      size_t needed = 0;
+      EXPECT_EQ(maxsim_context_report(ctx, text, sizeof(text), &needed), MAXSIM_OK);
+      maxsim_context_destroy(ctx);
+      return std::string(text);
+    };
+    const std::string chosen = report(nullptr);
+    EXPECT_NE(chosen.find("exact bf16 dot products: "), std::string::npos) << chosen;
+    EXPECT_NE(chosen.find("chosen by speed"), std::string::npos) << chosen;
+    EXPECT_NE(chosen.find("vdpbf16ps needs 1.2x; self-test: vdpbf16ps consumes"), std::string::npos) << chosen;
+    const std::string fma = report("fma");
+    EXPECT_NE(fma.find("exact bf16 dot products: fma (forced, set by MAXSIM_BF16_DOT=fma)"), std::string::npos) << fma;
+    const std::string dp = report("VDPBF16PS");
+    if (x86::kBf16DotVariants.runs(x86::kBf16DotVdpbf16ps, nullptr)) {
+      EXPECT_NE(dp.find("exact bf16 dot products: vdpbf16ps (forced"), std::string::npos) << dp;
+    } else {
+      EXPECT_NE(dp.find("error: vdpbf16ps (set by MAXSIM_BF16_DOT=VDPBF16PS) cannot run here"), std::string::npos) << dp;
+    }
+    const std::string bad = report("avx");
+    EXPECT_NE(bad.find("error: 'avx' (set by MAXSIM_BF16_DOT=avx) is not a path for exact bf16 dot products"), std::string::npos) << bad;
+    EXPECT_NE(bad.find("known: auto, fma, vdpbf16ps"), std::string::npos) << bad;
+  }
+  // Kernels without variants report none.
+  Context scalar = Ctx("scalar");
+  EXPECT_EQ(scalar.Report().find("bf16 dot"), std::string::npos);
 }
 
 // Through the API: bf16 data with tiny and huge exponents, where products and partial sums hit the denormal
 // range for some pairs (the vdpbf16ps guard refuses those) and not for others.
 TEST(X86Kernels, Bf16ExtremeExponentsGiveIdenticalResultsOnEveryKernel) {
-  ForceBf16Dp force;
   std::mt19937_64 rng(8);
   for (int lo : {-60, -40, -20}) {
     TokenSets q, d;

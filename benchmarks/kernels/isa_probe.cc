@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cpu_features.h"
@@ -332,7 +333,9 @@ int main() {
   }
   if (bf16) {
     std::printf("peak  vdpbf16ps zmm (16 chains)        %8.1f G bf16 multiply-adds/s\n", PeakBf16());
-    std::printf("semantics vdpbf16ps: %s\n", x86::Bf16DpVerdict());
+    std::string why;
+    const int v = x86::kBf16DotVariants.decide(&why);
+    std::printf("semantics vdpbf16ps: %s; exact bf16 path chosen: %s\n", why.c_str(), x86::kBf16DotVariants.names[v]);
   }
   if (amx) std::printf("peak  AMX tdpbssd (4 C tiles)          %8.1f G i8 multiply-adds/s\n", PeakAmx(false));
   if (amx) {

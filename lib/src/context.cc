@@ -125,6 +125,39 @@ Status SelectThreads(const maxsim_options& o, maxsim_context* ctx) {
 #endif
 }
 
+// The selected kernel's variant (KernelOps::variants): forced by its environment variable, else the kernel's
+// own decision. An unknown name, or a variant that cannot run here, is refused.
+Status SelectVariant(maxsim_context* ctx) {
+  const KernelVariants* v = ctx->kernel->ops->variants;
+  if (v == nullptr) return Status::Ok();
+  std::string source;
+  const std::string want = Lower(FromOptionOrEnv(nullptr, v->env, "", &source));
+  std::string known, why;
+  if (want.empty() || want == "auto") {
+    ctx->kernel_variant = v->decide(&why);
+    ctx->kernel_variant_note = Format("%s: %s (chosen by speed: %s; %s=%s", v->what, v->names[ctx->kernel_variant],
+                                      why.c_str(), v->env, v->names[0]);
+    for (int i = 1; v->names[i] != nullptr; ++i) ctx->kernel_variant_note += std::string("|") + v->names[i];
+    ctx->kernel_variant_note += " forces one; the bits are the same)";
+    return Status::Ok();
+  }
+  for (int i = 0; i < 4 && v->names[i] != nullptr; ++i) {
+    if (want != v->names[i]) {
+      known += std::string(", ") + v->names[i];
+      continue;
+    }
+    if (!v->runs(i, &why)) {
+      return Error(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s (%s) cannot run here: %s", v->names[i], source.c_str(),
+                   why.c_str());
+    }
+    ctx->kernel_variant = i;
+    ctx->kernel_variant_note = Format("%s: %s (forced, %s)", v->what, v->names[i], source.c_str());
+    return Status::Ok();
+  }
+  return Error(MAXSIM_ERR_INVALID_ARGUMENT, "'%s' (%s) is not a path for %s in kernel %s; known: auto%s",
+               want.c_str(), source.c_str(), v->what, ctx->kernel->name, known.c_str());
+}
+
 Status SelectKernel(const maxsim_options& o, maxsim_context* ctx) {
   std::string source;
   const std::string want = Lower(FromOptionOrEnv(o.isa, "MAXSIM_ISA", "", &source));
@@ -278,8 +311,9 @@ maxsim_status CreateContext(const maxsim_options* options, maxsim_context** out)
   }
   Status st = SelectThreads(o, ctx.get());
   if (st.ok()) st = SelectKernel(o, ctx.get());
+  if (st.ok()) st = SelectVariant(ctx.get());
   if (!st.ok()) return Report(st);
-  ctx->engine = std::make_unique<Engine>(ctx->kernel, ctx->threads);
+  ctx->engine = std::make_unique<Engine>(ctx->kernel, ctx->kernel_variant, ctx->threads);
   ctx->host_iface.struct_size = sizeof(maxsim_plugin_host);
   ctx->host_iface.abi_major = MAXSIM_PLUGIN_ABI_MAJOR;
   ctx->host_iface.abi_minor = MAXSIM_PLUGIN_ABI_MINOR;
@@ -356,6 +390,7 @@ std::string ContextReport(const maxsim_context& ctx) {
     r += "\n";
   }
   r += "Selected kernel: " + std::string(ctx.kernel->name) + " (" + ctx.kernel_source + ")\n";
+  if (!ctx.kernel_variant_note.empty()) r += "  " + ctx.kernel_variant_note + "\n";
   r += Format("Threads: %d (%s)\n", ctx.threads, ctx.threads_source.c_str());
   if (!ctx.plugins_loaded) {
     r += "Plugins: not loaded (disabled by the options)\n";

@@ -30,6 +30,8 @@ struct maxsim_context {
   std::string threads_source;
   const maxsim::KernelInfo* kernel = nullptr;
   std::string kernel_source;
+  int kernel_variant = 0;            // PreparedQuery::variant (KernelOps::variants), 0 without variants
+  std::string kernel_variant_note;   // the variant chosen and why; empty without variants
   std::unique_ptr<maxsim::Engine> engine;
 
   maxsim_log_fn log = nullptr;

@@ -140,7 +140,7 @@ void PrepareLayouts(const KernelOps& ops, maxsim_mode mode, int threads, QueryBa
   }
 }
 
-Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, const KernelOps& ops,
+Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, const KernelOps& ops, int variant,
                       QueryBatch* out) {
   const bool need_codes = req.mode != MAXSIM_MODE_EXACT;
   const uint64_t n = Q.n_sets();
@@ -170,6 +170,7 @@ Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, co
     qs.q.lane_stride = LaneStride(qs.q.n_padded);
     qs.q.dim = dim;
     qs.q.padded_dim = padded_dim;
+    qs.q.variant = variant;
     positions += pos;
     kept_before[i + 1] = kept_before[i] + kept;
     qt_before[i + 1] = qt_before[i] + static_cast<uint64_t>(qs.q.lane_stride) * dim;
@@ -583,7 +584,7 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
   MAXSIM_RETURN_IF_ERROR(CheckDims(Q, D));
   if (scores == nullptr) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
   QueryBatch qb;
-  MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, &qb));
+  MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, &qb));
   DocSource src;
   MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, &src));
   const uint64_t nq = Q.n_sets(), nd = D.n_sets();
@@ -673,7 +674,7 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
   MAXSIM_RETURN_IF_ERROR(CheckCandidates(cand_offsets, candidates, nq, nd, &total));
   if (scores == nullptr && total > 0) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
   QueryBatch qb;
-  MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, &qb));
+  MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, &qb));
   DocSource src;
   MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, &src));
   // argmax base of query i: sum over earlier queries of K_i' * Lq_i'.
@@ -783,7 +784,7 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
   uint64_t out_size = 0;
   if (MulOverflows(nq, k, &out_size)) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "Nq * k overflows");
   QueryBatch qb;
-  MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, &qb));
+  MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, &qb));
   DocSource src;
   MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, &src));
   const uint64_t keep = std::min(k, nd);

@@ -45,7 +45,8 @@ struct ScoreRequest {
 
 class Engine {
  public:
-  Engine(const KernelInfo* kernel, int threads) : kernel_(kernel), threads_(threads) {}
+  // variant: PreparedQuery::variant for every query set (the context's choice among the kernel's variants).
+  Engine(const KernelInfo* kernel, int variant, int threads) : kernel_(kernel), variant_(variant), threads_(threads) {}
 
   Status ScoreMatrix(const SetsRef& q, const SetsRef& d, const ScoreRequest& req, float* scores, int32_t* argmax,
                      maxsim_stats* stats) const;
@@ -62,6 +63,7 @@ class Engine {
 
  private:
   const KernelInfo* kernel_;
+  int variant_;
   int threads_;
 };
 

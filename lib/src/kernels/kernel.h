@@ -58,6 +58,8 @@ struct PreparedQuery {
   const maxsim_vector_meta* meta = nullptr;  // [n_tokens]: norm always; scale/resid/code_sum with codes
   // The kernel's own query layout (KernelOps::prepare), 64-byte aligned; nullptr when it has no hook.
   const void* layout = nullptr;
+  // Which of the kernel's variants (KernelOps::variants) the context chose; 0 for kernels without variants.
+  int variant = 0;
 };
 
 // One document set as a kernel sees it.
@@ -119,6 +121,18 @@ struct ScreenPrune {
   uint8_t* pruned = nullptr;            // [n] out: 1 = pruned (its outputs are not written), else 0
 };
 
+// Paths of one kernel that give the same bits and differ only in speed on a given core (vdpbf16ps or FMA for
+// exact bf16 in "avx512-bf16" and "amx"). The context chooses once, at creation: `env` names one (an unknown
+// name, or one that cannot run here, is an error), else decide() does (timing allowed; the kernel caches it per
+// process). `maxsim info` prints the choice and why; PreparedQuery::variant carries it to the kernel.
+struct KernelVariants {
+  const char* env;       // e.g. "MAXSIM_BF16_DOT"
+  const char* what;      // what is chosen, for the report: "exact bf16 dot products"
+  const char* names[4];  // variant i's name; nullptr ends the list
+  int (*decide)(std::string* why);            // the variant when not forced, and why
+  bool (*runs)(int variant, std::string* why);  // whether variant can run here; if not, why
+};
+
 struct KernelOps {
   // best_key[s], best_index[s] for s < q.n_tokens.
   void (*exact)(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key,
@@ -139,6 +153,8 @@ struct KernelOps {
   void (*screened_batch)(const PreparedQuery& q, const DocRef* docs, size_t n, maxsim_metric metric,
                          maxsim_mode mode, float* best_key, int32_t* best_index, KernelScratch& scratch,
                          ScreenCounters* counters, const ScreenPrune* prune) = nullptr;
+  // Optional: same-bits variants the context chooses between (see KernelVariants).
+  const KernelVariants* variants = nullptr;
 };
 
 // One entry of the kernel list (kernels/kernel_list.inc).

@@ -21,7 +21,6 @@
 // values, a CPU failing the self-test) take the FMA path, which gives the same bits. Tests compare the two.
 #include <immintrin.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -136,7 +135,9 @@ MAXSIM_TARGET_BF16 double DpRate(bool dp) {
   double best = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {
     __m512 acc[16];
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+    // Distinct start values: with equal ones the compiler proves the 16 chains equal and keeps one (a latency
+    // measurement 16 times too fast, for both instructions).
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
     __m512i a = _mm512_set1_epi32(0x3F803F80), b = _mm512_set1_epi32(0x3C003C00);
     __m512 fa = _mm512_set1_ps(1.0f), fb = _mm512_set1_ps(0x1p-20f);
     const auto t0 = std::chrono::steady_clock::now();
@@ -161,17 +162,23 @@ MAXSIM_TARGET_BF16 double DpRate(bool dp) {
   return best;
 }
 
-std::atomic<int> g_force_dp{-1};  // tests: -1 decide by rate, 0 never, 1 always (when the order is known)
-
-bool DpFaster() {
-  const int force = g_force_dp.load(std::memory_order_relaxed);
-  if (force >= 0) return force == 1;
-  static const bool faster = [] {
+// The rate check, once per process: vdpbf16ps and FMA multiply-adds per second.
+struct DpRates {
+  double dp, fma;
+};
+const DpRates& Rates() {
+  static const DpRates rates = [] {
     DpRate(false);  // warm-up: bring the core to its AVX-512 clock first
-    return DpRate(true) > 1.2 * DpRate(false);
+    DpRates r;
+    r.dp = DpRate(true);
+    r.fma = DpRate(false);
+    return r;
   }();
-  return faster;
+  return rates;
 }
+
+// vdpbf16ps is chosen when it is at least this much faster than FMA (both give the same bits).
+constexpr double kDpMinSpeedup = 1.2;
 
 // Smallest unbiased exponent of the nonzero bf16 values in n values; INT32_MAX if all are zero, INT32_MIN if
 // one is denormal.
@@ -278,7 +285,7 @@ void Bf16Prepare(const PreparedQuery& q, void* out) {
   h->pairs = (q.dim + 1) / 2;
   h->order = Order();
   h->min_exp = std::numeric_limits<int32_t>::max();
-  bool usable = h->order != kDpUnusable && DpFaster() && q.dim % 2 == 0;
+  bool usable = h->order != kDpUnusable && q.variant == kBf16DotVdpbf16ps && q.dim % 2 == 0;
   for (uint32_t s = 0; usable && s < q.n_tokens; ++s) {
     for (uint32_t k = 0; k < q.dim; ++k) {
       const uint32_t bits = FloatToBits(q.rows[static_cast<size_t>(s) * q.dim + k]);
@@ -396,29 +403,47 @@ void ExactAvx512Bf16(const PreparedQuery& q, const DocRef& d, maxsim_metric metr
   }
 }
 
-const char* Bf16DpVerdict() {
-  static const std::string verdict = [] {
-    std::string v;
-    switch (Order()) {
-      case kDpLowFirst: v = "vdpbf16ps consumes the low element of each pair first"; break;
-      case kDpHighFirst: v = "vdpbf16ps consumes the high element of each pair first"; break;
-      default: return std::string("vdpbf16ps matches neither canonical order: FMA path used");
-    }
-    char rates[160];
-    std::snprintf(rates, sizeof(rates), "; %.1f G multiply-adds/s vs %.1f with vfmadd231ps: %s", DpRate(true) / 1e9,
-                  DpRate(false) / 1e9, DpFaster() ? "vdpbf16ps path used" : "FMA path used (faster here)");
-    return v + rates;
-  }();
-  return verdict.c_str();
+std::string Bf16DpSelfTest() {
+  switch (Order()) {
+    case kDpLowFirst: return "vdpbf16ps consumes the low element of each pair first";
+    case kDpHighFirst: return "vdpbf16ps consumes the high element of each pair first";
+    default: return "vdpbf16ps matches neither canonical order on this CPU";
+  }
 }
 
-bool Bf16DpInUse() { return Order() != kDpUnusable && DpFaster(); }
+namespace {
 
-void ForceBf16DpForTest(int mode) { g_force_dp.store(mode, std::memory_order_relaxed); }
+int DecideBf16Dot(std::string* why) {
+  if (Order() == kDpUnusable) {
+    if (why) *why = Bf16DpSelfTest() + " (self-test), so it cannot be exact";
+    return kBf16DotFma;
+  }
+  const DpRates& r = Rates();
+  const bool dp = r.dp >= kDpMinSpeedup * r.fma;
+  if (why) {
+    char text[200];
+    std::snprintf(text, sizeof(text), "vdpbf16ps %.1f vs vfmadd231ps %.1f G multiply-adds/s, vdpbf16ps needs %.1fx; "
+                  "self-test: ", r.dp / 1e9, r.fma / 1e9, kDpMinSpeedup);
+    *why = text + Bf16DpSelfTest();
+  }
+  return dp ? kBf16DotVdpbf16ps : kBf16DotFma;
+}
+
+bool Bf16DotRuns(int variant, std::string* why) {
+  if (variant != kBf16DotVdpbf16ps || Order() != kDpUnusable) return true;
+  if (why) *why = Bf16DpSelfTest() + " (self-test), so it cannot give the exact chain";
+  return false;
+}
+
+}  // namespace
+
+extern const KernelVariants kBf16DotVariants = {"MAXSIM_BF16_DOT", "exact bf16 dot products",
+                                                {"fma", "vdpbf16ps", nullptr}, &DecideBf16Dot, &Bf16DotRuns};
 
 }  // namespace x86
 
-extern const KernelOps kOpsAvx512Bf16 = {&x86::ExactAvx512Bf16, &x86::ScreenedAvx512Vnni, &x86::LayoutBytes,
-                                         &x86::Prepare, &x86::ScreenedBatchAvx512Vnni};
+extern const KernelOps kOpsAvx512Bf16 = {&x86::ExactAvx512Bf16,       &x86::ScreenedAvx512Vnni,
+                                         &x86::LayoutBytes,           &x86::Prepare,
+                                         &x86::ScreenedBatchAvx512Vnni, &x86::kBf16DotVariants};
 
 }  // namespace maxsim

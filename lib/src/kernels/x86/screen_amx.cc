@@ -456,7 +456,7 @@ void Prepare(const PreparedQuery& q, maxsim_mode mode, void* out) {
 }  // namespace
 }  // namespace x86
 
-extern const KernelOps kOpsAmx = {&x86::ExactAvx512Bf16, &x86::ScreenedAmx, &x86::LayoutBytes, &x86::Prepare,
-                                  &x86::ScreenedBatchAmx};
+extern const KernelOps kOpsAmx = {&x86::ExactAvx512Bf16, &x86::ScreenedAmx,      &x86::LayoutBytes,
+                                  &x86::Prepare,          &x86::ScreenedBatchAmx, &x86::kBf16DotVariants};
 
 }  // namespace maxsim

@@ -36,12 +36,13 @@ void Bf16Prepare(const PreparedQuery& q, void* out);
 // KernelOps::exact of the kernels with vdpbf16ps: ExactBf16Dp where it applies, else the Highway AVX3 path.
 void ExactAvx512Bf16(const PreparedQuery& q, const DocRef& d, maxsim_metric metric, float* best_key,
                      int32_t* best_index, KernelScratch& scratch);
-// One line saying what the vdpbf16ps self-test and rate check found on this CPU (run on first use; needs
-// AVX512_BF16), and whether exact bf16 pairs take the vdpbf16ps path (the exact result is the same either way).
-const char* Bf16DpVerdict();
-bool Bf16DpInUse();
-// Tests only: -1 (default) choose by measured rate, 1 use vdpbf16ps wherever it is exact, 0 never.
-void ForceBf16DpForTest(int mode);
+// The variants of ExactAvx512Bf16 (PreparedQuery::variant; the same bits, only speed differs): FMA tiles, or
+// vdpbf16ps wherever it provably reproduces the chain. The context chooses (MAXSIM_BF16_DOT, else the rate
+// check: vdpbf16ps when it does at least 1.2x FMA's multiply-adds per second on this core).
+enum Bf16Dot : int { kBf16DotFma = 0, kBf16DotVdpbf16ps = 1 };
+extern const KernelVariants kBf16DotVariants;
+// What the one-time pair-order self-test found on this CPU (needs AVX512_BF16).
+std::string Bf16DpSelfTest();
 
 // AVX-512 VNNI screening shared between kernels (screen_avx512_vnni.cc); its biased query layout is also the
 // "avx-vnni" kernel's.
