@@ -669,7 +669,7 @@ def topk(
     k = int(k)
     q, d = _side(Q, q_mask, "queries"), _side(corpus, None, "corpus")
     if (q.where is not None and q.where.cuda) or (d.where is not None and d.where.cuda):
-        return _topk_cuda(Q, q, d, k, metric, mode, return_stats, threads, backend, isa)
+        return _topk_cuda(q, d, k, metric, mode, return_stats, threads, backend, isa)
     nq = q.obj.n_sets
     s = np.empty((nq, k), dtype=np.float32)
     idx = np.empty((nq, k), dtype=np.uint64)
@@ -702,7 +702,7 @@ def topk(
     return (result, stats) if return_stats else result
 
 
-def _topk_cuda(Q: Any, q: _Side, d: _Side, k: int, metric: str, mode: str, return_stats: bool, threads: int,
+def _topk_cuda(q: _Side, d: _Side, k: int, metric: str, mode: str, return_stats: bool, threads: int,
                backend: Optional[str], isa: Optional[str]) -> Any:
     """topk() with CUDA tensors. The library's top-k takes host queries and a packed corpus (host memory, which
     the CUDA backend uploads once per context and caches), so CUDA queries against a PackedCorpus are copied to
@@ -711,7 +711,9 @@ def _topk_cuda(Q: Any, q: _Side, d: _Side, k: int, metric: str, mode: str, retur
     descending sort on the device ranks it (ties to the lower document index, as the library ranks)."""
     import torch
 
-    device = (q.where if q.where is not None and q.where.cuda else d.where).device
+    where = q.where if q.where is not None and q.where.cuda else d.where
+    assert where is not None  # one side is a CUDA tensor
+    device = where.device
     if isinstance(d.obj, _core.Packed):
         host = _host_copy(q.keep)
         top = topk(host, d.keep, k, metric=metric, mode=mode, return_stats=return_stats, threads=threads,

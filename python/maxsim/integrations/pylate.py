@@ -135,7 +135,7 @@ def colbert_kd_scores(queries_embeddings: Any, documents_embeddings: Any, querie
 def rerank(documents_ids: Any, queries_embeddings: Any, documents_embeddings: Any, device: Any = None) -> list:
     """pylate.rank.rerank on libmaxsim: each query's candidates scored on their own tokens (no zero padding),
     sorted by score descending (ties: earlier candidate first)."""
-    results = []
+    results: list = []
     if getattr(queries_embeddings, "ndim", None) == 2:  # one query, as PyLate's reshape_embeddings allows
         queries_embeddings = queries_embeddings[None]
     for qid_list, q, docs in zip(documents_ids, queries_embeddings, documents_embeddings):
