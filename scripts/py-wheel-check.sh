@@ -23,12 +23,14 @@ PATH="$VENV/bin:$PATH" "$VENV/bin/auditwheel" -v repair -w "$DIST/repaired" "$DI
   || { cat "$DIST/repair.txt"; echo "py-wheel-check: auditwheel repair failed"; exit 1; }
 whl=$(ls "$DIST"/repaired/maxsim-*-manylinux_*.whl)
 "$VENV/bin/auditwheel" show "$whl" > "$DIST/show.txt"
-tag=$(grep -o 'manylinux_[0-9]*_[0-9]*_x86_64' "$DIST/show.txt" | head -n 1)
+tag=$(grep -o 'manylinux_[0-9]*_[0-9]*_x86_64' "$DIST/show.txt" || true)
+tag=${tag%%$'\n'*}
 [ -n "$tag" ] || { cat "$DIST/show.txt"; echo "py-wheel-check: auditwheel show names no manylinux tag"; exit 1; }
+listing=$(unzip -l "$whl")
 for lib in libgomp libhwy; do
-  unzip -l "$whl" | grep -q "maxsim.libs/$lib" || { echo "py-wheel-check: $lib is not bundled in $whl"; exit 1; }
+  grep -q "maxsim.libs/$lib" <<< "$listing" || { echo "py-wheel-check: $lib is not bundled in $whl"; exit 1; }
 done
-echo "py-wheel-check: $(basename "$whl") ($tag; bundles $(unzip -l "$whl" | grep -o 'maxsim.libs/[^ ]*' | tr '\n' ' '))"
+echo "py-wheel-check: $(basename "$whl") ($tag; bundles $(grep -o 'maxsim.libs/[^ ]\+' <<< "$listing" | tr '\n' ' '))"
 fresh=$(mktemp -d)
 trap 'rm -rf "$fresh"' EXIT
 "$VENV/bin/python" -m venv "$fresh/venv"
