@@ -16,6 +16,8 @@
 //   pack/corpus_Ld180x1000_d128/threads:T           maxsim_pack_into of a 1000-document corpus
 //   maxsim/<shape>/<impl>/<mode>/threads:T          one query against a corpus: impl is naive, openblas, onednn
 //                                                   or a kernel of the kernel list (forced with options.isa)
+//   maxsim/<shape>/dense/<mode>/threads:T           the same call with dense f32 documents (no packed corpus):
+//                                                   the selected kernel plus the per-call checks / quantisation
 // Counters: docs_per_s, GSO_per_s (2*Lq*Ld*d operations per pair), pct_peak (% of the f32 FMA peak measured at
 // start-up for the same thread count: the kernel's own vector width for library kernels, the widest for the
 // baselines), pct_i8_peak for certified/approximate, x_naive / x_openblas / x_onednn (ratio of GSO/s to the
@@ -425,6 +427,49 @@ void BM_Kernel(benchmark::State& state, const Shape* s, std::string kernel, maxs
   SetRatios(state, *s, threads, gso, kernel);
 }
 
+// The same call with the documents as dense f32 sets (maxsim_dense_sets over the replica's rows, which the
+// library reads in place): what a caller pays for not packing, i.e. the per-call checks (and, in certified and
+// approximate mode, the per-call quantisation), with the selected kernel.
+void BM_Dense(benchmark::State& state, const Shape* s, maxsim_mode mode) {
+  const int threads = static_cast<int>(state.range(0));
+  std::string error;
+  ShapeData* d = Data(*s, &error);
+  maxsim_context* ctx = Ctx("", threads);
+  if (!d || !ctx) {
+    state.SkipWithError(d ? "cannot create the context" : error.c_str());
+    return;
+  }
+  maxsim_score_options so;
+  maxsim_score_options_init(&so);
+  so.mode = mode;
+  maxsim_sets qs{d->query.p, nullptr};
+  std::vector<maxsim_dense_sets> dense(d->views.size());
+  for (size_t r = 0; r < dense.size(); ++r) {
+    const DocsView& v = d->views[r];
+    dense[r].struct_size = sizeof(maxsim_dense_sets);
+    dense[r].data = v.rows;
+    dense[r].dtype = MAXSIM_F32;
+    dense[r].dim = v.dim;
+    dense[r].row_stride = v.stride;
+    dense[r].n_sets = v.n_docs;
+    dense[r].offsets = v.offsets;
+  }
+  std::vector<std::vector<float>> outs;
+  maxsim_status failed = MAXSIM_OK;
+  const double gso = TimedLoop(state, *d, &outs, [&](size_t rep, float* out) {
+    maxsim_sets ds{nullptr, &dense[rep]};
+    const maxsim_status st = maxsim_score_matrix(ctx, &qs, &ds, &so, out, nullptr);
+    if (st != MAXSIM_OK) failed = st;
+  });
+  if (failed != MAXSIM_OK) {
+    state.SkipWithError((std::string("maxsim_score_matrix: ") + maxsim_last_error()).c_str());
+    return;
+  }
+  if (mode != MAXSIM_MODE_APPROXIMATE && !CheckOutputs(state, *d, outs, 0.0, "not bit-identical to exact")) return;
+  if (mode == MAXSIM_MODE_APPROXIMATE && !CheckApproximate(state, *d, outs)) return;
+  SetRatios(state, *s, threads, gso, "dense");
+}
+
 void BM_Naive(benchmark::State& state, const Shape* s) {
   const int threads = static_cast<int>(state.range(0));
   std::string error;
@@ -622,6 +667,10 @@ void Register() {
         with_threads(
             benchmark::RegisterBenchmark((base + k + "/" + modes[m]).c_str(), BM_Kernel, &s, k, mode_ids[m]), true);
       }
+    }
+    for (int m = 0; m < 2; ++m) {  // exact and certified from dense f32 documents, the selected kernel
+      with_threads(benchmark::RegisterBenchmark((base + "dense/" + modes[m]).c_str(), BM_Dense, &s, mode_ids[m]),
+                   true);
     }
   }
 }

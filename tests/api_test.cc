@@ -546,5 +546,121 @@ TEST(Api, ProgressCallbackReportsOnTheCallingThreadAndCancels) {
   EXPECT_EQ(cancel.calls, 0);
 }
 
+
+// Dense documents are checked as each one is scored (exact dot: after its scores, from cache; other modes and
+// metrics: before quantising it). Whatever the thread count and schedule, a rejected document fails the call
+// with the message naming the first rejected row of all documents, as the up-front check of candidate scoring
+// does; masked rows are never checked; a row with one element above the compare-only bound but a norm within
+// 1e19 is accepted and scored like its packed copy.
+TEST(Api, DenseDocumentChecksNameTheFirstRejectedRowOnEveryPath) {
+  std::mt19937_64 rng(41);
+  const TokenSets q = Generate(rng, Shape::kUnitGaussian, 3, 1, 12, 40);
+  TokenSets good = Generate(rng, Shape::kUnitGaussian, 300, 0, 30, 40);
+  good.mask.assign(good.rows(), 1);
+  uint64_t first = 5, later = 250;
+  while (good.length(first) < 3) ++first;
+  while (good.length(later) < 2) ++later;
+  const uint64_t masked_row = good.offsets[later] + 1;
+  good.mask[masked_row] = 0;
+  const float kNaN = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
+  for (maxsim_dtype dtype : {MAXSIM_F32, MAXSIM_F16, MAXSIM_BF16}) {
+    for (int threads : {1, 2}) {
+      Context ctx = CpuContext(threads);
+      TokenSets qs = q;
+      qs.Encode(dtype);
+      const DenseSets qd = qs.Dense();
+      const maxsim_sets qsets{nullptr, qd.get()};
+      const uint64_t nq = q.n_sets(), nd = good.n_sets();
+      std::vector<float> out(nq * nd), top_s(nq * 4);
+      std::vector<uint64_t> top_i(nq * 4), coff(nq + 1), cand;
+      for (uint64_t i = 0; i < nq; ++i) {
+        for (uint64_t j = 0; j < nd; ++j) cand.push_back(j);
+        coff[i + 1] = cand.size();
+      }
+      std::vector<float> cout_(cand.size());
+      for (int bad_kind = 0; bad_kind < 3; ++bad_kind) {
+        TokenSets d = good;
+        // Bad values in a later document (found first by some schedules), then the first one, then a masked row.
+        d.values[(d.offsets[later]) * d.dim + 7] = kNaN;
+        const float bad = bad_kind == 0 ? kNaN : bad_kind == 1 ? -kInf : 6e18f;  // 6e18 in two elements: norm 8.5e18
+        float* row = d.values.data() + (d.offsets[first] + 2) * d.dim;
+        row[3] = bad;
+        if (bad_kind == 2) row[9] = 6e18f;
+        d.values[masked_row * d.dim + 1] = kNaN;
+        d.Encode(dtype);
+        const DenseSets dd = d.Dense();
+        const maxsim_sets dsets{nullptr, dd.get()};
+        // bf16 rounds 6e18 to 5.99e18: still a norm below 1e19 in every dtype except f16 (Inf: rejected).
+        const bool huge_ok = bad_kind == 2 && dtype != MAXSIM_F16;
+        const std::string where = "set " + std::to_string(huge_ok ? later : first) + " token " +
+                                  std::to_string(huge_ok ? 0 : 2);
+        for (maxsim_metric metric : kMetrics) {
+          for (maxsim_mode mode : kModes) {
+            maxsim_score_options o;
+            maxsim_score_options_init(&o);
+            o.metric = metric;
+            o.mode = mode;
+            const std::string what = std::string("dtype ") + std::to_string(dtype) + " threads " +
+                                     std::to_string(threads) + " kind " + std::to_string(bad_kind) + " metric " +
+                                     std::to_string(metric) + " mode " + std::to_string(mode) + ": ";
+            for (int call = 0; call < 3; ++call) {
+              const maxsim_status st =
+                  call == 0 ? maxsim_score_matrix(ctx.get(), &qsets, &dsets, &o, out.data(), nullptr)
+                  : call == 1 ? maxsim_topk(ctx.get(), &qsets, &dsets, 4, &o, top_s.data(), top_i.data(), nullptr)
+                              : maxsim_score_candidates(ctx.get(), &qsets, &dsets, coff.data(), cand.data(), &o,
+                                                        cout_.data(), nullptr);
+              ASSERT_EQ(st, MAXSIM_ERR_NON_FINITE) << what << call << " " << maxsim_last_error();
+              EXPECT_NE(std::string(maxsim_last_error()).find("documents: " + where), std::string::npos)
+                  << what << call << " " << maxsim_last_error();
+            }
+          }
+        }
+      }
+      // No bad value outside masked rows, one row with one element above the bound: accepted, and the dense
+      // scores equal the packed corpus' scores bit for bit in every mode and metric.
+      TokenSets d = good;
+      d.values[masked_row * d.dim + 1] = kNaN;
+      float* row = d.values.data() + (d.offsets[first] + 2) * d.dim;
+      row[3] = 6e18f;
+      d.Encode(dtype);
+      if (dtype == MAXSIM_F16) continue;  // 6e18 is Inf in f16
+      const DenseSets dd = d.Dense();
+      const maxsim_sets dsets{nullptr, dd.get()};
+      Packed pd = Packed::Pack(ctx, dd);
+      const maxsim_sets psets{pd.get(), nullptr};
+      for (maxsim_metric metric : kMetrics) {
+        for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED}) {
+          maxsim_score_options o;
+          maxsim_score_options_init(&o);
+          o.metric = metric;
+          o.mode = mode;
+          std::vector<float> dense(nq * nd), packed(nq * nd);
+          ASSERT_EQ(maxsim_score_matrix(ctx.get(), &qsets, &dsets, &o, dense.data(), nullptr), MAXSIM_OK)
+              << maxsim_last_error();
+          ASSERT_EQ(maxsim_score_matrix(ctx.get(), &qsets, &psets, &o, packed.data(), nullptr), MAXSIM_OK)
+              << maxsim_last_error();
+          EXPECT_EQ(std::memcmp(dense.data(), packed.data(), dense.size() * 4), 0) << "metric " << metric << " mode " << mode;
+          ASSERT_EQ(maxsim_topk(ctx.get(), &qsets, &dsets, 4, &o, top_s.data(), top_i.data(), nullptr), MAXSIM_OK)
+              << maxsim_last_error();
+        }
+      }
+    }
+  }
+  // No query sets: the documents are still checked (up front), as before any scoring.
+  TokenSets d = good;
+  d.values[(d.offsets[first] + 2) * d.dim] = std::numeric_limits<float>::quiet_NaN();
+  d.Encode(MAXSIM_F32);
+  const DenseSets dd = d.Dense();
+  const maxsim_sets dsets{nullptr, dd.get()};
+  const std::vector<uint64_t> no_offsets{0};
+  const DenseSets none(q.encoded.data(), MAXSIM_F32, q.dim, Span<const uint64_t>(no_offsets.data(), 1));
+  const maxsim_sets nsets{nullptr, none.get()};
+  Context ctx = CpuContext(2);
+  float dummy = 0;
+  uint64_t dummy_i = 0;
+  EXPECT_EQ(maxsim_score_matrix(ctx.get(), &nsets, &dsets, nullptr, &dummy, nullptr), MAXSIM_ERR_NON_FINITE);
+  EXPECT_EQ(maxsim_topk(ctx.get(), &nsets, &dsets, 1, nullptr, &dummy, &dummy_i, nullptr), MAXSIM_ERR_NON_FINITE);
+}
+
 }  // namespace
 }  // namespace maxsim::test

@@ -255,6 +255,59 @@ TEST(Packer, EveryHighwayTargetMatchesTheScalarDefinition) {
   pack::QuantizeForceTarget(SIZE_MAX);
 }
 
+// The compare-only acceptance test of dense scoring (pack::RowsWithin with pack::AcceptedElementBound): on every
+// Highway target, a row it passes is accepted by the canonical AnalyzeRowRef (finite, norm <= 1e19), it fails
+// every non-finite row, and it agrees with the element-wise definition, at and around the bound.
+TEST(Packer, ElementBoundIsASufficientAcceptanceTest) {
+  std::mt19937_64 rng(16);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (size_t target = 0; target < pack::QuantizeTargetCount(); ++target) {
+    pack::QuantizeForceTarget(target);
+    for (uint32_t dim : {1u, 2u, 7u, 15u, 16u, 17u, 31u, 32u, 33u, 64u, 96u, 128u, 129u, 300u, 1000u}) {
+      const float b = pack::AcceptedElementBound(dim);
+      ASSERT_GT(b, 0.0f);
+      // A bound far from tight would send ordinary rows down the slow path: within 1% of 1e19 / sqrt(dim).
+      ASSERT_GT(static_cast<double>(b), 0.99 * MAXSIM_PACK_MAX_NORM / std::sqrt(static_cast<double>(dim)));
+      for (int trial = 0; trial < 12; ++trial) {
+        const uint32_t rows = 1 + static_cast<uint32_t>(rng() % 5);
+        const uint32_t stride = dim + static_cast<uint32_t>(rng() % 3);  // padded rows too
+        std::vector<float> v(static_cast<size_t>(rows) * stride, 1e38f);  // padding: never read
+        for (uint32_t r = 0; r < rows; ++r) {
+          for (uint32_t k = 0; k < dim; ++k) {
+            float x = g(rng);
+            switch (trial % 6) {
+              case 0: break;
+              case 1: x = std::copysign(b, x); break;                                   // every element at the bound
+              case 2: x = std::copysign(std::nextafter(b, 1e38f), x) * (k == 0); break;  // one just above
+              case 3: x = (k == dim - 1) ? std::numeric_limits<float>::quiet_NaN() : x; break;
+              case 4: x = (k == dim / 2) ? -std::numeric_limits<float>::infinity() : x; break;
+              default: x *= b * 0.5f; break;
+            }
+            v[static_cast<size_t>(r) * stride + k] = x;
+          }
+        }
+        const uint32_t bad_row = static_cast<uint32_t>(rng() % rows);
+        for (uint32_t r = 0; r < rows; ++r) {  // only one row gets the trial's special values
+          if (r != bad_row && trial % 6 != 0 && trial % 6 != 5) {
+            for (uint32_t k = 0; k < dim; ++k) v[static_cast<size_t>(r) * stride + k] = g(rng);
+          }
+        }
+        bool within = true, accepted = true;
+        for (uint32_t r = 0; r < rows; ++r) {
+          const float* row = v.data() + static_cast<size_t>(r) * stride;
+          for (uint32_t k = 0; k < dim; ++k) within &= std::fabs(row[k]) <= b;
+          const pack::RowStats st = pack::AnalyzeRowRef(row, dim);
+          accepted &= st.finite && pack::NormAccepted(st.norm_sq);
+        }
+        const bool got = pack::RowsWithin(v.data(), rows, stride * sizeof(float), dim, b);
+        ASSERT_EQ(got, within) << pack::QuantizeTargetName(target) << " dim " << dim << " trial " << trial;
+        if (got) ASSERT_TRUE(accepted) << pack::QuantizeTargetName(target) << " dim " << dim << " trial " << trial;
+      }
+    }
+  }
+  pack::QuantizeForceTarget(SIZE_MAX);
+}
+
 TEST(Packer, QuantisationInvariantsHold) {
   std::mt19937_64 rng(15);
   TokenSets t = Generate(rng, Shape::kGaussian, 20, 1, 30, 100);

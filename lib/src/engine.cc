@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -65,6 +66,7 @@ Status AnalyzeDense(const DenseView& v, const char* role, int threads, std::vect
   if (stats) stats->assign(v.n_rows, pack::RowStats{});
   std::vector<RowRejection> rejections(static_cast<size_t>(std::max(1, threads)));
   const int64_t n = static_cast<int64_t>(v.n_sets);
+  const float bound = pack::AcceptedElementBound(v.dim);
 #pragma omp parallel num_threads(threads) if (threads > 1 && v.n_rows > 1024)
   {
     int t = 0;
@@ -78,6 +80,8 @@ Status AnalyzeDense(const DenseView& v, const char* role, int threads, std::vect
       const uint64_t set = static_cast<uint64_t>(i);
       for (uint64_t r = v.begin(set); r < v.end(set); ++r) {
         if (!v.kept(r)) continue;
+        // Without stats, an f32 row inside the element bound is accepted on a compare alone (no norm).
+        if (!stats && v.dtype == MAXSIM_F32 && pack::RowsWithin(v.row(r), 1, v.row_bytes, v.dim, bound)) continue;
         const float* f32 = static_cast<const float*>(v.row(r));
         if (v.dtype != MAXSIM_F32) {
           pack::WidenRow(v.row(r), v.dtype, v.dim, widened.data());
@@ -266,22 +270,45 @@ struct DocSource {
   const SetsRef* d = nullptr;
   bool need_codes = false;
   bool need_meta = false;
-  std::vector<pack::RowStats> dense_stats;  // dense documents, per row, when need_meta
+  // Dense documents are checked either once up front (dense_stats then holds every row's stats when need_meta),
+  // or, when the call materialises every document at least once, one by one while each is in cache: by
+  // DocMaterializer::Get when need_meta (the stats are computed there, before quantising), else by
+  // DocMaterializer::Verify after the document was scored (exact dot scoring reads the originals only, so the
+  // kernel streams them from memory as it does a packed corpus, and the check re-reads them from cache).
+  bool lazy_check = false;
+  float bound = 0;  // pack::AcceptedElementBound(dim), for Verify
+  std::vector<pack::RowStats> dense_stats;
 };
 
-Status PrepareDocs(const SetsRef& D, const ScoreRequest& req, int threads, DocSource* src) {
+// every_doc: the call materialises every document at least once (unless cancelled), so the values may be
+// checked as they are materialised (FirstRejection gives the error when one fails).
+Status PrepareDocs(const SetsRef& D, const ScoreRequest& req, int threads, bool every_doc, DocSource* src) {
   src->d = &D;
   src->need_codes = req.mode != MAXSIM_MODE_EXACT;
   src->need_meta = src->need_codes || req.metric == MAXSIM_METRIC_COSINE;
   if (D.is_packed) return Status::Ok();
+  if (every_doc && D.dense.memory == MAXSIM_MEMORY_HOST) {
+    src->lazy_check = true;
+    src->bound = pack::AcceptedElementBound(D.dense.dim);
+    return Status::Ok();
+  }
   return AnalyzeDense(D.dense, "documents", threads, src->need_meta ? &src->dense_stats : nullptr);
+}
+
+// After a call whose DocMaterializer rejected a document: the error naming the first rejected row of all
+// documents (the same one the up-front check names, whatever the thread count and schedule).
+Status FirstRejection(const DocSource& src, int threads) {
+  Status st = AnalyzeDense(src.d->dense, "documents", threads, nullptr);
+  if (st.ok()) return Error(MAXSIM_ERR_INTERNAL, "documents: a row was rejected, then accepted on a second look");
+  return st;
 }
 
 // Per-thread: turns document set j into a DocRef (compacting masked rows, quantising dense rows on demand).
 class DocMaterializer {
  public:
-  // *map: compact token -> position (nullptr when they are the same).
-  void Get(const DocSource& src, uint64_t j, DocRef* out, const uint32_t** map) {
+  // *map: compact token -> position (nullptr when they are the same). False: a kept row of document j is not
+  // accepted (non-finite or norm above the limit; only with src.lazy_check and need_meta), and *out is not usable.
+  bool Get(const DocSource& src, uint64_t j, DocRef* out, const uint32_t** map) {
     const SetsRef& D = *src.d;
     DocRef d;
     d.dim = D.dim();
@@ -298,7 +325,7 @@ class DocMaterializer {
       d.meta = p.meta + first;
       d.serial = j + 1;
       *out = d;
-      return;
+      return true;
     }
     const DenseView& v = D.dense;
     const uint64_t begin = v.begin(j), end = v.end(j);
@@ -321,22 +348,34 @@ class DocMaterializer {
       d.originals = static_cast<const uint8_t*>(v.row(begin));
       d.orig_row_bytes = v.row_bytes;
     }
+    widened_.resize(v.dim);
+    const bool f32_rows = v.dtype == MAXSIM_F32;
+    // Row r as f32 values (widened into widened_ for f16 / bf16).
+    auto values = [&](uint64_t r) -> const float* {
+      if (f32_rows) return static_cast<const float*>(v.row(r));
+      pack::WidenRow(v.row(r), v.dtype, v.dim, widened_.data());
+      return widened_.data();
+    };
+    const pack::RowStats* stats = src.need_meta && !src.lazy_check ? src.dense_stats.data() : nullptr;
+    if (src.need_meta && src.lazy_check) {
+      stats_.resize(d.n_tokens);
+      for (uint32_t t = 0; t < d.n_tokens; ++t) {
+        const uint64_t r = begin + (*map ? (*map)[t] : t);
+        const pack::RowStats st = pack::AnalyzeRow(values(r), v.dim);
+        if (!st.finite || !pack::NormAccepted(st.norm_sq)) return false;
+        stats_[t] = st;
+      }
+    }
     if (src.need_meta) {
       meta_.resize(d.n_tokens);
       d.padded_dim = static_cast<uint32_t>(RoundUp(v.dim, MAXSIM_PACK_ALIGN));
       if (src.need_codes) codes_.resize(static_cast<size_t>(d.n_tokens) * d.padded_dim);
-      widened_.resize(v.dim);
       for (uint32_t t = 0; t < d.n_tokens; ++t) {
         const uint64_t r = begin + (*map ? (*map)[t] : t);
-        const pack::RowStats& st = src.dense_stats[r];
+        const pack::RowStats& st = stats ? stats[r] : stats_[t];
         if (src.need_codes) {
-          const float* f32 = static_cast<const float*>(v.row(r));
-          if (v.dtype != MAXSIM_F32) {
-            pack::WidenRow(v.row(r), v.dtype, v.dim, widened_.data());
-            f32 = widened_.data();
-          }
-          pack::QuantizeRow(f32, v.dim, d.padded_dim, st, codes_.data() + static_cast<size_t>(t) * d.padded_dim,
-                            &meta_[t]);
+          pack::QuantizeRow(values(r), v.dim, d.padded_dim, st,
+                            codes_.data() + static_cast<size_t>(t) * d.padded_dim, &meta_[t]);
         } else {
           meta_[t] = maxsim_vector_meta{0, pack::NormFromSquares(st.norm_sq), 0, 0};
         }
@@ -346,6 +385,30 @@ class DocMaterializer {
     }
     d.serial = j + 1;
     *out = d;
+    return true;
+  }
+
+  // After document d (from Get) was scored: false if one of its rows is not accepted. Only exact dot scoring of
+  // lazily checked dense documents checks here (every other case was checked before or in Get): the compare-only
+  // test of pack::AcceptedElementBound over the whole document, and the exact per-row test only if that fails.
+  bool Verify(const DocSource& src, const DocRef& d) {
+    if (!src.lazy_check || src.need_meta || d.n_tokens == 0) return true;
+    const DenseView& v = src.d->dense;
+    if (v.dtype == MAXSIM_F32 && pack::RowsWithin(d.originals, d.n_tokens, d.orig_row_bytes, v.dim, src.bound)) {
+      return true;
+    }
+    widened_.resize(v.dim);
+    for (uint32_t t = 0; t < d.n_tokens; ++t) {
+      const uint8_t* row = d.originals + static_cast<uint64_t>(t) * d.orig_row_bytes;
+      const float* f32 = reinterpret_cast<const float*>(row);
+      if (v.dtype != MAXSIM_F32) {
+        pack::WidenRow(row, v.dtype, v.dim, widened_.data());
+        f32 = widened_.data();
+      }
+      const pack::RowStats st = pack::AnalyzeRow(f32, v.dim);
+      if (!st.finite || !pack::NormAccepted(st.norm_sq)) return false;
+    }
+    return true;
   }
 
  private:
@@ -354,6 +417,7 @@ class DocMaterializer {
   std::vector<maxsim_vector_meta> meta_;
   std::vector<int8_t> codes_;
   std::vector<float> widened_;
+  std::vector<pack::RowStats> stats_;
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -447,7 +511,7 @@ void CollectBatch(const DocSource& src, uint64_t p0, uint64_t p1, DocOf doc_of, 
   for (uint64_t p = p0; p < p1; ++p) {
     DocRef d;
     const uint32_t* map = nullptr;
-    ts.docs.Get(src, doc_of(p), &d, &map);
+    ts.docs.Get(src, doc_of(p), &d, &map);  // packed documents (UseBatch): always accepted
     if (d.n_tokens == 0) {
       on_empty(d, map, p);
       continue;
@@ -585,9 +649,9 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
   if (scores == nullptr) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
   QueryBatch qb;
   MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, &qb));
-  DocSource src;
-  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, &src));
   const uint64_t nq = Q.n_sets(), nd = D.n_sets();
+  DocSource src;
+  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, nq > 0, &src));
   std::vector<ThreadState> states(static_cast<size_t>(threads_));
   if (nq == 0 || nd == 0) {
     SumStats(states, stats);
@@ -608,6 +672,7 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
   const KernelOps& ops = *kernel_->ops;
   const bool batched = UseBatch(ops, req, D);
   Progress progress(nq * nd);
+  std::atomic<bool> rejected{false};  // a document failed the check in DocMaterializer::Get
 #pragma omp parallel num_threads(threads_) if (threads_ > 1 && n_tasks > 1)
   {
     ThreadState& ts = states[static_cast<size_t>(ThreadIndex())];
@@ -615,7 +680,7 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
     std::vector<int32_t*> bargmax;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
-      if (progress.cancelled()) continue;
+      if (progress.cancelled() || rejected.load(std::memory_order_relaxed)) continue;
       const uint64_t qc = static_cast<uint64_t>(task) / n_blocks;
       const uint64_t db = static_cast<uint64_t>(task) % n_blocks;
       const uint64_t q0 = qc * qchunk, q1 = std::min(nq, q0 + qchunk);
@@ -651,15 +716,23 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
       for (uint64_t j = d0; j < d1; ++j) {
         DocRef d;
         const uint32_t* map = nullptr;
-        ts.docs.Get(src, j, &d, &map);
+        if (!ts.docs.Get(src, j, &d, &map)) {
+          rejected.store(true, std::memory_order_relaxed);
+          break;
+        }
         for (uint64_t i = q0; i < q1; ++i) {
           const QuerySet& qs = qb.sets[i];
           int32_t* am = argmax ? argmax + nd * qs.token_offset + j * qs.positions : nullptr;
           scores[i * nd + j] = ScorePair(qs, d, map, ops, req, ts, am);
         }
+        if (!ts.docs.Verify(src, d)) {
+          rejected.store(true, std::memory_order_relaxed);
+          break;
+        }
       }
     }
   }
+  if (rejected.load()) return FirstRejection(src, threads_);
   MAXSIM_RETURN_IF_ERROR(progress.Finish("maxsim_score_matrix"));
   SumStats(states, stats);
   return Status::Ok();
@@ -676,7 +749,7 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
   QueryBatch qb;
   MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, &qb));
   DocSource src;
-  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, &src));
+  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, /*every_doc=*/false, &src));  // checked up front
   // argmax base of query i: sum over earlier queries of K_i' * Lq_i'.
   std::vector<uint64_t> base(nq + 1, 0);
   for (uint64_t i = 0; i < nq; ++i) {
@@ -731,7 +804,7 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
         while (cand_offsets[i + 1] <= c) ++i;
         DocRef d;
         const uint32_t* map = nullptr;
-        ts.docs.Get(src, candidates[c], &d, &map);
+        ts.docs.Get(src, candidates[c], &d, &map);  // checked up front: always accepted
         const QuerySet& qs = qb.sets[i];
         int32_t* am = argmax ? argmax + base[i] + (c - cand_offsets[i]) * qs.positions : nullptr;
         scores[c] = ScorePair(qs, d, map, ops, req, ts, am);
@@ -786,7 +859,7 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
   QueryBatch qb;
   MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, &qb));
   DocSource src;
-  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, &src));
+  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, nq > 0, &src));
   const uint64_t keep = std::min(k, nd);
   std::vector<ThreadState> states(static_cast<size_t>(threads_));
   std::vector<std::vector<std::vector<Ranked>>> heaps(static_cast<size_t>(threads_));
@@ -796,6 +869,7 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
   const bool batched = UseBatch(ops, req, D);
   const bool cosine = req.metric == MAXSIM_METRIC_COSINE;
   Progress progress(nq * nd);
+  std::atomic<bool> rejected{false};  // a document failed the check in DocMaterializer::Get
 #pragma omp parallel num_threads(threads_) if (threads_ > 1 && n_tasks > 1)
   {
     const int t = ThreadIndex();
@@ -805,7 +879,7 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
     std::vector<float> bscores;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
-      if (progress.cancelled()) continue;
+      if (progress.cancelled() || rejected.load(std::memory_order_relaxed)) continue;
       const uint64_t d0 = static_cast<uint64_t>(task) * block, d1 = std::min(nd, d0 + block);
       progress.Advance(nq * (d1 - d0));
       if (batched) {
@@ -840,13 +914,21 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
       for (uint64_t j = d0; j < d1; ++j) {
         DocRef d;
         const uint32_t* map = nullptr;
-        ts.docs.Get(src, j, &d, &map);
+        if (!ts.docs.Get(src, j, &d, &map)) {
+          rejected.store(true, std::memory_order_relaxed);
+          break;
+        }
         for (uint64_t i = 0; i < nq; ++i) {
           Offer(mine[i], keep, Ranked{ScorePair(qb.sets[i], d, map, ops, req, ts, nullptr), j});
+        }
+        if (!ts.docs.Verify(src, d)) {
+          rejected.store(true, std::memory_order_relaxed);
+          break;
         }
       }
     }
   }
+  if (rejected.load()) return FirstRejection(src, threads_);
   MAXSIM_RETURN_IF_ERROR(progress.Finish("maxsim_topk"));
   std::vector<Ranked> merged;
   for (uint64_t i = 0; i < nq; ++i) {

@@ -108,6 +108,14 @@ float ResidFromSquares(double resid_sq);    // round up: an upper bound
 // Accepted vector: finite and ||v|| <= MAXSIM_PACK_MAX_NORM.
 inline bool NormAccepted(double norm_sq) { return norm_sq <= MAXSIM_PACK_MAX_NORM * MAXSIM_PACK_MAX_NORM; }
 
+// A sufficient test of acceptance without the norm: an f32 vector of `dim` elements whose every |x_k| is at
+// most AcceptedElementBound(dim) is finite and has AnalyzeRow's norm_sq accepted by NormAccepted. A vector
+// failing it may still be accepted (one large element): decide such vectors with AnalyzeRow.
+float AcceptedElementBound(uint32_t dim);
+// Whether every element of n_rows f32 rows of dim values, row_bytes apart, has |x| <= bound (NaN fails).
+// Vectorised (Highway, run-time dispatch): a compare per element, no norm.
+bool RowsWithin(const void* rows, uint64_t n_rows, uint64_t row_bytes, uint32_t dim, float bound);
+
 }  // namespace maxsim::pack
 
 #endif  // MAXSIM_PACKING_PACKED_H_

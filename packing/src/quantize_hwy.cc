@@ -149,6 +149,27 @@ RowStats AnalyzeRowImpl(const float* HWY_RESTRICT v, uint32_t dim) {
   return stats;
 }
 
+// True when every element of the n_rows f32 rows (row_bytes apart) has |x| <= bound; NaN and Inf fail.
+bool RowsWithinImpl(const uint8_t* HWY_RESTRICT rows, uint64_t n_rows, uint64_t row_bytes, uint32_t dim,
+                    float bound) {
+  const hn::ScalableTag<float> df;
+  const size_t nf = hn::Lanes(df);
+  const auto limit = hn::Set(df, bound);
+  auto ok = hn::FirstN(df, nf);  // all true
+  bool tail_ok = true;
+  for (uint64_t r = 0; r < n_rows; ++r) {
+    const float* HWY_RESTRICT v = reinterpret_cast<const float*>(rows + r * row_bytes);
+    size_t k = 0;
+    for (; k + 2 * nf <= dim; k += 2 * nf) {
+      ok = hn::And(ok, hn::Abs(hn::LoadU(df, v + k)) <= limit);  // false for NaN
+      ok = hn::And(ok, hn::Abs(hn::LoadU(df, v + k + nf)) <= limit);
+    }
+    for (; k + nf <= dim; k += nf) ok = hn::And(ok, hn::Abs(hn::LoadU(df, v + k)) <= limit);
+    for (; k < dim; ++k) tail_ok &= std::fabs(v[k]) <= bound;
+  }
+  return tail_ok && hn::AllTrue(df, ok);
+}
+
 void QuantizeRowImpl(const float* HWY_RESTRICT v, uint32_t dim, uint32_t padded_dim, const RowStats& stats,
                      int8_t* HWY_RESTRICT codes, maxsim_vector_meta* meta) {
   const float maxabs = stats.maxabs;
@@ -266,6 +287,7 @@ HWY_AFTER_NAMESPACE();
 
 namespace maxsim::pack {
 HWY_EXPORT(AnalyzeRowImpl);
+HWY_EXPORT(RowsWithinImpl);
 HWY_EXPORT(QuantizeRowImpl);
 HWY_EXPORT(WidenRowImpl);
 HWY_EXPORT(ChecksumBlocksImpl);
@@ -275,6 +297,19 @@ void ChecksumBlocks(const uint8_t* p, uint64_t n_blocks, uint64_t a[8], uint64_t
 }
 
 RowStats AnalyzeRow(const float* v, uint32_t dim) { return HWY_DYNAMIC_DISPATCH(AnalyzeRowImpl)(v, dim); }
+
+bool RowsWithin(const void* rows, uint64_t n_rows, uint64_t row_bytes, uint32_t dim, float bound) {
+  return HWY_DYNAMIC_DISPATCH(RowsWithinImpl)(static_cast<const uint8_t*>(rows), n_rows, row_bytes, dim, bound);
+}
+
+float AcceptedElementBound(uint32_t dim) {
+  // Every |x_k| <= b gives a sum of squares <= dim * b^2; the canonical double sum (exact squares, at most dim
+  // roundings of relative 2^-53 each) then stays below dim * b^2 * (1 + 2^-20) for any dim < 2^32. b is the
+  // float below 0.999 * MAX_NORM / sqrt(dim), so dim * b^2 * (1 + 2^-20) < MAX_NORM^2: accepted.
+  const double b = 0.999 * MAXSIM_PACK_MAX_NORM / std::sqrt(static_cast<double>(dim == 0 ? 1 : dim));
+  const float f = static_cast<float>(b);
+  return static_cast<double>(f) <= b ? f : std::nextafter(f, 0.0f);
+}
 
 void QuantizeRow(const float* v, uint32_t dim, uint32_t padded_dim, const RowStats& stats, int8_t* codes,
                  maxsim_vector_meta* meta) {

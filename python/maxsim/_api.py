@@ -664,6 +664,12 @@ def topk(
     """The k best documents of ``corpus`` for every query set (score descending, ties by lower index), without
     materialising the score matrix. A 2-D query drops the query axis from the outputs. ``progress``: True for a
     tqdm bar over the (query, document) pairs (or a tqdm-like object to advance)."""
+    if (type(Q) is np.ndarray and type(corpus) is PackedCorpus and q_mask is None and progress is False
+            and not return_stats and corpus._ids_kind != "string" and metric in _METRICS and mode in _MODES):
+        # The common call (numpy queries, a packed corpus), in one step in C++: the same checks and results.
+        ctx = _contexts.get((threads, backend or "", isa or "")) or context(threads, backend, isa)
+        return TopK(*_core.topk_numpy(ctx, Q, corpus._packed, k, _METRICS[metric], _MODES[mode],
+                                      corpus._ids_kind == "numeric"))
     if int(k) < 0:
         raise InvalidArgumentError(f"k is {k}; it must be >= 0")
     k = int(k)

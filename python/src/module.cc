@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -480,6 +481,48 @@ nb::object TopK(Context* ctx, nb::handle queries, nb::handle documents, uint64_t
   return want_stats ? StatsDict(stats) : nb::none();
 }
 
+// The common top-k call in one step (maxsim.topk's fast path): a numpy-readable query array ([Lq, d]: one set,
+// or [n, Lq, d]) without a mask against a PackedCorpus. The same checks as the general path (DenseSets,
+// maxsim_topk); the outputs are new numpy arrays sharing one allocation: scores float32, indices int64 (-1 past
+// the corpus end), ids uint64 when want_ids (the corpus has numeric ids) else None; [k] for a 2-D query, else
+// [n, k]. Saves the Python-level argument handling and output allocation of the general path.
+nb::tuple TopKNumpy(Context* ctx, AnyArray queries, const Packed& corpus, int64_t k, int metric, int mode,
+                    bool want_ids) {
+  if (k < 0) ThrowArg("k is " + std::to_string(k) + "; it must be >= 0");
+  const size_t nd = queries.ndim();
+  const DenseSets q(std::move(queries), std::nullopt, 0, std::nullopt, 0);
+  if (q.on_cuda()) ThrowArg("queries in CUDA memory: use maxsim.topk with torch tensors (this path is numpy)");
+  const maxsim_sets qs{nullptr, &q.sets()};
+  const maxsim_sets ds{corpus.get(), nullptr};
+  const uint64_t n = q.n_sets(), kk = static_cast<uint64_t>(k);
+  const size_t total = static_cast<size_t>(n * kk);
+  // One block: scores (4 bytes each, rounded up to 8), then indices, then ids.
+  const size_t score_bytes = (total * sizeof(float) + 7) / 8 * 8;
+  const size_t bytes = score_bytes + total * 8 * (want_ids ? 2 : 1);
+  auto* block = static_cast<uint8_t*>(std::malloc(bytes ? bytes : 1));
+  if (!block) Throw(MAXSIM_ERR_OUT_OF_MEMORY, "cannot allocate the top-k outputs");
+  nb::capsule owner(block, [](void* p) noexcept { std::free(p); });
+  auto* scores = reinterpret_cast<float*>(block);
+  auto* index = reinterpret_cast<uint64_t*>(block + score_bytes);
+  uint64_t* ids = want_ids ? index + total : nullptr;
+  const maxsim_score_options o = ScoreOptions(metric, mode, nullptr, 0);
+  maxsim_status st;
+  ProgressScope progress{nb::none()};
+  {
+    nb::gil_scoped_release release;
+    st = maxsim_topk(ctx->get(), &qs, &ds, kk, &o, scores, index, ids);
+  }
+  progress.Check(st);
+  const bool single = nd == 2;
+  const size_t shape2[2] = {static_cast<size_t>(n), static_cast<size_t>(kk)};
+  const size_t ndim = single ? 1 : 2;
+  const size_t* shape = single ? shape2 + 1 : shape2;
+  nb::object s = nb::cast(nb::ndarray<nb::numpy, float>(scores, ndim, shape, owner));
+  nb::object i = nb::cast(nb::ndarray<nb::numpy, int64_t>(reinterpret_cast<int64_t*>(index), ndim, shape, owner));
+  nb::object d = want_ids ? nb::cast(nb::ndarray<nb::numpy, uint64_t>(ids, ndim, shape, owner)) : nb::none();
+  return nb::make_tuple(s, i, d);
+}
+
 void Backward(Context* ctx, const DenseSets& queries, const DenseSets& documents, int layout,
               std::optional<U64Array> cand_offsets, std::optional<U64Array> candidates,
               nb::ndarray<const int32_t, nb::c_contig> argmax, nb::ndarray<const float, nb::c_contig> grad_scores,
@@ -639,6 +682,7 @@ NB_MODULE(_core, m) {
         "stream"_a, "progress"_a.none() = nb::none());
   m.def("topk", &TopK, "ctx"_a, "queries"_a, "documents"_a, "k"_a, "metric"_a, "mode"_a, "scores"_a, "index"_a,
         "ids"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none());
+  m.def("topk_numpy", &TopKNumpy, "ctx"_a, "queries"_a, "corpus"_a, "k"_a, "metric"_a, "mode"_a, "want_ids"_a);
   m.def("backward", &Backward, "ctx"_a, "queries"_a, "documents"_a, "layout"_a, "cand_offsets"_a.none(),
         "candidates"_a.none(), "argmax"_a, "grad_scores"_a, "grad_queries"_a.none(), "grad_documents"_a.none(),
         "deterministic"_a, "stream"_a);

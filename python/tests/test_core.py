@@ -125,6 +125,44 @@ def test_topk_matches_matrix_and_ids(real_data):
     assert np.all(big.indices[-3:] == -1) and np.all(np.isneginf(big.scores[-3:]))
 
 
+def test_topk_numpy_fast_path_equals_general_path(rng):
+    # numpy queries against a packed corpus take a one-step C++ path (maxsim._core.topk_numpy); maxsim.Sets
+    # queries take the general one: the same results, shapes and dtypes, and the same errors.
+    D = [rng.standard_normal((int(n), 24)).astype(np.float32) for n in rng.integers(0, 30, size=40)]
+    Q = rng.standard_normal((3, 7, 24)).astype(np.float32)
+    for ids in (None, np.arange(40, dtype=np.uint64) * 11 + 5):
+        corpus = maxsim.pack(D, ids=ids)
+        for q in (Q, Q[1]):
+            for k in (1, 10, 45):
+                for mode in ("exact", "certified"):
+                    fast = maxsim.topk(q, corpus, k, mode=mode, metric="cosine")
+                    general = maxsim.topk(maxsim.Sets(q), corpus, k, mode=mode, metric="cosine")
+                    if q.ndim == 2:  # maxsim.Sets keeps the query axis
+                        general = maxsim.TopK(*(None if a is None else a[0] for a in general))
+                    for a, b in zip(fast, general):
+                        if b is None:
+                            assert a is None
+                        else:
+                            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+                    assert fast.indices.dtype == np.int64 and fast.scores.dtype == np.float32
+                    assert (fast.ids is None) == (ids is None)
+    corpus = maxsim.pack(D)
+    bad = Q.copy()
+    bad[0, 3, 2] = np.nan
+    for call, exc in ((lambda: maxsim.topk(Q, corpus, -1), maxsim.InvalidArgumentError),
+                      (lambda: maxsim.topk(Q, corpus, 0), maxsim.InvalidArgumentError),
+                      (lambda: maxsim.topk(Q.astype(np.float64), corpus, 3), maxsim.InvalidArgumentError),
+                      (lambda: maxsim.topk(Q[:, :, :20], corpus, 3), maxsim.InvalidArgumentError),
+                      (lambda: maxsim.topk(np.ones((2, 3, 25), np.float32), corpus, 3), maxsim.DimMismatchError),
+                      (lambda: maxsim.topk(bad, corpus, 3), maxsim.NonFiniteError),
+                      (lambda: maxsim.topk(Q, corpus, 3, mode="fast"), maxsim.InvalidArgumentError)):
+        with pytest.raises(exc):
+            call()
+    corpus.close()
+    with pytest.raises(maxsim.InvalidArgumentError, match="closed"):
+        maxsim.topk(Q, corpus, 3)
+
+
 def test_pairs_and_candidates(rng):
     d = 24
     Q = rng.standard_normal((5, 8, d)).astype(np.float32)

@@ -81,11 +81,12 @@ def test_failing_calls_leak_nothing():
     bad = D.copy()
     bad[0, 0, 0] = np.nan
     corrupt = b"\0" * 4096
+    packed = maxsim.pack(D)  # numpy queries against a packed corpus: the one-step top-k path
 
     def fail_all():
         for call in (lambda: maxsim.scores(Q, bad), lambda: maxsim.scores(Q, np.ones((3, 5, 9), np.float32)),
                      lambda: maxsim.PackedCorpus.from_buffer(corrupt), lambda: maxsim.pack(bad),
-                     lambda: maxsim.topk(Q, bad, 3)):
+                     lambda: maxsim.topk(Q, bad, 3), lambda: maxsim.topk(bad, packed, 3)):
             try:
                 call()
             except maxsim.Error:
