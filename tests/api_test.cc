@@ -660,6 +660,18 @@ TEST(Api, DenseDocumentChecksNameTheFirstRejectedRowOnEveryPath) {
   uint64_t dummy_i = 0;
   EXPECT_EQ(maxsim_score_matrix(ctx.get(), &nsets, &dsets, nullptr, &dummy, nullptr), MAXSIM_ERR_NON_FINITE);
   EXPECT_EQ(maxsim_topk(ctx.get(), &nsets, &dsets, 1, nullptr, &dummy, &dummy_i, nullptr), MAXSIM_ERR_NON_FINITE);
+  // Queries checked by several threads, bad values in an early and a late set: the early one is named.
+  TokenSets many = Generate(rng, Shape::kUnitGaussian, 100, 10, 10, 40);
+  many.values[(many.offsets[90] + 4) * many.dim] = std::numeric_limits<float>::quiet_NaN();
+  many.values[(many.offsets[3] + 6) * many.dim + 1] = std::numeric_limits<float>::infinity();
+  many.Encode(MAXSIM_F32);
+  const DenseSets md = many.Dense(), gd = good.Dense();
+  const maxsim_sets msets{nullptr, md.get()}, gsets{nullptr, gd.get()};
+  std::vector<float> big(many.n_sets() * good.n_sets());
+  for (int rep = 0; rep < 20; ++rep) {
+    ASSERT_EQ(maxsim_score_matrix(ctx.get(), &msets, &gsets, nullptr, big.data(), nullptr), MAXSIM_ERR_NON_FINITE);
+    ASSERT_NE(std::string(maxsim_last_error()).find("queries: set 3 token 6"), std::string::npos) << maxsim_last_error();
+  }
 }
 
 }  // namespace

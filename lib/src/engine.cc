@@ -30,6 +30,7 @@ struct RowRejection {
   uint64_t token = 0;
   int64_t element = -1;  // first non-finite element, -1 for a norm rejection
   double norm = 0;
+  // Whether row (s, t) comes before this rejection (set, token).
   bool Before(uint64_t s, uint64_t t) const { return s < set || (s == set && t < token); }
 };
 
@@ -95,7 +96,7 @@ Status AnalyzeDense(const DenseView& v, const char* role, int threads, std::vect
   }
   const RowRejection* first = nullptr;
   for (const RowRejection& r : rejections) {
-    if (r.set != UINT64_MAX && (first == nullptr || r.Before(first->set, first->token))) first = &r;
+    if (r.set != UINT64_MAX && (first == nullptr || first->Before(r.set, r.token))) first = &r;
   }
   if (first) return RejectionError(role, *first);
   return Status::Ok();
@@ -255,7 +256,7 @@ Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, co
   }
   const RowRejection* first = nullptr;
   for (const RowRejection& r : rejections) {
-    if (r.set != UINT64_MAX && (first == nullptr || r.Before(first->set, first->token))) first = &r;
+    if (r.set != UINT64_MAX && (first == nullptr || first->Before(r.set, r.token))) first = &r;
   }
   if (first) return RejectionError("queries", *first);
   PrepareLayouts(ops, req.mode, threads, out);

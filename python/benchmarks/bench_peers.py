@@ -2,8 +2,9 @@
 """The binding against the Python MaxSim implementations users have, on identical data, in one process, at one
 thread count: maxsim-cpu (maxsim_scores / maxsim_scores_variable), NumKong (maxsim_packed per document, documents
 packed beforehand), and PyLate's CPU scoring (colbert_scores, torch einsum), each where it is installed (pip
-install maxsim-cpu numkong pylate). Reports the median time per call, the ratio to maxsim's exact call, and each
-result's largest distance from a float64 reference (NumKong returns sum of (1 - cos): its score is Lq minus that,
+install maxsim-cpu numkong pylate). Rounds are interleaved across implementations; reports the median time per
+call with its spread, the per-round ratio to maxsim's dense exact call (median and spread), and each result's
+largest distance from a float64 reference (NumKong returns sum of (1 - cos): its score is Lq minus that,
 valid for the unit vectors used here).
 
     python python/benchmarks/bench_peers.py --threads 1 [--out FILE]      # run once per thread count
@@ -21,6 +22,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true", help="fewer documents (a smoke run)")
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds (median and spread reported)")
     return ap.parse_args()
 
 
@@ -34,7 +36,7 @@ import importlib.util  # noqa: E402
 import numpy as np  # noqa: E402
 
 import maxsim  # noqa: E402
-from common import time_calls, write_result  # noqa: E402
+from common import summary, time_calls, write_result  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from conftest import reference_matrix, shared_dir  # noqa: E402
@@ -106,15 +108,20 @@ def main() -> None:
                 versions["pylate"] = pylate.__version__
                 add("pylate colbert_scores (torch)", lambda: colbert_scores(qt, dt, documents_mask=mt, backend="torch")[0],
                     lambda r: r.double().numpy())
-        times = time_calls(fns, min_time=0.3, rounds=5)
-        base_t = times["maxsim exact"]
-        for name, t in times.items():
+        rounds = time_calls(fns, min_time=0.3, rounds=ARGS.rounds)
+        base = rounds["maxsim exact"]
+        for name, per_round in rounds.items():
             err = float(np.max(np.abs(results[name] - ref)))
-            row = {"shape": shape + ", d=128", "impl": name, "threads": ARGS.threads, "median_us": t * 1e6,
-                   "time_vs_maxsim_exact": t / base_t, "max_abs_error_vs_float64": err,
+            t = summary(per_round)
+            # Per-round ratios to maxsim's dense exact call of the same round (interleaved: load hits both).
+            ratio = summary([a / b for a, b in zip(per_round, base)], scale=1.0)
+            row = {"shape": shape + ", d=128", "impl": name, "threads": ARGS.threads, "median_us": t["median"],
+                   "time_us": t, "time_vs_maxsim_exact": ratio["median"], "time_vs_maxsim_exact_spread": ratio,
+                   "max_abs_error_vs_float64": err,
                    "bits_equal_maxsim_exact": bool(np.array_equal(results[name].astype(np.float32), results["maxsim exact"].astype(np.float32)))}
             rows.append(row)
-            print(f"{row['shape']:<40} {name:<32} {t * 1e6:11.1f} us  x{t / base_t:6.2f}  err {err:.2e}")
+            print(f"{row['shape']:<40} {name:<32} {t['median']:11.1f} us [{t['min']:.0f}-{t['max']:.0f}]  "
+                  f"x{ratio['median']:6.2f} [{ratio['min']:.2f}-{ratio['max']:.2f}]  err {err:.2e}", flush=True)
     out = ARGS.out or os.path.join(os.path.dirname(__file__), "results", f"peers-t{ARGS.threads}.json")
     write_result(out, {"benchmark": "maxsim vs Python MaxSim peers (one process, same data, same threads)",
                        "threads": ARGS.threads, "versions": versions, "kernel": maxsim.context(ARGS.threads).kernel,

@@ -27,8 +27,9 @@ def machine() -> dict:
             "loadavg_1m": os.getloadavg()[0]}
 
 
-def time_calls(fns: dict[str, Callable[[], object]], min_time: float = 0.2, rounds: int = 7) -> dict[str, float]:
-    """Median seconds per call of each function, rounds interleaved across functions (drift hits all alike)."""
+def time_calls(fns: dict[str, Callable[[], object]], min_time: float = 0.2, rounds: int = 7) -> dict[str, list[float]]:
+    """Seconds per call of each function in each round, rounds interleaved across functions (drift and other
+    processes' load hit all alike). summary() turns a list into median and spread."""
     per_call: dict[str, list[float]] = {name: [] for name in fns}
     reps = {}
     for name, fn in fns.items():  # warm up and size the repetitions to ~min_time per round
@@ -44,12 +45,26 @@ def time_calls(fns: dict[str, Callable[[], object]], min_time: float = 0.2, roun
             for _ in range(n):
                 fn()
             per_call[name].append((time.perf_counter() - t0) / n)
-    return {name: statistics.median(v) for name, v in per_call.items()}
+    return per_call
+
+
+def summary(values: list[float], scale: float = 1e6) -> dict:
+    """Median, quartiles, min and max of per-round values (seconds), in microseconds by default."""
+    v = sorted(values)
+    q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
+    return {"median": statistics.median(v) * scale, "p25": q[0] * scale, "p75": q[2] * scale,
+            "min": v[0] * scale, "max": v[-1] * scale, "rounds": len(v)}
+
+
+LOAD_AT_START = os.getloadavg()
 
 
 def write_result(path: str, payload: dict) -> None:
+    """Writes the result with the command, date, machine and the 1/5/15-minute load averages at the start of the
+    run and at its end (the machine may be shared: read the ratios with the load)."""
     payload = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "date_utc":
-               time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(), **payload}
+               time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
+               "loadavg_at_start": list(LOAD_AT_START), "loadavg_at_end": list(os.getloadavg()), **payload}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
