@@ -69,6 +69,20 @@ def real_data():
     }
 
 
+def real_batch(real_data):
+    """The real embeddings as torch tensors: queries [Nq, 32, 128], documents zero-padded [Nd, L, 128] and their
+    [Nd, L] bool mask (True = token)."""
+    import torch
+
+    L = max(len(x) for x in real_data["docs"])
+    D = torch.zeros(len(real_data["docs"]), L, 128)
+    mask = torch.zeros(len(real_data["docs"]), L, dtype=torch.bool)
+    for i, x in enumerate(real_data["docs"]):
+        D[i, :len(x)] = torch.from_numpy(x)
+        mask[i, :len(x)] = True
+    return torch.from_numpy(np.stack(real_data["queries"])), D, mask
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

@@ -18,7 +18,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import reference_matrix, tolerance
+from conftest import real_batch, reference_matrix, tolerance
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
@@ -287,13 +287,7 @@ def test_autograd_matches_cpu_backward(deterministic):
 
 
 def test_autograd_pairs_on_real_shapes(real_data):
-    L = max(len(x) for x in real_data["docs"])
-    D0 = torch.zeros(len(real_data["docs"]), L, 128)
-    mask = torch.zeros(len(real_data["docs"]), L, dtype=torch.bool)
-    for i, x in enumerate(real_data["docs"]):
-        D0[i, :len(x)] = torch.from_numpy(x)
-        mask[i, :len(x)] = True
-    Q0 = torch.from_numpy(np.stack(real_data["queries"]))
+    Q0, D0, mask = real_batch(real_data)
     w = _rand(Q0.shape[0], D0.shape[0], seed=27)
     s_cpu, gq_cpu, gd_cpu = _autograd(Q0, D0, mask, w, "cpu", True)
     s, gq, gd = _autograd(Q0, D0, mask, w, DEV, True)

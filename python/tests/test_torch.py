@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed in this envi
 
 import maxsim  # noqa: E402
 import maxsim.torch as mt  # noqa: E402
+from conftest import real_batch  # noqa: E402
 
 
 def einsum_maxsim(Q, D, q_mask=None, d_mask=None):
@@ -67,19 +68,8 @@ def test_gradcheck_float64_small_shapes():
     assert torch.autograd.gradcheck(lambda a, b: mt.maxsim(a, b, d_mask=d_mask), (Q, D), eps=1e-3, atol=2e-3, rtol=2e-3)
 
 
-def _real_batch(real_data):
-    L = max(len(x) for x in real_data["docs"])
-    D = torch.zeros(len(real_data["docs"]), L, 128)
-    mask = torch.zeros(len(real_data["docs"]), L, dtype=torch.bool)
-    for i, x in enumerate(real_data["docs"]):
-        D[i, :len(x)] = torch.from_numpy(x)
-        mask[i, :len(x)] = True
-    Q = torch.from_numpy(np.stack(real_data["queries"]))
-    return Q, D, mask
-
-
 def test_gradients_match_einsum_autograd_on_real_shapes(real_data):
-    Q0, D0, mask = _real_batch(real_data)
+    Q0, D0, mask = real_batch(real_data)
     w = torch.randn(Q0.shape[0], D0.shape[0], generator=torch.Generator().manual_seed(3))
     Q1, D1 = Q0.clone().requires_grad_(), D0.clone().requires_grad_()
     (mt.maxsim(Q1, D1, d_mask=mask) * w).sum().backward()
@@ -91,7 +81,7 @@ def test_gradients_match_einsum_autograd_on_real_shapes(real_data):
 
 
 def test_backward_is_deterministic_across_threads(real_data):
-    Q0, D0, mask = _real_batch(real_data)
+    Q0, D0, mask = real_batch(real_data)
     grads = []
     for threads in (1, 2, 2):
         Q, D = Q0.clone().requires_grad_(), D0.clone().requires_grad_()

@@ -29,21 +29,19 @@ tensors when no libmaxsim CUDA plugin is available.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 
 from .. import _api
-from .._errors import BackendUnavailableError, UnsupportedError
 from ..torch import MaxSimFunction
+from ._patching import Patches, killed, unwrapped, wrap
 
 ENV_KILL_SWITCH = "MAXSIM_COLPALI"
 
-# (module, attribute) -> the original object, while enabled.
-_originals: dict[tuple[str, str], Any] = {}
+_patches = Patches()
 
 _PROCESSOR = ("colpali_engine.utils.processing_utils", "BaseVisualRetrieverProcessor")
 _SCORE_SITES = {
@@ -53,31 +51,13 @@ _SCORE_SITES = {
 }
 
 
-def _killed() -> bool:
-    return os.environ.get(ENV_KILL_SWITCH, "1").strip().lower() in ("0", "false", "no", "off")
-
-
-def _explicit_other_backend() -> bool:
-    return os.environ.get("COLPALI_SCORES_BACKEND", "auto").strip().lower() in ("torch", "lik")
+def _use_original(kwargs: dict) -> bool:
+    return killed(ENV_KILL_SWITCH) or \
+        os.environ.get("COLPALI_SCORES_BACKEND", "auto").strip().lower() in ("torch", "lik")
 
 
 def _needs_grad(*xs: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(x.requires_grad for x in xs)
-
-
-def _wrap(original: Callable, impl: Callable) -> Callable:
-    @functools.wraps(original)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if _killed() or _explicit_other_backend():
-            return original(*args, **kwargs)
-        try:
-            return impl(*args, **kwargs)
-        except (BackendUnavailableError, UnsupportedError):
-            # CUDA tensors without a libmaxsim CUDA plugin: colpali-engine's own path.
-            return original(*args, **kwargs)
-
-    wrapper.__maxsim_original__ = original  # type: ignore[attr-defined]
-    return wrapper
 
 
 def _side(x: Any, device: Optional[torch.device]) -> Any:
@@ -129,41 +109,23 @@ _IMPLS = {"maxsim_inbatch": maxsim_inbatch, "maxsim_kd": maxsim_kd}
 def enable() -> bool:
     """Routes colpali-engine's multi-vector scoring through libmaxsim. Returns False (and changes nothing) when
     MAXSIM_COLPALI=0; raises ImportError when colpali-engine is not installed. Idempotent."""
-    if _killed():
+    if killed(ENV_KILL_SWITCH):
         return False
     module_name, class_name = _PROCESSOR
     cls = getattr(importlib.import_module(module_name), class_name)
-    original = cls.__dict__["score_multi_vector"].__func__
-    original = getattr(original, "__maxsim_original__", original)
-    _originals.setdefault((module_name, class_name + ".score_multi_vector"), cls.__dict__["score_multi_vector"])
-    cls.score_multi_vector = staticmethod(_wrap(original, score_multi_vector))
+    original = unwrapped(cls.__dict__["score_multi_vector"].__func__)
+    _patches.set(module_name, class_name + ".score_multi_vector",
+                 staticmethod(wrap(original, score_multi_vector, _use_original)))
+    home = importlib.import_module("colpali_engine.utils.maxsim")
     for name, sites in _SCORE_SITES.items():
-        fn = getattr(importlib.import_module("colpali_engine.utils.maxsim"), name)
-        fn = getattr(fn, "__maxsim_original__", fn)
-        wrapper = _wrap(fn, _IMPLS[name])
-        for site in sites:
-            try:
-                module = importlib.import_module(site)
-            except ImportError:
-                continue  # a module that needs an optional dependency: nothing to patch there
-            if not hasattr(module, name):
-                continue
-            _originals.setdefault((site, name), getattr(module, name))
-            setattr(module, name, wrapper)
+        _patches.set_where_present(sites, name, wrap(unwrapped(getattr(home, name)), _IMPLS[name], _use_original))
     return True
 
 
 def disable() -> None:
     """Puts colpali-engine's own functions back."""
-    for (site, name), original in list(_originals.items()):
-        module = importlib.import_module(site)
-        if "." in name:
-            cls_name, attr = name.split(".", 1)
-            setattr(getattr(module, cls_name), attr, original)
-        else:
-            setattr(module, name, original)
-    _originals.clear()
+    _patches.restore()
 
 
 def enabled() -> bool:
-    return bool(_originals) and not _killed()
+    return bool(_patches) and not killed(ENV_KILL_SWITCH)

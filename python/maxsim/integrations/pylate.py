@@ -25,21 +25,19 @@ Calls PyLate routes elsewhere stay PyLate's: an explicit ``backend="torch" | "fl
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from .. import _api
-from .._errors import BackendUnavailableError, UnsupportedError
 from ..torch import MaxSimFunction
+from ._patching import Patches, killed, unwrapped, wrap
 
 ENV_KILL_SWITCH = "MAXSIM_PYLATE"
 
-# (module, attribute) -> the original object, while enabled.
-_originals: dict[tuple[str, str], Any] = {}
+_patches = Patches()
 
 _SCORE_SITES = {
     "colbert_scores": ["pylate.scores.colbert", "pylate.scores", "pylate.scores.similarity_functions", "pylate.rank.rank"],
@@ -51,7 +49,7 @@ _SCORE_SITES = {
 
 
 def _killed() -> bool:
-    return os.environ.get(ENV_KILL_SWITCH, "1").strip().lower() in ("0", "false", "no", "off")
+    return killed(ENV_KILL_SWITCH)
 
 
 def _explicit_other_backend(backend: Any) -> bool:
@@ -78,20 +76,8 @@ def _out_dtype(x: Any) -> torch.dtype:
     return t.dtype if t.dtype.is_floating_point else torch.float32
 
 
-def _wrap(name: str, original: Callable, impl: Callable) -> Callable:
-    @functools.wraps(original)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if _killed() or _explicit_other_backend(kwargs.get("backend")):
-            return original(*args, **kwargs)
-        kwargs.pop("backend", None)
-        try:
-            return impl(*args, **kwargs)
-        except (BackendUnavailableError, UnsupportedError):
-            # CUDA tensors without a libmaxsim CUDA plugin: PyLate's own path.
-            return original(*args, **kwargs)
-
-    wrapper.__maxsim_original__ = original  # type: ignore[attr-defined]
-    return wrapper
+def _use_original(kwargs: dict) -> bool:
+    return _killed() or _explicit_other_backend(kwargs.get("backend"))
 
 
 def colbert_scores(queries_embeddings: Any, documents_embeddings: Any, queries_mask: Any = None,
@@ -165,27 +151,16 @@ def enable() -> bool:
         return False
     importlib.import_module("pylate.scores")
     for name, sites in _SCORE_SITES.items():
-        original = getattr(importlib.import_module("pylate.scores.colbert" if name != "rerank" else "pylate.rank.rank"), name)
-        original = getattr(original, "__maxsim_original__", original)
-        wrapper = _wrap(name, original, _IMPLS[name])
-        for site in sites:
-            try:
-                module = importlib.import_module(site)
-            except ImportError:
-                continue  # a PyLate module that needs an optional dependency: nothing to patch there
-            if not hasattr(module, name):
-                continue
-            _originals.setdefault((site, name), getattr(module, name))
-            setattr(module, name, wrapper)
+        home = importlib.import_module("pylate.scores.colbert" if name != "rerank" else "pylate.rank.rank")
+        wrapper = wrap(unwrapped(getattr(home, name)), _IMPLS[name], _use_original, drop=("backend",))
+        _patches.set_where_present(sites, name, wrapper)
     return True
 
 
 def disable() -> None:
     """Puts PyLate's own functions back."""
-    for (site, name), original in list(_originals.items()):
-        setattr(importlib.import_module(site), name, original)
-    _originals.clear()
+    _patches.restore()
 
 
 def enabled() -> bool:
-    return bool(_originals) and not _killed()
+    return bool(_patches) and not _killed()
