@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Fills .whl/ (git-ignored) with the wheels that the device section py-cuda installs with `pip --no-index` on a
 # GPU machine that cannot reach a registry: the build backend (scikit-build-core, nanobind and what they need),
-# pytest, pip, and PyLate (no dependencies: its scoring modules import torch and numpy, which that machine has; its
-# ranking module also needs `datasets`, which is used there when present). The wheels are pure Python, for the
+# pytest, pip, PyLate (no dependencies: its scoring modules import torch and numpy, which that machine has; its
+# ranking module also needs `datasets`, which is used there when present) and colpali-engine with peft (no
+# dependencies: the machine has torch, torchvision, transformers and pillow). The wheels are pure Python, for the
 # machine's CPython (PY_VERSION, default 3.12). Idempotent; a few MB. Pass `.whl` in the device call's carry list.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,7 @@ mkdir -p .whl
 "${PIP[@]}" --python-version "$PY_VERSION" --implementation cp --platform manylinux_2_28_x86_64 \
   --platform manylinux2014_x86_64 "scikit-build-core>=0.10" "nanobind>=2.0" pytest
 "${PIP[@]}" --no-deps "pylate==1.6.0" pip  # pip itself: run from its wheel where the machine's python has none
+"${PIP[@]}" --no-deps "colpali-engine==0.3.18" "peft>=0.18,<0.21"  # colpali-engine's processing + losses modules
 # A fallback for a machine whose python has no headers: this checkout's package as a repaired manylinux wheel for
 # CPython $PY_VERSION, built here when such an interpreter is found (PY_WHEEL_PYTHON, python$PY_VERSION on PATH,
 # or pyenv's). The device section builds from source first and uses this wheel only if it cannot.

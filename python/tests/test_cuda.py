@@ -304,6 +304,7 @@ def test_autograd_pairs_on_real_shapes(real_data):
 
 def test_pylate_on_cuda_tensors(monkeypatch):
     pytest.importorskip("pylate.scores", reason="PyLate is not installed (its CUDA path is not checked)")
+    pytest.importorskip("pylate.rank", reason="pylate.rank does not import here (it needs `datasets`)")
     import pylate.scores
 
     import maxsim.integrations.pylate as mp
@@ -329,3 +330,34 @@ def test_pylate_on_cuda_tensors(monkeypatch):
         assert Qg.grad.is_cuda and Dg.grad.is_cuda
     finally:
         mp.disable()
+
+
+def test_colpali_on_cuda_tensors(monkeypatch):
+    pytest.importorskip("colpali_engine.utils.processing_utils",
+                        reason="colpali-engine is not installed (its CUDA path is not checked)")
+    import colpali_engine.utils.maxsim as cmaxsim
+    from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor as Base
+
+    import maxsim.integrations.colpali as mc
+
+    monkeypatch.delenv("MAXSIM_COLPALI", raising=False)
+    monkeypatch.delenv("COLPALI_SCORES_BACKEND", raising=False)
+    assert mc.enable()
+    try:
+        qs = [_rand(n, 128, seed=30 + n).to(DEV) for n in (20, 31, 7)]
+        ps = [_rand(n, 128, seed=40 + n).to(DEV) for n in (700, 1030, 512, 64)]  # ColPali page-sized passages
+        ours = Base.score_multi_vector(qs, ps)
+        assert ours.device.type == "cpu" and ours.dtype == torch.float32  # colpali-engine's contract
+        _same_bits(ours, maxsim.scores([q.cpu() for q in qs], [p.cpu() for p in ps]), "score_multi_vector on CUDA")
+        theirs = Base.score_multi_vector.__maxsim_original__(qs, ps, device=DEV)
+        torch.testing.assert_close(ours, theirs, atol=1e-3, rtol=1e-5)
+        Q = torch.nn.utils.rnn.pad_sequence(qs, batch_first=True)
+        D = torch.nn.utils.rnn.pad_sequence(ps, batch_first=True)
+        s = cmaxsim.maxsim_inbatch(Q, D)
+        assert s.is_cuda
+        _same_bits(s, maxsim.scores(Q.cpu(), D.cpu()), "maxsim_inbatch on CUDA")
+        Qg = Q.clone().requires_grad_()
+        cmaxsim.maxsim_inbatch(Qg, D).sum().backward()
+        assert Qg.grad.is_cuda
+    finally:
+        mc.disable()

@@ -54,9 +54,14 @@ if ! "${PIP[@]}" -q --target "$DEPS" scikit-build-core nanobind pytest > "$OUT/p
   tail -n 20 "$OUT/py-cuda-pip.log" >> "$S"
   exit 1
 fi
-if ls .whl/pylate-*.whl > /dev/null 2>&1; then
-  "${PIP[@]}" -q --no-deps --target "$DEPS" pylate >> "$OUT/py-cuda-pip.log" 2>&1 || say "note: pylate did not install from .whl/ (its test skips)"
-fi
+# PyLate, colpali-engine and peft without dependencies, each only where the image lacks it.
+for pkg in pylate colpali-engine peft; do
+  module=${pkg//-/_}  # also the wheel's file name prefix
+  if ! $PY -c "import $module" > /dev/null 2>&1 && ls .whl/"$module"-*.whl > /dev/null 2>&1; then
+    "${PIP[@]}" -q --no-deps --target "$DEPS" "$pkg" >> "$OUT/py-cuda-pip.log" 2>&1 \
+      || say "note: $pkg did not install from .whl/ (its test skips)"
+  fi
+done
 export PYTHONPATH="$PKG:$DEPS${PYTHONPATH:+:$PYTHONPATH}"
 # This checkout from source; if that cannot be done here, the prebuilt wheel (make-py-wheels.sh) for this python.
 tag=$($PY -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
@@ -86,11 +91,13 @@ else
   grep -E "error|Error" "$OUT/py-cuda-install.log" | head -10 >> "$S"
   use_prebuilt
 fi
-if $PY -c "import pylate.scores, pylate.rank" > "$OUT/py-cuda-pylate-import.txt" 2>&1; then
-  say "pylate: imports ($($PY -c 'import pylate; print(pylate.__version__)' 2>/dev/null)): its CUDA test runs"
-else
-  say "pylate: does not import offline ($(tail -n 1 "$OUT/py-cuda-pylate-import.txt")): its CUDA test skips"
-fi
+for mod in pylate.rank colpali_engine.utils.processing_utils; do
+  if $PY -c "import $mod" > "$OUT/py-cuda-import.txt" 2>&1; then
+    say "${mod%%.*}: imports: its CUDA test runs"
+  else
+    say "${mod%%.*}: does not import offline ($(tail -n 1 "$OUT/py-cuda-import.txt")): its CUDA test skips"
+  fi
+done
 
 # 3. The CUDA tests (run from python/tests so that `import maxsim` is the installed package).
 export MAXSIM_PLUGIN_PATH="$PLUGIN_DIR" MAXSIM_PY_CUDA_REQUIRE=1 PYTHONUNBUFFERED=1
