@@ -26,7 +26,7 @@ whl=$(ls "$DIST"/repaired/maxsim-*-manylinux_*.whl)
 tag=$(grep -o 'manylinux_[0-9]*_[0-9]*_x86_64' "$DIST/show.txt" || true)
 tag=${tag%%$'\n'*}
 [ -n "$tag" ] || { cat "$DIST/show.txt"; echo "py-wheel-check: auditwheel show names no manylinux tag"; exit 1; }
-listing=$(unzip -l "$whl")
+listing=$("$VENV/bin/python" -m zipfile -l "$whl")  # no unzip on a bare Debian
 for lib in libgomp libhwy; do
   grep -q "maxsim.libs/$lib" <<< "$listing" || { echo "py-wheel-check: $lib is not bundled in $whl"; exit 1; }
 done
