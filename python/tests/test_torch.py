@@ -106,3 +106,33 @@ def test_cuda_tensors_stay_on_device():
     S = maxsim.scores(Q, D)
     assert S.is_cuda
     torch.testing.assert_close(S.cpu(), maxsim.scores(Q.cpu(), D.cpu()))
+
+
+def test_cuda_topk_ranking_logic_on_the_cpu():
+    # maxsim.topk on CUDA tensors ranks a device score matrix with a stable sort (CUDA documents) or sends host
+    # copies of the queries to the library's top-k (a packed corpus). Both branches run here on CPU tensors marked
+    # as CUDA, so their ranking, padding, squeezing and ids are checked without a GPU (test_cuda.py runs them on one).
+    from maxsim import _api
+
+    def as_cuda(side):
+        return side._replace(where=side.where._replace(cuda=True))
+
+    g = torch.Generator().manual_seed(4)
+    Q, D = torch.randn(4, 16, 32, generator=g), torch.randn(30, 20, 32, generator=g)
+    D[17] = D[3]  # a tie: the lower index first
+    D[25, :] = 0.0  # all-zero document: score 0
+    corpus = maxsim.pack(D, ids=np.arange(100, 130, dtype=np.uint64))
+    q_mask = torch.ones(4, 16, dtype=torch.bool)
+    q_mask[1, 9:] = False
+    for k in (1, 5, 30, 37):
+        cpu = maxsim.topk(Q, corpus, k, q_mask=q_mask)
+        q = as_cuda(_api._side(Q, q_mask, "queries"))
+        dense = _api._topk_cuda(q, as_cuda(_api._side(D, None, "corpus")), k, "dot", "exact", False, 0, None, None)
+        packed = _api._topk_cuda(q, _api._side(corpus, None, "corpus"), k, "dot", "exact", False, 0, None, None)
+        for top in (dense, packed):
+            assert torch.equal(top.scores, cpu.scores) and torch.equal(top.indices, cpu.indices)
+        assert dense.ids is None and torch.equal(packed.ids, cpu.ids)
+    one = _api._topk_cuda(as_cuda(_api._side(Q[0], None, "queries")), as_cuda(_api._side(D, None, "corpus")), 5,
+                          "dot", "exact", True, 0, None, None)
+    assert one[0].scores.shape == (5,) and isinstance(one[1], dict)
+    assert torch.equal(one[0].indices, maxsim.topk(Q[0], corpus, 5).indices)
