@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Plugin ABI 1.1 on the host side, with the test plugin's ABI variants (test-plugins-abi/, built by
-// plugins/CMakeLists.txt): an ABI 1.0 table keeps loading and working; a table that leaves one member NULL is
+// Plugin ABI 1.2 on the host side, with the test plugin's ABI variants (test-plugins-abi/, built by
+// plugins/CMakeLists.txt): ABI 1.0 and 1.1 tables keep loading and working; a table that leaves one member NULL is
 // never called through it (a named backend reports MAXSIM_ERR_UNSUPPORTED naming the member, auto runs the call
 // on the CPU); memory kinds a plugin does not accept are refused; several devices shard a corpus and give the
 // CPU's bits.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -347,6 +349,156 @@ TEST(PluginAbi, ShardedCallsWithMasksAndTiesMatchTheCpu) {
   const TopKResult t2 = three.TopK(q.Dense(), nq, corpus, 7);
   EXPECT_EQ(t1.index, t2.index);
   EXPECT_EQ(std::memcmp(t1.scores.data(), t2.scores.data(), t1.scores.size() * 4), 0);
+}
+
+// ABI 1.2: unmasked dense host queries reach a plugin whose dense_query_modes lists the mode as they are (no
+// packing per call); other modes, masked queries and a 1.1 table get them packed. The CPU's bits either way.
+constexpr uint64_t kDenseMarker = 0xD15Eull;  // multi_candidate of a call whose queries arrived dense
+
+TEST(PluginAbi, DenseHostQueriesReachAPluginThatTakesThem) {
+  Data data;
+  Log log;
+  Context ctx(Options(std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so", "testcpu", &log));
+  EXPECT_NE(ctx.Report().find("dense host queries (dense_query_modes)"), std::string::npos) << ctx.Report();
+  Packed corpus = Packed::Pack(ctx, data.d.Dense());
+  const uint64_t nq = data.q.n_sets(), nd = data.d.n_sets();
+  for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+    const Results cpu = OnCpu(data, corpus.get(), metric, 5);
+    const Results plug = RunAll(ctx.get(), data, corpus.get(), metric, 5);
+    ExpectSameBits(cpu, plug, "dense host queries");
+    EXPECT_TRUE(plug.matrix_on_plugin && plug.candidates_on_plugin && plug.topk_on_plugin);
+  }
+  for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+    for (bool masked : {false, true}) {
+      SCOPED_TRACE(std::to_string(mode) + (masked ? " masked" : ""));
+      std::vector<uint8_t> mask(data.q.rows(), 1);
+      for (size_t r = 0; r < mask.size(); r += 3) mask[r] = 0;
+      DenseSets q = data.q.Dense();
+      if (masked) q.WithMask(mask.data());
+      maxsim_sets qs{nullptr, q.get()}, ds{corpus.get(), nullptr};
+      maxsim_stats st{};
+      maxsim_score_options o;
+      maxsim_score_options_init(&o);
+      o.mode = mode;
+      o.stats = &st;
+      std::vector<float> got(nq * nd), want(nq * nd);
+      std::vector<int32_t> got_arg(nd * data.q.rows()), want_arg(got_arg.size());
+      ASSERT_EQ(maxsim_score_matrix(ctx.get(), &qs, &ds, &o, got.data(), got_arg.data()), MAXSIM_OK) << maxsim_last_error();
+      EXPECT_GE(st.docs_pruned, kMarker);
+      // The test plugin takes dense queries in exact and certified modes; masked ones are always packed.
+      EXPECT_EQ(st.multi_candidate == kDenseMarker, !masked && mode != MAXSIM_MODE_APPROXIMATE);
+      Context cpu(CpuOptions(&log));
+      o.stats = nullptr;
+      o.mode = MAXSIM_MODE_EXACT;  // the plugin's scores are exact in every mode
+      ASSERT_EQ(maxsim_score_matrix(cpu.get(), &qs, &ds, &o, want.data(), want_arg.data()), MAXSIM_OK);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+      EXPECT_EQ(got_arg, want_arg);
+    }
+  }
+}
+
+TEST(PluginAbi, AnAbi11PluginGetsPackedQueries) {
+  Data data;
+  Log log;
+  Context ctx(Options(VariantPath("testcpu-v11"), "testcpu-v11", &log));
+  EXPECT_NE(ctx.Report().find("ABI 1.1"), std::string::npos) << ctx.Report();
+  EXPECT_EQ(ctx.Report().find("dense host queries"), std::string::npos) << ctx.Report();
+  Packed corpus = Packed::Pack(ctx, data.d.Dense());
+  for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+    ExpectSameBits(OnCpu(data, corpus.get(), metric, 5), RunAll(ctx.get(), data, corpus.get(), metric, 5),
+                   "ABI 1.1 plugin");
+  }
+}
+
+// A bad dense host query: the plugin fails the call, the host names the token as the CPU does, and no output is
+// written (every operation, on one and on two devices).
+TEST(PluginAbi, ANonFiniteDenseQueryFailsWithNothingWritten) {
+  Data data;
+  const uint64_t nq = data.q.n_sets(), nd = data.d.n_sets();
+  for (const char* variant : {"testcpu", "testcpu-2dev"}) {
+    Log log;
+    const std::string path = std::string(variant) == "testcpu"
+                                 ? std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so"
+                                 : VariantPath(variant);
+    Context ctx(Options(path, variant, &log));
+    Context cpu(CpuOptions(&log));
+    Packed corpus = Packed::Pack(ctx, data.d.Dense());
+    // The last token of the last non-empty query set, then a row with a norm above 1e19.
+    uint64_t set = nq;
+    while (set > 0 && data.q.length(set - 1) == 0) --set;
+    ASSERT_GT(set, 0u);
+    --set;
+    const uint64_t row = data.q.offsets[set + 1] - 1;
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), 3e19f}) {
+      SCOPED_TRACE(std::string(variant) + " value " + std::to_string(bad));
+      TokenSets q = data.q;
+      for (uint32_t k = 0; k < q.dim; ++k) q.values[row * q.dim + k] = k == 0 || bad > 1e19f ? bad : q.values[row * q.dim + k];
+      q.Encode(MAXSIM_F32);
+      const DenseSets qd = q.Dense();
+      maxsim_sets qs{nullptr, qd.get()}, ds{corpus.get(), nullptr};
+      maxsim_score_options o;
+      maxsim_score_options_init(&o);
+      const float poison = -12345.0f;
+      std::vector<float> scores(nq * nd, poison), cand(kCandidates.size(), poison), top(nq * 3, poison);
+      std::vector<int32_t> argmax(nd * q.rows(), -7);
+      std::vector<uint64_t> index(nq * 3, 77);
+      ASSERT_EQ(maxsim_score_matrix(cpu.get(), &qs, &ds, &o, scores.data(), nullptr), MAXSIM_ERR_NON_FINITE);
+      const std::string cpu_message = maxsim_last_error();
+      EXPECT_EQ(maxsim_score_matrix(ctx.get(), &qs, &ds, &o, scores.data(), argmax.data()), MAXSIM_ERR_NON_FINITE);
+      EXPECT_EQ(maxsim_last_error(), cpu_message);
+      EXPECT_NE(cpu_message.find("set " + std::to_string(set) + " token " + std::to_string(q.length(set) - 1)),
+                std::string::npos) << cpu_message;
+      EXPECT_EQ(maxsim_score_candidates(ctx.get(), &qs, &ds, kCandOffsets.data(), kCandidates.data(), &o, cand.data(),
+                                        nullptr), MAXSIM_ERR_NON_FINITE);
+      EXPECT_EQ(maxsim_last_error(), cpu_message);
+      EXPECT_EQ(maxsim_topk(ctx.get(), &qs, &ds, 3, &o, top.data(), index.data(), nullptr), MAXSIM_ERR_NON_FINITE);
+      EXPECT_EQ(maxsim_last_error(), cpu_message);
+      for (float v : scores) ASSERT_EQ(v, poison);
+      for (float v : cand) ASSERT_EQ(v, poison);
+      for (float v : top) ASSERT_EQ(v, poison);
+      for (int32_t v : argmax) ASSERT_EQ(v, -7);
+      for (uint64_t v : index) ASSERT_EQ(v, 77u);
+    }
+  }
+}
+
+// maxsim_options.devices: the context's device list, handed to the plugin (ABI 1.2 maxsim_plugin_host.devices):
+// one backend per entry, the CPU's bits; a malformed list is refused; a list of several devices needs a plugin
+// that runs on several.
+TEST(PluginAbi, TheContextOptionPicksTheDevices) {
+  Data data(90, 40);
+  Log log;
+  const std::string testcpu = std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so";
+  const std::string v10_path = VariantPath("testcpu-v10");
+  maxsim_options o = Options(testcpu, "testcpu", &log);
+  o.devices = "0,0,1";
+  Context three(o);
+  EXPECT_NE(three.Report().find("testcpu on 3 devices"), std::string::npos) << three.Report();
+  EXPECT_EQ(log.Count("backend created on device 2 of 3"), 1u);
+  Packed corpus = Packed::Pack(three, data.d.Dense());
+  for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+    ExpectSameBits(OnCpu(data, corpus.get(), metric, 7), RunAll(three.get(), data, corpus.get(), metric, 7),
+                   "devices 0,0,1");
+  }
+  for (const char* bad : {"x", "0,", ",1", "0,,1", "-1", "1024", "0;1", "99999999999"}) {
+    o.devices = bad;
+    maxsim_context* ctx = nullptr;
+    EXPECT_EQ(maxsim_context_create(&o, &ctx), MAXSIM_ERR_INVALID_ARGUMENT) << bad;
+    EXPECT_EQ(ctx, nullptr);
+    EXPECT_NE(std::string(maxsim_last_error()).find("maxsim_options.devices"), std::string::npos) << maxsim_last_error();
+  }
+  // An ABI 1.0 plugin runs on one device: asked for two, the named backend cannot start.
+  maxsim_options v10 = Options(v10_path, "testcpu-v10", &log);
+  v10.devices = "0,1";
+  maxsim_context* ctx = nullptr;
+  EXPECT_EQ(maxsim_context_create(&v10, &ctx), MAXSIM_ERR_BACKEND_UNAVAILABLE);
+  EXPECT_NE(std::string(maxsim_last_error()).find("runs on one device"), std::string::npos) << maxsim_last_error();
+  // A program built against an older maxsim.h (struct_size without `devices`) keeps the backend's default.
+  maxsim_options old = Options(testcpu, "testcpu", &log);
+  old.devices = "0,0";
+  old.struct_size = static_cast<uint32_t>(offsetof(maxsim_options, devices));
+  Context one(old);
+  EXPECT_EQ(one.Report().find("on 2 devices"), std::string::npos) << one.Report();
 }
 
 }  // namespace

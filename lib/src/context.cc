@@ -191,10 +191,33 @@ Status SelectKernel(const maxsim_options& o, maxsim_context* ctx) {
                source.c_str(), known.c_str());
 }
 
+// maxsim_options.devices: a comma-separated list of device ordinals (at most 64 entries, each below 1024).
+Status CheckDeviceList(const char* list) {
+  const char* p = list;
+  int entries = 0;
+  while (true) {
+    const char* start = p;
+    while (*p >= '0' && *p <= '9' && p - start < 5) ++p;
+    const long v = p > start && p - start < 5 ? std::strtol(start, nullptr, 10) : -1;
+    if (v < 0 || v > 1023 || ++entries > 64 || (*p != ',' && *p != '\0')) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT,
+                   "maxsim_options.devices is '%s': expected a comma-separated list of at most 64 device ordinals "
+                   "(0 to 1023), such as \"0,1\"", list);
+    }
+    if (*p == '\0') return Status::Ok();
+    ++p;
+  }
+}
+
 // Creates the plugin's backends: one per device when it reports several (device_count > 1), else one.
 maxsim_status StartBackends(const LoadedPlugin& p, const maxsim_plugin_host* host,
                             std::vector<maxsim_plugin_backend*>* out, std::string* why) {
   const uint32_t n = p.device_count ? std::max<uint32_t>(1, p.device_count(host)) : 1;
+  if (!p.device_count && host->devices && std::strchr(host->devices, ',')) {
+    *why = Format("maxsim_options.devices is '%s' but the plugin runs on one device (it has no device_count and "
+                  "create_device)", host->devices);
+    return MAXSIM_ERR_UNSUPPORTED;
+  }
   for (uint32_t i = 0; i < n; ++i) {
     char err[1024] = {};
     maxsim_plugin_backend* backend = nullptr;
@@ -301,7 +324,9 @@ maxsim_status CreateContext(const maxsim_options* options, maxsim_context** out)
       return Report(Error(MAXSIM_ERR_INVALID_ARGUMENT,
                           "maxsim_options.struct_size is %u; call maxsim_options_init first", options->struct_size));
     }
-    o = *options;
+    // Fields beyond the caller's struct_size (a program built against an older maxsim.h) keep their defaults.
+    std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof(o)));
+    o.struct_size = sizeof(o);
   }
   auto ctx = std::make_unique<maxsim_context>();
   ctx->log = o.log;
@@ -319,6 +344,12 @@ maxsim_status CreateContext(const maxsim_options* options, maxsim_context** out)
   ctx->host_iface.abi_minor = MAXSIM_PLUGIN_ABI_MINOR;
   ctx->host_iface.host_data = ctx.get();
   ctx->host_iface.log = &HostLog;
+  if (o.devices && o.devices[0]) {
+    st = CheckDeviceList(o.devices);
+    if (!st.ok()) return Report(st);
+    ctx->devices = o.devices;
+  }
+  ctx->host_iface.devices = ctx->devices.empty() ? nullptr : ctx->devices.c_str();
   if (o.load_plugins) {
     const maxsim_context* raw = ctx.get();
     ctx->plugins.Discover(o.plugin_path ? o.plugin_path : "",

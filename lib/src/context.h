@@ -39,6 +39,7 @@ struct maxsim_context {
 
   maxsim::PluginHost plugins;
   maxsim_plugin_host host_iface{};
+  std::string devices;                              // maxsim_options.devices ("" = the backend's default)
   bool plugins_loaded = false;
   const maxsim::LoadedPlugin* accel = nullptr;      // the accelerator plugin in use, if any
   maxsim_plugin_backend* accel_backend = nullptr;   // its backend on the first device (training calls)

@@ -618,6 +618,10 @@ Status ResolveSets(const maxsim_sets* sets, const char* role, SetsRef* out) {
   return Status::Ok();
 }
 
+Status CheckDenseValues(const DenseView& v, const char* role, int threads) {
+  return AnalyzeDense(v, role, threads, nullptr);
+}
+
 Status CheckCandidates(const uint64_t* cand_offsets, const uint64_t* candidates, uint64_t nq, uint64_t nd,
                        uint64_t* total) {
   if (cand_offsets == nullptr) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "cand_offsets is NULL");

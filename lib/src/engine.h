@@ -67,6 +67,10 @@ class Engine {
   int threads_;
 };
 
+// The value check of dense host sets (every kept row finite with an L2 norm <= 1e19), with the CPU's message
+// naming the first bad row (role: "queries", "documents").
+Status CheckDenseValues(const DenseView& v, const char* role, int threads);
+
 // Checks a candidate list against Nq and Nd; total = cand_offsets[Nq].
 Status CheckCandidates(const uint64_t* cand_offsets, const uint64_t* candidates, uint64_t nq, uint64_t nd,
                        uint64_t* total);

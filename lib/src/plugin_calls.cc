@@ -72,6 +72,7 @@ std::string LoadedPlugin::Capabilities() const {
   }
   if (!missing.empty()) r += "; not implemented: " + missing;
   if (device_count) r += "; multi-device (device_count, create_device)";
+  if (dense_query_modes) r += "; dense host queries (dense_query_modes)";
   return r;
 }
 
@@ -120,13 +121,19 @@ struct AlignedBuffer {
   ~AlignedBuffer() { std::free(p); }
 };
 
-// Packs dense host sets into an aligned temporary buffer (for handing to a plugin) and decodes it.
+// Packs dense host sets into an aligned temporary buffer (for handing to a plugin) and decodes it. A bad value
+// is reported as the CPU reports it (CheckDenseValues), whichever route the call takes.
 Status PackTemporary(const SetsRef& s, const char* role, int threads, AlignedBuffer* buf, uint64_t* size,
                      pack::PackedView* view) {
   MAXSIM_RETURN_IF_ERROR(pack::PackedSize(s.dense, false, size));
   buf->p = std::aligned_alloc(MAXSIM_PACK_ALIGN, RoundUp(*size, MAXSIM_PACK_ALIGN));
   if (!buf->p) return Error(MAXSIM_ERR_OUT_OF_MEMORY, "%s: cannot allocate %llu bytes to pack", role, static_cast<ull>(*size));
-  MAXSIM_RETURN_IF_ERROR(pack::PackInto(s.dense, nullptr, buf->p, *size, threads, role, size));
+  const Status packed = pack::PackInto(s.dense, nullptr, buf->p, *size, threads, role, size);
+  if (packed.code() == MAXSIM_ERR_NON_FINITE) {
+    const Status named = CheckDenseValues(s.dense, role, threads);
+    if (!named.ok()) return named;
+  }
+  MAXSIM_RETURN_IF_ERROR(packed);
   return pack::Validate(buf->p, *size, MAXSIM_VALIDATE_FAST, view);
 }
 
@@ -304,16 +311,14 @@ maxsim_status CallOp(const maxsim_plugin_api* api, PluginOp op, maxsim_plugin_ba
 }
 
 // One operation over a sharded corpus: per-shard outputs, then placed / merged into `a`'s outputs.
-Status RunSharded(maxsim_context& ctx, PluginOp op, const DeviceCorpus& corpus, const maxsim_packed_view& qv,
+// lq: the query sets' lengths in the plugin's layout.
+Status RunSharded(maxsim_context& ctx, PluginOp op, const DeviceCorpus& corpus, const std::vector<uint64_t>& lq,
                   const maxsim_plugin_score_args& a) {
   const maxsim_plugin_api* api = ctx.accel->api;
   const size_t n = corpus.shard.size();
-  const uint64_t nq = qv.n_sets, k = a.k;
-  std::vector<uint64_t> lq(nq), qpos(nq + 1, 0);  // query lengths in the plugin's layout, and their prefix sums
-  for (uint64_t i = 0; i < nq; ++i) {
-    lq[i] = qv.offsets[i + 1] - qv.offsets[i];
-    qpos[i + 1] = qpos[i] + lq[i];
-  }
+  const uint64_t nq = lq.size(), k = a.k;
+  std::vector<uint64_t> qpos(nq + 1, 0);  // prefix sums of lq
+  for (uint64_t i = 0; i < nq; ++i) qpos[i + 1] = qpos[i] + lq[i];
   struct Part {
     std::vector<uint64_t> cand_offsets, candidates, origin;  // candidates: local indices; origin: global slot
     std::vector<float> scores;
@@ -467,16 +472,24 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
     if (st != MAXSIM_OK) return PluginError(ctx, st, err);
     return Status::Ok();
   }
-  // Host inputs: queries as a packed buffer, documents as a device-resident corpus.
+  // Host inputs: documents as a device-resident corpus; queries as a packed buffer, or as they are where the
+  // plugin reads dense host queries in this mode (ABI 1.2 dense_query_modes: no packing on the host per call).
+  const bool dense_query = !q.is_packed && q.dense.mask == nullptr && ctx.accel->dense_query_modes != nullptr &&
+                           (ctx.accel->dense_query_modes(ctx.accel_backend) &
+                            (1u << static_cast<unsigned>(call.req.mode))) != 0;
   AlignedBuffer qtemp, dtemp;
   pack::PackedView qpacked;
+  std::vector<uint64_t> lq(q.n_sets());
   if (q.is_packed) {
     qpacked = q.packed;
-  } else {
+  } else if (!dense_query) {
     uint64_t qsize = 0;
     MAXSIM_RETURN_IF_ERROR(PackTemporary(q, "queries", ctx.threads, &qtemp, &qsize, &qpacked));
   }
-  const maxsim_packed_view qview = ViewOf(qpacked, 0, qpacked.n_sets);
+  for (uint64_t i = 0; i < lq.size(); ++i) {
+    lq[i] = dense_query ? q.dense.length(i) : qpacked.offsets[i + 1] - qpacked.offsets[i];
+  }
+  const maxsim_packed_view qview = dense_query ? maxsim_packed_view{} : ViewOf(qpacked, 0, qpacked.n_sets);
   DeviceCorpus temporary;
   const DeviceCorpus* corpus = nullptr;
   if (d.is_packed) {
@@ -509,9 +522,10 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
   a.struct_size = sizeof(a);
   a.metric = call.req.metric;
   a.mode = call.req.mode;
-  a.queries = qpacked.base;
-  a.queries_size = qpacked.size;
-  a.query_view = &qview;
+  a.queries = dense_query ? nullptr : qpacked.base;
+  a.queries_size = dense_query ? 0 : qpacked.size;
+  a.query_view = dense_query ? nullptr : &qview;
+  a.query_dense = dense_query ? q.dense_src : nullptr;
   a.cand_offsets = call.cand_offsets;
   a.candidates = call.candidates;
   a.k = call.k;
@@ -526,9 +540,14 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
     err[sizeof(err) - 1] = '\0';
     if (code != MAXSIM_OK) st = PluginError(ctx, code, err);
   } else {
-    st = RunSharded(ctx, call.op, *corpus, qview, a);
+    st = RunSharded(ctx, call.op, *corpus, lq, a);
   }
   if (!temporary.shard.empty()) FreeDeviceCorpus(ctx, temporary);
+  if (dense_query && st.code() == MAXSIM_ERR_NON_FINITE) {
+    // The plugin found a bad query row (and wrote nothing): the CPU's check names it.
+    const Status named = CheckDenseValues(q.dense, "queries", ctx.threads);
+    if (!named.ok()) return named;
+  }
   MAXSIM_RETURN_IF_ERROR(st);
   if (remap.active) RemapArgmax(q, d, call, remap.compact);
   if (call.op == PluginOp::kTopK && call.ids) {

@@ -74,6 +74,7 @@ void ReadCapabilities(LoadedPlugin* p) {
     p->device_count = a->device_count;
     p->create_device = a->create_device;
   }
+  if (MAXSIM_PLUGIN_HAS(a, dense_query_modes)) p->dense_query_modes = a->dense_query_modes;
 }
 
 }  // namespace

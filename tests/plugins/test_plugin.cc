@@ -12,6 +12,8 @@
 //   5 "testcpu-small"       its function table is too small for ABI 1.0
 //   6 "testcpu-v10"         an ABI 1.0 table (no 1.1 members; parses the packed header itself, as 1.0 plugins do)
 //   7 "testcpu-2dev"        as 0, on two simulated devices (the host shards corpora over them)
+//   8 "testcpu-v11"         an ABI 1.1 table (no dense_query_modes: queries always arrive packed)
+// Every 1.2 variant takes dense host queries in exact and certified modes (dense_query_modes).
 // and with TEST_PLUGIN_NULL = one of the kNull* values below: as 0 with that member left NULL ("testcpu-no-*").
 // It marks every maxsim_stats it fills with docs_pruned = kMarker + (corpora alive) so tests can see where a call
 // ran and that uploaded corpora are freed.
@@ -121,9 +123,27 @@ Sets FromView(const maxsim_packed_view* v) {
   return s;
 }
 
+Sets ReadDense(const maxsim_dense_sets* d);
+
 Sets Queries(const maxsim_plugin_score_args* a) {
   if (TEST_PLUGIN_VARIANT == 6) return ReadPacked(a->queries);
-  return FromView(a->query_view);
+  if (TEST_PLUGIN_VARIANT != 8 && a->query_dense) return ReadDense(a->query_dense);
+  return FromView(a->query_view);  // the 1.1 variant reads only what a 1.1 table is given
+}
+
+// ABI 1.2 dense host queries are value-unchecked: a non-finite element or a norm above 1e19 fails the call.
+bool QueriesBad(const maxsim_plugin_score_args* a, const Sets& q) {
+  if (TEST_PLUGIN_VARIANT == 6 || TEST_PLUGIN_VARIANT == 8 || a->query_dense == nullptr) return false;
+  for (uint64_t r = 0; r < q.offsets.back(); ++r) {
+    double n = 0;
+    for (uint32_t k = 0; k < q.dim; ++k) {
+      const float v = q.rows[r * q.dim + k];
+      if (!std::isfinite(v)) return true;
+      n += static_cast<double>(v) * v;
+    }
+    if (!(n <= 1e38)) return true;
+  }
+  return false;
 }
 
 Sets ReadDense(const maxsim_dense_sets* d) {
@@ -134,12 +154,15 @@ Sets ReadDense(const maxsim_dense_sets* d) {
   for (uint64_t i = 0; i <= d->n_sets; ++i) s.offsets[i] = d->offsets ? d->offsets[i] : i * d->set_length;
   const uint64_t stride = d->row_stride ? d->row_stride : d->dim;
   const uint32_t elem = d->dtype == MAXSIM_F32 ? 4 : 2;
+  // Rows [offsets[0], offsets[n_sets]), rebased to 0.
+  const uint64_t first = s.offsets[0];
+  for (uint64_t& o : s.offsets) o -= first;
   const uint64_t rows = s.offsets.back();
   s.rows.resize(rows * d->dim);
   for (uint64_t r = 0; r < rows; ++r) {
     for (uint32_t k = 0; k < d->dim; ++k) {
-      s.rows[r * d->dim + k] =
-          Widen(static_cast<const uint8_t*>(d->data) + (r * stride + k) * elem, static_cast<uint8_t>(d->dtype));
+      s.rows[r * d->dim + k] = Widen(static_cast<const uint8_t*>(d->data) + ((first + r) * stride + k) * elem,
+                                     static_cast<uint8_t>(d->dtype));
     }
   }
   return s;
@@ -186,10 +209,14 @@ float ScorePair(const Sets& q, uint64_t i, const Sets& d, uint64_t j, maxsim_met
   return static_cast<float>(sum);
 }
 
-void Mark(maxsim_stats* st) {
-  if (st) {
+// Marks a call's stats: docs_pruned = kMarker + (corpora alive); multi_candidate = kDenseMarker when the queries
+// arrived dense (ABI 1.2 query_dense), else 0.
+constexpr uint64_t kDenseMarker = 0xD15Eull;
+void Mark(const maxsim_plugin_score_args* a) {
+  if (maxsim_stats* st = a->stats) {
     std::memset(st, 0, sizeof(*st));
     st->docs_pruned = kMarker + static_cast<uint64_t>(g_live_corpora);
+    if (TEST_PLUGIN_VARIANT != 6 && a->query_dense) st->multi_candidate = kDenseMarker;
   }
 }
 
@@ -197,8 +224,15 @@ struct Backend {
   uint32_t device = 0, devices = 1;
 };
 
-// Simulated devices: MAXSIM_TEST_PLUGIN_DEVICES (default 1), or 2 for the "testcpu-2dev" variant.
-uint32_t DeviceCount(const maxsim_plugin_host*) {
+// Simulated devices: the entries of the context's device list (maxsim_options.devices), else
+// MAXSIM_TEST_PLUGIN_DEVICES (default 1), or 2 for the "testcpu-2dev" variant.
+uint32_t DeviceCount(const maxsim_plugin_host* host) {
+  if (host->struct_size >= offsetof(maxsim_plugin_host, devices) + sizeof(host->devices) && host->devices &&
+      host->devices[0]) {
+    uint32_t n = 1;
+    for (const char* p = host->devices; *p; ++p) n += *p == ',';
+    return n;
+  }
   if (TEST_PLUGIN_VARIANT == 7) return 2;
   const char* e = std::getenv("MAXSIM_TEST_PLUGIN_DEVICES");
   const long n = e ? std::strtol(e, nullptr, 10) : 1;
@@ -239,6 +273,9 @@ maxsim_status Create(const maxsim_plugin_host* host, maxsim_plugin_backend** out
 void Destroy(maxsim_plugin_backend* b) { delete reinterpret_cast<Backend*>(b); }
 
 uint64_t MinAutoOps(maxsim_plugin_backend*) { return 1000; }
+
+// Exact and certified scores are the FMA chain's on the originals either way: both take dense host queries.
+uint32_t DenseQueryModes(maxsim_plugin_backend*) { return (1u << MAXSIM_MODE_EXACT) | (1u << MAXSIM_MODE_CERTIFIED); }
 
 maxsim_status Upload(maxsim_plugin_backend*, const void* packed, uint64_t size, maxsim_plugin_corpus** out, char*, size_t) {
   *out = reinterpret_cast<maxsim_plugin_corpus*>(new Sets(ReadPacked(packed)));
@@ -286,8 +323,12 @@ void Describe(maxsim_plugin_backend* b, char* out, size_t cap) {
                 be->device, be->devices);
 }
 
-maxsim_status Matrix(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, char*, size_t) {
+maxsim_status Matrix(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, char* err, size_t cap) {
   const Sets q = Queries(a);
+  if (QueriesBad(a, q)) {
+    std::snprintf(err, cap, "queries: a token is non-finite or its norm exceeds 1e19");
+    return MAXSIM_ERR_NON_FINITE;
+  }
   const Sets& d = *reinterpret_cast<const Sets*>(a->corpus);
   uint64_t o = 0;
   for (uint64_t i = 0; i < q.n_sets; ++i) {
@@ -297,12 +338,16 @@ maxsim_status Matrix(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, 
     }
     o += lq;
   }
-  Mark(a->stats);
+  Mark(a);
   return MAXSIM_OK;
 }
 
-maxsim_status Candidates(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, char*, size_t) {
+maxsim_status Candidates(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, char* err, size_t cap) {
   const Sets q = Queries(a);
+  if (QueriesBad(a, q)) {
+    std::snprintf(err, cap, "queries: a token is non-finite or its norm exceeds 1e19");
+    return MAXSIM_ERR_NON_FINITE;
+  }
   const Sets& d = *reinterpret_cast<const Sets*>(a->corpus);
   uint64_t base = 0;
   for (uint64_t i = 0; i < q.n_sets; ++i) {
@@ -313,12 +358,16 @@ maxsim_status Candidates(maxsim_plugin_backend*, const maxsim_plugin_score_args*
     }
     base += (a->cand_offsets[i + 1] - a->cand_offsets[i]) * lq;
   }
-  Mark(a->stats);
+  Mark(a);
   return MAXSIM_OK;
 }
 
 maxsim_status TopK(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, char* err, size_t cap) {
   const Sets q = Queries(a);
+  if (QueriesBad(a, q)) {
+    std::snprintf(err, cap, "queries: a token is non-finite or its norm exceeds 1e19");
+    return MAXSIM_ERR_NON_FINITE;
+  }
   const Sets& d = *reinterpret_cast<const Sets*>(a->corpus);
   for (uint64_t i = 0; i < q.n_sets; ++i) {
     std::vector<std::pair<float, uint64_t>> all;
@@ -340,7 +389,7 @@ maxsim_status TopK(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, ch
       }
     }
   }
-  Mark(a->stats);
+  Mark(a);
   return MAXSIM_OK;
 }
 
@@ -408,6 +457,7 @@ constexpr const char* Name() {
     case 5: return "testcpu-small";
     case 6: return "testcpu-v10";
     case 7: return "testcpu-2dev";
+    case 8: return "testcpu-v11";
     default: break;
   }
   switch (TEST_PLUGIN_NULL) {
@@ -426,14 +476,18 @@ constexpr const char* Name() {
   }
 }
 
-// The ABI 1.0 table size: what a plugin built against plugin.h 1.0 reports.
+// The ABI 1.0 and 1.1 table sizes: what plugins built against those plugin.h versions report.
 constexpr uint32_t kAbi10Size = offsetof(maxsim_plugin_api, train_backward) + sizeof(void*);
+constexpr uint32_t kAbi11Size = offsetof(maxsim_plugin_api, create_device) + sizeof(void*);
 
 const maxsim_plugin_api kApi = {
     TEST_PLUGIN_VARIANT == 1 ? 99u : MAXSIM_PLUGIN_ABI_MAJOR,
-    TEST_PLUGIN_VARIANT == 1 || TEST_PLUGIN_VARIANT == 6 ? 0u : MAXSIM_PLUGIN_ABI_MINOR,
+    TEST_PLUGIN_VARIANT == 1 || TEST_PLUGIN_VARIANT == 6 ? 0u
+    : TEST_PLUGIN_VARIANT == 8                           ? 1u
+                                                         : MAXSIM_PLUGIN_ABI_MINOR,
     TEST_PLUGIN_VARIANT == 5   ? 16u
     : TEST_PLUGIN_VARIANT == 6 ? kAbi10Size
+    : TEST_PLUGIN_VARIANT == 8 ? kAbi11Size
                                : static_cast<uint32_t>(sizeof(maxsim_plugin_api)),
     Name(),
     "CPU test plugin",
@@ -458,6 +512,8 @@ const maxsim_plugin_api kApi = {
     IF_PRESENT(kNullDescribe, &Describe),
     &DeviceCount,
     &CreateDevice,
+    // ---- ABI 1.2 (beyond struct_size for the 1.0 and 1.1 variants) ----
+    &DenseQueryModes,
 };
 
 }  // namespace

@@ -147,6 +147,13 @@ typedef struct maxsim_options {
   uint32_t load_plugins;  /* 1 (default via maxsim_options_init): look for plugins; 0: CPU only, no dlopen */
   maxsim_log_fn log;      /* NULL: drop log messages */
   void* log_user_data;
+  /* Accelerator devices: NULL or "" lets the backend choose (the CUDA backend reads MAXSIM_CUDA_DEVICES, else
+   * device 0). Else a comma-separated list of device ordinals, e.g. "0,1": one backend per entry (an ordinal may
+   * repeat, giving that device several backends, each with its own stream). Packed corpora are then split into
+   * contiguous shards, one per entry, every call runs on all shards at once and the results are merged exactly:
+   * the same bits as one device (docs/cuda.md, "Several GPUs"). A list that is not of this form fails
+   * maxsim_context_create with MAXSIM_ERR_INVALID_ARGUMENT. */
+  const char* devices;
 } maxsim_options;
 
 /* Fills defaults (struct_size set, everything from the environment, plugins loaded). */

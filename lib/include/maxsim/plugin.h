@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * libmaxsim plugin ABI 1.1 (GPU and other accelerator backends loaded at run time).
+ * libmaxsim plugin ABI 1.2 (GPU and other accelerator backends loaded at run time).
  *
  * A plugin is a shared library (libmaxsim-plugin-NAME.so / .dylib / .dll) that exports exactly one symbol,
  * MAXSIM_PLUGIN_ENTRY_SYMBOL, a function taking no argument and returning a pointer to a static
@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define MAXSIM_PLUGIN_ABI_MAJOR 1u
-#define MAXSIM_PLUGIN_ABI_MINOR 1u
+#define MAXSIM_PLUGIN_ABI_MINOR 2u
 #define MAXSIM_PLUGIN_ENTRY_SYMBOL "maxsim_plugin_entry"
 
 /* True if the plugin's table (of size api->struct_size) holds the data member `member`. */
@@ -89,6 +89,10 @@ typedef struct maxsim_plugin_host {
   uint32_t abi_minor;
   void* host_data;
   void (*log)(void* host_data, maxsim_log_level level, const char* message); /* never NULL */
+  /* ABI 1.2 (present when struct_size covers it): the devices the context asks for (maxsim_options.devices), a
+   * comma-separated list of device ordinals such as "0,1", or NULL / "" for the plugin's own default (e.g.
+   * MAXSIM_CUDA_DEVICES). A plugin that supports several devices makes device_count() its length. */
+  const char* devices;
 } maxsim_plugin_host;
 
 typedef struct maxsim_plugin_backend maxsim_plugin_backend; /* plugin-defined */
@@ -110,8 +114,14 @@ typedef struct maxsim_plugin_score_args {
   int32_t* argmax;               /* optional (matrix, candidates), layout as in maxsim.h */
   uint64_t* topk_index;          /* topk: [Nq, k] */
   maxsim_stats* stats;           /* optional */
-  /* ABI 1.1 (present when struct_size covers it; the host always fills it) */
+  /* ABI 1.1 (present when struct_size covers it; the host fills it unless query_dense is set) */
   const maxsim_packed_view* query_view; /* the queries, decoded */
+  /* ABI 1.2: dense host-memory queries, passed instead of a packed buffer (queries, queries_size and query_view
+   * are then NULL / 0) only to a plugin whose dense_query_modes() includes the call's mode. The sets have no
+   * mask; their shape has been checked, their values have not: the plugin must fail the call with
+   * MAXSIM_ERR_NON_FINITE, writing no output, when a row has a non-finite element or an L2 norm above 1e19 (the
+   * host then names the row as the CPU would). */
+  const maxsim_dense_sets* query_dense;
 } maxsim_plugin_score_args;
 
 /* Training on dense tensors in device memory (a memory kind in the plugin's accepted_memory). */
@@ -195,6 +205,13 @@ typedef struct maxsim_plugin_api {
   uint32_t (*device_count)(const maxsim_plugin_host* host);
   maxsim_status (*create_device)(const maxsim_plugin_host* host, uint32_t index, maxsim_plugin_backend** out,
                                  char* err, size_t err_cap);
+
+  /* ---- ABI 1.2 (appended; optional) ---- */
+
+  /* The modes (bit 1u << maxsim_mode) in which score_matrix, score_candidates and topk take dense host queries
+   * as they are (maxsim_plugin_score_args.query_dense) instead of a packed buffer the host builds on every call:
+   * a backend whose kernels for that mode read only the originals lists it. NULL or 0: always packed. */
+  uint32_t (*dense_query_modes)(maxsim_plugin_backend* backend);
 } maxsim_plugin_api;
 
 typedef const maxsim_plugin_api* (*maxsim_plugin_entry_fn)(void);
