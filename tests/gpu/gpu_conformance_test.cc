@@ -1134,6 +1134,298 @@ TEST_F(Gpu, FoldedInputCheckOnDeviceTensors) {
   }
 }
 
+// ---- dense host queries on a resident corpus (plugin ABI 1.2 query_dense) --------------------------------------
+
+// Token sets in host memory behind `lead` rows (offsets[0] > 0) with `pad` elements after each row (row_stride >
+// dim), the lead rows and padding NaN: the plugin copies and checks only the rows the sets own.
+struct HostSets {
+  std::vector<uint8_t> data;
+  std::vector<uint64_t> offsets;
+  maxsim_dense_sets s{};
+  HostSets(const TokenSets& t, uint64_t lead, uint32_t pad, bool uniform = false) {
+    const uint32_t elem = t.dtype == MAXSIM_F32 ? 4 : 2;
+    const uint64_t stride = t.dim + pad, rows = t.rows() + lead;
+    data.resize(std::max<uint64_t>(1, rows * stride * elem));
+    const float nan = std::nanf("");
+    for (uint64_t e = 0; e < rows * stride; ++e) {
+      if (elem == 4) std::memcpy(&data[e * 4], &nan, 4);
+      else { const uint16_t h = t.dtype == MAXSIM_BF16 ? 0x7fc0 : 0x7e00; std::memcpy(&data[e * 2], &h, 2); }
+    }
+    for (uint64_t r = 0; r < t.rows(); ++r) {
+      std::memcpy(&data[(r + lead) * stride * elem], &t.encoded[r * t.dim * elem], t.dim * elem);
+    }
+    offsets = t.offsets;
+    for (uint64_t& o : offsets) o += lead;
+    s.struct_size = sizeof(s);
+    s.memory = MAXSIM_MEMORY_HOST;
+    s.data = data.data() + (uniform ? lead * stride * elem : 0);
+    s.dtype = t.dtype;
+    s.dim = t.dim;
+    s.row_stride = pad ? stride : 0;
+    s.n_sets = t.n_sets();
+    if (uniform) {
+      s.set_length = t.n_sets() ? t.length(0) : 0;
+    } else {
+      s.offsets = offsets.data();
+    }
+  }
+  maxsim_sets sets() const { return {nullptr, &s}; }
+};
+
+// Every operation on a resident corpus: matrix (scores + argmax), candidates, top-k.
+struct AllOps {
+  Matrix m;
+  std::vector<float> cand_scores, top_scores;
+  std::vector<int32_t> cand_argmax;
+  std::vector<uint64_t> top_index;
+};
+
+AllOps RunOps(maxsim_context* ctx, const maxsim_sets& q, uint64_t nq, uint64_t q_positions,
+              const std::vector<uint64_t>& q_lengths, const maxsim_packed* corpus, uint64_t nd,
+              const std::vector<uint64_t>& off, const std::vector<uint64_t>& cand, maxsim_metric metric,
+              maxsim_mode mode, uint64_t k) {
+  AllOps r;
+  maxsim_sets d{corpus, nullptr};
+  maxsim_score_options o;
+  maxsim_score_options_init(&o);
+  o.metric = metric;
+  o.mode = mode;
+  r.m.scores.assign(nq * nd, std::nanf(""));
+  r.m.argmax.assign(nd * q_positions, -7);
+  EXPECT_EQ(maxsim_score_matrix(ctx, &q, &d, &o, r.m.scores.data(), r.m.argmax.data()), MAXSIM_OK) << maxsim_last_error();
+  uint64_t am = 0;
+  for (uint64_t i = 0; i < nq; ++i) am += (off[i + 1] - off[i]) * q_lengths[i];
+  r.cand_scores.assign(cand.size(), std::nanf(""));
+  r.cand_argmax.assign(am, -7);
+  EXPECT_EQ(maxsim_score_candidates(ctx, &q, &d, off.data(), cand.data(), &o, r.cand_scores.data(), r.cand_argmax.data()),
+            MAXSIM_OK) << maxsim_last_error();
+  r.top_scores.assign(nq * k, std::nanf(""));
+  r.top_index.assign(nq * k, 77);
+  EXPECT_EQ(maxsim_topk(ctx, &q, &d, k, &o, r.top_scores.data(), r.top_index.data(), nullptr), MAXSIM_OK)
+      << maxsim_last_error();
+  return r;
+}
+
+void ExpectSameOps(const AllOps& a, const AllOps& b, const std::string& what) {
+  ExpectIdentical(a.m, b.m, what + " matrix");
+  ExpectSameBits(a.cand_scores, b.cand_scores, what + " candidates");
+  EXPECT_EQ(a.cand_argmax, b.cand_argmax) << what << " candidates argmax";
+  ExpectSameBits(a.top_scores, b.top_scores, what + " top-k");
+  EXPECT_EQ(a.top_index, b.top_index) << what << " top-k index";
+}
+
+std::vector<uint64_t> Lengths(const TokenSets& t) {
+  std::vector<uint64_t> l(t.n_sets());
+  for (uint64_t i = 0; i < l.size(); ++i) l[i] = t.length(i);
+  return l;
+}
+
+// Candidate lists with repeats and an empty list.
+void RandomCandidates(std::mt19937_64& rng, uint64_t nq, uint64_t nd, std::vector<uint64_t>* off,
+                      std::vector<uint64_t>* cand) {
+  off->assign(1, 0);
+  cand->clear();
+  for (uint64_t i = 0; i < nq; ++i) {
+    const uint64_t k = i == 1 ? 0 : 1 + rng() % 9;
+    for (uint64_t c = 0; c < k; ++c) cand->push_back(rng() % nd);
+    off->push_back(cand->size());
+  }
+}
+
+// Dense host queries reach the plugin as they are (no packing per call): rows copied through the pinned stage,
+// checked and (cosine) normed on the GPU as the packer does. Every operation gives the bits of the same queries
+// packed, and certified mode on the default route (the exact kernel) the same bits again.
+TEST_F(Gpu, DenseHostQueriesEqualPackedQueries) {
+  Context gpu = CudaContext();  // MAXSIM_CUDA_CERTIFIED=screen (see kScreenCertified): certified queries packed
+  setenv("MAXSIM_CUDA_CERTIFIED", "auto", 1);
+  Context def = CudaContext();  // the default route: certified queries dense too
+  setenv("MAXSIM_CUDA_CERTIFIED", "screen", 1);
+  const struct {
+    maxsim_dtype dtype;
+    uint32_t dim;
+    Shape shape;
+    uint64_t max_lq;
+    uint32_t pad;
+    bool uniform;
+  } cases[] = {{MAXSIM_BF16, 128, Shape::kUnitGaussian, 32, 0, true},  {MAXSIM_BF16, 128, Shape::kClustered, 40, 3, false},
+               {MAXSIM_F16, 96, Shape::kGaussian, 20, 0, false},      {MAXSIM_F32, 72, Shape::kGaussian, 24, 1, false},
+               {MAXSIM_BF16, 7, Shape::kLargeNorm, 16, 0, false},     {MAXSIM_F32, 128, Shape::kTinyNorm, 16, 0, true},
+               {MAXSIM_BF16, 128, Shape::kUnitGaussian, 300, 0, false}, {MAXSIM_F16, 1024, Shape::kNearTies, 12, 8, false}};
+  uint64_t salt = 2600;
+  for (const auto& c : cases) {
+    auto rng = Rng(++salt);
+    const uint64_t min_lq = c.uniform ? c.max_lq : 0;
+    const TokenSets q = Encoded(Generate(rng, c.shape, 5, min_lq, c.max_lq, c.dim), c.dtype);
+    const TokenSets d = Encoded(Generate(rng, c.shape, 40, 0, 80, c.dim), c.dtype);
+    Packed pq = Packed::Pack(gpu, q.Dense());
+    Packed pd = Packed::Pack(gpu, d.Dense());
+    const HostSets hq(q, c.uniform ? 2 : 3, c.pad, c.uniform);
+    std::vector<uint64_t> off, cand;
+    RandomCandidates(rng, q.n_sets(), d.n_sets(), &off, &cand);
+    const maxsim_sets packed_q{pq.get(), nullptr};
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      const std::string what = "dtype " + std::to_string(c.dtype) + " dim " + std::to_string(c.dim) + " " +
+                               ShapeName(c.shape) + " Lq<=" + std::to_string(c.max_lq) + (c.uniform ? " uniform" : "") +
+                               (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+      const AllOps want = RunOps(gpu.get(), packed_q, q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off,
+                                 cand, metric, MAXSIM_MODE_EXACT, 7);
+      ExpectReference(q, d, metric, want.m, what + " packed");
+      const AllOps dense = RunOps(gpu.get(), hq.sets(), q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off,
+                                  cand, metric, MAXSIM_MODE_EXACT, 7);
+      ExpectSameOps(want, dense, what + " dense exact");
+      const AllOps cert = RunOps(def.get(), hq.sets(), q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off,
+                                 cand, metric, MAXSIM_MODE_CERTIFIED, 7);
+      ExpectSameOps(want, cert, what + " dense certified (default route)");
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// A non-finite value or a norm above 1e19 in a GPU input: MAXSIM_ERR_NON_FINITE naming the token, and nothing
+// the caller could take for an answer. Dense host queries on a resident corpus (every operation, one and two
+// device backends): the CPU's message, every output untouched. Dense device tensors (pairs and candidates; the
+// matrix is FoldedInputCheckOnDeviceTensors'): every score NaN.
+TEST_F(Gpu, NonFiniteInputsFailEveryOperation) {
+  Context cpu(Options("cpu"));
+  Context one = CudaContext();
+  maxsim_options o2 = Options("cuda");
+  o2.devices = "0,0";
+  Context two(o2);
+  auto rng = Rng(2700);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 4, 1, 40, 128), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 30, 1, 60, 128), MAXSIM_BF16);
+  Packed pd = Packed::Pack(cpu, d.Dense());
+  std::vector<uint64_t> off, cand;
+  RandomCandidates(rng, q.n_sets(), d.n_sets(), &off, &cand);
+  const uint64_t nq = q.n_sets(), nd = d.n_sets();
+  const struct {
+    uint64_t set;
+    uint32_t k;
+    float value;
+  } bads[] = {{2, 5, std::nanf("")}, {3, 127, -INFINITY}, {1, 0, 3e19f}};
+  for (const auto& b : bads) {
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      TokenSets bq = q;
+      const uint64_t row = bq.offsets[b.set + 1] - 1;
+      if (std::isfinite(b.value)) {
+        for (uint32_t k = 0; k < bq.dim; ++k) bq.values[row * bq.dim + k] = b.value;  // norm above 1e19
+      } else {
+        bq.values[row * bq.dim + b.k] = b.value;
+      }
+      bq.Encode(MAXSIM_BF16);
+      const std::string what = "set " + std::to_string(b.set) + " value " + std::to_string(b.value) +
+                               (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+      const HostSets hq(bq, 1, 0);
+      const maxsim_sets qs = hq.sets(), ds{pd.get(), nullptr};
+      maxsim_score_options o;
+      maxsim_score_options_init(&o);
+      o.metric = metric;
+      std::vector<float> scores(nq * nd, -5.0f);
+      ASSERT_EQ(maxsim_score_matrix(cpu.get(), &qs, &ds, &o, scores.data(), nullptr), MAXSIM_ERR_NON_FINITE) << what;
+      const std::string want = maxsim_last_error();
+      EXPECT_NE(want.find("queries: set " + std::to_string(b.set) + " token " + std::to_string(bq.length(b.set) - 1)),
+                std::string::npos) << want;
+      for (Context* ctx : {&one, &two}) {
+        const std::string where = what + (ctx == &one ? " one device" : " two devices");
+        for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+          o.mode = mode;
+          std::vector<float> sc(nq * nd, -5.0f), cs(cand.size(), -5.0f), ts(nq * 3, -5.0f);
+          std::vector<int32_t> am(nd * bq.rows(), -7);
+          std::vector<uint64_t> ti(nq * 3, 77);
+          EXPECT_EQ(maxsim_score_matrix(ctx->get(), &qs, &ds, &o, sc.data(), am.data()), MAXSIM_ERR_NON_FINITE) << where;
+          EXPECT_EQ(std::string(maxsim_last_error()), want) << where << " mode " << mode;
+          EXPECT_EQ(maxsim_score_candidates(ctx->get(), &qs, &ds, off.data(), cand.data(), &o, cs.data(), nullptr),
+                    MAXSIM_ERR_NON_FINITE) << where;
+          EXPECT_EQ(std::string(maxsim_last_error()), want) << where << " mode " << mode;
+          EXPECT_EQ(maxsim_topk(ctx->get(), &qs, &ds, 3, &o, ts.data(), ti.data(), nullptr), MAXSIM_ERR_NON_FINITE) << where;
+          EXPECT_EQ(std::string(maxsim_last_error()), want) << where << " mode " << mode;
+          for (float v : sc) ASSERT_EQ(v, -5.0f) << where << ": a matrix score was written";
+          for (int32_t v : am) ASSERT_EQ(v, -7) << where << ": an argmax was written";
+          for (float v : cs) ASSERT_EQ(v, -5.0f) << where << ": a candidate score was written";
+          for (float v : ts) ASSERT_EQ(v, -5.0f) << where << ": a top-k score was written";
+          for (uint64_t v : ti) ASSERT_EQ(v, 77u) << where << ": a top-k index was written";
+        }
+      }
+      // The same queries as device tensors: pairs and candidates (outputs filled with finite values first: a
+      // partial result would show).
+      if (!std::isfinite(b.value)) {
+        const TokenSets d4 = Encoded(Generate(rng, Shape::kClustered, nq, 1, 50, 128), MAXSIM_BF16);
+        const DeviceSets dq(bq), dd(d4), dd_all(d);
+        o.mode = MAXSIM_MODE_EXACT;  // device tensors score in exact mode
+        for (bool pairs : {true, false}) {
+          const uint64_t n = pairs ? nq : cand.size();
+          Dev<float> sc(n);
+          sc.Fill(0);
+          maxsim_sets dqs{nullptr, &dq.s}, dds{nullptr, pairs ? &dd.s : &dd_all.s};
+          const maxsim_status st = pairs ? maxsim_score_pairs(one.get(), &dqs, &dds, &o, sc.p, nullptr)
+                                         : maxsim_score_candidates(one.get(), &dqs, &dds, off.data(), cand.data(), &o,
+                                                                   sc.p, nullptr);
+          const std::string where = what + (pairs ? " device pairs" : " device candidates");
+          EXPECT_EQ(st, MAXSIM_ERR_NON_FINITE) << where;
+          EXPECT_NE(std::string(maxsim_last_error()).find("queries: set " + std::to_string(b.set)), std::string::npos)
+              << where << ": " << maxsim_last_error();
+          for (float v : sc.Down()) ASSERT_TRUE(std::isnan(v)) << where << ": a score survived a failed call: " << v;
+        }
+      }
+    }
+  }
+  // Clean queries right after the failures, on both contexts: the same bits.
+  const HostSets hq(q, 0, 0);
+  const AllOps a = RunOps(one.get(), hq.sets(), nq, q.rows(), Lengths(q), pd.get(), nd, off, cand, MAXSIM_METRIC_DOT,
+                          MAXSIM_MODE_EXACT, 5);
+  const AllOps b2 = RunOps(two.get(), hq.sets(), nq, q.rows(), Lengths(q), pd.get(), nd, off, cand, MAXSIM_METRIC_DOT,
+                           MAXSIM_MODE_EXACT, 5);
+  ExpectReference(q, d, MAXSIM_METRIC_DOT, a.m, "after failures");
+  ExpectSameOps(a, b2, "after failures, two devices");
+}
+
+// Several device backends on one GPU (maxsim_options.devices = "0,0" / "0,0,0": the corpus sharded over backends
+// with their own streams, results merged on the host) give one backend's bits: every operation, packed and dense
+// queries, exact, certified and approximate, argmax, ties across shards (repeated documents) and k beyond the
+// corpus.
+TEST_F(Gpu, SeveralDeviceBackendsEqualOne) {
+  Context one = CudaContext();
+  maxsim_options o2 = Options("cuda"), o3 = Options("cuda");
+  o2.devices = "0,0";
+  o3.devices = "0,0,0";
+  Context two(o2), three(o3);
+  EXPECT_NE(two.Report().find("cuda on 2 devices"), std::string::npos) << two.Report();
+  EXPECT_NE(three.Report().find("cuda on 3 devices"), std::string::npos) << three.Report();
+  auto rng = Rng(2800);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 6, 0, 40, 128), MAXSIM_BF16);
+  TokenSets base = Encoded(Generate(rng, Shape::kClustered, 25, 0, 70, 128), MAXSIM_BF16);
+  TokenSets d = base;  // the documents twice over: document j and j + 25 tie exactly, in different shards
+  for (uint64_t j = 0; j < base.n_sets(); ++j) {
+    d.values.insert(d.values.end(), base.row(base.offsets[j]), base.row(base.offsets[j + 1]));
+    d.offsets.push_back(d.offsets.back() + base.length(j));
+  }
+  d.Encode(MAXSIM_BF16);
+  Packed pq = Packed::Pack(one, q.Dense());
+  Packed pd = Packed::Pack(one, d.Dense());
+  std::vector<uint64_t> off, cand;
+  RandomCandidates(rng, q.n_sets(), d.n_sets(), &off, &cand);
+  const HostSets hq(q, 0, 0);
+  const maxsim_sets packed_q{pq.get(), nullptr}, dense_q = hq.sets();
+  for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+    for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+      for (uint64_t k : {5ull, 60ull}) {
+        const std::string what = std::string(metric == MAXSIM_METRIC_DOT ? "dot" : "cosine") + " mode " +
+                                 std::to_string(mode) + " k " + std::to_string(k);
+        for (const maxsim_sets* qs : {&packed_q, &dense_q}) {
+          const AllOps a = RunOps(one.get(), *qs, q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off, cand,
+                                  metric, mode, k);
+          if (mode != MAXSIM_MODE_APPROXIMATE) ExpectReference(q, d, metric, a.m, what);
+          ExpectSameOps(a, RunOps(two.get(), *qs, q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off, cand,
+                                  metric, mode, k), what + " two backends");
+          ExpectSameOps(a, RunOps(three.get(), *qs, q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off, cand,
+                                  metric, mode, k), what + " three backends");
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 // ---- real embeddings ----------------------------------------------------------------------------------------
 
 TEST_F(Gpu, RealEmbeddings) {
@@ -1198,6 +1490,15 @@ TEST_F(Gpu, SanitizeSmallEveryOperation) {
     o.mode = mode;
     TopKResult t = gpu.TopK(pq, q.n_sets(), pd, 4, o);
     (void)t;
+  }
+  // Dense host queries (copied, checked and normed on the GPU), every operation.
+  {
+    const HostSets hq(q, 1, 3);
+    std::vector<uint64_t> off, cand;
+    RandomCandidates(rng, q.n_sets(), d.n_sets(), &off, &cand);
+    const AllOps a = RunOps(gpu.get(), hq.sets(), q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off, cand,
+                            MAXSIM_METRIC_COSINE, MAXSIM_MODE_EXACT, 4);
+    ExpectReference(q, d, MAXSIM_METRIC_COSINE, a.m, "small dense host queries");
   }
   RandomMask(rng, q, 0.2);
   RandomMask(rng, d, 0.2);

@@ -5,6 +5,7 @@
 // come back as a Status.
 #include <algorithm>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -44,28 +45,44 @@ uint64_t EnvU64(const char* name, uint64_t fallback) {
   return end && *end == '\0' ? v : fallback;
 }
 
-// The devices of one context: MAXSIM_CUDA_DEVICES ("0,1"; a device may be listed more than once, which gives it
-// several backends, each with its own stream), else the one device MAXSIM_CUDA_DEVICE (default 0). Empty (and
-// `why` set) when the variable is not such a list.
-std::vector<int> DeviceList(std::string* why) {
+// The context's device list (maxsim_options.devices, ABI 1.2), or NULL when it names none.
+const char* OptionDevices(const maxsim_plugin_host* host) {
+  if (host == nullptr || host->struct_size < offsetof(maxsim_plugin_host, devices) + sizeof(host->devices)) {
+    return nullptr;
+  }
+  return host->devices && host->devices[0] ? host->devices : nullptr;
+}
+
+// The devices of one context: the context's maxsim_options.devices, else MAXSIM_CUDA_DEVICES ("0,1"; a device
+// may be listed more than once, which gives it several backends, each with its own stream), else the one device
+// MAXSIM_CUDA_DEVICE (default 0). Empty (and `why` set) when the list is not of that form. *source (optional)
+// says where the list came from.
+std::vector<int> DeviceList(const maxsim_plugin_host* host, std::string* why, std::string* source = nullptr) {
   std::vector<int> list;
-  const char* e = std::getenv("MAXSIM_CUDA_DEVICES");
+  const char* option = OptionDevices(host);
+  const char* e = option ? option : std::getenv("MAXSIM_CUDA_DEVICES");
+  const std::string name = option ? "maxsim_options.devices" : "MAXSIM_CUDA_DEVICES";
   if (e == nullptr || e[0] == '\0') {
     list.push_back(static_cast<int>(EnvU64("MAXSIM_CUDA_DEVICE", 0)));
+    if (source) {
+      const char* d = std::getenv("MAXSIM_CUDA_DEVICE");
+      *source = d && d[0] ? std::string("set by MAXSIM_CUDA_DEVICE=") + d : "default";
+    }
     return list;
   }
+  if (source) *source = "set by " + name + "=" + e;
   const char* p = e;
   while (*p) {
     char* end = nullptr;
     const long v = std::strtol(p, &end, 10);
     if (end == p || v < 0 || v > 1023 || (*end != ',' && *end != '\0') || list.size() >= 64) {
-      *why = std::string("MAXSIM_CUDA_DEVICES='") + e + "' is not a comma-separated list of at most 64 device ordinals";
+      *why = name + "='" + e + "' is not a comma-separated list of at most 64 device ordinals";
       return {};
     }
     list.push_back(static_cast<int>(v));
     p = *end == ',' ? end + 1 : end;
   }
-  if (list.empty()) *why = "MAXSIM_CUDA_DEVICES is empty";
+  if (list.empty()) *why = name + " is empty";
   return list;
 }
 
@@ -184,7 +201,7 @@ Tuning ReadTuning() {
   return t;
 }
 
-Status Probe(std::string* info) {
+Status Probe(const maxsim_plugin_host* host, std::string* info) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
@@ -201,16 +218,16 @@ Status Probe(std::string* info) {
     *info = "no CUDA device (cudaGetDeviceCount returned 0)";
     return Fail(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", info->c_str());
   }
-  std::string why;
-  const std::vector<int> devices = DeviceList(&why);
+  std::string why, source;
+  const std::vector<int> devices = DeviceList(host, &why, &source);
   if (devices.empty()) {
     *info = why;
     return Fail(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", info->c_str());
   }
   for (int d : devices) {
     if (d >= n) {
-      *info = "device " + std::to_string(d) + " was asked for (MAXSIM_CUDA_DEVICE or MAXSIM_CUDA_DEVICES) but there "
-              "are only " + std::to_string(n) + " devices";
+      *info = "device " + std::to_string(d) + " was asked for (" + source + ") but there are only " +
+              std::to_string(n) + " devices";
       return Fail(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", info->c_str());
     }
   }
@@ -226,9 +243,7 @@ Status Probe(std::string* info) {
                 static_cast<double>(p.totalGlobalMem) / (1ull << 30), driver / 1000, (driver % 1000) / 10,
                 runtime / 1000, (runtime % 1000) / 10);
   *info = buf;
-  if (devices.size() > 1) {
-    *info += "; corpora sharded over devices " + std::string(std::getenv("MAXSIM_CUDA_DEVICES"));
-  }
+  if (devices.size() > 1) *info += "; corpora sharded over " + std::to_string(devices.size()) + " devices (" + source + ")";
   if (p.major < 8) {
     *info += ": needs compute capability 8.0 or newer (the plugin is built for sm_80 and sm_90a, plus compute_90 PTX)";
     return Fail(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", info->c_str());
@@ -266,9 +281,10 @@ std::string SettingsText(const Backend& b) {
   };
   char line[256];
   std::string t;
-  std::snprintf(line, sizeof(line), "device %d: %s, %d SMs%s\n", b.device, b.prop.name, b.prop.multiProcessorCount,
-                std::getenv("MAXSIM_CUDA_DEVICES") ? source("MAXSIM_CUDA_DEVICES").c_str()
-                                                   : source("MAXSIM_CUDA_DEVICE").c_str());
+  std::string why, devices_source;
+  DeviceList(b.host, &why, &devices_source);
+  std::snprintf(line, sizeof(line), "device %d: %s, %d SMs (%s)\n", b.device, b.prop.name, b.prop.multiProcessorCount,
+                devices_source.c_str());
   t += line;
   std::snprintf(line, sizeof(line), "auto routing threshold: %llu operations%s\n", static_cast<ull>(b.min_ops),
                 source("MAXSIM_CUDA_MIN_AUTO_OPS").c_str());
@@ -340,16 +356,16 @@ Status DeviceCopy(Backend& b, void* dst, const void* src, uint64_t bytes, bool t
   return Status::Ok();
 }
 
-uint32_t DeviceCount() {
+uint32_t DeviceCount(const maxsim_plugin_host* host) {
   std::string why;
-  return static_cast<uint32_t>(std::max<size_t>(1, DeviceList(&why).size()));
+  return static_cast<uint32_t>(std::max<size_t>(1, DeviceList(host, &why).size()));
 }
 
 Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t index) {
   std::string info;
-  MSC_RETURN(Probe(&info));
+  MSC_RETURN(Probe(host, &info));
   std::string why;
-  const std::vector<int> devices = DeviceList(&why);
+  const std::vector<int> devices = DeviceList(host, &why);
   if (index >= devices.size()) {
     return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "device slot %u of %zu", index, devices.size());
   }
@@ -366,6 +382,7 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t ind
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->copy, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->staged, cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->qstaged, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->qchecked, cudaEventDisableTiming);
   for (int i = 0; i < 2 && e == cudaSuccess; ++i) {
     e = cudaEventCreateWithFlags(&b->copied[i], cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->done[i], cudaEventDisableTiming);
@@ -401,6 +418,7 @@ void DestroyBackend(Backend* b) {
   b->flags_host.Release();
   if (b->staged) cudaEventDestroy(b->staged);
   if (b->qstaged) cudaEventDestroy(b->qstaged);
+  if (b->qchecked) cudaEventDestroy(b->qchecked);
   for (int i = 0; i < 2; ++i) {
     if (b->copied[i]) cudaEventDestroy(b->copied[i]);
     if (b->done[i]) cudaEventDestroy(b->done[i]);
@@ -408,6 +426,18 @@ void DestroyBackend(Backend* b) {
   if (b->stream) cudaStreamDestroy(b->stream);
   if (b->copy) cudaStreamDestroy(b->copy);
   delete b;
+}
+
+uint32_t DenseQueryModes(const Backend& b) {
+  // Exact always runs the exact kernel. Certified does (KernelMode, UseScreenWgmma) unless screening is forced
+  // (MAXSIM_CUDA_CERTIFIED=screen) or the experimental wgmma screening may take it; approximate only when
+  // MAXSIM_CUDA_CERTIFIED=exact (else short queries over many documents screen with int8 codes).
+  uint32_t modes = 1u << MAXSIM_MODE_EXACT;
+  const bool certified_exact = b.screen_route == Backend::ScreenRoute::kExact ||
+                               (b.screen_route == Backend::ScreenRoute::kAuto && !b.tuning.experimental_screen_wgmma);
+  if (certified_exact) modes |= 1u << MAXSIM_MODE_CERTIFIED;
+  if (b.screen_route == Backend::ScreenRoute::kExact) modes |= 1u << MAXSIM_MODE_APPROXIMATE;
+  return modes;
 }
 
 int Backend::KernelMode(int mode, const SetsView& q, uint64_t max_lq, uint64_t n_pairs) const {

@@ -90,12 +90,22 @@ struct Corpus {
   SetsView View() const;          // resident only
 };
 
-// Queries on the device (the image of a packed view in device memory) + what the host needs to schedule.
+// Queries on the device (the image of a packed view in device memory, or dense host queries' rows) + what the
+// host needs to schedule.
 struct DeviceQueries {
   PackedInfo info;
   SetsView view;
   std::vector<uint64_t> host_offsets;  // rebased
   uint64_t max_len = 0;
+  // Dense queries (ABI 1.2 query_dense): their value check's flag, a word of pinned host memory the check kernel
+  // sets when a row is non-finite or its norm exceeds 1e19 (final once the stream has passed the check); NULL
+  // for packed queries, which the host validated.
+  const volatile unsigned int* bad = nullptr;
+  // Dot metric: the check runs beside the scoring kernels on the copy stream, launched once the call's first
+  // scoring kernel is (LaunchDeferredCheck; until then `deferred`); `checked` is its end.
+  bool deferred = false;
+  unsigned int* bad_dev = nullptr;
+  cudaEvent_t checked = nullptr;
 };
 
 // Kernel settings a backend reads once, when it is created (CreateBackend; listed by maxsim info).
@@ -127,6 +137,9 @@ struct Backend {
   PinnedBuffer qstage;              // host staging for query uploads (UploadQueriesTo): its own, so that a
                                     // call need not wait for the copy before staging its results
   cudaEvent_t qstaged = nullptr;    // recorded after a query upload: qstage is free once it fires
+  cudaEvent_t qchecked = nullptr;   // recorded after dense queries' check on `copy`: qbuf is free once it fires
+  bool check_pending = false;       // qchecked recorded and not yet waited for by the host
+  unsigned int* query_flag_dev = nullptr;  // the device address of the dense queries' check flag (flags_host)
   PinnedBuffer flags_host;
   cudaEvent_t staged = nullptr;     // recorded after a call's staged uploads: the stage is free once it fires
   uint64_t min_ops = 0;
@@ -153,10 +166,12 @@ struct Backend {
   void Log(maxsim_log_level level, const std::string& m) const;
 };
 
-Status Probe(std::string* info);
-// Backends one context should make: the length of MAXSIM_CUDA_DEVICES, else 1.
-uint32_t DeviceCount();
-// The backend on device slot `index` < DeviceCount() (MAXSIM_CUDA_DEVICES[index], else MAXSIM_CUDA_DEVICE).
+Status Probe(const maxsim_plugin_host* host, std::string* info);
+// Backends one context should make: the length of its device list (maxsim_options.devices, else
+// MAXSIM_CUDA_DEVICES), else 1.
+uint32_t DeviceCount(const maxsim_plugin_host* host);
+// The backend on device slot `index` < DeviceCount(host) (entry `index` of the device list, else
+// MAXSIM_CUDA_DEVICE).
 Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t index = 0);
 void DestroyBackend(Backend* b);
 
@@ -171,6 +186,24 @@ void FreeCorpus(Backend& b, Corpus* c);
 
 // Copies the image of a packed query view into `dst` (grow-only) and describes it.
 Status UploadQueriesTo(Backend& b, const maxsim_packed_view& view, DeviceBuffer& dst, DeviceQueries* out);
+// Copies dense host queries (no mask) into `dst` through the pinned query stage, one copy, and enqueues their
+// value check (and, for the cosine metric, their norms, computed as the packer computes them) on b.stream.
+Status UploadDenseQueries(Backend& b, const maxsim_dense_sets& s, bool cosine, DeviceBuffer& dst, DeviceQueries* out);
+// The call's queries on the device: its dense host queries when it passes them, else its packed view.
+Status PrepareQueries(Backend& b, const maxsim_plugin_score_args& a, DeviceQueries* out);
+// MAXSIM_ERR_NON_FINITE when dense queries failed their value check; call once the stream has passed the check
+// (after a synchronisation) and before writing any output the caller could take for an answer.
+Status QueryValues(Backend& b, DeviceQueries& q);
+// Launches dense queries' deferred check (dot metric) on the copy stream, after their upload; a no-op otherwise.
+// The scoring calls launch it right after their first scoring kernel, so that it never delays that kernel.
+Status LaunchDeferredCheck(Backend& b, DeviceQueries& q);
+// The modes (1u << maxsim_mode) in which the backend scores dense host queries as they are: those whose kernels
+// read only the originals (the exact kernel; certified and approximate where they run it).
+uint32_t DenseQueryModes(const Backend& b);
+// The check of UploadDenseQueries (query_check.cu): rows [0, n_rows) of row_bytes bytes from `rows`; sets *bad
+// (device-visible pinned host memory) to 1 on a bad row; norms (optional): per-row L2 norms.
+cudaError_t LaunchQueryCheck(const uint8_t* rows, uint64_t row_bytes, int dtype, uint32_t dim, uint64_t n_rows,
+                             float* norms, unsigned int* bad, cudaStream_t stream);
 
 // Scores device queries against a corpus: the matrix (d_scores [Nq, Nd] and d_argmax in maxsim.h's layout,
 // device memory, argmax optional). Resident corpora only (streamed corpora go through ScoreMatrix).

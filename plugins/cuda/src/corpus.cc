@@ -3,6 +3,7 @@
 // codes and rebased offsets, each 256-byte aligned), resident corpora (one device copy) and streamed ones (a
 // pinned host copy scored chunk by chunk), the per-document-scale codes of certified screening, and query
 // uploads.
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -169,6 +170,142 @@ Status UploadQueriesTo(Backend& b, const maxsim_packed_view& view, DeviceBuffer&
   q.view = PackedView(q.info, dst.data());
   *out = std::move(q);
   return Status::Ok();
+}
+
+namespace {
+
+// The word of Backend::flags_host that the dense queries' value check sets (training uses bytes [0, 40)).
+constexpr uint64_t kQueryFlagOffset = 48;
+
+}  // namespace
+
+Status UploadDenseQueries(Backend& b, const maxsim_dense_sets& s, bool cosine, DeviceBuffer& dst, DeviceQueries* out) {
+  if (s.memory != MAXSIM_MEMORY_HOST || s.mask != nullptr || s.data == nullptr || s.dim == 0 ||
+      (s.dtype != MAXSIM_F32 && s.dtype != MAXSIM_F16 && s.dtype != MAXSIM_BF16)) {
+    return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "queries: dense host queries must be host memory without a mask");
+  }
+  if (s.n_sets > 0xffffffffull) {
+    return Fail(MAXSIM_ERR_UNSUPPORTED, "queries: %llu sets; the CUDA backend handles at most 2^32 - 1 per call",
+                static_cast<ull>(s.n_sets));
+  }
+  DeviceQueries q;
+  const uint64_t n = s.n_sets;
+  const uint64_t first = s.offsets ? s.offsets[0] : 0;
+  q.host_offsets.resize(n + 1);
+  for (uint64_t i = 0; i <= n; ++i) q.host_offsets[i] = (s.offsets ? s.offsets[i] : i * s.set_length) - first;
+  const uint64_t rows = q.host_offsets[n];
+  q.max_len = s.offsets ? MaxLen(q.host_offsets.data(), n) : (n ? s.set_length : 0);
+  if (q.max_len > 0x7fffffffull) {
+    return Fail(MAXSIM_ERR_UNSUPPORTED, "queries: a set has %llu tokens; the CUDA backend handles at most 2^31 - 1",
+                static_cast<ull>(q.max_len));
+  }
+  // Rows as the packed image lays them out (each padded with zeros to a multiple of 64 bytes), so that the
+  // kernels and their plan are those of packed queries.
+  const uint64_t elem = s.dtype == MAXSIM_F32 ? 4 : 2;
+  const uint64_t used = static_cast<uint64_t>(s.dim) * elem;
+  const uint64_t stride = (s.row_stride ? s.row_stride : s.dim) * elem;
+  const uint64_t row_bytes = RoundUp(used, 64);
+  Carver cv;
+  const uint64_t o_rows = cv.Add(rows * row_bytes);
+  const uint64_t o_off = s.offsets ? cv.Add((n + 1) * 8) : 0;
+  const uint64_t staged = cv.size();  // rows and offsets travel in one copy
+  const uint64_t o_norms = cosine ? cv.Add(rows * 4) : 0;
+  PackedInfo& in = q.info;
+  in.dim = s.dim;
+  in.orig_row_bytes = static_cast<uint32_t>(row_bytes);
+  in.dtype = static_cast<int>(s.dtype);
+  in.n_vectors = rows;
+  in.n_sets = n;
+  in.max_len = q.max_len;
+  in.off_orig = o_rows;
+  in.off_offsets = o_off;
+  in.total_size = cv.size();
+  // The previous call's query copy has read the stage once qstaged fires (before the first upload it counts as
+  // fired).
+  MSC_CUDA(cudaEventSynchronize(b.qstaged));
+  MSC_RETURN(dst.Reserve(cv.size(), "the queries"));
+  MSC_RETURN(b.qstage.Reserve(staged, "staging the queries"));
+  uint8_t* h = b.qstage.data();
+  const uint8_t* src = static_cast<const uint8_t*>(s.data) + first * stride;
+  if (stride == row_bytes && used == row_bytes) {
+    std::memcpy(h + o_rows, src, rows * row_bytes);
+  } else {
+    for (uint64_t r = 0; r < rows; ++r) {
+      std::memcpy(h + o_rows + r * row_bytes, src + r * stride, used);
+      std::memset(h + o_rows + r * row_bytes + used, 0, row_bytes - used);
+    }
+  }
+  if (s.offsets) std::memcpy(h + o_off, q.host_offsets.data(), (n + 1) * 8);
+  volatile unsigned int* bad = reinterpret_cast<volatile unsigned int*>(b.flags_host.data() + kQueryFlagOffset);
+  *bad = 0u;
+  if (b.query_flag_dev == nullptr) {
+    MSC_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&b.query_flag_dev), const_cast<unsigned int*>(bad), 0));
+  }
+  unsigned int* bad_dev = b.query_flag_dev;
+  if (staged > 0) MSC_CUDA(cudaMemcpyAsync(dst.data(), h, staged, cudaMemcpyHostToDevice, b.stream));
+  MSC_CUDA(cudaEventRecord(b.qstaged, b.stream));
+  // Cosine: the check computes the norms the scoring kernels read, so it runs before them on b.stream. Dot: it
+  // runs beside them on the copy stream, launched after the first scoring kernel (LaunchDeferredCheck), off
+  // the call's critical path; QueryValues waits for it.
+  float* norms = cosine ? reinterpret_cast<float*>(dst.data() + o_norms) : nullptr;
+  if (cosine) {
+    const cudaError_t e = LaunchQueryCheck(dst.data() + o_rows, row_bytes, in.dtype, s.dim, rows, norms, bad_dev,
+                                           b.stream);
+    if (e != cudaSuccess) return CudaFail(e, "launching the query check");
+  } else {
+    q.deferred = true;
+    q.bad_dev = bad_dev;
+  }
+  SetsView& v = q.view;
+  v.orig = dst.data() + o_rows;
+  v.row_bytes = row_bytes;
+  v.dtype = in.dtype;
+  v.dim = s.dim;
+  v.norms = norms;
+  v.offsets = s.offsets ? reinterpret_cast<const uint64_t*>(dst.data() + o_off) : nullptr;
+  v.set_length = s.offsets ? 0 : s.set_length;
+  v.n_sets = n;
+  q.bad = bad;
+  *out = std::move(q);
+  return Status::Ok();
+}
+
+Status PrepareQueries(Backend& b, const maxsim_plugin_score_args& a, DeviceQueries* out) {
+  MSC_CUDA(cudaSetDevice(b.device));
+  // A call that failed before waiting for its dense queries' check may have left it running on the copy stream,
+  // reading b.qbuf and about to set the flag: wait for it before this call reuses both.
+  if (b.check_pending) {
+    MSC_CUDA(cudaEventSynchronize(b.qchecked));
+    b.check_pending = false;
+  }
+  if (a.struct_size >= offsetof(maxsim_plugin_score_args, query_dense) + sizeof(a.query_dense) && a.query_dense) {
+    return UploadDenseQueries(b, *a.query_dense, a.metric == MAXSIM_METRIC_COSINE, b.qbuf, out);
+  }
+  return UploadQueriesTo(b, *a.query_view, b.qbuf, out);
+}
+
+Status LaunchDeferredCheck(Backend& b, DeviceQueries& q) {
+  if (!q.deferred) return Status::Ok();
+  q.deferred = false;
+  MSC_CUDA(cudaStreamWaitEvent(b.copy, b.qstaged, 0));  // after the upload
+  const cudaError_t e = LaunchQueryCheck(q.view.orig, q.view.row_bytes, q.view.dtype, q.view.dim, q.info.n_vectors,
+                                         nullptr, q.bad_dev, b.copy);
+  if (e != cudaSuccess) return CudaFail(e, "launching the query check");
+  MSC_CUDA(cudaEventRecord(b.qchecked, b.copy));
+  b.check_pending = true;
+  q.checked = b.qchecked;
+  return Status::Ok();
+}
+
+Status QueryValues(Backend& b, DeviceQueries& q) {
+  if (q.bad == nullptr) return Status::Ok();
+  MSC_RETURN(LaunchDeferredCheck(b, q));  // a call that launched no scoring kernel
+  if (q.checked) {
+    MSC_CUDA(cudaEventSynchronize(q.checked));
+    b.check_pending = false;
+  }
+  if (*q.bad == 0u) return Status::Ok();
+  return Fail(MAXSIM_ERR_NON_FINITE, "queries: a token has a non-finite value or an L2 norm above 1e19");
 }
 
 }  // namespace mscuda

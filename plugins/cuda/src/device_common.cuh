@@ -259,28 +259,32 @@ __device__ __forceinline__ float RowNorm(const SetsView& s, uint64_t row) {
 
 // ---- host-side launch helpers ---------------------------------------------------------------------------
 
-// Raises kernel K's dynamic shared-memory limit to `bytes` the first time it is launched (idempotent, so two
-// threads racing here only repeat the call).
+// Raises kernel K's dynamic shared-memory limit to `bytes` the first time it is launched on the current device
+// (the attribute belongs to the function on one device: a context sharded over several GPUs launches K on each;
+// idempotent, so two threads racing here only repeat the call; devices past 63 set it on every launch).
 template <auto K>
 cudaError_t AllowDynamicSmemOnce(int bytes) {
-  static std::atomic<bool> done{false};
-  if (done.load()) return cudaSuccess;
-  const cudaError_t e = cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e == cudaSuccess) done.store(true);
+  static std::atomic<uint64_t> done{0};  // bit d: set on device d
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  const uint64_t bit = dev >= 0 && dev < 64 ? 1ull << dev : 0;
+  if (bit != 0 && (done.load() & bit) != 0) return cudaSuccess;
+  e = cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) done.fetch_or(bit);
   return e;
 }
 
-// Multiprocessors of the current device (asked once; 1 if the query fails).
+// Multiprocessors of the current device (asked once per device; 1 if the query fails).
 inline int SmCount() {
-  static std::atomic<int> sms{0};
-  int n = sms.load();
+  static std::atomic<int> sms[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+  std::atomic<int>* slot = dev >= 0 && dev < 64 ? &sms[dev] : nullptr;
+  int n = slot ? slot->load() : 0;
   if (n == 0) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        n <= 0) {
-      n = 1;
-    }
-    sms.store(n);
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 1;
+    if (slot) slot->store(n);
   }
   return n;
 }

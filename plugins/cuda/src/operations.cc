@@ -81,6 +81,21 @@ Status ForEachChunk(Backend& b, const Corpus& c, const std::vector<DocChunk>& ch
   return Status::Ok();
 }
 
+// Waits for the stream, then QueryValues.
+Status SyncedQueryValues(Backend& b, DeviceQueries& q) {
+  MSC_CUDA(cudaStreamSynchronize(b.stream));
+  return QueryValues(b, q);
+}
+
+// Dense queries carry originals only: a kernel mode that reads codes cannot take them (DenseQueryModes keeps
+// such modes packed, so this fails only on a disagreement between the two).
+Status CodesPresent(const DeviceQueries& q, bool need_codes) {
+  if (need_codes && q.view.codes == nullptr) {
+    return Fail(MAXSIM_ERR_INTERNAL, "queries arrived dense but the kernel for this mode reads int8 codes");
+  }
+  return Status::Ok();
+}
+
 void FillStats(maxsim_stats* st, uint64_t pairs, uint64_t query_tokens, const ull* counters) {
   if (!st) return;
   *st = maxsim_stats{};
@@ -117,11 +132,12 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
   MSC_CUDA(cudaSetDevice(b.device));
   const Corpus& c = *reinterpret_cast<const Corpus*>(a.corpus);
   DeviceQueries q;
-  MSC_RETURN(UploadQueriesTo(b, *a.query_view, b.qbuf, &q));
+  MSC_RETURN(PrepareQueries(b, a, &q));
   MSC_RETURN(CheckPair(q.info, c));
   const uint64_t nq = q.info.n_sets, nd = c.info.n_sets;
   const uint64_t qpos = nq ? q.host_offsets[nq] : 0;
   if (nq == 0 || nd == 0) {
+    MSC_RETURN(SyncedQueryValues(b, q));
     FillStats(a.stats, 0, 0, nullptr);
     return Status::Ok();
   }
@@ -129,6 +145,7 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
   if (wg) MSC_RETURN(EnsureDocScaleCodes(b, c));
   const int mode = wg ? static_cast<int>(MAXSIM_MODE_CERTIFIED) : b.KernelMode(a.mode, q.view, q.max_len, nq * nd);
   const bool need_codes = mode != MAXSIM_MODE_EXACT;
+  MSC_RETURN(CodesPresent(q, need_codes));
   SetsView probe_d = c.streamed ? SetsView{} : c.View();
   if (c.streamed) {
     probe_d.orig = nullptr;  // chunk buffers are 256-byte aligned, rows as in the buffer
@@ -164,6 +181,7 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
         MatrixForwardArgs(q.view, d, nq, n, a.metric, mode, counters, reinterpret_cast<float*>(s + o_scores),
                           a.argmax ? reinterpret_cast<int32_t*>(s + o_argmax) : nullptr, s + o_part, plan);
     MSC_RETURN(LaunchForward(b, plan, fa, b.stream));
+    MSC_RETURN(LaunchDeferredCheck(b, q));
     // Results come back through the pinned stage (a copy into the caller's pageable memory would be staged by
     // the driver, synchronously, and costs more than the memcpy below).
     uint8_t* hs = b.stage.data();
@@ -174,6 +192,7 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
       MSC_CUDA(cudaMemcpyAsync(b.stage.data() + h_cnt, counters, 16, cudaMemcpyDeviceToHost, b.stream));
     }
     MSC_CUDA(cudaStreamSynchronize(b.stream));
+    MSC_RETURN(QueryValues(b, q));  // nothing reaches the caller's outputs from bad queries
     if (single) {
       std::memcpy(a.scores, hs, nq * n * 4);
       if (a.argmax) std::memcpy(a.argmax, ha, qpos * n * 4);
@@ -199,16 +218,18 @@ Status ScoreCandidates(Backend& b, const maxsim_plugin_score_args& a) {
   MSC_CUDA(cudaSetDevice(b.device));
   const Corpus& c = *reinterpret_cast<const Corpus*>(a.corpus);
   DeviceQueries q;
-  MSC_RETURN(UploadQueriesTo(b, *a.query_view, b.qbuf, &q));
+  MSC_RETURN(PrepareQueries(b, a, &q));
   MSC_RETURN(CheckPair(q.info, c));
   const uint64_t nq = q.info.n_sets, nd = c.info.n_sets;
   const uint64_t total = nq ? a.cand_offsets[nq] : 0;
   if (total == 0) {
+    MSC_RETURN(SyncedQueryValues(b, q));
     FillStats(a.stats, 0, 0, nullptr);
     return Status::Ok();
   }
   const int mode = b.KernelMode(a.mode, q.view, q.max_len, total);
   const bool need_codes = mode != MAXSIM_MODE_EXACT;
+  MSC_RETURN(CodesPresent(q, need_codes));
   // Pairs sorted by chunk (a stable counting sort), with their output slot and argmax base.
   SetsView probe_d;
   if (!c.streamed) probe_d = c.View();
@@ -262,6 +283,9 @@ Status ScoreCandidates(Backend& b, const maxsim_plugin_score_args& a) {
   MSC_CUDA(cudaMemsetAsync(counters, 0, 16, b.stream));
   // The argmax base list is uploaded separately (the stage holds 24 bytes per pair).
   MSC_CUDA(cudaStreamSynchronize(b.stream));
+  // The results below are copied straight into the caller's outputs: dense queries' check (enqueued before the
+  // uploads above) is final now.
+  MSC_RETURN(QueryValues(b, q));
   used = 0;
   MSC_RETURN(StageUpload(b, used, s + o_am, am.data(), total * 8, b.stream));
   Status st = ForEachChunk(b, c, chunks, need_codes, [&](const DocChunk& ch, const SetsView& d) -> Status {
@@ -303,7 +327,7 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
   MSC_CUDA(cudaSetDevice(b.device));
   const Corpus& c = *reinterpret_cast<const Corpus*>(a.corpus);
   DeviceQueries q;
-  MSC_RETURN(UploadQueriesTo(b, *a.query_view, b.qbuf, &q));
+  MSC_RETURN(PrepareQueries(b, a, &q));
   MSC_RETURN(CheckPair(q.info, c));
   const uint64_t nq = q.info.n_sets, nd = c.info.n_sets, k = a.k;
   if (k == 0) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "k is 0 (ask for at least one document)");
@@ -315,6 +339,7 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
   if (wg) MSC_RETURN(EnsureDocScaleCodes(b, c));
   const int mode = wg ? static_cast<int>(MAXSIM_MODE_CERTIFIED) : b.KernelMode(a.mode, q.view, q.max_len, nq * nd);
   const bool need_codes = mode != MAXSIM_MODE_EXACT;
+  MSC_RETURN(CodesPresent(q, need_codes));
   if (nq > 0 && nd > 0) {
     SetsView probe_d;
     if (!c.streamed) probe_d = c.View();
@@ -341,6 +366,7 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
       const ForwardArgs fa = MatrixForwardArgs(q.view, d, nq, n, a.metric, mode, counters,
                                                reinterpret_cast<float*>(s + o_scores), nullptr, s + o_part, plan);
       MSC_RETURN(LaunchForward(b, plan, fa, b.stream));
+      MSC_RETURN(LaunchDeferredCheck(b, q));
       const cudaError_t e = LaunchTopkMerge(fa.pairs.scores, n, n, ch.j0, nq, run[cur], run[1 - cur], have, k, b.stream);
       if (e != cudaSuccess) return CudaFail(e, "launching the top-k merge");
       cur = 1 - cur;
@@ -351,8 +377,8 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
     keys.resize(nq * k);
     MSC_CUDA(cudaMemcpyAsync(keys.data(), run[cur], nq * k * 8, cudaMemcpyDeviceToHost, b.stream));
     MSC_CUDA(cudaMemcpyAsync(hc, counters, 16, cudaMemcpyDeviceToHost, b.stream));
-    MSC_CUDA(cudaStreamSynchronize(b.stream));
   }
+  MSC_RETURN(SyncedQueryValues(b, q));
   for (uint64_t i = 0; i < nq; ++i) {
     ull* row = keys.empty() ? nullptr : keys.data() + i * k;
     if (row) std::sort(row, row + have, [](ull x, ull y) { return x > y; });

@@ -110,6 +110,12 @@ Status LaunchForward(const Backend& b, const Plan& plan, ForwardArgs a, cudaStre
 std::vector<DocChunk> MakeChunks(const Corpus& c, uint64_t max_docs, uint64_t row_bytes_streamed, uint64_t cap_bytes) {
   std::vector<DocChunk> chunks;
   const uint64_t nd = c.info.n_sets;
+  if (!c.streamed) {  // resident: runs of max_docs documents, no walk over the sets (a per-call cost)
+    max_docs = std::max<uint64_t>(1, max_docs);
+    chunks.reserve(nd / max_docs + 1);
+    for (uint64_t j = 0; j < nd; j += max_docs) chunks.push_back({j, std::min(nd, j + max_docs)});
+    return chunks;
+  }
   uint64_t j = 0;
   while (j < nd) {
     uint64_t j1 = j + 1;

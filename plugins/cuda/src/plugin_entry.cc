@@ -44,10 +44,9 @@ maxsim_status Guard(char* err, size_t err_cap, F&& body) {
 Backend* B(maxsim_plugin_backend* b) { return reinterpret_cast<Backend*>(b); }
 
 maxsim_status Probe(const maxsim_plugin_host* host, char* info, size_t info_cap) {
-  (void)host;
   try {
     std::string text;
-    const Status s = mscuda::Probe(&text);
+    const Status s = mscuda::Probe(host, &text);
     CopyMessage(text, info, info_cap);
     return s.ok() ? MAXSIM_OK : MAXSIM_ERR_BACKEND_UNAVAILABLE;
   } catch (...) {
@@ -71,9 +70,9 @@ maxsim_status Create(const maxsim_plugin_host* host, maxsim_plugin_backend** out
   return CreateDevice(host, 0, out, err, err_cap);
 }
 
-uint32_t DeviceCount(const maxsim_plugin_host*) {
+uint32_t DeviceCount(const maxsim_plugin_host* host) {
   try {
-    return mscuda::DeviceCount();
+    return mscuda::DeviceCount(host);
   } catch (...) {
     return 1;
   }
@@ -82,6 +81,7 @@ uint32_t DeviceCount(const maxsim_plugin_host*) {
 void Destroy(maxsim_plugin_backend* b) { mscuda::DestroyBackend(B(b)); }
 
 uint64_t MinAutoOps(maxsim_plugin_backend* b) { return b ? B(b)->min_ops : UINT64_MAX; }
+uint32_t DenseQueryModes(maxsim_plugin_backend* b) { return b ? mscuda::DenseQueryModes(*B(b)) : 0u; }
 
 maxsim_status CorpusUploadView(maxsim_plugin_backend* b, const maxsim_packed_view* view, maxsim_plugin_corpus** out,
                                char* err, size_t err_cap) {
@@ -100,9 +100,16 @@ void CorpusFree(maxsim_plugin_backend* b, maxsim_plugin_corpus* c) {
 
 Status CheckScoreArgs(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a) {
   if (!b || !a || !a->corpus) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "NULL argument");
-  if (a->struct_size < offsetof(maxsim_plugin_score_args, query_view) + sizeof(void*) || a->query_view == nullptr) {
+  const bool dense = a->struct_size >= offsetof(maxsim_plugin_score_args, query_dense) + sizeof(void*) &&
+                     a->query_dense != nullptr;
+  if (!dense && (a->struct_size < offsetof(maxsim_plugin_score_args, query_view) + sizeof(void*) ||
+                 a->query_view == nullptr)) {
     return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "the queries arrive without a packed view (a libmaxsim host of "
                         "plugin ABI 1.1 or newer passes one)");
+  }
+  if (dense && (mscuda::DenseQueryModes(*B(b)) & (1u << static_cast<unsigned>(a->mode))) == 0) {
+    return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "dense host queries in mode %d, which this backend scores "
+                        "from packed queries only (dense_query_modes)", static_cast<int>(a->mode));
   }
   if (a->struct_size < offsetof(maxsim_plugin_score_args, stats) + sizeof(void*)) {
     return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "maxsim_plugin_score_args.struct_size %u is too small",
@@ -233,6 +240,7 @@ const maxsim_plugin_api kApi = {
     &Describe,
     &DeviceCount,
     &CreateDevice,
+    &DenseQueryModes,
 };
 
 }  // namespace

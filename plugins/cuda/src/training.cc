@@ -174,19 +174,19 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
     if (e == cudaSuccess) e = LaunchRowCheck(d.view, d.first_row, d.n_rows, nullptr, flag + 1, stream);
     if (e != cudaSuccess) return CudaFail(e, "launching the input check");
     MSC_RETURN(ReadFlags(b, flag, stream, flags));
-    if (flags[0] != ~0ull || flags[1] != ~0ull) {
-      // Nothing the caller could take for an answer: scores NaN, argmax -1.
-      MSC_CUDA(cudaMemsetAsync(a.scores, 0xff, n_pairs * 4, stream));
-      if (a.argmax) {
-        const uint64_t q_positions = q.offsets[nq] - q.offsets[0];
-        const uint64_t n_arg = list ? (n_pairs ? am[n_pairs - 1] + (q.offsets[pq[n_pairs - 1] + 1] - q.offsets[pq[n_pairs - 1]]) : 0)
-                               : a.layout == MAXSIM_LAYOUT_PAIRS ? q_positions : nd * q_positions;
-        MSC_CUDA(cudaMemsetAsync(a.argmax, 0xff, n_arg * 4, stream));
-      }
-      MSC_CUDA(cudaStreamSynchronize(stream));
-    }
   } else {
     MSC_RETURN(ReadFlags(b, flag, stream, flags));
+  }
+  if (flags[0] != ~0ull || flags[1] != ~0ull) {
+    // Nothing the caller could take for an answer (either check): scores NaN, argmax -1.
+    MSC_CUDA(cudaMemsetAsync(a.scores, 0xff, n_pairs * 4, stream));
+    if (a.argmax) {
+      const uint64_t q_positions = q.offsets[nq] - q.offsets[0];
+      const uint64_t n_arg = list ? (n_pairs ? am[n_pairs - 1] + (q.offsets[pq[n_pairs - 1] + 1] - q.offsets[pq[n_pairs - 1]]) : 0)
+                             : a.layout == MAXSIM_LAYOUT_PAIRS ? q_positions : nd * q_positions;
+      MSC_CUDA(cudaMemsetAsync(a.argmax, 0xff, n_arg * 4, stream));
+    }
+    MSC_CUDA(cudaStreamSynchronize(stream));
   }
   for (int r = 0; r < 2; ++r) {
     if (flags[r] != ~0ull) {
