@@ -10,6 +10,7 @@
 #   cpu-bench   CPU benchmarks (1/4/16 threads) with in-run baselines
 #   gpu-tests   the GPU conformance suite against the CPU reference (+ compute-sanitizer on a small case)
 #   gpu-bench   GPU benchmarks against in-run cuBLAS / copy-bandwidth / PyTorch baselines
+#   gpu-multi   several GPUs: the GPU suite with corpora sharded over all of them, and the scaling benchmark
 #   gpu-focus   a development round: GPU tests matching GPU_TEST_FILTER and benchmark shapes GPU_SHAPES
 #   gpu-ncu     a full Nsight Compute profile of one kernel on one shape (NCU_SHAPE, NCU_KERNEL)
 #   gpu-ab      the GPU benchmark of .carry/base-src (MAXSIM_BASE_REV=<rev> make-carry.sh) against this tree

@@ -11,7 +11,7 @@
 #                    (the GPU benchmark of that revision against the working tree's, alternating, one process
 #                    per run)
 #   .carry/prebuilt.tar.xz  only with MAXSIM_PREBUILT=<build dir>: that tree's GPU binaries (plugin, library, CLI,
-#                    GPU suite, GPU benchmark), which the GPU sections then run instead of building (env.sh
+#                    GPU suite, GPU benchmarks), which the GPU sections then run instead of building (env.sh
 #                    gpu_build). To iterate quickly: configure the tree with -DMAXSIM_CUDA=ON
 #                    -DCMAKE_CUDA_ARCHITECTURES=90a-real (one architecture keeps the archive small, ~10 MB) and
 #                    build those targets first; without the variable any earlier archive is removed.
@@ -51,10 +51,10 @@ fi
 rm -f $C/prebuilt.tar.xz
 if [ -n "${MAXSIM_PREBUILT:-}" ]; then
   B=$MAXSIM_PREBUILT
-  ninja -C "$B" -j2 maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench maxsim_cli
+  ninja -C "$B" -j2 maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench maxsim_multi_gpu_bench maxsim_cli
   echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- lib plugins packing tests benchmarks || echo +changes)" \
     "built $(date -u +%FT%TZ) in $B" > "$B/PREBUILT_REV"
   (cd "$B" && tar -cf - PREBUILT_REV libmaxsim-plugin-cuda.so libmaxsim.so* lib/cli/maxsim tests/gpu/maxsim_gpu_tests \
-     benchmarks/gpu/maxsim_gpu_bench) | xz -T2 -3 > $C/prebuilt.tar.xz
+     benchmarks/gpu/maxsim_gpu_bench benchmarks/gpu/maxsim_multi_gpu_bench) | xz -T2 -3 > $C/prebuilt.tar.xz
 fi
 du -sh $C
