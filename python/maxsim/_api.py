@@ -20,23 +20,25 @@ _DTYPE_NAMES = {1: "f32", 2: "f16", 3: "bf16"}
 _LAYOUTS = {"matrix": 0, "pairs": 1, "candidates": 2}
 
 # ---------------------------------------------------------------------------------------------------------------
-# Contexts: one per (threads, backend, isa), created on first use. Environment variables (MAXSIM_NUM_THREADS,
+# Contexts: one per (threads, backend, isa, devices), created on first use. Environment variables (MAXSIM_NUM_THREADS,
 # MAXSIM_BACKEND, MAXSIM_ISA, MAXSIM_PLUGIN_PATH) apply where an option is left at its default.
 # ---------------------------------------------------------------------------------------------------------------
 _contexts: dict[tuple, _core.Context] = {}
 _contexts_lock = threading.Lock()
 
 
-def context(threads: int = 0, backend: Optional[str] = None, isa: Optional[str] = None) -> _core.Context:
+def context(threads: int = 0, backend: Optional[str] = None, isa: Optional[str] = None,
+            devices: Optional[str] = None) -> _core.Context:
     """The shared context for these options (threads=0: MAXSIM_NUM_THREADS or OpenMP's default; backend/isa
-    None: MAXSIM_BACKEND / MAXSIM_ISA or automatic)."""
-    key = (int(threads), backend or "", isa or "")
+    None: MAXSIM_BACKEND / MAXSIM_ISA or automatic; devices: the accelerator devices, e.g. "0,1" to shard packed
+    corpora over two GPUs with results bit-identical to one, None: the backend's default, MAXSIM_CUDA_DEVICES)."""
+    key = (int(threads), backend or "", isa or "", devices or "")
     ctx = _contexts.get(key)
     if ctx is None:
         with _contexts_lock:
             ctx = _contexts.get(key)
             if ctx is None:
-                ctx = _core.Context(threads=key[0], backend=key[1], isa=key[2])
+                ctx = _core.Context(threads=key[0], backend=key[1], isa=key[2], devices=key[3])
                 _contexts[key] = ctx
     return ctx
 
@@ -380,6 +382,7 @@ def pack(
     threads: int = 0,
     backend: Optional[str] = None,
     isa: Optional[str] = None,
+    devices: Optional[str] = None,
     progress: Any = False,
 ) -> PackedCorpus:
     """Packs token sets into a :class:`PackedCorpus` (masked rows are dropped).
@@ -411,7 +414,7 @@ def pack(
         if ida.dtype.kind == "i" and ida.size and ida.min() < 0:
             raise InvalidArgumentError("ids must be non-negative (they are stored as uint64)")
         id_array = np.ascontiguousarray(ida, dtype=np.uint64)
-    ctx = context(threads, backend, isa)
+    ctx = context(threads, backend, isa, devices)
     with _Progress(progress, sets._dense.rows, "pack", "rows") as bar:
         packed = _core.Packed.pack(ctx, sets._dense, id_array, string_ids, bar)
     return PackedCorpus(packed)
@@ -489,6 +492,7 @@ def scores(
     threads: int = 0,
     backend: Optional[str] = None,
     isa: Optional[str] = None,
+    devices: Optional[str] = None,
     progress: Any = False,
 ) -> Any:
     """Every query set against every document set: a [Nq, Nd] float32 matrix in the caller's framework and
@@ -505,7 +509,7 @@ def scores(
     if return_argmax:
         rows = q.obj.token_rows if isinstance(q.obj, _core.DenseSets) else q.obj.n_vectors
         arg = _empty(where, (nq, nd, q.length) if q.length is not None else (rows * nd,), "int32")
-    ctx = context(threads, backend, isa)
+    ctx = context(threads, backend, isa, devices)
     with _Progress(progress, nq * nd, "scores", "pairs") as bar:
         stats = _core.score_matrix(ctx, q.obj, d.obj, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"),
                                    out, arg, return_stats, _stream(where), bar)
@@ -534,6 +538,7 @@ def pairs(
     threads: int = 0,
     backend: Optional[str] = None,
     isa: Optional[str] = None,
+    devices: Optional[str] = None,
 ) -> Any:
     """Query set i against document set i: [B] float32 (argmax [B, Lq] with return_argmax)."""
     q, d = _side(Q, q_mask, "queries"), _side(D, d_mask, "documents")
@@ -544,7 +549,7 @@ def pairs(
     if return_argmax:
         rows = q.obj.token_rows if isinstance(q.obj, _core.DenseSets) else q.obj.n_vectors
         arg = _empty(where, (n, q.length) if q.length is not None else (rows,), "int32")
-    _core.score_pairs(context(threads, backend, isa), q.obj, d.obj, _enum(_METRICS, metric, "metric"),
+    _core.score_pairs(context(threads, backend, isa, devices), q.obj, d.obj, _enum(_METRICS, metric, "metric"),
                       _enum(_MODES, mode, "mode"), out, arg, False, _stream(where))
     return (out, arg) if return_argmax else out
 
@@ -562,6 +567,7 @@ def candidates(
     threads: int = 0,
     backend: Optional[str] = None,
     isa: Optional[str] = None,
+    devices: Optional[str] = None,
     progress: Any = False,
 ) -> Any:
     """Per-query candidate scoring (reranking, knowledge distillation).
@@ -569,7 +575,7 @@ def candidates(
     KD layout: ``D`` is [Nq, K, Ld, d] (``d_mask`` [Nq, K, Ld]) and ``candidates`` is None: returns [Nq, K].
     Candidate ids: ``D`` is any document collection and ``candidates`` an [Nq, K] integer array (returns
     [Nq, K]) or a list of per-query index lists (returns a flat array, query after query)."""
-    ctx = context(threads, backend, isa)
+    ctx = context(threads, backend, isa, devices)
     q = _side(Q, q_mask, "queries")
     nq = q.obj.n_sets
     if candidates is None:
@@ -659,6 +665,7 @@ def topk(
     threads: int = 0,
     backend: Optional[str] = None,
     isa: Optional[str] = None,
+    devices: Optional[str] = None,
     progress: Any = False,
 ) -> Any:
     """The k best documents of ``corpus`` for every query set (score descending, ties by lower index), without
@@ -675,13 +682,13 @@ def topk(
     k = int(k)
     q, d = _side(Q, q_mask, "queries"), _side(corpus, None, "corpus")
     if (q.where is not None and q.where.cuda) or (d.where is not None and d.where.cuda):
-        return _topk_cuda(q, d, k, metric, mode, return_stats, threads, backend, isa)
+        return _topk_cuda(q, d, k, metric, mode, return_stats, threads, backend, isa, devices)
     nq = q.obj.n_sets
     s = np.empty((nq, k), dtype=np.float32)
     idx = np.empty((nq, k), dtype=np.uint64)
     ids_kind = corpus._ids_kind if isinstance(corpus, PackedCorpus) else None
     ids = np.empty((nq, k), dtype=np.uint64) if ids_kind == "numeric" else None
-    ctx = context(threads, backend, isa)
+    ctx = context(threads, backend, isa, devices)
     if progress is False:
         stats = _core.topk(ctx, q.obj, d.obj, k, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"), s,
                            idx, ids, return_stats, 0, None)
@@ -709,7 +716,7 @@ def topk(
 
 
 def _topk_cuda(q: _Side, d: _Side, k: int, metric: str, mode: str, return_stats: bool, threads: int,
-               backend: Optional[str], isa: Optional[str]) -> Any:
+               backend: Optional[str], isa: Optional[str], devices: Optional[str] = None) -> Any:
     """topk() with CUDA tensors. The library's top-k takes host queries and a packed corpus (host memory, which
     the CUDA backend uploads once per context and caches), so CUDA queries against a PackedCorpus are copied to
     the host (the query tokens only) and the results are returned on the queries' device. CUDA queries against
@@ -723,7 +730,7 @@ def _topk_cuda(q: _Side, d: _Side, k: int, metric: str, mode: str, return_stats:
     if isinstance(d.obj, _core.Packed):
         host = _host_copy(q.keep)
         top = topk(host, d.keep, k, metric=metric, mode=mode, return_stats=return_stats, threads=threads,
-                   backend=backend, isa=isa)
+                   backend=backend, isa=isa, devices=devices)
         res, stats = top if return_stats else (top, None)
         vals, idx, ids = torch.as_tensor(res.scores), torch.as_tensor(res.indices), res.ids
         if isinstance(ids, np.ndarray):
@@ -733,7 +740,7 @@ def _topk_cuda(q: _Side, d: _Side, k: int, metric: str, mode: str, return_stats:
         out = TopK(vals.to(device), idx.to(device), ids.to(device) if isinstance(ids, torch.Tensor) else ids)
         return (out, stats) if return_stats else out
     s = scores(q.keep, d.keep, metric=metric, mode=mode, return_stats=return_stats, threads=threads,
-               backend=backend, isa=isa)
+               backend=backend, isa=isa, devices=devices)
     s, stats = s if return_stats else (s, None)
     if s.ndim == 1:
         s = s[None]
@@ -777,6 +784,7 @@ def backward(
     threads: int = 0,
     backend: Optional[str] = None,
     isa: Optional[str] = None,
+    devices: Optional[str] = None,
 ) -> tuple[Any, Any]:
     """The library's MaxSim backward (dot metric) from a forward's argmax: (grad_Q, grad_D), float32, shaped
     like Q and D (None where not requested). Used by maxsim.torch; exposed for framework-free training code."""
@@ -788,7 +796,7 @@ def backward(
     gd = _empty(where, tuple(D.shape), "float32") if need_d else None
     co = None if cand_offsets is None else _as_offsets(cand_offsets)
     ca = None if candidates is None else _as_offsets(candidates)
-    _core.backward(context(threads, backend, isa), q.obj, d.obj, _enum(_LAYOUTS, layout, "layout"), co, ca,
+    _core.backward(context(threads, backend, isa, devices), q.obj, d.obj, _enum(_LAYOUTS, layout, "layout"), co, ca,
                    _host_or_same(argmax), _host_or_same(grad_scores), gq, gd, bool(deterministic), _stream(where))
     return gq, gd
 
@@ -803,10 +811,11 @@ def _host_or_same(x: Any) -> Any:
 # ---------------------------------------------------------------------------------------------------------------
 # Information
 # ---------------------------------------------------------------------------------------------------------------
-def info(threads: int = 0, backend: Optional[str] = None, isa: Optional[str] = None) -> dict:
+def info(threads: int = 0, backend: Optional[str] = None, isa: Optional[str] = None,
+         devices: Optional[str] = None) -> dict:
     """What ``maxsim info`` prints, as a dict: version, cpu, features, kernels (name, status, detail), the
     selected kernel, threads, backend, and the full report text."""
-    ctx = context(threads, backend, isa)
+    ctx = context(threads, backend, isa, devices)
     text = ctx.report()
     out: dict = {"version": _core.version_string(), "kernel": ctx.kernel, "backend": ctx.backend,
                  "threads": ctx.threads, "cpu": None, "features": [], "kernels": [], "plugins": [], "report": text}

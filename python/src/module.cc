@@ -212,7 +212,7 @@ class DenseSets {
 class Context {
  public:
   Context(int threads, const std::string& backend, const std::string& isa, bool load_plugins,
-          const std::string& plugin_path) {
+          const std::string& plugin_path, const std::string& devices) {
     if (threads < 0) ThrowArg("threads is " + std::to_string(threads) + " (use 0 for the default or a positive count)");
     maxsim_options o;
     maxsim_options_init(&o);
@@ -221,6 +221,7 @@ class Context {
     o.isa = isa.empty() ? nullptr : isa.c_str();
     o.plugin_path = plugin_path.empty() ? nullptr : plugin_path.c_str();
     o.load_plugins = load_plugins ? 1 : 0;
+    o.devices = devices.empty() ? nullptr : devices.c_str();
     maxsim_status st;
     {
       nb::gil_scoped_release release;
@@ -600,8 +601,9 @@ NB_MODULE(_core, m) {
   });
 
   nb::class_<Context>(m, "Context")
-      .def(nb::init<int, const std::string&, const std::string&, bool, const std::string&>(), "threads"_a = 0,
-           "backend"_a = "", "isa"_a = "", "load_plugins"_a = true, "plugin_path"_a = "")
+      .def(nb::init<int, const std::string&, const std::string&, bool, const std::string&, const std::string&>(),
+           "threads"_a = 0, "backend"_a = "", "isa"_a = "", "load_plugins"_a = true, "plugin_path"_a = "",
+           "devices"_a = "")
       .def("report", &Context::Report)
       .def_prop_ro("kernel", &Context::Kernel)
       .def_prop_ro("backend", &Context::Backend)

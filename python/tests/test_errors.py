@@ -30,6 +30,8 @@ D = np.ones((3, 5, 8), np.float32)
         (lambda: maxsim.load("/nonexistent/x.maxsim"), maxsim.FileError, "x.maxsim"),
         (lambda: maxsim.load("/dev/null"), maxsim.Error, ""),
         (lambda: maxsim.PackedCorpus.from_buffer(b"\0" * 256), maxsim.CorruptBufferError, ""),
+        (lambda: maxsim.scores(Q, D, devices="0;1"), maxsim.InvalidArgumentError, "maxsim_options.devices"),
+        (lambda: maxsim.info(devices="gpu0"), maxsim.InvalidArgumentError, "device ordinals"),
     ],
 )
 def test_bad_input_raises(call, exc, words):
@@ -101,3 +103,11 @@ def test_failing_calls_leak_nothing():
         fail_all()
     grown = _rss_kib() - before
     assert grown < 2048, f"RSS grew by {grown} KiB over 10^4 failing calls"
+
+
+def test_devices_option_selects_a_context():
+    # A well-formed device list is accepted (the CPU backend has no devices to shard over: same results).
+    a = maxsim.scores(Q, D, backend="cpu", devices="0,0")
+    b = maxsim.scores(Q, D, backend="cpu")
+    assert np.array_equal(a, b)
+    assert maxsim.context(backend="cpu", devices="0,0") is not maxsim.context(backend="cpu")
