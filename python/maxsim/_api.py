@@ -501,6 +501,17 @@ def scores(
 
     return_argmax: also the int32 argmax, [Nq, Nd, Lq] for uniform queries (flat in the C layout otherwise):
     the winning document-token index, -1 for masked query tokens and empty documents."""
+    if (type(D) is list and D and d_mask is None and not return_argmax and not return_stats and progress is False
+            and type(D[0]) is np.ndarray and metric in _METRICS and mode in _MODES):
+        # A list of numpy documents, scored a block at a time from one reused buffer instead of concatenating
+        # the whole list (maxsim._core.score_matrix_blocks): the same bits. An error redoes the call below.
+        q = _side(Q, q_mask, "queries")
+        if q.where is None or q.where.framework == "numpy":
+            out = np.empty((q.obj.n_sets, len(D)), dtype=np.float32)
+            st = _core.score_matrix_blocks(context(threads, backend, isa), q.obj, D, _METRICS[metric],
+                                           _MODES[mode], out)
+            if st == 0:
+                return out[0] if q.single else out
     q, d = _side(Q, q_mask, "queries"), _side(D, d_mask, "documents")
     where = _out_where(q, d)
     nq, nd = q.obj.n_sets, d.obj.n_sets

@@ -482,6 +482,110 @@ nb::object TopK(Context* ctx, nb::handle queries, nb::handle documents, uint64_t
   return want_stats ? StatsDict(stats) : nb::none();
 }
 
+// The score matrix of query sets against a Python list of per-document host arrays ([L_i, d] each, one dtype,
+// unit element stride), without concatenating the whole list: the documents are copied a block at a time into one
+// reused buffer (a few MiB, so it stays in cache and no fresh memory is faulted in per call), and each block is
+// scored by one maxsim_score_matrix call whose [Nq, block] scores are copied into their columns. Scores depend on
+// one (query set, document) pair each, so the bits equal those of one call on the concatenation. Returns None,
+// touching nothing, when the list is not of that form (the caller concatenates instead), else the status: a
+// failed block's status goes back to maxsim/_api.py, which redoes the call on the concatenation so that the error
+// names the global set index. Ctrl-C is checked between blocks (at most every 50 ms, with the GIL).
+nb::object ScoreMatrixBlocks(Context* ctx, nb::handle queries, nb::list docs, int metric, int mode, OutF32 scores) {
+  const size_t n = nb::len(docs);
+  std::vector<AnyArray> arrays;
+  arrays.reserve(n);
+  maxsim_dtype dtype = MAXSIM_F32;
+  uint32_t dim = 0;
+  size_t elem = 4;
+  for (size_t j = 0; j < n; ++j) {
+    AnyArray a;
+    if (!nb::try_cast(docs[j], a, false)) return nb::none();
+    if (a.ndim() != 2 || a.device_type() != nb::device::cpu::value) return nb::none();
+    const auto t = a.dtype();
+    if (t.lanes != 1 || t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Float) || (t.bits != 32 && t.bits != 16)) {
+      return nb::none();
+    }
+    const maxsim_dtype dt = t.bits == 32 ? MAXSIM_F32 : MAXSIM_F16;
+    if (j == 0) {
+      dtype = dt;
+      elem = t.bits / 8;
+      if (a.shape(1) == 0 || a.shape(1) > UINT32_MAX) return nb::none();
+      dim = static_cast<uint32_t>(a.shape(1));
+    }
+    if (dt != dtype || a.shape(1) != dim) return nb::none();
+    if (a.shape(0) > 0 && dim > 1 && a.stride(1) != 1) return nb::none();
+    if (a.shape(0) > 1 && a.stride(0) < static_cast<int64_t>(dim)) return nb::none();
+    arrays.push_back(std::move(a));
+  }
+  const Side q = SideOf(queries, "queries");
+  if (q.cuda) return nb::none();
+  CheckOut(scores, q.n_sets * n, false, "scores");
+  const size_t row_bytes = static_cast<size_t>(dim) * elem;
+  constexpr size_t kBlockBytes = size_t{4} << 20;
+  std::vector<uint64_t> offsets;
+  std::vector<float> block_scores;
+  std::vector<uint8_t> buffer;
+  const maxsim_score_options o = ScoreOptions(metric, mode, nullptr, 0);
+  maxsim_status st = MAXSIM_OK;
+  ProgressScope progress{nb::none()};  // Ctrl-C cancels within a block's call
+  bool interrupted = false;
+  {
+    nb::gil_scoped_release release;
+    auto last_check = std::chrono::steady_clock::now();
+    for (size_t j0 = 0; j0 < n && st == MAXSIM_OK;) {
+      if (std::chrono::steady_clock::now() - last_check > std::chrono::milliseconds(50)) {
+        nb::gil_scoped_acquire acquire;
+        if (PyErr_CheckSignals() != 0) {
+          interrupted = true;
+          break;
+        }
+        last_check = std::chrono::steady_clock::now();
+      }
+      // A block: documents while they fit kBlockBytes (at least one).
+      size_t j1 = j0, rows = 0;
+      offsets.assign(1, 0);
+      while (j1 < n && (j1 == j0 || (rows + arrays[j1].shape(0)) * row_bytes <= kBlockBytes)) {
+        rows += arrays[j1].shape(0);
+        offsets.push_back(rows);
+        ++j1;
+      }
+      if (buffer.size() < rows * row_bytes) buffer.resize(rows * row_bytes);
+      for (size_t j = j0; j < j1; ++j) {
+        const AnyArray& a = arrays[j];
+        const size_t len = a.shape(0);
+        uint8_t* dst = buffer.data() + offsets[j - j0] * row_bytes;
+        const auto* src = static_cast<const uint8_t*>(a.data());
+        const size_t stride_bytes = len > 1 ? static_cast<size_t>(a.stride(0)) * elem : row_bytes;
+        if (stride_bytes == row_bytes) {
+          std::memcpy(dst, src, len * row_bytes);
+        } else {
+          for (size_t r = 0; r < len; ++r) std::memcpy(dst + r * row_bytes, src + r * stride_bytes, row_bytes);
+        }
+      }
+      maxsim_dense_sets d;
+      std::memset(&d, 0, sizeof(d));
+      d.struct_size = sizeof(d);
+      d.memory = MAXSIM_MEMORY_HOST;
+      d.data = buffer.data();
+      d.dtype = dtype;
+      d.dim = dim;
+      d.n_sets = j1 - j0;
+      d.offsets = offsets.data();
+      const maxsim_sets ds{nullptr, &d};
+      const size_t nb_docs = j1 - j0;
+      block_scores.resize(q.n_sets * nb_docs);
+      st = maxsim_score_matrix(ctx->get(), &q.sets, &ds, &o, block_scores.data(), nullptr);
+      for (uint64_t i = 0; i < q.n_sets && st == MAXSIM_OK; ++i) {
+        std::memcpy(scores.data() + i * n + j0, block_scores.data() + i * nb_docs, nb_docs * sizeof(float));
+      }
+      j0 = j1;
+    }
+  }
+  if (interrupted) throw nb::python_error();
+  if (st == MAXSIM_ERR_CANCELLED) progress.Check(st);  // KeyboardInterrupt or the cancellation status
+  return nb::int_(static_cast<int>(st));
+}
+
 // The common top-k call in one step (maxsim.topk's fast path): a numpy-readable query array ([Lq, d]: one set,
 // or [n, Lq, d]) without a mask against a PackedCorpus. The same checks as the general path (DenseSets,
 // maxsim_topk); the outputs are new numpy arrays sharing one allocation: scores float32, indices int64 (-1 past
@@ -684,6 +788,8 @@ NB_MODULE(_core, m) {
         "stream"_a, "progress"_a.none() = nb::none());
   m.def("topk", &TopK, "ctx"_a, "queries"_a, "documents"_a, "k"_a, "metric"_a, "mode"_a, "scores"_a, "index"_a,
         "ids"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none());
+  m.def("score_matrix_blocks", &ScoreMatrixBlocks, "ctx"_a, "queries"_a, "documents"_a, "metric"_a, "mode"_a,
+        "scores"_a);
   m.def("topk_numpy", &TopKNumpy, "ctx"_a, "queries"_a, "corpus"_a, "k"_a, "metric"_a, "mode"_a, "want_ids"_a);
   m.def("backward", &Backward, "ctx"_a, "queries"_a, "documents"_a, "layout"_a, "cand_offsets"_a.none(),
         "candidates"_a.none(), "argmax"_a, "grad_scores"_a, "grad_queries"_a.none(), "grad_documents"_a.none(),

@@ -163,6 +163,51 @@ def test_topk_numpy_fast_path_equals_general_path(rng):
         maxsim.topk(Q, corpus, 3)
 
 
+def test_list_of_documents_scored_in_blocks_equals_concatenation(rng):
+    # maxsim.scores on a list of numpy documents copies blocks of them into one reused buffer instead of
+    # concatenating the list: the same bits as the concatenated call, every mode and metric, f32 and f16, empty
+    # and strided documents; no list-sized allocation; errors name the global document index.
+    import tracemalloc
+
+    d = 40
+    docs = [rng.standard_normal((int(n), d)).astype(np.float32) for n in rng.integers(0, 200, size=300)]
+    docs[7] = rng.standard_normal((50, d)).astype(np.float32)[::2]  # strided rows
+    docs[8] = np.zeros((0, d), np.float32)
+    Q = rng.standard_normal((3, 9, d)).astype(np.float32)
+    lengths = [len(x) for x in docs]
+    for dtype in (np.float32, np.float16):
+        typed = [x.astype(dtype) for x in docs]
+        whole = maxsim.Sets(np.concatenate(typed), lengths=lengths)
+        for metric in ("dot", "cosine"):
+            for mode in ("exact", "certified", "approximate"):
+                got = maxsim.scores(Q.astype(dtype), typed, metric=metric, mode=mode)
+                want = maxsim.scores(Q.astype(dtype), whole, metric=metric, mode=mode)
+                assert got.shape == (3, 300) and np.array_equal(got, want), (dtype, metric, mode)
+    assert np.array_equal(maxsim.scores(Q[1], docs), maxsim.scores(Q[1], maxsim.Sets(np.concatenate(docs), lengths=lengths)))
+    packed_q = maxsim.pack(Q)
+    assert np.array_equal(maxsim.scores(packed_q, docs), maxsim.scores(Q, docs))
+    mixed = docs[:5] + [docs[5].astype(np.float16)]  # mixed dtypes: the concatenating path (float32)
+    assert np.array_equal(maxsim.scores(Q, mixed),
+                          maxsim.scores(Q, maxsim.Sets(np.concatenate(mixed), lengths=[len(x) for x in mixed])))
+    big = [rng.standard_normal((180, 128)).astype(np.float32) for _ in range(400)]  # 37 MB
+    q = rng.standard_normal((32, 128)).astype(np.float32)
+    maxsim.scores(q, big)
+    tracemalloc.start()
+    maxsim.scores(q, big)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 4 << 20, f"scoring a 37 MB list allocated {peak} bytes"
+    bad = list(docs)
+    bad[250] = bad[250].copy()
+    bad[250][3, 5] = np.nan
+    bad[280] = bad[280].copy()
+    bad[280][0, 0] = np.inf
+    with pytest.raises(maxsim.NonFiniteError, match="set 250 token 3"):
+        maxsim.scores(Q, bad)
+    with pytest.raises(maxsim.DimMismatchError):
+        maxsim.scores(Q, [np.ones((3, d + 1), np.float32)])
+
+
 def test_pairs_and_candidates(rng):
     d = 24
     Q = rng.standard_normal((5, 8, d)).astype(np.float32)

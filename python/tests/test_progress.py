@@ -83,6 +83,26 @@ def test_ctrl_c_cancels_a_long_call(long_job):
     assert maxsim.scores(Q[:1, :4], D[:3]).shape == (1, 3)
 
 
+def test_ctrl_c_cancels_a_long_call_on_a_list_of_documents(long_job):
+    # A list of numpy documents is scored a block at a time (maxsim._core.score_matrix_blocks); Ctrl-C is checked
+    # between blocks.
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    Q, D, t1 = long_job
+    docs = list(D)
+    timer = threading.Timer(t1, lambda: os.kill(os.getpid(), signal.SIGINT))
+    t0 = time.perf_counter()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            maxsim.scores(Q, docs, threads=1)
+    finally:
+        timer.cancel()
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 5 * t1 + 0.1, f"the call ran {elapsed:.2f} s (Ctrl-C at {t1:.2f} s, whole call about {8 * t1:.2f} s)"
+    assert maxsim.scores(Q[:1, :4], docs[:3]).shape == (1, 3)
+
+
 def test_progress_argument_checked():
     with pytest.raises(maxsim.InvalidArgumentError, match="progress"):
         maxsim.scores(np.ones((1, 1, 4), np.float32), np.ones((1, 1, 4), np.float32), progress="yes")
