@@ -508,7 +508,7 @@ def scores(
         q = _side(Q, q_mask, "queries")
         if q.where is None or q.where.framework == "numpy":
             out = np.empty((q.obj.n_sets, len(D)), dtype=np.float32)
-            st = _core.score_matrix_blocks(context(threads, backend, isa), q.obj, D, _METRICS[metric],
+            st = _core.score_matrix_blocks(context(threads, backend, isa, devices), q.obj, D, _METRICS[metric],
                                            _MODES[mode], out)
             if st == 0:
                 return out[0] if q.single else out
@@ -685,7 +685,7 @@ def topk(
     if (type(Q) is np.ndarray and type(corpus) is PackedCorpus and q_mask is None and progress is False
             and not return_stats and corpus._ids_kind != "string" and metric in _METRICS and mode in _MODES):
         # The common call (numpy queries, a packed corpus), in one step in C++: the same checks and results.
-        ctx = _contexts.get((threads, backend or "", isa or "")) or context(threads, backend, isa)
+        ctx = _contexts.get((threads, backend or "", isa or "", devices or "")) or context(threads, backend, isa, devices)
         return TopK(*_core.topk_numpy(ctx, Q, corpus._packed, k, _METRICS[metric], _MODES[mode],
                                       corpus._ids_kind == "numeric"))
     if int(k) < 0:

@@ -155,7 +155,8 @@ def test_topk_numpy_fast_path_equals_general_path(rng):
                       (lambda: maxsim.topk(Q[:, :, :20], corpus, 3), maxsim.InvalidArgumentError),
                       (lambda: maxsim.topk(np.ones((2, 3, 25), np.float32), corpus, 3), maxsim.DimMismatchError),
                       (lambda: maxsim.topk(bad, corpus, 3), maxsim.NonFiniteError),
-                      (lambda: maxsim.topk(Q, corpus, 3, mode="fast"), maxsim.InvalidArgumentError)):
+                      (lambda: maxsim.topk(Q, corpus, 3, mode="fast"), maxsim.InvalidArgumentError),
+                      (lambda: maxsim.topk(Q, corpus, 3, devices="0;1"), maxsim.InvalidArgumentError)):
         with pytest.raises(exc):
             call()
     corpus.close()
@@ -206,6 +207,8 @@ def test_list_of_documents_scored_in_blocks_equals_concatenation(rng):
         maxsim.scores(Q, bad)
     with pytest.raises(maxsim.DimMismatchError):
         maxsim.scores(Q, [np.ones((3, d + 1), np.float32)])
+    with pytest.raises(maxsim.InvalidArgumentError, match="devices"):
+        maxsim.scores(Q, docs, devices="0;1")  # the options reach the context of the block path
 
 
 def test_pairs_and_candidates(rng):
