@@ -327,6 +327,19 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     Emit(s.name, "exact-mma", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
     b.tuning = tuning_set;
   }
+  if (s.nq > 1) {
+    // Without the batch kernel (each (query, document) pair on its own, a document read once per query), and
+    // whether its scores have the batch kernel's bits.
+    b.tuning.kernels.batch = false;
+    const double ms = run(MAXSIM_MODE_EXACT);
+    b.tuning = tuning_set;
+    std::vector<float> pair_scores(s.nq * s.nd);
+    CHECK_CUDA(cudaMemcpy(pair_scores.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
+    const uint64_t differ = BitsDiffer(pair_scores, kernel_scores);
+    char extra[80];
+    std::snprintf(extra, sizeof(extra), "\"scores_with_other_bits\": %llu", static_cast<unsigned long long>(differ));
+    Emit(s.name, "exact-nobatch", ms, flops, exact_bytes, extra);
+  }
   if (std::string(s.name) == "textual-1k" || std::string(s.name) == "colpali-rerank") {
     // The one-pair-per-warp kernel (register double buffering) for comparison with the pipeline kernel.
     b.tuning.kernels.pipe = false;

@@ -546,6 +546,107 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
   }
 }
 
+TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
+  // Several queries of at most 128 tokens asked for scores only run the wgmma batch kernel on an sm_90 device:
+  // one block holds a group of whole queries and reads each document tile once for all of them. Its scores must
+  // be the per-pair kernels' bits (MAXSIM_CUDA_NO_BATCH=1; the same request with argmax, which the pair kernels
+  // serve and which is checked against the float64 reference; certified screening's refinement) and top-k over a
+  // resident corpus must rank by them. Ragged and empty queries and documents, slots of 16..128 rows (full and
+  // partial groups, unused rows), documents around the 64- and 128-token tile widths, dot and cosine, bf16 and
+  // f16, dims 104..128, masked device tensors.
+  Context gpu(Options("cuda"));
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  if (major == 9 && minor == 0) {
+    const std::string report = gpu.Report();
+    EXPECT_NE(report.find("query batches: wgmma batch kernel"), std::string::npos) << report;
+  } else {
+    std::printf("gpu tests: compute capability %d.%d: the batch kernel does not run here; comparing pair kernels\n",
+                major, minor);
+  }
+  struct BatchCase {
+    maxsim_dtype dtype;
+    uint32_t dim;
+    uint64_t nq, lq_min, lq_max, nd, ld_min, ld_max;
+    Shape shape;
+  };
+  const BatchCase cases[] = {
+      {MAXSIM_BF16, 128, 64, 32, 32, 40, 0, 300, Shape::kUnitGaussian},  // 8 full groups of 8 queries
+      {MAXSIM_F16, 104, 9, 0, 16, 30, 1, 200, Shape::kClustered},        // 16-row slots, empty queries
+      {MAXSIM_BF16, 120, 2, 1, 32, 50, 100, 160, Shape::kNearTies},     // one 128-row group
+      {MAXSIM_BF16, 128, 5, 33, 64, 25, 0, 700, Shape::kDuplicates},    // 64-row slots, two groups
+      {MAXSIM_BF16, 128, 3, 100, 128, 12, 60, 140, Shape::kLargeNorm},  // 128-row slots
+      {MAXSIM_BF16, 112, 17, 20, 48, 30, 63, 65, Shape::kGaussian},     // 48-row slots: 16 unused rows a group
+      {MAXSIM_F16, 128, 16, 32, 32, 20, 1000, 1030, Shape::kUnitGaussian},
+  };
+  uint64_t salt = 900;
+  for (const BatchCase& c : cases) {
+    auto rng = Rng(++salt);
+    const TokenSets q = Encoded(Generate(rng, c.shape, c.nq, c.lq_min, c.lq_max, c.dim), c.dtype);
+    const TokenSets d = Encoded(Generate(rng, c.shape, c.nd, c.ld_min, c.ld_max, c.dim), c.dtype);
+    Packed pq = Packed::Pack(gpu, q.Dense());
+    Packed pd = Packed::Pack(gpu, d.Dense());
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      const std::string what = "dtype " + std::to_string(c.dtype) + " dim " + std::to_string(c.dim) + " Nq " +
+                               std::to_string(c.nq) + " Lq " + std::to_string(c.lq_min) + ".." +
+                               std::to_string(c.lq_max) + " Ld " + std::to_string(c.ld_min) + ".." +
+                               std::to_string(c.ld_max) + " " + ShapeName(c.shape) +
+                               (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+      const Matrix with_argmax =
+          ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      ExpectReference(q, d, metric, with_argmax, what + " (with argmax)");
+      const std::vector<float> values = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      const std::vector<float> pairs = WithEnv("MAXSIM_CUDA_NO_BATCH", "1", [&](Context& gpu) {
+        return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      });
+      ExpectSameBits(values, pairs, what + " batch vs MAXSIM_CUDA_NO_BATCH=1");
+      ExpectSameBits(values, with_argmax.scores, what + " batch vs with argmax");
+      const std::vector<float> cert =
+          ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);
+      ExpectSameBits(cert, values, what + " certified (screening) vs batch");
+      if (::testing::Test::HasFatalFailure()) return;
+      // Top-k over the resident corpus for the whole batch: the batch scores' k best, same bits.
+      const uint64_t k = 7;
+      ScoreOptions o;
+      o.metric = metric;
+      o.mode = MAXSIM_MODE_EXACT;
+      TopKResult top = gpu.TopK(pq, q.n_sets(), pd, k, o);
+      const uint64_t kk = std::min<uint64_t>(k, d.n_sets());
+      for (uint64_t i = 0; i < q.n_sets(); ++i) {
+        const std::vector<uint64_t> order = RankDescending(values.data() + i * d.n_sets(), d.n_sets());
+        for (uint64_t r = 0; r < kk; ++r) {
+          ASSERT_EQ(top.index[i * k + r], order[r]) << what << " top-k query " << i << " rank " << r;
+          ASSERT_EQ(0, std::memcmp(&top.scores[i * k + r], &values[i * d.n_sets() + order[r]], 4)) << what;
+        }
+      }
+    }
+  }
+  // Masked dense device tensors: the query and document masks reach the batch kernel.
+  for (maxsim_dtype dtype : {MAXSIM_BF16, MAXSIM_F16}) {
+    auto rng = Rng(++salt);
+    TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 6, 0, 32, 128), dtype);
+    TokenSets d = Encoded(Generate(rng, Shape::kClustered, 15, 0, 260, 128), dtype);
+    RandomMask(rng, q, 0.2);
+    RandomMask(rng, d, 0.35);
+    const DeviceSets dq(q), dd(d);
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      const std::string what = std::string("batch, masked device tensors dtype ") + std::to_string(dtype) +
+                               (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+      const std::vector<float> values = DeviceScoreValues(gpu, dq, dd, metric);
+      const std::vector<float> pairs = WithEnv("MAXSIM_CUDA_NO_BATCH", "1", [&](Context& gpu) {
+        return DeviceScoreValues(gpu, dq, dd, metric);
+      });
+      ExpectSameBits(values, pairs, what + " vs MAXSIM_CUDA_NO_BATCH=1");
+      for (size_t i = 0; i < values.size(); ++i) {
+        const uint64_t qi = i / d.n_sets(), dj = i % d.n_sets();
+        const std::string err = CheckPair(q, qi, d, dj, metric, values[i], nullptr);
+        ASSERT_TRUE(err.empty()) << what << " query " << qi << " doc " << dj << ": " << err;
+      }
+    }
+  }
+}
+
 TEST_F(Gpu, CertifiedWgmmaScreeningEqualsExact) {
   // Certified requests for long queries on an sm_90 device screen with int8 wgmma over per-document-scale codes
   // (screen_wgmma.cu) and refine exactly: the scores must be the exact kernel's bits. Random, clustered, near-tie,

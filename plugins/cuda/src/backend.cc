@@ -178,6 +178,7 @@ Tuning ReadTuning() {
   t.kernels.pipe = !EnvFlag("MAXSIM_CUDA_NO_PIPE");
   t.kernels.screen_pipe = !EnvFlag("MAXSIM_CUDA_NO_SCREEN_PIPE");
   t.kernels.wgmma = !EnvIs("MAXSIM_CUDA_WGMMA", "0");
+  t.kernels.batch = !EnvFlag("MAXSIM_CUDA_NO_BATCH");
   t.kernels.screen_wgmma = !EnvIs("MAXSIM_CUDA_SCREEN_WGMMA", "0");
   t.kernels.screen_wgmma_cap =
       static_cast<uint32_t>(std::min<uint64_t>(64, std::max<uint64_t>(1, EnvU64("MAXSIM_CUDA_SCREEN_WGMMA_CAP", 12))));
@@ -249,6 +250,11 @@ Status Probe(const maxsim_plugin_host* host, std::string* info) {
     return Fail(MAXSIM_ERR_BACKEND_UNAVAILABLE, "%s", info->c_str());
   }
   *info += WgmmaAvailable(dev) ? "; long queries: wgmma kernel (sm_90a)" : "; long queries: mma.sync kernel";
+  if (WgmmaAvailable(dev)) {
+    const Tuning t = ReadTuning();
+    *info += t.kernels.wgmma && t.kernels.batch ? "; query batches: wgmma batch kernel (sm_90a)"
+                                                : "; query batches: per-pair kernels";
+  }
   // How certified and approximate requests are served (the route CreateBackend will take).
   switch (ScreenRouteFromEnv()) {
     case Backend::ScreenRoute::kScreen:
@@ -315,6 +321,9 @@ std::string SettingsText(const Backend& b) {
   t += line;
   std::snprintf(line, sizeof(line), "exact wgmma kernel (long queries, sm_90a): %s%s\n", onoff(k.kernels.wgmma),
                 source("MAXSIM_CUDA_WGMMA").c_str());
+  t += line;
+  std::snprintf(line, sizeof(line), "exact wgmma batch kernel (several queries of <= 128 tokens, sm_90a): %s%s\n",
+                onoff(k.kernels.batch && k.kernels.wgmma), source("MAXSIM_CUDA_NO_BATCH").c_str());
   t += line;
   std::snprintf(line, sizeof(line), "screening ring kernel: %s%s\n", onoff(k.kernels.screen_pipe),
                 source("MAXSIM_CUDA_NO_SCREEN_PIPE").c_str());

@@ -55,8 +55,8 @@ constexpr int kWgStageBytes = 2 * kWgRegionBytes;   // 128 logical k positions
 // D (64 x N f32: this thread's N/2 values) = A (registers, 4 x 32 bits) x B (shared-memory descriptor) + D,
 // or A x B when sd == 0. TY: the 16-bit input type's PTX name. The operand lists are spelled out because inline
 // asm takes no arrays.
-#define MAXSIM_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-                     "+f"(d[i + 6]), "+f"(d[i + 7])
+#define MAXSIM_D8(i) MAXSIM_ACC(d[i]), MAXSIM_ACC(d[i + 1]), MAXSIM_ACC(d[i + 2]), MAXSIM_ACC(d[i + 3]), \
+                     MAXSIM_ACC(d[i + 4]), MAXSIM_ACC(d[i + 5]), MAXSIM_ACC(d[i + 6]), MAXSIM_ACC(d[i + 7])
 #define MAXSIM_D64(i) MAXSIM_D8(i), MAXSIM_D8(i + 8), MAXSIM_D8(i + 16), MAXSIM_D8(i + 24), MAXSIM_D8(i + 32), \
                       MAXSIM_D8(i + 40), MAXSIM_D8(i + 48), MAXSIM_D8(i + 56)
 #define MAXSIM_R10(b) "%" #b "0, %" #b "1, %" #b "2, %" #b "3, %" #b "4, %" #b "5, %" #b "6, %" #b "7, " \
@@ -85,47 +85,87 @@ constexpr int kWgStageBytes = 2 * kWgRegionBytes;   // 128 logical k positions
       : MAXSIM_D64(0), MAXSIM_D64(64) \
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(sd))
 
-template <typename T, int N>
-__device__ __forceinline__ void Wgmma(float (&d)[N / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+#define MAXSIM_WGMMA_M64N64K16(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n" \
+      : MAXSIM_D8(0), MAXSIM_D8(8), MAXSIM_D8(16), MAXSIM_D8(24) \
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(sd))
+
+// N = 64 (a document's last, partial tile) writes the first N / 2 of the V accumulator registers; each output
+// element depends only on its own A row, B column and accumulator, so the tile width changes no value.
+// WgmmaFirst: the first k step, D = A*B (scale-d = 0): the accumulators are outputs only, so their previous
+// values are dead between tiles.
+#define MAXSIM_ACC(x) "+f"(x)
+template <typename T, int N, int V>
+__device__ __forceinline__ void Wgmma(float (&d)[V], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                       uint64_t desc, int sd) {
-  static_assert(N == 128 || N == 256, "wgmma N");
+  static_assert((N == 64 || N == 128 || N == 256) && N / 2 <= V, "wgmma N");
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
-  if constexpr (N == 128) {
-    if constexpr (kBf16) {
-      MAXSIM_WGMMA_M64N128K16("bf16");
-    } else {
-      MAXSIM_WGMMA_M64N128K16("f16");
-    }
-  } else {
-    if constexpr (kBf16) {
-      MAXSIM_WGMMA_M64N256K16("bf16");
-    } else {
-      MAXSIM_WGMMA_M64N256K16("f16");
-    }
+#define MAXSIM_WGMMA_CASE(NN)                 \
+  if constexpr (N == NN) {                    \
+    if constexpr (kBf16) {                    \
+      MAXSIM_WGMMA_M64N##NN##K16("bf16");     \
+    } else {                                  \
+      MAXSIM_WGMMA_M64N##NN##K16("f16");      \
+    }                                         \
   }
+  MAXSIM_WGMMA_CASE(64)
+  MAXSIM_WGMMA_CASE(128)
+  MAXSIM_WGMMA_CASE(256)
+#undef MAXSIM_WGMMA_CASE
 }
+#undef MAXSIM_ACC
+#define MAXSIM_ACC(x) "=f"(x)
+template <typename T, int N, int V>
+__device__ __forceinline__ void WgmmaFirst(float (&d)[V], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                           uint64_t desc) {
+  const int sd = 0;
+  static_assert((N == 64 || N == 128 || N == 256) && N / 2 <= V, "wgmma N");
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+#define MAXSIM_WGMMA_CASE(NN)                 \
+  if constexpr (N == NN) {                    \
+    if constexpr (kBf16) {                    \
+      MAXSIM_WGMMA_M64N##NN##K16("bf16");     \
+    } else {                                  \
+      MAXSIM_WGMMA_M64N##NN##K16("f16");      \
+    }                                         \
+  }
+  MAXSIM_WGMMA_CASE(64)
+  MAXSIM_WGMMA_CASE(128)
+  MAXSIM_WGMMA_CASE(256)
+#undef MAXSIM_WGMMA_CASE
+}
+#undef MAXSIM_ACC
 #undef MAXSIM_WGMMA_M64N128K16
 #undef MAXSIM_WGMMA_M64N256K16
+#undef MAXSIM_WGMMA_M64N64K16
 #undef MAXSIM_R10
 #undef MAXSIM_D64
 #undef MAXSIM_D8
 
-// One 64 x N tile: 8 k steps over the stage at `stage`, whose two 64-dimension k regions are N * 128 bytes
-// apart (PieceOffset). qa / qc: rows g / g+8 of this warp's 16 rows, 32-dimension chunk c as one uint4
-// (LoadQueryFragments: step 2c uses .x/.y, step 2c+1 .z/.w). Step 0 runs with scale-d = 0 (D = A*B) instead of
-// adding a zeroed accumulator: the same value as mma.sync's +0 start except that an exact zero may come out as
+// One 64 x N tile: 8 k steps over the stage at `stage`, whose two 64-dimension k regions are kWgRegionBytes
+// apart (PieceOffset); N < kWgTokens reads the stage's first N tokens (a document's partial last tile). qa / qc: rows g / g+8 of this warp's 16 rows, 32-dimension chunk c as one uint4
+// (LoadQueryFragments: step 2c uses .x/.y, step 2c+1 .z/.w). Step 0 runs with scale-d = 0 (D = A*B, WgmmaFirst)
+// instead of adding a zeroed accumulator: the same value as mma.sync's +0 start except that an exact zero may come out as
 // -0 (where the +0 start gives +0); the folds map -0 back to +0 (below).
-template <typename T, int N>
-__device__ __forceinline__ void IssueTile(float (&d)[N / 2], const uint4 (&qa)[4], const uint4 (&qc)[4],
+template <typename T, int N, int V>
+__device__ __forceinline__ void IssueTile(float (&d)[V], const uint4 (&qa)[4], const uint4 (&qc)[4],
                                           uint32_t stage) {
-  constexpr uint32_t kRegion = N * 128;
+  constexpr uint32_t kRegion = kWgRegionBytes;
   WgFence();
 #pragma unroll
   for (int s = 0; s < 8; ++s) {
     const int c = s >> 1;
     const uint32_t a0 = (s & 1) ? qa[c].z : qa[c].x, a1 = (s & 1) ? qc[c].z : qc[c].x;
     const uint32_t a2 = (s & 1) ? qa[c].w : qa[c].y, a3 = (s & 1) ? qc[c].w : qc[c].y;
-    Wgmma<T, N>(d, a0, a1, a2, a3, SmemDesc(stage + (s >> 2) * kRegion + (s & 3) * 32), s > 0);
+    const uint64_t desc = SmemDesc(stage + (s >> 2) * kRegion + (s & 3) * 32);
+    if (s == 0) {
+      WgmmaFirst<T, N>(d, a0, a1, a2, a3, desc);
+    } else {
+      Wgmma<T, N>(d, a0, a1, a2, a3, desc, 1);
+    }
   }
   WgCommit();
   PinAcc(d);
@@ -149,8 +189,8 @@ __device__ __forceinline__ void TreeLevels(float* m, float* n) {
 // The maxima of rows g (into ra) and g+8 (into rb) over a 64 x N tile: two independent log-depth reduction
 // trees instead of an N/4-long chain. Lane (g, t) holds, for n8 block j, columns 8j + 2t and 8j + 2t + 1 of
 // rows g (d[4j], d[4j+1]) and g+8 (d[4j+2], d[4j+3]).
-template <int N>
-__device__ __forceinline__ void TreeMax(const float (&d)[N / 2], float& ra, float& rb) {
+template <int N, int V>
+__device__ __forceinline__ void TreeMax(const float (&d)[V], float& ra, float& rb) {
   constexpr int kB = N / 16;
   float m[kB], n[kB];
 #pragma unroll
@@ -165,8 +205,8 @@ __device__ __forceinline__ void TreeMax(const float (&d)[N / 2], float& ra, floa
 
 // Folds one finished 64 x N tile (document tokens base .. base + N - 1) into the running maxima of rows g (ra)
 // and g+8 (rb), reading the document's mask and norms per column where needed.
-template <int N>
-__device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&d)[N / 2], uint64_t db, uint64_t ld,
+template <int N, int V>
+__device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&d)[V], uint64_t db, uint64_t ld,
                                             uint64_t base, bool plain, float& ra, float& rb, bool& saw_kept,
                                             bool check, float& chk) {
   const int t = threadIdx.x & 3;
@@ -223,17 +263,10 @@ struct BlockBarrier {
   __device__ __forceinline__ bool SyncOr(bool v) const { return __syncthreads_or(v) != 0; }
 };
 
-// The end of pair p for the threads that computed it (`bar` spans them all; `first` is one of them): the quad max
-// of each row's running maximum, then either the score (one group covers the query: these threads sum its rows
-// through s_term, two barriers) or this group's partial terms (finalize sums the groups and decides emptiness
-// from the mask). run[qs][h]: this lane's maximum of local row row0 + qs*64 + 8h (row0 = warp rows + g).
-template <int QS, class Barrier>
-__device__ __forceinline__ void FinishPair(const ForwardArgs& a, const Barrier& bar, bool first, float* s_term,
-                                           float (&run)[QS][2], uint32_t row0, uint32_t grp, uint32_t r0b,
-                                           uint64_t p, uint64_t qi, uint64_t dj, uint64_t qb, uint64_t lq,
-                                           uint64_t ld, bool saw_kept, float chk) {
-  const int t = threadIdx.x & 3;
-  const uint32_t G = a.part.groups;
+// The start of a pair's (or a batch document's) end: the folded input check's flag, and each row's running
+// maximum merged over the quad that holds the row's columns.
+template <int QS>
+__device__ __forceinline__ void QuadMaxRows(const ForwardArgs& a, float (&run)[QS][2], float chk) {
   if (a.bad != nullptr && NotFinite(chk)) *a.bad = 1u;
 #pragma unroll
   for (int qs = 0; qs < QS; ++qs) {
@@ -246,6 +279,20 @@ __device__ __forceinline__ void FinishPair(const ForwardArgs& a, const Barrier& 
       run[qs][h] = a.cosine ? v : v + 0.0f;
     }
   }
+}
+
+// The end of pair p for the threads that computed it (`bar` spans them all; `first` is one of them): the quad max
+// of each row's running maximum, then either the score (one group covers the query: these threads sum its rows
+// through s_term, two barriers) or this group's partial terms (finalize sums the groups and decides emptiness
+// from the mask). run[qs][h]: this lane's maximum of local row row0 + qs*64 + 8h (row0 = warp rows + g).
+template <int QS, class Barrier>
+__device__ __forceinline__ void FinishPair(const ForwardArgs& a, const Barrier& bar, bool first, float* s_term,
+                                           float (&run)[QS][2], uint32_t row0, uint32_t grp, uint32_t r0b,
+                                           uint64_t p, uint64_t qi, uint64_t dj, uint64_t qb, uint64_t lq,
+                                           uint64_t ld, bool saw_kept, float chk) {
+  const int t = threadIdx.x & 3;
+  const uint32_t G = a.part.groups;
+  QuadMaxRows<QS>(a, run, chk);
   auto term_of = [&](uint64_t r, float v) -> float {
     if (!a.q.Kept(qb + r)) return 0.0f;
     return a.cosine ? v * InvNorm(RowNorm(a.q, qb + r)) : v;
@@ -284,16 +331,70 @@ __device__ __forceinline__ void FinishPair(const ForwardArgs& a, const Barrier& 
   }
 }
 
+// The rows of a batch launch's warp (ForwardArgs::batch; block row group grp holds queries grp * per_group + q,
+// in slots of `slot` rows): its 16 rows from local row `wrow` are tokens tok .. tok + 15 of the query in slot
+// wrow / slot (rows qb.. of the query sets, lq tokens; has_query false: past the batch or the group's slots).
+// Recomputed where needed rather than kept in registers, which the accumulators and query fragments fill.
+struct BatchRows {
+  uint64_t qb = 0, lq = 0;
+  uint32_t tok = 0;
+  bool has_query = false;
+  __device__ __forceinline__ BatchRows(const ForwardArgs& a, uint32_t grp, uint32_t wrow) {
+    const uint32_t qslot = wrow / a.batch.slot;
+    const uint64_t qi = static_cast<uint64_t>(grp) * a.batch.per_group + qslot;
+    tok = wrow - qslot * a.batch.slot;
+    has_query = qslot < a.batch.per_group && qi < a.batch.nq;
+    if (has_query) {
+      qb = a.q.Begin(qi);
+      lq = a.q.End(qi) - qb;
+    }
+  }
+};
+
+// The end of document dj in a batch launch: every row's term into s_term at its local row (zero past its
+// query's length, for masked rows and in slots without a query), then thread q sums slot q in token order
+// (OrderedSum, as FinishPair does for one query) and writes query q's score.
+template <class Barrier>
+__device__ __forceinline__ void FinishDocBatch(const ForwardArgs& a, const Barrier& bar, float* s_term,
+                                               float (&run)[1][2], uint32_t wrow, uint32_t grp, uint64_t dj,
+                                               uint64_t ld, bool saw_kept, float chk) {
+  QuadMaxRows<1>(a, run, chk);
+  const bool doc_nonempty = a.d.mask ? bar.SyncOr(saw_kept) : (bar.Sync(), ld > 0);
+  if ((threadIdx.x & 3) == 0) {
+    const BatchRows br(a, grp, wrow);
+    const uint32_t g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint64_t r = br.tok + g + 8 * h;
+      float term = 0.0f;
+      if (br.has_query && r < br.lq && a.q.Kept(br.qb + r)) {
+        term = a.cosine ? run[0][h] * InvNorm(RowNorm(a.q, br.qb + r)) : run[0][h];
+      }
+      s_term[wrow + g + 8 * h] = term;
+    }
+  }
+  bar.Sync();
+  const uint32_t q = threadIdx.x;
+  const uint64_t qi = static_cast<uint64_t>(grp) * a.batch.per_group + q;
+  if (q < a.batch.per_group && qi < a.batch.nq) {
+    const double sum = OrderedSum(s_term + q * a.batch.slot, a.q.End(qi) - a.q.Begin(qi));
+    *a.pairs.ScorePtr(dj, qi, dj) = doc_nonempty ? RoundScore(sum) : -INFINITY;
+  }
+}
+
 #endif  // MAXSIM_HAVE_WGMMA
 
-// Persistent: grid = G x CPG blocks; block (c, grp) serves row group grp of pairs c, c + CPG, c + 2 CPG, ...
-// (the G blocks of a pair run at about the same time, so a document is read from memory once and then from L2).
-// The two warpgroups are not kept in step: the stage ring is guarded by mbarriers (full: every thread's copies
+// Persistent: grid = G x CPG blocks; block (c, grp) serves row group grp of units c, c + CPG, c + 2 CPG, ...
+// (ForwardArgs::Units: pairs, or with kBatch the documents, grp then being a group of whole queries); the G
+// blocks of a unit run at about the same time, so a document is read from memory once and then from L2.
+// The warpgroups are not kept in step: the stage ring is guarded by mbarriers (full: every thread's copies
 // of the tile landed; empty: every thread's wgmma reading it finished), so one warpgroup's folds overlap the
-// other's tensor-core work. Every thread copies its share of each tile `ahead` tiles ahead, across pairs.
-template <typename T, int WGS, int QS, int S, int BPS>
+// other's tensor-core work. Every thread copies its share of each tile `ahead` tiles ahead, across units.
+// A document's last tile runs as the narrowest wgmma (N = 16, 32, 64 or 128) that covers its tokens.
+template <typename T, int WGS, int QS, int S, int BPS, bool kBatch>
 __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const ForwardArgs a, uint32_t cpg, int ahead) {
 #if defined(MAXSIM_HAVE_WGMMA)
+  static_assert(!kBatch || QS == 1, "a batch launch holds one 64-row set per warpgroup");
   extern __shared__ uint8_t smem_raw[];
   constexpr int kThreads = WGS * 128, kRows = WGS * QS * 64;
   __shared__ float s_term[kRows];
@@ -308,6 +409,7 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
   const uint32_t r0b = grp * kRows;
   const uint32_t dim = a.q.dim;
   const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
+  const uint64_t units = a.Units();
   const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(s_full));
   const uint32_t empty0 = static_cast<uint32_t>(__cvta_generic_to_shared(s_empty));
   if (tid == 0) {
@@ -344,21 +446,30 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
   const bool plain = a.d.mask == nullptr && !a.cosine;
   float acc0[64], acc1[64];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc0[i] = acc1[i] = 0.0f;  // never read (scale-d = 0), but defined
+  for (int i = 0; i < 64; ++i) acc0[i] = acc1[i] = 0.0f;  // never read (WgmmaFirst), but defined
   uint4 qa[QS][4], qc[QS][4];
   uint64_t loaded_q = ~0ull;
+  if constexpr (kBatch) {
+    const BatchRows br(a, grp, wg * 64 + wq * 16);
+    LoadQueryFragments<QS>(a.q.orig + br.qb * qrb, qrb, br.lq, dim, br.tok + g, qa, qc);  // for every document
+  }
   RingPos consumed;
-  for (uint64_t p = c0; p < a.pairs.n_pairs; p += cpg) {
-    uint64_t qi, dj;
-    a.pairs.Resolve(p, &qi, &dj);
-    const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
-    if (grp > 0 && r0b >= lq) continue;  // no rows here (the producer skipped it too)
+  for (uint64_t p = c0; p < units; p += cpg) {
+    uint64_t qi = 0, dj = p, qb = 0, lq = 0;
+    if constexpr (!kBatch) {
+      a.pairs.Resolve(p, &qi, &dj);
+      qb = a.q.Begin(qi);
+      lq = a.q.End(qi) - qb;
+      if (grp > 0 && r0b >= lq) continue;  // no rows here (the producer skipped it too)
+    }
     const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
-    if (qi != loaded_q) {
-      // This warpgroup's sets: rows r0b + wg*QS*64 + qs*64 + wq*16 + g (+8). Every wgmma that read the previous
-      // fragments has completed (each tile ends with wait_group 0).
-      LoadQueryFragments<QS>(a.q.orig + qb * qrb, qrb, lq, dim, r0b + wg * QS * 64 + wq * 16 + g, qa, qc);
-      loaded_q = qi;
+    if constexpr (!kBatch) {
+      if (qi != loaded_q) {
+        // This warpgroup's sets: rows r0b + wg*QS*64 + qs*64 + wq*16 + g (+8). Every wgmma that read the previous
+        // fragments has completed (each tile ends with wait_group 0).
+        LoadQueryFragments<QS>(a.q.orig + qb * qrb, qrb, lq, dim, r0b + wg * QS * 64 + wq * 16 + g, qa, qc);
+        loaded_q = qi;
+      }
     }
     float run[QS][2];
 #pragma unroll
@@ -378,6 +489,7 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
       // ld is kept; masked documents are checked on every tile). The condition is uniform across the warp: a
       // per-thread one (divergent control flow around the accumulators) slowed the kernel down.
       const bool check = a.bad != nullptr && (checker || tile == 0 || !plain);
+      const uint64_t base = tile * kWgTokens;
       // Both row sets are issued, the next copies go out while they run, then set 0 is folded during set 1.
       // (Folding set 1 of the previous tile during set 0 of this one, across iterations, makes ptxas
       // serialise every wgmma: ptxas report C7514.)
@@ -387,40 +499,52 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
         produce();
         WgWait<1>();
         PinAcc(acc0);
-        FoldTileMax<kWgTokens>(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept,
-                               check, chk);
+        FoldTileMax<kWgTokens>(a, acc0, db, ld, base, plain, run[0][0], run[0][1], saw_kept, check, chk);
         WgWait<0>();
         PinAcc(acc1);
         MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
-        FoldTileMax<kWgTokens>(a, acc1, db, ld, tile * kWgTokens, plain, run[1][0], run[1][1], saw_kept,
-                               check, chk);
+        FoldTileMax<kWgTokens>(a, acc1, db, ld, base, plain, run[1][0], run[1][1], saw_kept, check, chk);
       } else {
-        IssueTile<T, kWgTokens>(acc0, qa[0], qc[0], st);
-        produce();
-        WgWait<0>();
-        PinAcc(acc0);
-        MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
-        FoldTileMax<kWgTokens>(a, acc0, db, ld, tile * kWgTokens, plain, run[0][0], run[0][1], saw_kept,
-                               check, chk);
+        auto run_tile = [&](auto width) {
+          constexpr int N = decltype(width)::value;
+          IssueTile<T, N>(acc0, qa[0], qc[0], st);
+          produce();
+          WgWait<0>();
+          PinAcc(acc0);
+          MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
+          FoldTileMax<N>(a, acc0, db, ld, base, plain, run[0][0], run[0][1], saw_kept, check, chk);
+        };
+        // Batch launches: a document's last tile of at most 64 tokens runs as a 64-token wgmma (documents of 300
+        // tokens: 320 columns computed instead of 384). Narrower widths, or this one in pair launches, exceed
+        // the register budget (ptxas then serialises the wgmma pipeline: C7511).
+        if (!kBatch || ld - base > 64) {
+          run_tile(std::integral_constant<int, 128>{});
+        } else {
+          run_tile(std::integral_constant<int, 64>{});
+        }
       }
     }
-    FinishPair<QS>(a, BlockBarrier{}, tid == 0, s_term, run, wg * QS * 64 + wq * 16 + g, grp, r0b, p, qi, dj, qb,
-                   lq, ld, saw_kept, chk);
+    if constexpr (kBatch) {
+      FinishDocBatch(a, BlockBarrier{}, s_term, run, wg * 64 + wq * 16, grp, dj, ld, saw_kept, chk);
+    } else {
+      FinishPair<QS>(a, BlockBarrier{}, tid == 0, s_term, run, wg * QS * 64 + wq * 16 + g, grp, r0b, p, qi, dj,
+                     qb, lq, ld, saw_kept, chk);
+    }
   }
 #endif
 }
 
-template <typename T, int WGS, int QS, int S, int BPS>
+template <typename T, int WGS, int QS, int S, int BPS, bool kBatch>
 cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
   const int smem = S * kWgStageBytes + 1024;  // + alignment slack for the 1024-byte swizzle period
-  const cudaError_t e = AllowDynamicSmemOnce<ExactWgmmaKernel<T, WGS, QS, S, BPS>>(smem);
+  const cudaError_t e = AllowDynamicSmemOnce<ExactWgmmaKernel<T, WGS, QS, S, BPS, kBatch>>(smem);
   if (e != cudaSuccess) return e;
   // Stages copied ahead: S - 1 (all but the one being read; producing waits for the stage of the tile before),
   // faster than S - 2 on both q128 and visual on the H100.
   const int ahead = S - 1;
   uint64_t cpg = 0, blocks = 0;
   if (!PersistentGrid(a, BPS, &cpg, &blocks)) return cudaErrorInvalidConfiguration;
-  ExactWgmmaKernel<T, WGS, QS, S, BPS>
+  ExactWgmmaKernel<T, WGS, QS, S, BPS, kBatch>
       <<<static_cast<unsigned>(blocks), WGS * 128, smem, stream>>>(a, static_cast<uint32_t>(cpg), ahead);
   return cudaGetLastError();
 }
@@ -429,10 +553,19 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
 // of 128 tokens (129 KB, 128 registers); 128-row groups 2 warpgroups of one set, 3 stages of 128 tokens (97 KB,
 // two blocks per SM). Other shapes measured slower or no faster on the visual and q128 shapes (a warp-specialised
 // producer/consumer kernel, two sets per warpgroup; git history keeps them).
-template <typename T>
+template <typename T, bool kBatch>
 cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {
-  if (a.part.group_rows == 128) return LaunchWgmmaShape<T, 2, 1, 3, 2>(a, stream);
-  return LaunchWgmmaShape<T, 4, 1, 4, 1>(a, stream);
+  if (a.part.group_rows == 128) return LaunchWgmmaShape<T, 2, 1, 3, 2, kBatch>(a, stream);
+  return LaunchWgmmaShape<T, 4, 1, 4, 1, kBatch>(a, stream);
+}
+
+// The inputs every wgmma kernel takes: 16-bit originals of one dtype, 96 < dim <= 128 (8 k16 steps), an sm_90
+// device whose loaded module has the sm_90a code.
+bool WgmmaInputsFit(const ForwardArgs& a) {
+  if (a.q.dtype != a.d.dtype || (a.q.dtype != kBF16 && a.q.dtype != kF16)) return false;
+  if (a.q.dim <= 96 || a.q.dim > 128) return false;
+  int dev = 0;
+  return cudaGetDevice(&dev) == cudaSuccess && WgmmaAvailable(dev);
 }
 
 }  // namespace
@@ -464,17 +597,43 @@ bool WgmmaUsable(const ForwardArgs& a) {
   if (!a.sw.wgmma) return false;
   if (a.pairs.argmax != nullptr) return false;
   if (a.part.group_rows != 256 && a.part.group_rows != 128) return false;
-  if (a.q.dtype != a.d.dtype || (a.q.dtype != kBF16 && a.q.dtype != kF16)) return false;
-  if (a.q.dim <= 96 || a.q.dim > 128) return false;
-  int dev = 0;
-  return cudaGetDevice(&dev) == cudaSuccess && WgmmaAvailable(dev);
+  return WgmmaInputsFit(a);
 }
 
 cudaError_t LaunchExactWgmma(const ForwardArgs& a, cudaStream_t stream) {
   const uint64_t tasks = a.pairs.n_pairs * a.part.groups;
   if (tasks == 0) return cudaSuccess;
   if (tasks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
-  return a.q.dtype == kBF16 ? LaunchWgmmaT<__nv_bfloat16>(a, stream) : LaunchWgmmaT<__half>(a, stream);
+  return a.q.dtype == kBF16 ? LaunchWgmmaT<__nv_bfloat16, false>(a, stream) : LaunchWgmmaT<__half, false>(a, stream);
+}
+
+// Batches: queries of up to 128 tokens (a slot of 16..128 rows; longer queries fill a row group on their own and
+// run as pairs), at least two of them, matrix layout, values only.
+bool WgmmaBatchUsable(const ForwardArgs& a, uint64_t max_lq) {
+  if (!a.sw.wgmma || !a.sw.batch) return false;
+  if (a.pairs.layout != kPairsMatrix || a.pairs.argmax != nullptr || a.pairs.nd == 0) return false;
+  if (a.pairs.n_pairs / a.pairs.nd < 2 || max_lq > 128) return false;
+  return WgmmaInputsFit(a);
+}
+
+// Slots of max_lq rounded up to 16 rows (a warp's rows then belong to one query); 128-row groups (two blocks per
+// SM) when the whole batch fits one, else 256-row groups.
+cudaError_t LaunchExactWgmmaBatch(const ForwardArgs& in, uint64_t max_lq, cudaStream_t stream) {
+  ForwardArgs a = in;
+  const uint64_t nq = a.pairs.nd ? a.pairs.n_pairs / a.pairs.nd : 0;
+  if (nq == 0) return cudaSuccess;
+  const uint32_t slot = static_cast<uint32_t>(std::max<uint64_t>(16, (max_lq + 15) / 16 * 16));
+  const uint32_t rows = nq * slot <= 128 ? 128 : 256;
+  a.batch.slot = slot;
+  a.batch.per_group = rows / slot;
+  a.batch.nq = nq;
+  const uint64_t groups = (nq + a.batch.per_group - 1) / a.batch.per_group;
+  if (groups > 0x7fffffffull) return cudaErrorInvalidConfiguration;
+  a.part.groups = static_cast<uint32_t>(groups);
+  a.part.group_rows = rows;
+  a.part.term = nullptr;
+  a.part.arg = nullptr;
+  return a.q.dtype == kBF16 ? LaunchWgmmaT<__nv_bfloat16, true>(a, stream) : LaunchWgmmaT<__half, true>(a, stream);
 }
 
 }  // namespace mscuda

@@ -133,13 +133,24 @@ struct KernelSwitches {
   bool pipe = true;                // exact: per-warp cp.async ring for many short-query pairs
   bool screen_pipe = true;         // screening: its per-warp ring
   bool wgmma = true;               // exact: Hopper wgmma for long values-only queries
+  bool batch = true;               // exact: Hopper wgmma for query batches (needs wgmma too)
   bool screen_wgmma = true;        // screening of long queries with wgmma, where screening runs
   uint32_t screen_wgmma_cap = 12;  // the wgmma screening kernel's candidate records per row (1..64)
+};
+
+// A query batch scored by the wgmma batch kernel (exact_wgmma.cu): the matrix layout's nq queries, each in a slot
+// of `slot` rows (a multiple of 16, at least its length), `per_group` slots per block row group, the block groups
+// (Partials::groups) covering all queries. slot == 0: not a batch launch.
+struct QueryBatch {
+  uint32_t slot = 0;
+  uint32_t per_group = 0;
+  uint64_t nq = 0;
 };
 
 struct ForwardArgs {
   SetsView q, d;
   PairSpec pairs;
+  QueryBatch batch;          // set by LaunchExactWgmmaBatch only
   Partials part;             // used when part.groups > 1 (tensor-core kernel) and always by the FFMA kernel
   CandidateLists cand;       // the wgmma screening kernel's
   int cosine = 0;
@@ -152,6 +163,9 @@ struct ForwardArgs {
   // a kept row, or an overflow); the host then locates the offending token (LaunchRowCheck) and fails the call.
   // Null: no check (packed buffers are validated when loaded).
   unsigned int* bad = nullptr;
+
+  // What a persistent wgmma block iterates over: (query, document) pairs, or the documents of a batch launch.
+  __host__ __device__ uint64_t Units() const { return batch.slot ? pairs.nd : pairs.n_pairs; }
 };
 
 // ---- launchers (return the launch error; all work is enqueued on `stream`) ----------------------------
@@ -171,6 +185,12 @@ cudaError_t LaunchExactTcSmem(const ForwardArgs& a, cudaStream_t stream);
 bool WgmmaUsable(const ForwardArgs& a);
 bool WgmmaAvailable(int device);  // device is sm_90 and the loaded module has the sm_90a code
 cudaError_t LaunchExactWgmma(const ForwardArgs& a, cudaStream_t stream);
+// The query-batch kernel (exact_wgmma.cu): a matrix-layout launch of nq >= 2 queries of at most 128 tokens,
+// values only, scored as one block row group of several queries per document, so each document tile is read once
+// (from memory; the other groups' blocks read it from L2 at the same time) for all queries of a group. Same
+// bits as every other 16-bit kernel. max_lq: the longest query.
+bool WgmmaBatchUsable(const ForwardArgs& a, uint64_t max_lq);
+cudaError_t LaunchExactWgmmaBatch(const ForwardArgs& a, uint64_t max_lq, cudaStream_t stream);
 // FFMA exact forward (any dtype / layout): always writes partials with group_rows = kFfmaGroupRows.
 constexpr uint32_t kFfmaGroupRows = 32;
 cudaError_t LaunchExactFfma(const ForwardArgs& a, cudaStream_t stream);

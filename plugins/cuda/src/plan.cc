@@ -50,6 +50,7 @@ Plan MakePlan(const Backend& b, const SetsView& q, const SetsView& d, uint64_t m
   }
   p.groups = static_cast<uint32_t>(std::max<uint64_t>(1, (max_lq + p.rows - 1) / p.rows));
   p.partials = p.kind == KernelKind::kFfma || p.groups > 1;
+  p.max_lq = max_lq;
   return p;
 }
 
@@ -92,6 +93,11 @@ Status LaunchForward(const Backend& b, const Plan& plan, ForwardArgs a, cudaStre
     a.part.groups = 1;
   }
   cudaError_t e = cudaSuccess;
+  if ((plan.kind == KernelKind::kTc || plan.kind == KernelKind::kTcSmem) && WgmmaBatchUsable(a, plan.max_lq)) {
+    e = LaunchExactWgmmaBatch(a, plan.max_lq, stream);
+    if (e != cudaSuccess) return CudaFail(e, "launching the batch forward kernel");
+    return Status::Ok();
+  }
   switch (plan.kind) {
     case KernelKind::kTc: e = LaunchExactTc(a, stream); break;
     case KernelKind::kTcSmem: e = LaunchExactTcSmem(a, stream); break;

@@ -20,6 +20,7 @@ struct Plan {
   uint32_t groups = 1;             // G
   bool partials = true;
   uint32_t cand_cap = 0;           // kScreenWgmma: candidate entries per task
+  uint64_t max_lq = 0;             // the longest query (LaunchForward: whether the batch kernel takes it)
   uint64_t PartialBytes(uint64_t n_pairs) const {
     return (partials ? n_pairs * groups * rows * (sizeof(float) + sizeof(int32_t)) : 0) + CandidateBytes(n_pairs);
   }
@@ -44,7 +45,8 @@ ForwardArgs MatrixForwardArgs(const SetsView& q, const SetsView& d, uint64_t nq,
                               const Plan& plan);
 
 // Launches the kernels of one forward with the backend's kernel switches (a.part.term/arg must point at
-// PartialBytes(n_pairs) when partials).
+// PartialBytes(n_pairs) when partials). An exact matrix-layout launch of several queries that the wgmma batch
+// kernel takes (WgmmaBatchUsable) runs on it instead of the plan's per-pair kernel: the same bits, no partials.
 Status LaunchForward(const Backend& b, const Plan& plan, ForwardArgs a, cudaStream_t stream);
 
 // Documents [j0, j1) of a corpus.

@@ -121,22 +121,22 @@ struct RingPos {
   }
 };
 
-// Where the producer of a persistent block stands in its stream of stages: stage `tile` of pair `pair`
-// (document rows from db, ld tokens), over pairs c0, c0 + cpg, ... with rows in the block's row group grp (r0b:
-// its first row), kTokens document tokens per stage. Pairs without rows here and empty documents have no stages
-// and are skipped, as the consumers skip them.
+// Where the producer of a persistent block stands in its stream of stages: stage `tile` of unit `pair` (document
+// rows from db, ld tokens), over units c0, c0 + cpg, ... (ForwardArgs::Units: pairs, with rows in the block's row
+// group grp (r0b: its first row); or the documents of a batch launch), kTokens document tokens per stage. Pairs
+// without rows here and empty documents have no stages and are skipped, as the consumers skip them.
 template <int kTokens>
 struct StageCursor {
   uint64_t pair, tile = 0, tiles = 0, db = 0, ld = 0;
-  const uint64_t cpg;
+  const uint64_t cpg, units;
   const uint32_t grp, r0b;
 
   __device__ StageCursor(const ForwardArgs& a, uint64_t c0, uint64_t cpg_, uint32_t grp_, uint32_t r0b_)
-      : pair(c0), cpg(cpg_), grp(grp_), r0b(r0b_) {
-    if (pair < a.pairs.n_pairs) tiles = PairTiles(a);
+      : pair(c0), cpg(cpg_), units(a.Units()), grp(grp_), r0b(r0b_) {
+    if (pair < units) tiles = PairTiles(a);
     Skip(a);
   }
-  __device__ bool Active(const ForwardArgs& a) const { return pair < a.pairs.n_pairs; }
+  __device__ bool Active(const ForwardArgs&) const { return pair < units; }
   // Moves past the stage just copied.
   __device__ void Advance(const ForwardArgs& a) {
     ++tile;
@@ -145,30 +145,32 @@ struct StageCursor {
 
  private:
   __device__ uint64_t PairTiles(const ForwardArgs& a) {
-    uint64_t qi, dj;
-    a.pairs.Resolve(pair, &qi, &dj);
+    uint64_t qi = 0, dj = pair;
+    if (!a.batch.slot) a.pairs.Resolve(pair, &qi, &dj);
     db = a.d.Begin(dj);
     ld = a.d.End(dj) - db;
-    const uint64_t lq = a.q.End(qi) - a.q.Begin(qi);
-    if (grp > 0 && r0b >= lq) return 0;
+    if (!a.batch.slot) {
+      const uint64_t lq = a.q.End(qi) - a.q.Begin(qi);
+      if (grp > 0 && r0b >= lq) return 0;
+    }
     return (ld + kTokens - 1) / kTokens;
   }
   __device__ void Skip(const ForwardArgs& a) {
-    while (pair < a.pairs.n_pairs && tile >= tiles) {
+    while (pair < units && tile >= tiles) {
       pair += cpg;
       tile = 0;
-      tiles = pair < a.pairs.n_pairs ? PairTiles(a) : 0;
+      tiles = pair < units ? PairTiles(a) : 0;
     }
   }
 };
 
-// The persistent grid of both wgmma kernels: bps resident blocks per SM, the G row-group blocks of a pair at a
-// time (so a document is read from memory once and then from L2); block (c, grp) serves row group grp of pairs
-// c, c + cpg, c + 2 cpg, ... False when the grid is too large to launch.
+// The persistent grid of the wgmma kernels: bps resident blocks per SM, the G row-group blocks of a unit (a pair,
+// or a batch launch's document) at a time (so a document is read from memory once and then from L2); block
+// (c, grp) serves row group grp of units c, c + cpg, c + 2 cpg, ... False when the grid is too large to launch.
 inline bool PersistentGrid(const ForwardArgs& a, int bps, uint64_t* cpg, uint64_t* blocks) {
   const uint64_t G = a.part.groups;
   const uint64_t per_group = std::max<uint64_t>(1, static_cast<uint64_t>(bps) * SmCount() / G);
-  *cpg = std::min<uint64_t>(per_group, a.pairs.n_pairs);
+  *cpg = std::min<uint64_t>(per_group, a.Units());
   *blocks = G * *cpg;
   return *blocks <= 0x7fffffffull;
 }
