@@ -56,48 +56,75 @@ Status ReadFlags(Backend& b, const ull* dev_flags, cudaStream_t stream, ull* out
   return Status::Ok();
 }
 
-}  // namespace
-
-Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
-  MSC_CUDA(cudaSetDevice(b.device));
-  MSC_CUDA(cudaEventSynchronize(b.staged));  // the previous call's staged uploads have been read
-  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
+// What both training calls read from their arguments: the device (made current; the previous call's staged
+// uploads have been read), both dense sides of one dimension, the layout, and its pairs.
+struct TrainInputs {
+  cudaStream_t stream = nullptr;
   DenseInfo q, d;
-  MSC_RETURN(ReadDense(a.queries, "queries", &q));
-  MSC_RETURN(ReadDense(a.documents, "documents", &d));
-  if (q.view.dim != d.view.dim) {
-    return Fail(MAXSIM_ERR_DIM_MISMATCH, "queries have dim %u but documents have dim %u", q.view.dim, d.view.dim);
+  uint64_t nq = 0, nd = 0, n_pairs = 0;
+  bool list = false;              // MAXSIM_LAYOUT_CANDIDATES
+  std::vector<uint32_t> pq, pd;   // list: pair e = (query pq[e], document pd[e]), in candidate order
+  std::vector<uint64_t> am;       // list: pair e's argmax base (query positions of the pairs before it)
+};
+
+Status ReadTrainInputs(Backend& b, const maxsim_plugin_train_args& a, TrainInputs* out) {
+  MSC_CUDA(cudaSetDevice(b.device));
+  MSC_CUDA(cudaEventSynchronize(b.staged));
+  TrainInputs& in = *out;
+  in.stream = static_cast<cudaStream_t>(a.stream);
+  MSC_RETURN(ReadDense(a.queries, "queries", &in.q));
+  MSC_RETURN(ReadDense(a.documents, "documents", &in.d));
+  if (in.q.view.dim != in.d.view.dim) {
+    return Fail(MAXSIM_ERR_DIM_MISMATCH, "queries have dim %u but documents have dim %u", in.q.view.dim,
+                in.d.view.dim);
   }
-  const uint64_t nq = q.view.n_sets, nd = d.view.n_sets;
-  const bool list = a.layout == MAXSIM_LAYOUT_CANDIDATES;
-  if (a.layout != MAXSIM_LAYOUT_MATRIX && !list && a.layout != MAXSIM_LAYOUT_PAIRS) {
+  in.nq = in.q.view.n_sets;
+  in.nd = in.d.view.n_sets;
+  in.list = a.layout == MAXSIM_LAYOUT_CANDIDATES;
+  if (a.layout != MAXSIM_LAYOUT_MATRIX && !in.list && a.layout != MAXSIM_LAYOUT_PAIRS) {
     return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "layout %d is not MATRIX, PAIRS or CANDIDATES", static_cast<int>(a.layout));
   }
-  if (a.layout == MAXSIM_LAYOUT_PAIRS && nq != nd) {
+  if (a.layout == MAXSIM_LAYOUT_PAIRS && in.nq != in.nd) {
     return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "pairs layout needs as many query sets as document sets");
   }
-  const uint64_t n_pairs = list ? (nq ? a.cand_offsets[nq] : 0) : a.layout == MAXSIM_LAYOUT_PAIRS ? nq : nq * nd;
-  if (a.scores == nullptr && n_pairs > 0) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
-  const bool cosine = a.metric == MAXSIM_METRIC_COSINE;
-  const Plan plan = MakePlan(b, q.view, d.view, q.max_len, MAXSIM_MODE_EXACT);
-  std::vector<uint32_t> pq, pd;
-  std::vector<uint64_t> am;
-  if (list) {
-    pq.resize(n_pairs);
-    pd.resize(n_pairs);
-    am.resize(n_pairs);
+  in.n_pairs = in.list ? (in.nq ? a.cand_offsets[in.nq] : 0) : a.layout == MAXSIM_LAYOUT_PAIRS ? in.nq : in.nq * in.nd;
+  if (in.list) {
+    in.pq.resize(in.n_pairs);
+    in.pd.resize(in.n_pairs);
+    in.am.resize(in.n_pairs);
     uint64_t base = 0;
-    for (uint64_t i = 0; i < nq; ++i) {
-      const uint64_t lq = q.offsets[i + 1] - q.offsets[i];
+    for (uint64_t i = 0; i < in.nq; ++i) {
+      const uint64_t lq = in.q.offsets[i + 1] - in.q.offsets[i];
       for (uint64_t e = a.cand_offsets[i]; e < a.cand_offsets[i + 1]; ++e) {
-        if (a.candidates[e] >= nd) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "candidates[%llu] is not a document", static_cast<ull>(e));
-        pq[e] = static_cast<uint32_t>(i);
-        pd[e] = static_cast<uint32_t>(a.candidates[e]);
-        am[e] = base;
+        if (a.candidates[e] >= in.nd) {
+          return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "candidates[%llu] is not a document", static_cast<ull>(e));
+        }
+        in.pq[e] = static_cast<uint32_t>(i);
+        in.pd[e] = static_cast<uint32_t>(a.candidates[e]);
+        in.am[e] = base;
         base += lq;
       }
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
+  TrainInputs in;
+  MSC_RETURN(ReadTrainInputs(b, a, &in));
+  cudaStream_t stream = in.stream;
+  DenseInfo& q = in.q;
+  DenseInfo& d = in.d;
+  const uint64_t nq = in.nq, nd = in.nd, n_pairs = in.n_pairs;
+  const bool list = in.list;
+  const std::vector<uint32_t>& pq = in.pq;
+  const std::vector<uint32_t>& pd = in.pd;
+  const std::vector<uint64_t>& am = in.am;
+  if (a.scores == nullptr && n_pairs > 0) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
+  const bool cosine = a.metric == MAXSIM_METRIC_COSINE;
+  const Plan plan = MakePlan(b, q.view, d.view, q.max_len, MAXSIM_MODE_EXACT);
   Carver cv;
   const uint64_t o_qoff = cv.Add((nq + 1) * 8), o_doff = cv.Add((nd + 1) * 8), o_flag = cv.Add(16);
   const uint64_t o_qn = cosine ? cv.Add(q.n_rows * 4) : 0, o_dn = cosine ? cv.Add(d.n_rows * 4) : 0;
@@ -201,47 +228,28 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
 }
 
 Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
-  MSC_CUDA(cudaSetDevice(b.device));
-  MSC_CUDA(cudaEventSynchronize(b.staged));  // the previous call's staged uploads have been read
-  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
-  DenseInfo q, d;
-  MSC_RETURN(ReadDense(a.queries, "queries", &q));
-  MSC_RETURN(ReadDense(a.documents, "documents", &d));
-  if (q.view.dim != d.view.dim) {
-    return Fail(MAXSIM_ERR_DIM_MISMATCH, "queries have dim %u but documents have dim %u", q.view.dim, d.view.dim);
-  }
+  TrainInputs in;
+  MSC_RETURN(ReadTrainInputs(b, a, &in));
   if (a.argmax == nullptr || a.grad_scores == nullptr) {
     return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "backward needs argmax and grad_scores (both non-NULL)");
   }
-  const uint64_t nq = q.view.n_sets, nd = d.view.n_sets, dim = q.view.dim;
-  const bool list = a.layout == MAXSIM_LAYOUT_CANDIDATES;
-  if (a.layout == MAXSIM_LAYOUT_PAIRS && nq != nd) {
-    return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "pairs layout needs as many query sets as document sets");
-  }
-  const uint64_t n_pairs = list ? (nq ? a.cand_offsets[nq] : 0) : a.layout == MAXSIM_LAYOUT_PAIRS ? nq : nq * nd;
-  std::vector<uint32_t> pq, pd;
-  std::vector<uint64_t> am, by_doc_start, by_doc;
+  cudaStream_t stream = in.stream;
+  const DenseInfo& q = in.q;
+  const DenseInfo& d = in.d;
+  const uint64_t nq = in.nq, nd = in.nd, dim = q.view.dim, n_pairs = in.n_pairs;
+  const bool list = in.list;
+  const std::vector<uint32_t>& pq = in.pq;
+  const std::vector<uint32_t>& pd = in.pd;
+  const std::vector<uint64_t>& am = in.am;
+  // List layout: the pairs of each document in ascending pair order (CSR), for the deterministic grad_D.
+  std::vector<uint64_t> by_doc_start, by_doc;
   if (list) {
-    pq.resize(n_pairs);
-    pd.resize(n_pairs);
-    am.resize(n_pairs);
     by_doc_start.assign(nd + 1, 0);
-    uint64_t base = 0;
-    for (uint64_t i = 0; i < nq; ++i) {
-      const uint64_t lq = q.offsets[i + 1] - q.offsets[i];
-      for (uint64_t e = a.cand_offsets[i]; e < a.cand_offsets[i + 1]; ++e) {
-        if (a.candidates[e] >= nd) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "candidates[%llu] is not a document", static_cast<ull>(e));
-        pq[e] = static_cast<uint32_t>(i);
-        pd[e] = static_cast<uint32_t>(a.candidates[e]);
-        am[e] = base;
-        base += lq;
-        ++by_doc_start[a.candidates[e] + 1];
-      }
-    }
+    for (uint64_t e = 0; e < n_pairs; ++e) ++by_doc_start[pd[e] + 1];
     for (uint64_t j = 0; j < nd; ++j) by_doc_start[j + 1] += by_doc_start[j];
     by_doc.resize(n_pairs);
     std::vector<uint64_t> fill(by_doc_start.begin(), by_doc_start.end() - 1);
-    for (uint64_t e = 0; e < n_pairs; ++e) by_doc[fill[pd[e]]++] = e;  // ascending pair order per document
+    for (uint64_t e = 0; e < n_pairs; ++e) by_doc[fill[pd[e]]++] = e;
   }
   Carver cv;
   const uint64_t o_qoff = cv.Add((nq + 1) * 8), o_doff = cv.Add((nd + 1) * 8), o_flag = cv.Add(16);
