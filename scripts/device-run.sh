@@ -12,6 +12,7 @@
 #   gpu-bench   GPU benchmarks against in-run cuBLAS / copy-bandwidth / PyTorch baselines
 #   gpu-multi   several GPUs: the GPU suite with corpora sharded over all of them, and the scaling benchmark
 #   gpu-focus   a development round: GPU tests matching GPU_TEST_FILTER and benchmark shapes GPU_SHAPES
+#   gpu-serve   the serving-batch shapes alone: the batch kernel's tests, gpu_bench, cuBLAS and the peers on them
 #   gpu-ncu     a full Nsight Compute profile of one kernel on one shape (NCU_SHAPE, NCU_KERNEL)
 #   gpu-ab      the GPU benchmark of .carry/base-src (MAXSIM_BASE_REV=<rev> make-carry.sh) against this tree
 #   x86-kernels the x86 kernel developers' section: kernel_bench per kernel, top-k pruning, pinned thread scaling

@@ -351,36 +351,35 @@ struct BatchRows {
   }
 };
 
-// The end of a document in a batch launch, in two halves. WriteBatchTerms: each row's term at its local row of
-// s_term (zero past its query's length, for masked rows and in slots without a query), by the lane that holds the
-// row's maximum. WriteBatchScore: query slot qslot of the group summed in token order from s_term (OrderedSum, as
-// FinishPair does for one query) and written as its score for document dj.
-__device__ __forceinline__ void WriteBatchTerms(const ForwardArgs& a, float* s_term, const float (&run)[1][2],
-                                                uint32_t wrow, uint32_t grp) {
-  if ((threadIdx.x & 3) != 0) return;
-  const BatchRows br(a, grp, wrow);
-  const uint32_t g = (threadIdx.x & 31) >> 2;
+// The end of document dj in a batch launch: every row's term into s_term at its local row (zero past its
+// query's length, for masked rows and in slots without a query), then thread q sums slot q in token order
+// (OrderedSum, as FinishPair does for one query) and writes query q's score.
+template <class Barrier>
+__device__ __forceinline__ void FinishDocBatch(const ForwardArgs& a, const Barrier& bar, float* s_term,
+                                               float (&run)[1][2], uint32_t wrow, uint32_t grp, uint64_t dj,
+                                               uint64_t ld, bool saw_kept, float chk) {
+  QuadMaxRows<1>(a, run, chk);
+  const bool doc_nonempty = a.d.mask ? bar.SyncOr(saw_kept) : (bar.Sync(), ld > 0);
+  if ((threadIdx.x & 3) == 0) {
+    const BatchRows br(a, grp, wrow);
+    const uint32_t g = (threadIdx.x & 31) >> 2;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint64_t r = br.tok + g + 8 * h;
-    float term = 0.0f;
-    if (br.has_query && r < br.lq && a.q.Kept(br.qb + r)) {
-      term = a.cosine ? run[0][h] * InvNorm(RowNorm(a.q, br.qb + r)) : run[0][h];
+    for (int h = 0; h < 2; ++h) {
+      const uint64_t r = br.tok + g + 8 * h;
+      float term = 0.0f;
+      if (br.has_query && r < br.lq && a.q.Kept(br.qb + r)) {
+        term = a.cosine ? run[0][h] * InvNorm(RowNorm(a.q, br.qb + r)) : run[0][h];
+      }
+      s_term[wrow + g + 8 * h] = term;
     }
-    s_term[wrow + g + 8 * h] = term;
   }
-}
-
-__device__ __forceinline__ void WriteBatchScore(const ForwardArgs& a, const float* s_term, uint32_t grp,
-                                                uint32_t qslot, uint64_t dj, bool nonempty) {
-  const uint64_t qi = static_cast<uint64_t>(grp) * a.batch.per_group + qslot;
-  if (qslot >= a.batch.per_group || qi >= a.batch.nq) return;
-  const double sum = OrderedSum(s_term + qslot * a.batch.slot, a.q.End(qi) - a.q.Begin(qi));
-  *a.pairs.ScorePtr(dj, qi, dj) = nonempty ? RoundScore(sum) : -INFINITY;
-}
-
-__device__ __forceinline__ void WarpgroupBarrier(uint32_t wg) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory");
+  bar.Sync();
+  const uint32_t q = threadIdx.x;
+  const uint64_t qi = static_cast<uint64_t>(grp) * a.batch.per_group + q;
+  if (q < a.batch.per_group && qi < a.batch.nq) {
+    const double sum = OrderedSum(s_term + q * a.batch.slot, a.q.End(qi) - a.q.Begin(qi));
+    *a.pairs.ScorePtr(dj, qi, dj) = doc_nonempty ? RoundScore(sum) : -INFINITY;
+  }
 }
 
 #endif  // MAXSIM_HAVE_WGMMA
@@ -398,9 +397,7 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
   static_assert(!kBatch || QS == 1, "a batch launch holds one 64-row set per warpgroup");
   extern __shared__ uint8_t smem_raw[];
   constexpr int kThreads = WGS * 128, kRows = WGS * QS * 64;
-  // Batch launches double-buffer the row terms and keep each warpgroup's last document (below).
-  __shared__ float s_term[kBatch ? 2 * kRows : kRows];
-  __shared__ uint64_t s_pend[kBatch ? 2 * WGS : 1];
+  __shared__ float s_term[kRows];
   __shared__ __align__(8) uint64_t s_full[S], s_empty[S];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wq = warp & 3;
@@ -456,23 +453,6 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
     const BatchRows br(a, grp, wg * 64 + wq * 16);
     LoadQueryFragments<QS>(a.q.orig + br.qb * qrb, qrb, br.lq, dim, br.tok + g, qa, qc);  // for every document
   }
-  // Batch launches with slots of at most 64 rows: each query's rows are in one warpgroup, so a document ends with
-  // a barrier of that warpgroup only (warpgroups stay out of step, one's folds overlapping the others' wgmma),
-  // and its scores are summed while the next document's first tile is on the tensor cores: lane 0 of warp q of
-  // the warpgroup sums its q-th query (`pending`: a document's terms, at s_term + (par ^ 1) * kRows, and
-  // {document << 1 | nonempty} at s_pend[(par ^ 1) * WGS + wg], wait to be summed). Slots of 128 rows span two
-  // warpgroups: a block barrier, then threads 0.. sum.
-  const bool wg_local = kBatch && a.batch.slot <= 64;
-  bool pending = false;
-  uint32_t par = 0;
-  auto flush = [&]() {
-    const uint32_t pp = par ^ 1;
-    if (lane == 0 && wq < 64 / a.batch.slot) {
-      const uint64_t pend = s_pend[pp * WGS + wg];
-      WriteBatchScore(a, s_term + pp * kRows, grp, (wg * 64) / a.batch.slot + wq, pend >> 1, (pend & 1) != 0);
-    }
-    pending = false;
-  };
   RingPos consumed;
   for (uint64_t p = c0; p < units; p += cpg) {
     uint64_t qi = 0, dj = p, qb = 0, lq = 0;
@@ -533,9 +513,6 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
           PinAcc(acc0);
           MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
           FoldTileMax<N>(a, acc0, db, ld, base, plain, run[0][0], run[0][1], saw_kept, check, chk);
-          // While the other warpgroups' tiles are on the tensor cores (here the accumulators are free: in this
-          // tile's shadow the sum spilled registers).
-          if (kBatch && pending) flush();
         };
         // Batch launches: a document's last tile of at most 64 tokens runs as a 64-token wgmma (documents of 300
         // tokens: 320 columns computed instead of 384). Narrower widths, or this one in pair launches, exceed
@@ -548,28 +525,12 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
       }
     }
     if constexpr (kBatch) {
-      QuadMaxRows<1>(a, run, chk);
-      // Every warp sees every column of the document (the quads' lanes split each n8 block).
-      const bool nonempty = a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
-      if (wg_local) {
-        if (pending) flush();  // an empty document had no tile to hide it in
-        WriteBatchTerms(a, s_term + par * kRows, run, wg * 64 + wq * 16, grp);
-        if (wq == 0 && lane == 0) s_pend[par * WGS + wg] = dj << 1 | (nonempty ? 1u : 0u);
-        WarpgroupBarrier(wg);
-        pending = true;
-        par ^= 1;
-      } else {
-        __syncthreads();  // the previous document's sums have read s_term
-        WriteBatchTerms(a, s_term, run, wg * 64 + wq * 16, grp);
-        __syncthreads();
-        if (tid < a.batch.per_group) WriteBatchScore(a, s_term, grp, tid, dj, nonempty);
-      }
+      FinishDocBatch(a, BlockBarrier{}, s_term, run, wg * 64 + wq * 16, grp, dj, ld, saw_kept, chk);
     } else {
       FinishPair<QS>(a, BlockBarrier{}, tid == 0, s_term, run, wg * QS * 64 + wq * 16 + g, grp, r0b, p, qi, dj,
                      qb, lq, ld, saw_kept, chk);
     }
   }
-  if (kBatch && pending) flush();
 #endif
 }
 
@@ -655,14 +616,13 @@ bool WgmmaBatchUsable(const ForwardArgs& a, uint64_t max_lq) {
   return WgmmaInputsFit(a);
 }
 
-// Slots of 16, 32, 64 or 128 rows, the least that holds max_lq (a warp's rows then belong to one query, and a
-// warpgroup's to whole queries up to 64 rows); 128-row groups (two blocks per
+// Slots of max_lq rounded up to 16 rows (a warp's rows then belong to one query); 128-row groups (two blocks per
 // SM) when the whole batch fits one, else 256-row groups.
 cudaError_t LaunchExactWgmmaBatch(const ForwardArgs& in, uint64_t max_lq, cudaStream_t stream) {
   ForwardArgs a = in;
   const uint64_t nq = a.pairs.nd ? a.pairs.n_pairs / a.pairs.nd : 0;
   if (nq == 0) return cudaSuccess;
-  const uint32_t slot = max_lq <= 16 ? 16 : max_lq <= 32 ? 32 : max_lq <= 64 ? 64 : 128;
+  const uint32_t slot = static_cast<uint32_t>(std::max<uint64_t>(16, (max_lq + 15) / 16 * 16));
   const uint32_t rows = nq * slot <= 128 ? 128 : 256;
   a.batch.slot = slot;
   a.batch.per_group = rows / slot;
