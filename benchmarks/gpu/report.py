@@ -162,7 +162,10 @@ def tables(bench, base, peers, ctx, brief):
     if ctx:
         gpu = next((l.strip() for l in ctx.get("machine", "").splitlines() if "H100" in l or "H200" in l), "")
         out += ["Run: `%s` at %s, revision %s%s" % (ctx.get("command"), ctx.get("date"), ctx.get("revision"),
-                                                   "; " + " ".join(gpu.split()) if gpu else ""), ""]
+                                                   "; " + " ".join(gpu.split()) if gpu else "")]
+        if ctx.get("note"):  # what was left out of the run's file, and why
+            out += ["Note: " + ctx["note"]]
+        out += [""]
     t1, read_bw, cublas, _ = side_by_side(bench, base, peers)
     out += t1
     if not brief:
