@@ -460,6 +460,38 @@ std::vector<float> DeviceScoreValues(Context& ctx, const DeviceSets& q, const De
   return out.Down();
 }
 
+// Masked dense device tensors (bf16 and f16, dot and cosine; the query and document masks reach the kernels):
+// scores only must have the same bits as with the environment variable name=value (the kernel it replaces), and
+// each must be within the float64 reference's bound, as must the argmax path's.
+void ExpectMaskedDeviceValues(Context& gpu, uint64_t& salt, uint64_t nq, uint64_t lq_min, uint64_t lq_max,
+                              uint64_t nd, uint64_t ld_max, const char* name, const char* value,
+                              const std::string& label) {
+  for (maxsim_dtype dtype : {MAXSIM_BF16, MAXSIM_F16}) {
+    auto rng = Rng(++salt);
+    TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, nq, lq_min, lq_max, 128), dtype);
+    TokenSets d = Encoded(Generate(rng, Shape::kClustered, nd, 0, ld_max, 128), dtype);
+    RandomMask(rng, q, 0.2);
+    RandomMask(rng, d, 0.35);
+    const DeviceSets dq(q), dd(d);
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      const std::string what = label + " dtype " + std::to_string(dtype) + (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+      const std::vector<float> values = DeviceScoreValues(gpu, dq, dd, metric);
+      const std::vector<float> other = WithEnv(name, value, [&](Context& gpu) {
+        return DeviceScoreValues(gpu, dq, dd, metric);
+      });
+      ExpectSameBits(values, other, what + " vs " + name + "=" + value);
+      const Matrix ref = ScoreMatrix(gpu, q.Dense(), q.n_sets(), q.rows(), d.Dense(), d.n_sets(), metric,
+                                     MAXSIM_MODE_EXACT);
+      ExpectReference(q, d, metric, ref, what + " reference");
+      for (size_t i = 0; i < values.size(); ++i) {
+        const uint64_t qi = i / d.n_sets(), dj = i % d.n_sets();
+        const std::string err = CheckPair(q, qi, d, dj, metric, values[i], nullptr);
+        ASSERT_TRUE(err.empty()) << what << " query " << qi << " doc " << dj << ": " << err;
+      }
+    }
+  }
+}
+
 TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
   // Long queries (more than 64 rows, 96 < dim <= 128) asked for scores only run the wgmma kernel on an sm_90
   // device. Its scores must be the mma.sync kernels' bits: the long-query mma.sync kernel (MAXSIM_CUDA_WGMMA=0),
@@ -519,31 +551,7 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
     }
   }
   // Masked dense device tensors: the document mask and query mask reach the kernel.
-  for (maxsim_dtype dtype : {MAXSIM_BF16, MAXSIM_F16}) {
-    auto rng = Rng(++salt);
-    TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 100, 400, 128), dtype);
-    TokenSets d = Encoded(Generate(rng, Shape::kClustered, 10, 0, 500, 128), dtype);
-    RandomMask(rng, q, 0.2);
-    RandomMask(rng, d, 0.35);
-    const DeviceSets dq(q), dd(d);
-    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
-      const std::string what = std::string("masked device tensors dtype ") + std::to_string(dtype) +
-                               (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
-      const std::vector<float> values = DeviceScoreValues(gpu, dq, dd, metric);
-      const std::vector<float> mma = WithEnv("MAXSIM_CUDA_WGMMA", "0", [&](Context& gpu) {
-        return DeviceScoreValues(gpu, dq, dd, metric);
-      });
-      ExpectSameBits(values, mma, what + " vs MAXSIM_CUDA_WGMMA=0");
-      const Matrix ref = ScoreMatrix(gpu, q.Dense(), q.n_sets(), q.rows(), d.Dense(), d.n_sets(), metric,
-                                     MAXSIM_MODE_EXACT);
-      ExpectReference(q, d, metric, ref, what + " reference");
-      for (size_t i = 0; i < values.size(); ++i) {
-        const uint64_t qi = i / d.n_sets(), dj = i % d.n_sets();
-        const std::string err = CheckPair(q, qi, d, dj, metric, values[i], nullptr);
-        ASSERT_TRUE(err.empty()) << what << " query " << qi << " doc " << dj << ": " << err;
-      }
-    }
-  }
+  ExpectMaskedDeviceValues(gpu, salt, 3, 100, 400, 10, 500, "MAXSIM_CUDA_WGMMA", "0", "masked device tensors");
 }
 
 TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
@@ -623,28 +631,7 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
     }
   }
   // Masked dense device tensors: the query and document masks reach the batch kernel.
-  for (maxsim_dtype dtype : {MAXSIM_BF16, MAXSIM_F16}) {
-    auto rng = Rng(++salt);
-    TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 6, 0, 32, 128), dtype);
-    TokenSets d = Encoded(Generate(rng, Shape::kClustered, 15, 0, 260, 128), dtype);
-    RandomMask(rng, q, 0.2);
-    RandomMask(rng, d, 0.35);
-    const DeviceSets dq(q), dd(d);
-    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
-      const std::string what = std::string("batch, masked device tensors dtype ") + std::to_string(dtype) +
-                               (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
-      const std::vector<float> values = DeviceScoreValues(gpu, dq, dd, metric);
-      const std::vector<float> pairs = WithEnv("MAXSIM_CUDA_NO_BATCH", "1", [&](Context& gpu) {
-        return DeviceScoreValues(gpu, dq, dd, metric);
-      });
-      ExpectSameBits(values, pairs, what + " vs MAXSIM_CUDA_NO_BATCH=1");
-      for (size_t i = 0; i < values.size(); ++i) {
-        const uint64_t qi = i / d.n_sets(), dj = i % d.n_sets();
-        const std::string err = CheckPair(q, qi, d, dj, metric, values[i], nullptr);
-        ASSERT_TRUE(err.empty()) << what << " query " << qi << " doc " << dj << ": " << err;
-      }
-    }
-  }
+  ExpectMaskedDeviceValues(gpu, salt, 6, 0, 32, 15, 260, "MAXSIM_CUDA_NO_BATCH", "1", "batch, masked device tensors");
 }
 
 TEST_F(Gpu, CertifiedWgmmaScreeningEqualsExact) {

@@ -97,24 +97,27 @@ constexpr int kWgStageBytes = 2 * kWgRegionBytes;   // 128 logical k positions
 // element depends only on its own A row, B column and accumulator, so the tile width changes no value.
 // WgmmaFirst: the first k step, D = A*B (scale-d = 0): the accumulators are outputs only, so their previous
 // values are dead between tiles.
+// The body of both: the instruction for N and T (MAXSIM_ACC, defined before each, says how the accumulators are
+// bound).
+#define MAXSIM_WGMMA_CASE(NN)             \
+  if constexpr (N == NN) {                \
+    if constexpr (kBf16) {                \
+      MAXSIM_WGMMA_M64N##NN##K16("bf16"); \
+    } else {                              \
+      MAXSIM_WGMMA_M64N##NN##K16("f16");  \
+    }                                     \
+  }
+#define MAXSIM_WGMMA_BODY                                                                \
+  static_assert((N == 64 || N == 128 || N == 256) && N / 2 <= V, "wgmma N");              \
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;                           \
+  MAXSIM_WGMMA_CASE(64)                                                                   \
+  MAXSIM_WGMMA_CASE(128)                                                                  \
+  MAXSIM_WGMMA_CASE(256)
 #define MAXSIM_ACC(x) "+f"(x)
 template <typename T, int N, int V>
 __device__ __forceinline__ void Wgmma(float (&d)[V], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                       uint64_t desc, int sd) {
-  static_assert((N == 64 || N == 128 || N == 256) && N / 2 <= V, "wgmma N");
-  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
-#define MAXSIM_WGMMA_CASE(NN)                 \
-  if constexpr (N == NN) {                    \
-    if constexpr (kBf16) {                    \
-      MAXSIM_WGMMA_M64N##NN##K16("bf16");     \
-    } else {                                  \
-      MAXSIM_WGMMA_M64N##NN##K16("f16");      \
-    }                                         \
-  }
-  MAXSIM_WGMMA_CASE(64)
-  MAXSIM_WGMMA_CASE(128)
-  MAXSIM_WGMMA_CASE(256)
-#undef MAXSIM_WGMMA_CASE
+  MAXSIM_WGMMA_BODY
 }
 #undef MAXSIM_ACC
 #define MAXSIM_ACC(x) "=f"(x)
@@ -122,22 +125,11 @@ template <typename T, int N, int V>
 __device__ __forceinline__ void WgmmaFirst(float (&d)[V], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                            uint64_t desc) {
   const int sd = 0;
-  static_assert((N == 64 || N == 128 || N == 256) && N / 2 <= V, "wgmma N");
-  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
-#define MAXSIM_WGMMA_CASE(NN)                 \
-  if constexpr (N == NN) {                    \
-    if constexpr (kBf16) {                    \
-      MAXSIM_WGMMA_M64N##NN##K16("bf16");     \
-    } else {                                  \
-      MAXSIM_WGMMA_M64N##NN##K16("f16");      \
-    }                                         \
-  }
-  MAXSIM_WGMMA_CASE(64)
-  MAXSIM_WGMMA_CASE(128)
-  MAXSIM_WGMMA_CASE(256)
-#undef MAXSIM_WGMMA_CASE
+  MAXSIM_WGMMA_BODY
 }
 #undef MAXSIM_ACC
+#undef MAXSIM_WGMMA_BODY
+#undef MAXSIM_WGMMA_CASE
 #undef MAXSIM_WGMMA_M64N128K16
 #undef MAXSIM_WGMMA_M64N256K16
 #undef MAXSIM_WGMMA_M64N64K16
