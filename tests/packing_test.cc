@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "half.h"
+#include "hwy/detect_targets.h"
+#include "kernels/kernel.h"
 #include "maxsim/maxsim.hpp"
 #include "packed.h"
 #include "reference_packer.h"
@@ -227,9 +230,11 @@ TEST(Packer, MaskedRowsAreDropped) {
 TEST(Packer, EveryHighwayTargetMatchesTheScalarDefinition) {
   std::mt19937_64 rng(14);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  ASSERT_GT(pack::QuantizeTargetCount(), 0u);
-  for (size_t target = 0; target < pack::QuantizeTargetCount(); ++target) {
-    pack::QuantizeForceTarget(target);
+  ASSERT_FALSE(pack::RowOpsTargets().empty());
+  for (int64_t t : pack::RowOpsTargets()) {
+    const pack::RowOps ops = pack::RowOpsFor(t);
+    const char* target = pack::RowOpsTargetName(t);
+    ASSERT_EQ(ops.target, t) << target << ": a cap this CPU runs selects that target";
     for (uint32_t dim = 1; dim <= 300; dim += (dim < 40 ? 1 : 37)) {
       for (int trial = 0; trial < 6; ++trial) {
         std::vector<float> v(dim);
@@ -237,32 +242,96 @@ TEST(Packer, EveryHighwayTargetMatchesTheScalarDefinition) {
         for (float& x : v) x = g(rng) * scale;
         if (trial == 5) v[rng() % dim] = 3.0e38f;  // one huge element
         const pack::RowStats ref = pack::AnalyzeRowRef(v.data(), dim);
-        const pack::RowStats got = pack::AnalyzeRow(v.data(), dim);
+        const pack::RowStats got = ops.analyze(v.data(), dim);
         ASSERT_EQ(got.finite, ref.finite);
-        ASSERT_EQ(std::memcmp(&got.maxabs, &ref.maxabs, 4), 0) << pack::QuantizeTargetName(target) << " dim " << dim;
-        ASSERT_EQ(std::memcmp(&got.norm_sq, &ref.norm_sq, 8), 0) << pack::QuantizeTargetName(target) << " dim " << dim;
+        ASSERT_EQ(std::memcmp(&got.maxabs, &ref.maxabs, 4), 0) << target << " dim " << dim;
+        ASSERT_EQ(std::memcmp(&got.norm_sq, &ref.norm_sq, 8), 0) << target << " dim " << dim;
         const uint32_t padded = (dim + 63) / 64 * 64;
         std::vector<int8_t> c_ref(padded, 5), c_got(padded, 7);
         maxsim_vector_meta m_ref, m_got;
         pack::QuantizeRowRef(v.data(), dim, padded, ref, c_ref.data(), &m_ref);
-        pack::QuantizeRow(v.data(), dim, padded, got, c_got.data(), &m_got);
-        ASSERT_EQ(c_got, c_ref) << pack::QuantizeTargetName(target) << " dim " << dim << " trial " << trial;
+        ops.quantize(v.data(), dim, padded, got, c_got.data(), &m_got);
+        ASSERT_EQ(c_got, c_ref) << target << " dim " << dim << " trial " << trial;
         ASSERT_EQ(std::memcmp(&m_got, &m_ref, sizeof(m_ref)), 0)
-            << pack::QuantizeTargetName(target) << " dim " << dim << " trial " << trial;
+            << target << " dim " << dim << " trial " << trial;
+        // Widening and the checksum loop too (exact conversions, integer sums): the same bits on every target.
+        std::vector<uint16_t> half(dim);
+        for (uint32_t k = 0; k < dim; ++k) half[k] = F32ToBf16(v[k]);
+        std::vector<float> w_ref(dim), w_got(dim);
+        pack::BestRowOps().widen(half.data(), MAXSIM_BF16, dim, w_ref.data());
+        ops.widen(half.data(), MAXSIM_BF16, dim, w_got.data());
+        ASSERT_EQ(std::memcmp(w_ref.data(), w_got.data(), 4 * dim), 0) << target << " dim " << dim;
+        ASSERT_EQ(pack::Checksum64(c_got.data(), padded, ops), pack::Checksum64(c_got.data(), padded))
+            << target << " dim " << dim;
       }
     }
   }
-  pack::QuantizeForceTarget(SIZE_MAX);
 }
 
-// The compare-only acceptance test of dense scoring (pack::RowsWithin with pack::AcceptedElementBound): on every
+// Packing runs on the widest Highway target the context's kernel allows (MAXSIM_ISA=avx2 on an AVX-512 machine
+// keeps AVX-512 out of packing too), says so in the report, and every kernel's context packs the same bytes.
+TEST(Packer, PackingFollowsTheKernelsTargetAndPacksTheSameBytes) {
+  std::mt19937_64 rng(16);
+  TokenSets t = Generate(rng, Shape::kClustered, 12, 1, 40, 96);
+  t.Encode(MAXSIM_BF16);
+  const DenseSets d = t.Dense();
+  std::vector<uint8_t> first;
+  std::string first_kernel;
+  for (size_t i = 0; i < maxsim_kernel_count(); ++i) {
+    if (!maxsim_kernel_available(i, nullptr)) continue;
+    const std::string kernel = maxsim_kernel_name(i);
+    maxsim_options o;
+    maxsim_options_init(&o);
+    o.isa = kernel.c_str();
+    o.load_plugins = 0;
+    Context ctx(o);
+    size_t n = 0;
+    const KernelInfo* list = KernelList(&n);
+    const pack::RowOps want = pack::RowOpsFor(PackingTargetCap(list[i]));
+    const std::string report = ctx.Report();
+    const std::string line = std::string("Packing: Highway ") + pack::RowOpsTargetName(want.target) + " ";
+    EXPECT_NE(report.find(line), std::string::npos) << kernel << "\n" << report;
+    if (kernel == "avx2" || kernel == "avx-vnni" || kernel == "autovec-avx2" || kernel == "scalar") {
+      EXPECT_EQ(report.find("Packing: Highway AVX3"), std::string::npos) << kernel << " packs with AVX-512";
+    }
+    if (kernel == "scalar") {
+      EXPECT_TRUE(want.target == HWY_SCALAR || want.target == HWY_EMU128) << pack::RowOpsTargetName(want.target);
+    }
+    Packed p = Packed::Pack(ctx, d);
+    maxsim_packed_desc desc{};
+    Check(maxsim_packed_describe(p.get(), &desc));
+    const auto* bytes = static_cast<const uint8_t*>(desc.data);
+    std::vector<uint8_t> got(bytes, bytes + desc.size);
+    if (first.empty()) {
+      first = got;
+      first_kernel = kernel;
+    } else {
+      ExpectSameBytes(got, first, kernel + " vs " + first_kernel);
+    }
+  }
+  // Without a context (validate, open, load) MAXSIM_ISA picks the target; a name that is no kernel is refused.
+  Context any = CpuContext(1);
+  Packed p = Packed::Pack(any, d);
+  maxsim_packed_desc desc{};
+  Check(maxsim_packed_describe(p.get(), &desc));
+  setenv("MAXSIM_ISA", "scalar", 1);
+  EXPECT_EQ(maxsim_validate(desc.data, desc.size, MAXSIM_VALIDATE_DEEP), MAXSIM_OK) << maxsim_last_error();
+  setenv("MAXSIM_ISA", "avx9", 1);
+  EXPECT_EQ(maxsim_validate(desc.data, desc.size, MAXSIM_VALIDATE_STANDARD), MAXSIM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(maxsim_last_error()).find("'avx9' (set by MAXSIM_ISA=avx9) is not a CPU kernel name"),
+            std::string::npos) << maxsim_last_error();
+  unsetenv("MAXSIM_ISA");
+}
+
+// The compare-only acceptance test of dense scoring (RowOps::rows_within with pack::AcceptedElementBound): on every
 // Highway target, a row it passes is accepted by the canonical AnalyzeRowRef (finite, norm <= 1e19), it fails
 // every non-finite row, and it agrees with the element-wise definition, at and around the bound.
 TEST(Packer, ElementBoundIsASufficientAcceptanceTest) {
   std::mt19937_64 rng(16);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  for (size_t target = 0; target < pack::QuantizeTargetCount(); ++target) {
-    pack::QuantizeForceTarget(target);
+  for (int64_t t : pack::RowOpsTargets()) {
+    const pack::RowOps ops = pack::RowOpsFor(t);
+    const char* target = pack::RowOpsTargetName(t);
     for (uint32_t dim : {1u, 2u, 7u, 15u, 16u, 17u, 31u, 32u, 33u, 64u, 96u, 128u, 129u, 300u, 1000u}) {
       const float b = pack::AcceptedElementBound(dim);
       ASSERT_GT(b, 0.0f);
@@ -299,13 +368,13 @@ TEST(Packer, ElementBoundIsASufficientAcceptanceTest) {
           const pack::RowStats st = pack::AnalyzeRowRef(row, dim);
           accepted &= st.finite && pack::NormAccepted(st.norm_sq);
         }
-        const bool got = pack::RowsWithin(v.data(), rows, stride * sizeof(float), dim, b);
-        ASSERT_EQ(got, within) << pack::QuantizeTargetName(target) << " dim " << dim << " trial " << trial;
-        if (got) ASSERT_TRUE(accepted) << pack::QuantizeTargetName(target) << " dim " << dim << " trial " << trial;
+        const bool got =
+            ops.rows_within(reinterpret_cast<const uint8_t*>(v.data()), rows, stride * sizeof(float), dim, b);
+        ASSERT_EQ(got, within) << target << " dim " << dim << " trial " << trial;
+        if (got) ASSERT_TRUE(accepted) << target << " dim " << dim << " trial " << trial;
       }
     }
   }
-  pack::QuantizeForceTarget(SIZE_MAX);
 }
 
 TEST(Packer, QuantisationInvariantsHold) {

@@ -111,8 +111,8 @@ Status ReadScoringInputs(const maxsim_context* ctx, const maxsim_sets* queries, 
   MAXSIM_RETURN_IF_ERROR(ResolveSets(queries, "queries", &in->q));
   MAXSIM_RETURN_IF_ERROR(ResolveSets(documents, "documents", &in->d));
   if (in->req.mode == MAXSIM_MODE_CERTIFIED) {  // every route, CPU and plugins (trust.cc)
-    if (in->q.is_packed) MAXSIM_RETURN_IF_ERROR(ProveForCertified(*in->q.handle, ctx->threads, "queries"));
-    if (in->d.is_packed) MAXSIM_RETURN_IF_ERROR(ProveForCertified(*in->d.handle, ctx->threads, "documents"));
+    if (in->q.is_packed) MAXSIM_RETURN_IF_ERROR(ProveForCertified(*in->q.handle, ctx->threads, ctx->engine->row_ops(), "queries"));
+    if (in->d.is_packed) MAXSIM_RETURN_IF_ERROR(ProveForCertified(*in->d.handle, ctx->threads, ctx->engine->row_ops(), "documents"));
   }
   return Status::Ok();
 }
@@ -177,6 +177,8 @@ Status PackOwned(maxsim_context* ctx, const maxsim_dense_sets* sets, const uint6
   *out = nullptr;
   DenseView v;
   MAXSIM_RETURN_IF_ERROR(ResolveDense(sets, "sets", &v));
+  pack::RowOps ops;
+  MAXSIM_RETURN_IF_ERROR(PackingRowOps(ctx, &ops));
   uint64_t size = 0;
   MAXSIM_RETURN_IF_ERROR(pack::PackedSize(v, ids != nullptr, &size, string_ids));
   void* memory = AllocatePacked(size);
@@ -186,9 +188,9 @@ Status PackOwned(maxsim_context* ctx, const maxsim_dense_sets* sets, const uint6
   }
   const uint64_t allocated = size;
   Status st = pack::PackInto(v, ids, memory, size, ctx ? ctx->threads : 1, "sets", &size,
-                             /*write_before_validation=*/true, string_ids);
+                             /*write_before_validation=*/true, string_ids, ops);
   pack::PackedView view;
-  if (st.ok()) st = pack::Validate(memory, size, MAXSIM_VALIDATE_FAST, &view);
+  if (st.ok()) st = pack::Validate(memory, size, MAXSIM_VALIDATE_FAST, &view, ops);
   if (!st.ok()) {
     FreePacked(memory, allocated);
     return st;
@@ -330,7 +332,9 @@ MAXSIM_API maxsim_status maxsim_pack_into(maxsim_context* ctx, const maxsim_dens
   return Guard([&]() -> Status {
     DenseView v;
     MAXSIM_RETURN_IF_ERROR(ResolveDense(sets, "sets", &v));
-    return pack::PackInto(v, ids, out, capacity, ctx ? ctx->threads : 1, "sets", written);
+    pack::RowOps ops;
+    MAXSIM_RETURN_IF_ERROR(PackingRowOps(ctx, &ops));
+    return pack::PackInto(v, ids, out, capacity, ctx ? ctx->threads : 1, "sets", written, false, nullptr, ops);
   });
 }
 
@@ -355,7 +359,9 @@ MAXSIM_API maxsim_status maxsim_pack_with_string_ids(maxsim_context* ctx, const 
 MAXSIM_API maxsim_status maxsim_validate(const void* buffer, uint64_t size, maxsim_validation level) {
   return Guard([&]() -> Status {
     MAXSIM_RETURN_IF_ERROR(CheckLevel(level));
-    return pack::Validate(buffer, size, level, nullptr);
+    pack::RowOps ops;
+    MAXSIM_RETURN_IF_ERROR(PackingRowOps(nullptr, &ops));
+    return pack::Validate(buffer, size, level, nullptr, ops);
   });
 }
 
@@ -365,8 +371,10 @@ MAXSIM_API maxsim_status maxsim_packed_open(const void* buffer, uint64_t size, m
     if (!out) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = nullptr;
     MAXSIM_RETURN_IF_ERROR(CheckLevel(level));
+    pack::RowOps ops;
+    MAXSIM_RETURN_IF_ERROR(PackingRowOps(nullptr, &ops));
     pack::PackedView view;
-    MAXSIM_RETURN_IF_ERROR(pack::Validate(buffer, size, level, &view));
+    MAXSIM_RETURN_IF_ERROR(pack::Validate(buffer, size, level, &view, ops));
     auto* p = new maxsim_packed;
     p->view = view;
     p->uid = NextPackedUid();
@@ -381,7 +389,9 @@ MAXSIM_API maxsim_status maxsim_packed_load(const char* path, maxsim_validation 
     if (!out) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = nullptr;
     MAXSIM_RETURN_IF_ERROR(CheckLevel(level));
-    return LoadPackedFile(path, level, out);
+    pack::RowOps ops;
+    MAXSIM_RETURN_IF_ERROR(PackingRowOps(nullptr, &ops));
+    return LoadPackedFile(path, level, ops, out);
   });
 }
 

@@ -158,16 +158,17 @@ Status SelectVariant(maxsim_context* ctx) {
                want.c_str(), source.c_str(), v->what, ctx->kernel->name, known.c_str());
 }
 
-Status SelectKernel(const maxsim_options& o, maxsim_context* ctx) {
+// The kernel `isa` names (NULL or "": MAXSIM_ISA, else the best available) and why it was chosen.
+Status FindKernel(const char* isa, const KernelInfo** kernel, std::string* kernel_source) {
   std::string source;
-  const std::string want = Lower(FromOptionOrEnv(o.isa, "MAXSIM_ISA", "", &source));
+  const std::string want = Lower(FromOptionOrEnv(isa, "MAXSIM_ISA", "", &source));
   size_t n = 0;
   const KernelInfo* list = KernelList(&n);
   if (want.empty() || want == "auto" || want == "best") {
     for (size_t i = 0; i < n; ++i) {
       if (KernelAvailable(list[i], nullptr)) {
-        ctx->kernel = &list[i];
-        ctx->kernel_source = "the highest-priority kernel this CPU supports";
+        *kernel = &list[i];
+        *kernel_source = "the highest-priority kernel this CPU supports";
         return Status::Ok();
       }
     }
@@ -181,8 +182,8 @@ Status SelectKernel(const maxsim_options& o, maxsim_context* ctx) {
         return Error(MAXSIM_ERR_BACKEND_UNAVAILABLE, "CPU kernel '%s' (%s) cannot run here: %s", list[i].name,
                      source.c_str(), reason.c_str());
       }
-      ctx->kernel = &list[i];
-      ctx->kernel_source = "forced, " + source;
+      *kernel = &list[i];
+      *kernel_source = "forced, " + source;
       return Status::Ok();
     }
     known += (known.empty() ? "" : ", ") + std::string(list[i].name);
@@ -207,6 +208,10 @@ Status CheckDeviceList(const char* list) {
     if (*p == '\0') return Status::Ok();
     ++p;
   }
+}
+
+Status SelectKernel(const maxsim_options& o, maxsim_context* ctx) {
+  return FindKernel(o.isa, &ctx->kernel, &ctx->kernel_source);
 }
 
 // Creates the plugin's backends: one per device when it reports several (device_count > 1), else one.
@@ -402,6 +407,18 @@ void FreeDeviceCorpus(maxsim_context& ctx, DeviceCorpus& corpus) {
   }
 }
 
+Status PackingRowOps(const maxsim_context* ctx, pack::RowOps* out) {
+  if (ctx) {
+    *out = ctx->engine->row_ops();
+    return Status::Ok();
+  }
+  const KernelInfo* kernel = nullptr;
+  std::string source;
+  MAXSIM_RETURN_IF_ERROR(FindKernel(nullptr, &kernel, &source));
+  *out = pack::RowOpsFor(PackingTargetCap(*kernel));
+  return Status::Ok();
+}
+
 std::string ContextReport(const maxsim_context& ctx) {
   const CpuInfo& cpu = GetCpuInfo();
   std::string r = Format("libmaxsim %s\n", maxsim_version_string());
@@ -422,6 +439,8 @@ std::string ContextReport(const maxsim_context& ctx) {
   }
   r += "Selected kernel: " + std::string(ctx.kernel->name) + " (" + ctx.kernel_source + ")\n";
   if (!ctx.kernel_variant_note.empty()) r += "  " + ctx.kernel_variant_note + "\n";
+  r += Format("Packing: Highway %s (the widest target kernel %s allows)\n",
+              pack::RowOpsTargetName(ctx.engine->row_ops().target), ctx.kernel->name);
   r += Format("Threads: %d (%s)\n", ctx.threads, ctx.threads_source.c_str());
   if (!ctx.plugins_loaded) {
     r += "Plugins: not loaded (disabled by the options)\n";

@@ -60,6 +60,10 @@ struct maxsim_context {
 namespace maxsim {
 
 maxsim_status CreateContext(const maxsim_options* options, maxsim_context** out);
+// The packing row operations (pack::RowOps) of a call: the context's (its kernel's target cap), or without a
+// context those of the kernel MAXSIM_ISA names (the best one when unset; an unknown or unavailable name is an
+// error), so that a pinned ISA holds in every entry point.
+Status PackingRowOps(const maxsim_context* ctx, pack::RowOps* out);
 std::string ContextReport(const maxsim_context& ctx);
 
 // The plugin's view of sets [s0, s1) of a validated packed buffer.

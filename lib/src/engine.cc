@@ -63,7 +63,8 @@ void NoteRejection(const DenseView& v, uint64_t set, uint64_t row, const float* 
 }
 
 // Checks every kept row of dense host sets (finite, norm <= 1e19) and keeps each row's stats if asked.
-Status AnalyzeDense(const DenseView& v, const char* role, int threads, std::vector<pack::RowStats>* stats) {
+Status AnalyzeDense(const DenseView& v, const char* role, int threads, const pack::RowOps& row_ops,
+                    std::vector<pack::RowStats>* stats) {
   if (stats) stats->assign(v.n_rows, pack::RowStats{});
   std::vector<RowRejection> rejections(static_cast<size_t>(std::max(1, threads)));
   const int64_t n = static_cast<int64_t>(v.n_sets);
@@ -82,13 +83,16 @@ Status AnalyzeDense(const DenseView& v, const char* role, int threads, std::vect
       for (uint64_t r = v.begin(set); r < v.end(set); ++r) {
         if (!v.kept(r)) continue;
         // Without stats, an f32 row inside the element bound is accepted on a compare alone (no norm).
-        if (!stats && v.dtype == MAXSIM_F32 && pack::RowsWithin(v.row(r), 1, v.row_bytes, v.dim, bound)) continue;
+        if (!stats && v.dtype == MAXSIM_F32 &&
+            row_ops.rows_within(static_cast<const uint8_t*>(v.row(r)), 1, v.row_bytes, v.dim, bound)) {
+          continue;
+        }
         const float* f32 = static_cast<const float*>(v.row(r));
         if (v.dtype != MAXSIM_F32) {
-          pack::WidenRow(v.row(r), v.dtype, v.dim, widened.data());
+          row_ops.widen(v.row(r), v.dtype, v.dim, widened.data());
           f32 = widened.data();
         }
-        const pack::RowStats s = pack::AnalyzeRow(f32, v.dim);
+        const pack::RowStats s = row_ops.analyze(f32, v.dim);
         if (!s.finite || !pack::NormAccepted(s.norm_sq)) NoteRejection(v, set, r, f32, s, &mine);
         if (stats) (*stats)[r] = s;
       }
@@ -146,7 +150,7 @@ void PrepareLayouts(const KernelOps& ops, maxsim_mode mode, int threads, QueryBa
 }
 
 Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, const KernelOps& ops, int variant,
-                      QueryBatch* out) {
+                      const pack::RowOps& row_ops, QueryBatch* out) {
   const bool need_codes = req.mode != MAXSIM_MODE_EXACT;
   const uint64_t n = Q.n_sets();
   const uint32_t dim = Q.dim();
@@ -213,7 +217,7 @@ Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, co
         const pack::PackedView& p = Q.packed;
         const uint64_t first = p.offsets[i];
         for (uint32_t s = 0; s < qs.q.n_tokens; ++s) {
-          pack::WidenRow(p.originals + (first + s) * p.orig_row_bytes, p.dtype, dim, rows + s * dim);
+          row_ops.widen(p.originals + (first + s) * p.orig_row_bytes, p.dtype, dim, rows + s * dim);
         }
         qs.q.meta = p.meta + first;
         qs.q.codes = p.codes + first * p.padded_dim;
@@ -226,12 +230,12 @@ Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, co
         for (uint64_t r = v.begin(i); r < v.end(i); ++r) {
           if (!v.kept(r)) continue;
           float* row = rows + static_cast<uint64_t>(s) * dim;
-          pack::WidenRow(v.row(r), v.dtype, dim, row);
-          const pack::RowStats st = pack::AnalyzeRow(row, dim);
+          row_ops.widen(v.row(r), v.dtype, dim, row);
+          const pack::RowStats st = row_ops.analyze(row, dim);
           if (!st.finite || !pack::NormAccepted(st.norm_sq)) {
             NoteRejection(v, i, r, row, st, &mine);
           } else if (need_codes) {
-            pack::QuantizeRow(row, dim, padded_dim, st, codes + static_cast<uint64_t>(s) * padded_dim, &meta[s]);
+            row_ops.quantize(row, dim, padded_dim, st, codes + static_cast<uint64_t>(s) * padded_dim, &meta[s]);
           } else {
             meta[s].norm = pack::NormFromSquares(st.norm_sq);
           }
@@ -269,6 +273,7 @@ Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, co
 
 struct DocSource {
   const SetsRef* d = nullptr;
+  const pack::RowOps* row_ops = nullptr;
   bool need_codes = false;
   bool need_meta = false;
   // Dense documents are checked either once up front (dense_stats then holds every row's stats when need_meta),
@@ -283,8 +288,10 @@ struct DocSource {
 
 // every_doc: the call materialises every document at least once (unless cancelled), so the values may be
 // checked as they are materialised (FirstRejection gives the error when one fails).
-Status PrepareDocs(const SetsRef& D, const ScoreRequest& req, int threads, bool every_doc, DocSource* src) {
+Status PrepareDocs(const SetsRef& D, const ScoreRequest& req, int threads, bool every_doc,
+                   const pack::RowOps& row_ops, DocSource* src) {
   src->d = &D;
+  src->row_ops = &row_ops;
   src->need_codes = req.mode != MAXSIM_MODE_EXACT;
   src->need_meta = src->need_codes || req.metric == MAXSIM_METRIC_COSINE;
   if (D.is_packed) return Status::Ok();
@@ -293,13 +300,13 @@ Status PrepareDocs(const SetsRef& D, const ScoreRequest& req, int threads, bool 
     src->bound = pack::AcceptedElementBound(D.dense.dim);
     return Status::Ok();
   }
-  return AnalyzeDense(D.dense, "documents", threads, src->need_meta ? &src->dense_stats : nullptr);
+  return AnalyzeDense(D.dense, "documents", threads, row_ops, src->need_meta ? &src->dense_stats : nullptr);
 }
 
 // After a call whose DocMaterializer rejected a document: the error naming the first rejected row of all
 // documents (the same one the up-front check names, whatever the thread count and schedule).
 Status FirstRejection(const DocSource& src, int threads) {
-  Status st = AnalyzeDense(src.d->dense, "documents", threads, nullptr);
+  Status st = AnalyzeDense(src.d->dense, "documents", threads, *src.row_ops, nullptr);
   if (st.ok()) return Error(MAXSIM_ERR_INTERNAL, "documents: a row was rejected, then accepted on a second look");
   return st;
 }
@@ -354,7 +361,7 @@ class DocMaterializer {
     // Row r as f32 values (widened into widened_ for f16 / bf16).
     auto values = [&](uint64_t r) -> const float* {
       if (f32_rows) return static_cast<const float*>(v.row(r));
-      pack::WidenRow(v.row(r), v.dtype, v.dim, widened_.data());
+      src.row_ops->widen(v.row(r), v.dtype, v.dim, widened_.data());
       return widened_.data();
     };
     const pack::RowStats* stats = src.need_meta && !src.lazy_check ? src.dense_stats.data() : nullptr;
@@ -362,7 +369,7 @@ class DocMaterializer {
       stats_.resize(d.n_tokens);
       for (uint32_t t = 0; t < d.n_tokens; ++t) {
         const uint64_t r = begin + (*map ? (*map)[t] : t);
-        const pack::RowStats st = pack::AnalyzeRow(values(r), v.dim);
+        const pack::RowStats st = src.row_ops->analyze(values(r), v.dim);
         if (!st.finite || !pack::NormAccepted(st.norm_sq)) return false;
         stats_[t] = st;
       }
@@ -375,8 +382,8 @@ class DocMaterializer {
         const uint64_t r = begin + (*map ? (*map)[t] : t);
         const pack::RowStats& st = stats ? stats[r] : stats_[t];
         if (src.need_codes) {
-          pack::QuantizeRow(values(r), v.dim, d.padded_dim, st,
-                            codes_.data() + static_cast<size_t>(t) * d.padded_dim, &meta_[t]);
+          src.row_ops->quantize(values(r), v.dim, d.padded_dim, st,
+                                codes_.data() + static_cast<size_t>(t) * d.padded_dim, &meta_[t]);
         } else {
           meta_[t] = maxsim_vector_meta{0, pack::NormFromSquares(st.norm_sq), 0, 0};
         }
@@ -395,7 +402,8 @@ class DocMaterializer {
   bool Verify(const DocSource& src, const DocRef& d) {
     if (!src.lazy_check || src.need_meta || d.n_tokens == 0) return true;
     const DenseView& v = src.d->dense;
-    if (v.dtype == MAXSIM_F32 && pack::RowsWithin(d.originals, d.n_tokens, d.orig_row_bytes, v.dim, src.bound)) {
+    if (v.dtype == MAXSIM_F32 &&
+        src.row_ops->rows_within(d.originals, d.n_tokens, d.orig_row_bytes, v.dim, src.bound)) {
       return true;
     }
     widened_.resize(v.dim);
@@ -403,10 +411,10 @@ class DocMaterializer {
       const uint8_t* row = d.originals + static_cast<uint64_t>(t) * d.orig_row_bytes;
       const float* f32 = reinterpret_cast<const float*>(row);
       if (v.dtype != MAXSIM_F32) {
-        pack::WidenRow(row, v.dtype, v.dim, widened_.data());
+        src.row_ops->widen(row, v.dtype, v.dim, widened_.data());
         f32 = widened_.data();
       }
-      const pack::RowStats st = pack::AnalyzeRow(f32, v.dim);
+      const pack::RowStats st = src.row_ops->analyze(f32, v.dim);
       if (!st.finite || !pack::NormAccepted(st.norm_sq)) return false;
     }
     return true;
@@ -618,8 +626,8 @@ Status ResolveSets(const maxsim_sets* sets, const char* role, SetsRef* out) {
   return Status::Ok();
 }
 
-Status CheckDenseValues(const DenseView& v, const char* role, int threads) {
-  return AnalyzeDense(v, role, threads, nullptr);
+Status CheckDenseValues(const DenseView& v, const char* role, int threads, const pack::RowOps& row_ops) {
+  return AnalyzeDense(v, role, threads, row_ops, nullptr);
 }
 
 Status CheckCandidates(const uint64_t* cand_offsets, const uint64_t* candidates, uint64_t nq, uint64_t nd,
@@ -653,10 +661,10 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
   MAXSIM_RETURN_IF_ERROR(CheckDims(Q, D));
   if (scores == nullptr) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
   QueryBatch qb;
-  MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, &qb));
+  MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, row_ops_, &qb));
   const uint64_t nq = Q.n_sets(), nd = D.n_sets();
   DocSource src;
-  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, nq > 0, &src));
+  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, nq > 0, row_ops_, &src));
   std::vector<ThreadState> states(static_cast<size_t>(threads_));
   if (nq == 0 || nd == 0) {
     SumStats(states, stats);
@@ -752,9 +760,9 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
   MAXSIM_RETURN_IF_ERROR(CheckCandidates(cand_offsets, candidates, nq, nd, &total));
   if (scores == nullptr && total > 0) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
   QueryBatch qb;
-  MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, &qb));
+  MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, row_ops_, &qb));
   DocSource src;
-  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, /*every_doc=*/false, &src));  // checked up front
+  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, /*every_doc=*/false, row_ops_, &src));  // checked up front
   // argmax base of query i: sum over earlier queries of K_i' * Lq_i'.
   std::vector<uint64_t> base(nq + 1, 0);
   for (uint64_t i = 0; i < nq; ++i) {
@@ -862,9 +870,9 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
   uint64_t out_size = 0;
   if (MulOverflows(nq, k, &out_size)) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "Nq * k overflows");
   QueryBatch qb;
-  MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, &qb));
+  MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, row_ops_, &qb));
   DocSource src;
-  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, nq > 0, &src));
+  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, nq > 0, row_ops_, &src));
   const uint64_t keep = std::min(k, nd);
   std::vector<ThreadState> states(static_cast<size_t>(threads_));
   std::vector<std::vector<std::vector<Ranked>>> heaps(static_cast<size_t>(threads_));
@@ -977,10 +985,11 @@ struct Scored {
   }
 };
 
-inline void AddScaledRow(const DenseView& v, uint64_t row, double g, std::vector<float>& widened, double* acc) {
+inline void AddScaledRow(const DenseView& v, uint64_t row, double g, const pack::RowOps& row_ops,
+                         std::vector<float>& widened, double* acc) {
   const float* f = static_cast<const float*>(v.row(row));
   if (v.dtype != MAXSIM_F32) {
-    pack::WidenRow(v.row(row), v.dtype, v.dim, widened.data());
+    row_ops.widen(v.row(row), v.dtype, v.dim, widened.data());
     f = widened.data();
   }
   for (uint32_t k = 0; k < v.dim; ++k) acc[k] += g * static_cast<double>(f[k]);
@@ -1069,7 +1078,7 @@ Status Engine::Backward(const DenseView& Q, const DenseView& D, const maxsim_bac
             const int32_t t = args.argmax[base[i] + c * lq + s];
             if (t < 0) continue;
             const uint64_t j = sc.doc(i, c);
-            AddScaledRow(D, D.begin(j) + static_cast<uint64_t>(t), args.grad_scores[sc.score_index(i, c)], widened,
+            AddScaledRow(D, D.begin(j) + static_cast<uint64_t>(t), args.grad_scores[sc.score_index(i, c)], row_ops_, widened,
                          acc.data());
           }
           float* out = args.grad_queries + (Q.begin(i) + s) * dim;
@@ -1110,7 +1119,7 @@ Status Engine::Backward(const DenseView& Q, const DenseView& D, const maxsim_bac
           for (uint64_t s = 0; s < lq; ++s) {
             const int32_t t = args.argmax[base[i] + c * lq + s];
             if (t < 0 || !Q.kept(Q.begin(i) + s)) continue;
-            AddScaledRow(Q, Q.begin(i) + s, g, widened, acc.data() + static_cast<uint64_t>(t) * dim);
+            AddScaledRow(Q, Q.begin(i) + s, g, row_ops_, widened, acc.data() + static_cast<uint64_t>(t) * dim);
           }
         };
         if (args.layout == MAXSIM_LAYOUT_MATRIX) {

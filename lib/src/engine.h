@@ -46,7 +46,10 @@ struct ScoreRequest {
 class Engine {
  public:
   // variant: PreparedQuery::variant for every query set (the context's choice among the kernel's variants).
-  Engine(const KernelInfo* kernel, int variant, int threads) : kernel_(kernel), variant_(variant), threads_(threads) {}
+  // Packing work (quantising dense inputs, widening, validation) runs on the widest Highway target the kernel
+  // allows (PackingTargetCap).
+  Engine(const KernelInfo* kernel, int variant, int threads)
+      : kernel_(kernel), variant_(variant), threads_(threads), row_ops_(pack::RowOpsFor(PackingTargetCap(*kernel))) {}
 
   Status ScoreMatrix(const SetsRef& q, const SetsRef& d, const ScoreRequest& req, float* scores, int32_t* argmax,
                      maxsim_stats* stats) const;
@@ -60,16 +63,18 @@ class Engine {
 
   const KernelInfo* kernel() const { return kernel_; }
   int threads() const { return threads_; }
+  const pack::RowOps& row_ops() const { return row_ops_; }
 
  private:
   const KernelInfo* kernel_;
   int variant_;
   int threads_;
+  pack::RowOps row_ops_;
 };
 
 // The value check of dense host sets (every kept row finite with an L2 norm <= 1e19), with the CPU's message
-// naming the first bad row (role: "queries", "documents").
-Status CheckDenseValues(const DenseView& v, const char* role, int threads);
+// naming the first bad row (role: "queries", "documents"), on the packing target row_ops.
+Status CheckDenseValues(const DenseView& v, const char* role, int threads, const pack::RowOps& row_ops);
 
 // Checks a candidate list against Nq and Nd; total = cand_offsets[Nq].
 Status CheckCandidates(const uint64_t* cand_offsets, const uint64_t* candidates, uint64_t nq, uint64_t nd,

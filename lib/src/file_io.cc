@@ -30,7 +30,7 @@ Status SavePackedFile(const pack::PackedView& view, const char* path) {
   return Status::Ok();
 }
 
-Status LoadPackedFile(const char* path, maxsim_validation level, maxsim_packed** out) {
+Status LoadPackedFile(const char* path, maxsim_validation level, const pack::RowOps& ops, maxsim_packed** out) {
   if (path == nullptr || path[0] == '\0') return Error(MAXSIM_ERR_INVALID_ARGUMENT, "file path is empty");
   uint64_t size = 0;
   std::string error;
@@ -72,7 +72,7 @@ Status LoadPackedFile(const char* path, maxsim_validation level, maxsim_packed**
   auto release = [&] { munmap(map, size); };
 #endif
   pack::PackedView view;
-  Status s = pack::Validate(map, size, level, &view);
+  Status s = pack::Validate(map, size, level, &view, ops);
   if (!s.ok()) {
     release();
     return Status(s.code(), std::string(path) + ": " + s.message());

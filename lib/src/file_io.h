@@ -11,7 +11,7 @@ struct maxsim_packed;
 namespace maxsim {
 
 Status SavePackedFile(const pack::PackedView& view, const char* path);
-Status LoadPackedFile(const char* path, maxsim_validation level, maxsim_packed** out);
+Status LoadPackedFile(const char* path, maxsim_validation level, const pack::RowOps& ops, maxsim_packed** out);
 // Frees or unmaps what a handle owns (not the handle itself).
 void ReleasePackedStorage(maxsim_packed* packed);
 

@@ -32,7 +32,7 @@ uint64_t NextPackedUid();
 maxsim_packed::Trust TrustAfter(maxsim_validation level);
 // Certified scoring of a packed handle: a kUnproven one is DEEP-validated once (with `threads` threads) and the
 // outcome kept; a failure is MAXSIM_ERR_INVALID_BUFFER naming `role` (the caller scores nothing).
-Status ProveForCertified(const maxsim_packed& packed, int threads, const char* role);
+Status ProveForCertified(const maxsim_packed& packed, int threads, const pack::RowOps& ops, const char* role);
 // Memory for a packed buffer the library owns: 64-byte aligned; large blocks come straight from mmap (page
 // aligned, returned to the OS on release). First-touch page faults cost about as much as packing itself
 // (0.45 vs 0.14 us per d=128 vector, fresh vs already-touched buffer, 235 MB corpus, one thread); the threads of

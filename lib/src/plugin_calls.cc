@@ -123,18 +123,19 @@ struct AlignedBuffer {
 
 // Packs dense host sets into an aligned temporary buffer (for handing to a plugin) and decodes it. A bad value
 // is reported as the CPU reports it (CheckDenseValues), whichever route the call takes.
-Status PackTemporary(const SetsRef& s, const char* role, int threads, AlignedBuffer* buf, uint64_t* size,
-                     pack::PackedView* view) {
+Status PackTemporary(const SetsRef& s, const char* role, const maxsim_context& ctx, AlignedBuffer* buf,
+                     uint64_t* size, pack::PackedView* view) {
   MAXSIM_RETURN_IF_ERROR(pack::PackedSize(s.dense, false, size));
   buf->p = std::aligned_alloc(MAXSIM_PACK_ALIGN, RoundUp(*size, MAXSIM_PACK_ALIGN));
   if (!buf->p) return Error(MAXSIM_ERR_OUT_OF_MEMORY, "%s: cannot allocate %llu bytes to pack", role, static_cast<ull>(*size));
-  const Status packed = pack::PackInto(s.dense, nullptr, buf->p, *size, threads, role, size);
+  const pack::RowOps& ops = ctx.engine->row_ops();
+  const Status packed = pack::PackInto(s.dense, nullptr, buf->p, *size, ctx.threads, role, size, false, nullptr, ops);
   if (packed.code() == MAXSIM_ERR_NON_FINITE) {
-    const Status named = CheckDenseValues(s.dense, role, threads);
+    const Status named = CheckDenseValues(s.dense, role, ctx.threads, ops);
     if (!named.ok()) return named;
   }
   MAXSIM_RETURN_IF_ERROR(packed);
-  return pack::Validate(buf->p, *size, MAXSIM_VALIDATE_FAST, view);
+  return pack::Validate(buf->p, *size, MAXSIM_VALIDATE_FAST, view, ops);
 }
 
 }  // namespace
@@ -484,7 +485,7 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
     qpacked = q.packed;
   } else if (!dense_query) {
     uint64_t qsize = 0;
-    MAXSIM_RETURN_IF_ERROR(PackTemporary(q, "queries", ctx.threads, &qtemp, &qsize, &qpacked));
+    MAXSIM_RETURN_IF_ERROR(PackTemporary(q, "queries", ctx, &qtemp, &qsize, &qpacked));
   }
   for (uint64_t i = 0; i < lq.size(); ++i) {
     lq[i] = dense_query ? q.dense.length(i) : qpacked.offsets[i + 1] - qpacked.offsets[i];
@@ -503,7 +504,7 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
   } else {
     uint64_t dsize = 0;
     pack::PackedView dpacked;
-    MAXSIM_RETURN_IF_ERROR(PackTemporary(d, "documents", ctx.threads, &dtemp, &dsize, &dpacked));
+    MAXSIM_RETURN_IF_ERROR(PackTemporary(d, "documents", ctx, &dtemp, &dsize, &dpacked));
     MAXSIM_RETURN_IF_ERROR(UploadCorpus(ctx, dpacked, &temporary));
     corpus = &temporary;
   }
@@ -545,7 +546,7 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
   if (!temporary.shard.empty()) FreeDeviceCorpus(ctx, temporary);
   if (dense_query && st.code() == MAXSIM_ERR_NON_FINITE) {
     // The plugin found a bad query row (and wrote nothing): the CPU's check names it.
-    const Status named = CheckDenseValues(q.dense, "queries", ctx.threads);
+    const Status named = CheckDenseValues(q.dense, "queries", ctx.threads, ctx.engine->row_ops());
     if (!named.ok()) return named;
   }
   MAXSIM_RETURN_IF_ERROR(st);

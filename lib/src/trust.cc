@@ -16,11 +16,11 @@ maxsim_packed::Trust TrustAfter(maxsim_validation level) {
   }
 }
 
-Status ProveForCertified(const maxsim_packed& packed, int threads, const char* role) {
+Status ProveForCertified(const maxsim_packed& packed, int threads, const pack::RowOps& ops, const char* role) {
   if (packed.trust != maxsim_packed::Trust::kUnproven) return Status::Ok();
   LockGuard lock(packed.proof_mu);
   if (packed.proof_state == 0) {
-    const Status st = pack::CheckDeep(packed.view, threads);
+    const Status st = pack::CheckDeep(packed.view, threads, ops);
     packed.proof_state = st.ok() ? 1 : 2;
     packed.proof_error = st.message();
   }

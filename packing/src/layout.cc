@@ -78,12 +78,12 @@ inline uint64_t Mix64(uint64_t x) {  // a 64-bit finaliser (multiply-xorshift av
 // partial 64-byte block zero-padded): every single-bit error changes some a_l, reorderings change b_l, and the
 // length is mixed in at the end. The loop vectorises (two u64 adds per word, memory speed); the 16 lane values
 // are then folded through an avalanche mix.
-uint64_t Checksum64(const void* data, uint64_t size) {
+uint64_t Checksum64(const void* data, uint64_t size, const RowOps& ops) {
   const auto* p = static_cast<const uint8_t*>(data);
   uint64_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   uint64_t b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   const uint64_t i = size / 64 * 64;
-  ChecksumBlocks(p, size / 64, a, b);
+  ops.checksum_blocks(p, size / 64, a, b);
   uint64_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::memcpy(w, p + i, size - i);
   for (int l = 0; l < 8; ++l) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "maxsim/maxsim.h"
 #include "maxsim/packed_format.h"
@@ -41,11 +42,12 @@ Status ComputeLayout(uint32_t dim, maxsim_dtype dtype, uint64_t n_vectors, uint6
                      Layout* layout, maxsim_status code = MAXSIM_ERR_INVALID_ARGUMENT,
                      uint64_t string_id_bytes = kNoStringIds);
 
+struct RowOps;
+const RowOps& BestRowOps();
+
 // 64-bit checksum (four independent multiply-rotate lanes, then an avalanche): detects corruption, not an
-// adversary. About 10 GB/s on one core.
-uint64_t Checksum64(const void* data, uint64_t size);
-// Its vectorised block loop (quantize_hwy.cc): n_blocks 64-byte blocks into the 8 lane pairs (a, b).
-void ChecksumBlocks(const uint8_t* p, uint64_t n_blocks, uint64_t a[8], uint64_t b[8]);
+// adversary. About 10 GB/s on one core. Its block loop is RowOps::checksum_blocks.
+uint64_t Checksum64(const void* data, uint64_t size, const RowOps& ops = BestRowOps());
 
 // A validated buffer, as kernels see it. Pointers are into the buffer; nothing is owned.
 struct PackedView {
@@ -70,10 +72,11 @@ struct PackedView {
 
 
 
-Status Validate(const void* buffer, uint64_t size, maxsim_validation level, PackedView* view);
+Status Validate(const void* buffer, uint64_t size, maxsim_validation level, PackedView* view,
+                const RowOps& ops = BestRowOps());
 // The DEEP pass alone, over a view that passed STANDARD: re-quantises every vector with `threads` threads and
 // requires codes and metadata to match bit for bit.
-Status CheckDeep(const PackedView& view, int threads);
+Status CheckDeep(const PackedView& view, int threads, const RowOps& ops = BestRowOps());
 
 // ---- Quantisation (the canonical definition lives in quantize_ref.cc; packing/README.md states it) ----
 
@@ -89,16 +92,27 @@ void QuantizeRowRef(const float* v, uint32_t dim, uint32_t padded_dim, const Row
                     maxsim_vector_meta* meta);
 RowStats AnalyzeRowRef(const float* v, uint32_t dim);
 
-// Vectorised (Highway, run-time dispatch); bit-identical to the reference.
-RowStats AnalyzeRow(const float* v, uint32_t dim);
-void QuantizeRow(const float* v, uint32_t dim, uint32_t padded_dim, const RowStats& stats, int8_t* codes,
-                 maxsim_vector_meta* meta);
-// Widens one row of f16/bf16/f32 to f32 (exact).
-void WidenRow(const void* row, maxsim_dtype dtype, uint32_t dim, float* out);
-// For tests: how many Highway targets were compiled and can run here, and forcing one of them.
-size_t QuantizeTargetCount();
-const char* QuantizeTargetName(size_t i);
-void QuantizeForceTarget(size_t i);  // SIZE_MAX: restore automatic choice
+// The vectorised row operations (quantize_hwy.cc: one Highway source compiled per target), bit-identical to
+// the reference whatever the target. The caller picks the target and passes them down, so that a caller's
+// ISA choice (MAXSIM_ISA, maxsim_options.isa) holds in packing too.
+struct RowOps {
+  RowStats (*analyze)(const float* v, uint32_t dim);
+  void (*quantize)(const float* v, uint32_t dim, uint32_t padded_dim, const RowStats& stats, int8_t* codes,
+                   maxsim_vector_meta* meta);
+  void (*widen)(const void* row, maxsim_dtype dtype, uint32_t dim, float* out);  // f16/bf16/f32 -> f32, exact
+  // Checksum64's loop: n_blocks 64-byte blocks into the 8 lane pairs (a, b).
+  void (*checksum_blocks)(const uint8_t* p, uint64_t n_blocks, uint64_t a[8], uint64_t b[8]);
+  // Whether every element of n_rows f32 rows of dim values, row_bytes apart, has |x| <= bound (NaN fails): a
+  // compare per element, no norm (with AcceptedElementBound below).
+  bool (*rows_within)(const uint8_t* rows, uint64_t n_rows, uint64_t row_bytes, uint32_t dim, float bound);
+  int64_t target;  // the Highway target (HWY_AVX3, HWY_AVX2, HWY_NEON, ...)
+};
+// The best target this CPU runs among those compiled and not above `cap` (a Highway target bit; 0: no cap):
+// HWY_AVX2 allows AVX2, SSE4, SSSE3 and the scalar target, never AVX-512. BestRowOps() is RowOpsFor(0).
+RowOps RowOpsFor(int64_t cap);
+// The compiled targets this CPU runs, best first (tests compare them), and a target's name ("AVX2").
+std::vector<int64_t> RowOpsTargets();
+const char* RowOpsTargetName(int64_t target);
 
 // The canonical combination of the 8 lane sums and the f32 roundings of the norms.
 double CombineLanes(const double lanes[8]);
@@ -109,12 +123,10 @@ float ResidFromSquares(double resid_sq);    // round up: an upper bound
 inline bool NormAccepted(double norm_sq) { return norm_sq <= MAXSIM_PACK_MAX_NORM * MAXSIM_PACK_MAX_NORM; }
 
 // A sufficient test of acceptance without the norm: an f32 vector of `dim` elements whose every |x_k| is at
-// most AcceptedElementBound(dim) is finite and has AnalyzeRow's norm_sq accepted by NormAccepted. A vector
-// failing it may still be accepted (one large element): decide such vectors with AnalyzeRow.
+// most AcceptedElementBound(dim) is finite and has RowOps::analyze's norm_sq accepted by NormAccepted (test it
+// with RowOps::rows_within). A vector failing it may still be accepted (one large element): decide such
+// vectors with RowOps::analyze.
 float AcceptedElementBound(uint32_t dim);
-// Whether every element of n_rows f32 rows of dim values, row_bytes apart, has |x| <= bound (NaN fails).
-// Vectorised (Highway, run-time dispatch): a compare per element, no norm.
-bool RowsWithin(const void* rows, uint64_t n_rows, uint64_t row_bytes, uint32_t dim, float bound);
 
 }  // namespace maxsim::pack
 

@@ -43,10 +43,10 @@ struct Rejection {
 };
 
 // Source row r as f32: a pointer into the input when it already is contiguous f32, else widened into scratch.
-inline const float* RowAsF32(const DenseView& in, uint64_t r, float* scratch) {
+inline const float* RowAsF32(const DenseView& in, uint64_t r, float* scratch, const RowOps& ops) {
   const void* row = in.row(r);
   if (in.dtype == MAXSIM_F32) return static_cast<const float*>(row);
-  WidenRow(row, in.dtype, in.dim, scratch);
+  ops.widen(row, in.dtype, in.dim, scratch);
   return scratch;
 }
 
@@ -119,7 +119,7 @@ Status PackedSize(const DenseView& in, bool with_ids, uint64_t* size, const char
 
 Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t capacity, int threads,
                 const char* role, uint64_t* written, bool write_before_validation,
-                const char* const* string_ids) {
+                const char* const* string_ids, const RowOps& ops) {
   if (in.memory != MAXSIM_MEMORY_HOST) {
     return Error(MAXSIM_ERR_UNSUPPORTED, "%s: packing reads host memory; copy device tensors to the host first", role);
   }
@@ -176,12 +176,12 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
         uint64_t p = ch.packed_begin;
         for (uint64_t r = ch.row_begin; r < ch.row_end; ++r) {
           if (!in.kept(r)) continue;
-          const float* v = RowAsF32(in, r, scratch.data());
+          const float* v = RowAsF32(in, r, scratch.data(), ops);
           RowStats st;
           if (work == Work::kWrite) {
             st = stats[p];
           } else {
-            st = AnalyzeRow(v, in.dim);
+            st = ops.analyze(v, in.dim);
             if (!st.finite || !NormAccepted(st.norm_sq)) {
               if (p < mine.packed) {
                 mine.packed = p;
@@ -204,7 +204,7 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
               continue;
             }
           }
-          QuantizeRow(v, in.dim, l.padded_dim, st, codes + p * l.padded_dim, &meta[p]);
+          ops.quantize(v, in.dim, l.padded_dim, st, codes + p * l.padded_dim, &meta[p]);
           uint8_t* orow = originals + p * l.orig_row_bytes;
           std::memcpy(orow, in.row(r), orig_used);
           std::memset(orow + orig_used, 0, l.orig_row_bytes - orig_used);
@@ -275,8 +275,8 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
   h.total_size = l.total_size;
   for (int r = 0; r < l.region_count; ++r) h.regions[r] = l.regions[r];
   h.flags = (ids ? MAXSIM_PACK_FLAG_HAS_IDS : 0) | (l.has_string_ids ? MAXSIM_PACK_FLAG_HAS_STRING_IDS : 0);
-  h.payload_checksum = Checksum64(base + MAXSIM_PACK_HEADER_SIZE, l.total_size - MAXSIM_PACK_HEADER_SIZE);
-  h.header_checksum = Checksum64(&h, offsetof(maxsim_pack_header, header_checksum));
+  h.payload_checksum = Checksum64(base + MAXSIM_PACK_HEADER_SIZE, l.total_size - MAXSIM_PACK_HEADER_SIZE, ops);
+  h.header_checksum = Checksum64(&h, offsetof(maxsim_pack_header, header_checksum), ops);
   std::memcpy(base, &h, sizeof(h));
   if (written) *written = l.total_size;
   return Status::Ok();

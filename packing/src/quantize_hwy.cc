@@ -283,8 +283,6 @@ void ChecksumBlocksImpl(const uint8_t* HWY_RESTRICT p, uint64_t n_blocks, uint64
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include <vector>
-
 namespace maxsim::pack {
 HWY_EXPORT(AnalyzeRowImpl);
 HWY_EXPORT(RowsWithinImpl);
@@ -292,15 +290,42 @@ HWY_EXPORT(QuantizeRowImpl);
 HWY_EXPORT(WidenRowImpl);
 HWY_EXPORT(ChecksumBlocksImpl);
 
-void ChecksumBlocks(const uint8_t* p, uint64_t n_blocks, uint64_t a[8], uint64_t b[8]) {
-  HWY_DYNAMIC_DISPATCH(ChecksumBlocksImpl)(p, n_blocks, a, b);
+#if HWY_COMPILE_ONLY_STATIC || (HWY_TARGETS & (HWY_TARGETS - 1)) == 0
+// One target compiled (edge builds without libhwy, WebAssembly modules): it is the only choice.
+RowOps RowOpsFor(int64_t) {
+  return RowOps{&HWY_STATIC_DISPATCH(AnalyzeRowImpl), &HWY_STATIC_DISPATCH(QuantizeRowImpl),
+                &HWY_STATIC_DISPATCH(WidenRowImpl), &HWY_STATIC_DISPATCH(ChecksumBlocksImpl),
+                &HWY_STATIC_DISPATCH(RowsWithinImpl), HWY_STATIC_TARGET};
+}
+std::vector<int64_t> RowOpsTargets() { return {HWY_STATIC_TARGET}; }
+#else
+// Highway's own dispatch (HWY_DYNAMIC_DISPATCH) follows one process-wide choice; packing takes the target its
+// caller allows instead, from the same tables: a ChosenTarget holding that one target gives its table index.
+RowOps RowOpsFor(int64_t cap) {
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();  // best first
+  int64_t target = targets.empty() ? HWY_STATIC_TARGET : targets.back();
+  for (int64_t t : targets) {
+    if (cap == 0 || t >= cap) {  // a larger bit is a narrower target
+      target = t;
+      break;
+    }
+  }
+  hwy::ChosenTarget chosen;
+  chosen.Update(target);
+  const size_t i = chosen.GetIndex();
+  return RowOps{HWY_DISPATCH_TABLE(AnalyzeRowImpl)[i], HWY_DISPATCH_TABLE(QuantizeRowImpl)[i],
+                HWY_DISPATCH_TABLE(WidenRowImpl)[i], HWY_DISPATCH_TABLE(ChecksumBlocksImpl)[i],
+                HWY_DISPATCH_TABLE(RowsWithinImpl)[i], target};
+}
+std::vector<int64_t> RowOpsTargets() { return hwy::SupportedAndGeneratedTargets(); }
+#endif
+
+const RowOps& BestRowOps() {
+  static const RowOps ops = RowOpsFor(0);
+  return ops;
 }
 
-RowStats AnalyzeRow(const float* v, uint32_t dim) { return HWY_DYNAMIC_DISPATCH(AnalyzeRowImpl)(v, dim); }
-
-bool RowsWithin(const void* rows, uint64_t n_rows, uint64_t row_bytes, uint32_t dim, float bound) {
-  return HWY_DYNAMIC_DISPATCH(RowsWithinImpl)(static_cast<const uint8_t*>(rows), n_rows, row_bytes, dim, bound);
-}
+const char* RowOpsTargetName(int64_t target) { return hwy::TargetName(target); }
 
 float AcceptedElementBound(uint32_t dim) {
   // Every |x_k| <= b gives a sum of squares <= dim * b^2; the canonical double sum (exact squares, at most dim
@@ -310,35 +335,6 @@ float AcceptedElementBound(uint32_t dim) {
   const float f = static_cast<float>(b);
   return static_cast<double>(f) <= b ? f : std::nextafter(f, 0.0f);
 }
-
-void QuantizeRow(const float* v, uint32_t dim, uint32_t padded_dim, const RowStats& stats, int8_t* codes,
-                 maxsim_vector_meta* meta) {
-  HWY_DYNAMIC_DISPATCH(QuantizeRowImpl)(v, dim, padded_dim, stats, codes, meta);
-}
-
-void WidenRow(const void* row, maxsim_dtype dtype, uint32_t dim, float* out) {
-  HWY_DYNAMIC_DISPATCH(WidenRowImpl)(row, dtype, dim, out);
-}
-
-#if HWY_COMPILE_ONLY_STATIC  // edge builds: the static target only, no libhwy (its dispatch tables)
-size_t QuantizeTargetCount() { return 1; }
-const char* QuantizeTargetName(size_t i) { return i == 0 ? hwy::TargetName(HWY_STATIC_TARGET) : "?"; }
-void QuantizeForceTarget(size_t) {}
-#else
-size_t QuantizeTargetCount() { return hwy::SupportedAndGeneratedTargets().size(); }
-const char* QuantizeTargetName(size_t i) {
-  const auto targets = hwy::SupportedAndGeneratedTargets();
-  return i < targets.size() ? hwy::TargetName(targets[i]) : "?";
-}
-void QuantizeForceTarget(size_t i) {
-  if (i == SIZE_MAX) {
-    hwy::SetSupportedTargetsForTest(0);
-    return;
-  }
-  const auto targets = hwy::SupportedAndGeneratedTargets();
-  if (i < targets.size()) hwy::SetSupportedTargetsForTest(targets[i]);
-}
-#endif
 
 }  // namespace maxsim::pack
 #endif  // HWY_ONCE

@@ -80,10 +80,10 @@ Status CheckMeta(const PackedView& v) {
 }
 
 // Every original is finite with a norm <= 1e19, both computed from the originals themselves (the packer's
-// canonical pass: widen exactly to f32, then AnalyzeRow), and the scale and norm records equal the ones that pass
+// canonical pass: widen exactly to f32, then RowOps::analyze), and the scale and norm records equal the ones that pass
 // gives: the metadata cosine and the screening bounds read can then never claim a vector is smaller than it is.
 // Codes, residual norms and code sums need a re-quantisation (DEEP).
-Status CheckOriginals(const PackedView& v) {
+Status CheckOriginals(const PackedView& v, const RowOps& ops) {
   const uint32_t elem = DtypeBytes(v.dtype);
   const uint64_t used = static_cast<uint64_t>(v.dim) * elem;
   std::vector<float> widened(v.dtype == MAXSIM_F32 ? 0 : v.dim);
@@ -91,10 +91,10 @@ Status CheckOriginals(const PackedView& v) {
     const uint8_t* row = v.originals + r * v.orig_row_bytes;
     const float* f32 = reinterpret_cast<const float*>(row);  // rows are 64-byte aligned
     if (v.dtype != MAXSIM_F32) {
-      WidenRow(row, v.dtype, v.dim, widened.data());
+      ops.widen(row, v.dtype, v.dim, widened.data());
       f32 = widened.data();
     }
-    const RowStats s = AnalyzeRow(f32, v.dim);
+    const RowStats s = ops.analyze(f32, v.dim);
     if (!s.finite) return Bad("vector %llu has a non-finite original value", static_cast<ull>(r));
     if (!NormAccepted(s.norm_sq)) {
       return Bad("vector %llu has originals of norm %g, above the supported 1e19", static_cast<ull>(r),
@@ -117,14 +117,14 @@ Status CheckOriginals(const PackedView& v) {
 }
 
 // Re-quantises vector r (row and codes are scratch) and requires its codes and metadata to match bit for bit.
-Status CheckDeepRow(const PackedView& v, uint64_t r, float* row, int8_t* codes) {
-  WidenRow(v.originals + r * v.orig_row_bytes, v.dtype, v.dim, row);
-  const RowStats stats = AnalyzeRow(row, v.dim);
+Status CheckDeepRow(const PackedView& v, uint64_t r, float* row, int8_t* codes, const RowOps& ops) {
+  ops.widen(v.originals + r * v.orig_row_bytes, v.dtype, v.dim, row);
+  const RowStats stats = ops.analyze(row, v.dim);
   if (!stats.finite || !NormAccepted(stats.norm_sq)) {
     return Bad("vector %llu has norm %g, above the supported 1e19", static_cast<ull>(r), std::sqrt(stats.norm_sq));
   }
   maxsim_vector_meta meta;
-  QuantizeRow(row, v.dim, v.padded_dim, stats, codes, &meta);
+  ops.quantize(row, v.dim, v.padded_dim, stats, codes, &meta);
   if (std::memcmp(&meta, &v.meta[r], sizeof(meta)) != 0) {
     return Bad("vector %llu: metadata does not match its originals (stored scale %g norm %g resid %g sum %d; "
                "recomputed %g %g %g %d)",
@@ -141,7 +141,7 @@ Status CheckDeepRow(const PackedView& v, uint64_t r, float* row, int8_t* codes) 
 
 // The rows are shared by `threads` threads; the first mismatching vector is the one reported, whatever the
 // thread count (each thread skips rows after the first mismatch found so far).
-Status CheckDeep(const PackedView& v, int threads) {
+Status CheckDeep(const PackedView& v, int threads, const RowOps& ops) {
   const int64_t n = static_cast<int64_t>(v.n_vectors);
   std::atomic<uint64_t> first_bad{UINT64_MAX};
 #pragma omp parallel num_threads(threads) if (threads > 1 && n > 2048)
@@ -152,7 +152,7 @@ Status CheckDeep(const PackedView& v, int threads) {
     for (int64_t i = 0; i < n; ++i) {
       const uint64_t r = static_cast<uint64_t>(i);
       uint64_t seen = first_bad.load(std::memory_order_relaxed);
-      if (r > seen || CheckDeepRow(v, r, row.data(), codes.data()).ok()) continue;
+      if (r > seen || CheckDeepRow(v, r, row.data(), codes.data(), ops).ok()) continue;
       while (r < seen && !first_bad.compare_exchange_weak(seen, r, std::memory_order_relaxed)) {
       }
     }
@@ -161,10 +161,10 @@ Status CheckDeep(const PackedView& v, int threads) {
   if (bad == UINT64_MAX) return Status::Ok();
   std::vector<float> row(v.dim);
   std::vector<int8_t> codes(v.padded_dim);
-  return CheckDeepRow(v, bad, row.data(), codes.data());
+  return CheckDeepRow(v, bad, row.data(), codes.data(), ops);
 }
 
-Status Validate(const void* buffer, uint64_t size, maxsim_validation level, PackedView* view) {
+Status Validate(const void* buffer, uint64_t size, maxsim_validation level, PackedView* view, const RowOps& ops) {
   if (buffer == nullptr) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "packed buffer pointer is NULL");
   const int32_t raw_level = RawEnum(level);
   if (raw_level != MAXSIM_VALIDATE_STANDARD && raw_level != MAXSIM_VALIDATE_DEEP && raw_level != MAXSIM_VALIDATE_FAST) {
@@ -203,7 +203,7 @@ Status Validate(const void* buffer, uint64_t size, maxsim_validation level, Pack
   if (h.header_size != MAXSIM_PACK_HEADER_SIZE) {
     return Bad("header_size is %u, expected %u", h.header_size, MAXSIM_PACK_HEADER_SIZE);
   }
-  const uint64_t header_sum = Checksum64(base, offsetof(maxsim_pack_header, header_checksum));
+  const uint64_t header_sum = Checksum64(base, offsetof(maxsim_pack_header, header_checksum), ops);
   if (header_sum != h.header_checksum) {
     return Bad("header checksum mismatch (stored 0x%016llx, computed 0x%016llx): the header is corrupted",
                static_cast<ull>(h.header_checksum), static_cast<ull>(header_sum));
@@ -323,7 +323,7 @@ Status Validate(const void* buffer, uint64_t size, maxsim_validation level, Pack
   }
 
   if (level != MAXSIM_VALIDATE_FAST) {
-    const uint64_t payload_sum = Checksum64(base + MAXSIM_PACK_HEADER_SIZE, size - MAXSIM_PACK_HEADER_SIZE);
+    const uint64_t payload_sum = Checksum64(base + MAXSIM_PACK_HEADER_SIZE, size - MAXSIM_PACK_HEADER_SIZE, ops);
     if (payload_sum != h.payload_checksum) {
       return Bad("payload checksum mismatch (stored 0x%016llx, computed 0x%016llx): the data is corrupted",
                  static_cast<ull>(h.payload_checksum), static_cast<ull>(payload_sum));
@@ -341,9 +341,9 @@ Status Validate(const void* buffer, uint64_t size, maxsim_validation level, Pack
     }
     MAXSIM_RETURN_IF_ERROR(CheckMeta(v));
     MAXSIM_RETURN_IF_ERROR(CheckCodes(v));
-    MAXSIM_RETURN_IF_ERROR(CheckOriginals(v));
+    MAXSIM_RETURN_IF_ERROR(CheckOriginals(v, ops));
   }
-  if (level == MAXSIM_VALIDATE_DEEP) MAXSIM_RETURN_IF_ERROR(CheckDeep(v, 1));
+  if (level == MAXSIM_VALIDATE_DEEP) MAXSIM_RETURN_IF_ERROR(CheckDeep(v, 1, ops));
   if (view) *view = v;
   return Status::Ok();
 }

@@ -170,6 +170,10 @@ struct KernelInfo {
 const KernelInfo* KernelList(size_t* count);
 // Whether this machine runs kernel k; if not, why ("needs avx512vnni, which this CPU lacks").
 bool KernelAvailable(const KernelInfo& k, std::string* reason);
+// The widest Highway target packing may use under kernel k (a cap for pack::RowOpsFor): the one k's required CPU
+// features cover, so that a kernel chosen to stay off an ISA (MAXSIM_ISA=avx2 on an AVX-512 machine) keeps
+// packing's quantisation, widening and checksums off it too. "scalar" allows only the scalar/emulated target.
+int64_t PackingTargetCap(const KernelInfo& k);
 
 // 1/||d|| as the cosine key uses it. A vector whose norm is below the smallest normal f32 (2^-126) counts as
 // a zero vector (cosine 0 with anything): its reciprocal would overflow f32, and no embedding model produces it.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Expands kernels/kernel_list.inc into the kernel table and answers "can this machine run kernel k?".
 #include "cpu_features.h"
+#include "hwy/detect_targets.h"
 #include "kernels/kernel.h"
 
 namespace maxsim {
@@ -39,6 +40,19 @@ bool KernelAvailable(const KernelInfo& k, std::string* reason) {
     }
   }
   return false;
+}
+
+int64_t PackingTargetCap(const KernelInfo& k) {
+  constexpr uint64_t kAvx3 = kCpuAVX512F | kCpuAVX512BW | kCpuAVX512VL | kCpuAVX512DQ;  // Highway's AVX3
+  constexpr uint64_t kAvx2 = kCpuAVX2 | kCpuFMA | kCpuF16C;
+  const uint64_t r = k.required;
+  if ((r & kAvx3) == kAvx3) return HWY_AVX3;
+  if ((r & kAvx2) == kAvx2) return HWY_AVX2;
+  if (r & kCpuSVE2) return HWY_SVE2;
+  if (r & kCpuSVE) return HWY_SVE;
+  if (r & kCpuNEON) return HWY_NEON;
+  if (r & kCpuWasmSimd128) return HWY_WASM;
+  return HWY_EMU128;  // no ISA assumption: the scalar or emulated target (HWY_SCALAR is the larger bit)
 }
 
 }  // namespace maxsim
