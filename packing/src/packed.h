@@ -108,7 +108,8 @@ struct RowOps {
   int64_t target;  // the Highway target (HWY_AVX3, HWY_AVX2, HWY_NEON, ...)
 };
 // The best target this CPU runs among those compiled and not above `cap` (a Highway target bit; 0: no cap):
-// HWY_AVX2 allows AVX2, SSE4, SSSE3 and the scalar target, never AVX-512. BestRowOps() is RowOpsFor(0).
+// HWY_AVX2 allows AVX2, SSE4, SSSE3 and the scalar target, never AVX-512; a cap below every compiled target
+// gives the narrowest one (the build's baseline). BestRowOps() is RowOpsFor(0).
 RowOps RowOpsFor(int64_t cap);
 // The compiled targets this CPU runs, best first (tests compare them), and a target's name ("AVX2").
 std::vector<int64_t> RowOpsTargets();

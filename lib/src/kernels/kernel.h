@@ -172,7 +172,8 @@ const KernelInfo* KernelList(size_t* count);
 bool KernelAvailable(const KernelInfo& k, std::string* reason);
 // The widest Highway target packing may use under kernel k (a cap for pack::RowOpsFor): the one k's required CPU
 // features cover, so that a kernel chosen to stay off an ISA (MAXSIM_ISA=avx2 on an AVX-512 machine) keeps
-// packing's quantisation, widening and checksums off it too. "scalar" allows only the scalar/emulated target.
+// packing's quantisation, widening and checksums off it too. "scalar" allows only the scalar/emulated target
+// (where none is compiled, as on AArch64 whose baseline is NEON, RowOpsFor takes the narrowest there is).
 int64_t PackingTargetCap(const KernelInfo& k);
 
 // 1/||d|| as the cosine key uses it. A vector whose norm is below the smallest normal f32 (2^-126) counts as
