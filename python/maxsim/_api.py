@@ -479,6 +479,22 @@ def _stream(where: _Where) -> int:
     return int(torch.cuda.current_stream(where.device).cuda_stream)
 
 
+def _host_for_packed(q: _Side, d: _Side) -> tuple[_Side, _Side, Any]:
+    """The library scores a packed corpus (host memory) against host sets only. A CUDA tensor on the other side
+    is copied to the host (its tokens only; the CUDA backend uploads the corpus once per context and caches it);
+    returns the sides and the device the outputs go back to (None when nothing was copied)."""
+    for this, other in ((q, d), (d, q)):
+        if this.where is not None and this.where.cuda and isinstance(other.obj, _core.Packed):
+            host = _host_copy(this.keep)
+            moved = this._replace(obj=host._dense, where=host.where, keep=host)
+            return (moved, d, this.where.device) if this is q else (q, moved, this.where.device)
+    return q, d, None
+
+
+def _to(x: Any, device: Any) -> Any:
+    return x if x is None or device is None else x.to(device)
+
+
 def scores(
     Q: Any,
     D: Any,
@@ -512,7 +528,7 @@ def scores(
                                            _MODES[mode], out)
             if st == 0:
                 return out[0] if q.single else out
-    q, d = _side(Q, q_mask, "queries"), _side(D, d_mask, "documents")
+    q, d, back = _host_for_packed(_side(Q, q_mask, "queries"), _side(D, d_mask, "documents"))
     where = _out_where(q, d)
     nq, nd = q.obj.n_sets, d.obj.n_sets
     out = _empty(where, (nq, nd), "float32")
@@ -524,6 +540,7 @@ def scores(
     with _Progress(progress, nq * nd, "scores", "pairs") as bar:
         stats = _core.score_matrix(ctx, q.obj, d.obj, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"),
                                    out, arg, return_stats, _stream(where), bar)
+    out, arg = _to(out, back), _to(arg, back)
     if q.single or d.single:
         idx = tuple(0 if single else slice(None) for single in (q.single, d.single))
         out = out[idx]
@@ -552,7 +569,7 @@ def pairs(
     devices: Optional[str] = None,
 ) -> Any:
     """Query set i against document set i: [B] float32 (argmax [B, Lq] with return_argmax)."""
-    q, d = _side(Q, q_mask, "queries"), _side(D, d_mask, "documents")
+    q, d, back = _host_for_packed(_side(Q, q_mask, "queries"), _side(D, d_mask, "documents"))
     where = _out_where(q, d)
     n = q.obj.n_sets
     out = _empty(where, (n,), "float32")
@@ -562,6 +579,7 @@ def pairs(
         arg = _empty(where, (n, q.length) if q.length is not None else (rows,), "int32")
     _core.score_pairs(context(threads, backend, isa, devices), q.obj, d.obj, _enum(_METRICS, metric, "metric"),
                       _enum(_MODES, mode, "mode"), out, arg, False, _stream(where))
+    out, arg = _to(out, back), _to(arg, back)
     return (out, arg) if return_argmax else out
 
 
@@ -625,6 +643,7 @@ def candidates(
         if flat.dtype.kind == "i" and flat.size and flat.min() < 0:
             raise InvalidArgumentError("candidate indices must be non-negative")
         cand = np.ascontiguousarray(flat, dtype=np.uint64)
+    q, d, back = _host_for_packed(q, d)
     where = _out_where(q, d)
     total = int(cand_offsets[-1])
     out = _empty(where, out_shape, "float32")
@@ -642,6 +661,7 @@ def candidates(
     with _Progress(progress, total, "candidates", "pairs") as bar:
         _core.score_candidates(ctx, q.obj, d.obj, cand_offsets, cand, _enum(_METRICS, metric, "metric"),
                                _enum(_MODES, mode, "mode"), out, arg, argmax_size, False, _stream(where), bar)
+    out, arg = _to(out, back), _to(arg, back)
     return (out, arg) if return_argmax else out
 
 
@@ -728,9 +748,8 @@ def topk(
 
 def _topk_cuda(q: _Side, d: _Side, k: int, metric: str, mode: str, return_stats: bool, threads: int,
                backend: Optional[str], isa: Optional[str], devices: Optional[str] = None) -> Any:
-    """topk() with CUDA tensors. The library's top-k takes host queries and a packed corpus (host memory, which
-    the CUDA backend uploads once per context and caches), so CUDA queries against a PackedCorpus are copied to
-    the host (the query tokens only) and the results are returned on the queries' device. CUDA queries against
+    """topk() with CUDA tensors. CUDA queries against a PackedCorpus go through the library's top-k as host
+    copies (_host_for_packed) and the results are returned on the queries' device. CUDA queries against
     CUDA document tensors never leave the device: the library scores the [Nq, Nd] matrix there and a stable
     descending sort on the device ranks it (ties to the lower document index, as the library ranks)."""
     import torch
@@ -739,8 +758,8 @@ def _topk_cuda(q: _Side, d: _Side, k: int, metric: str, mode: str, return_stats:
     assert where is not None  # one side is a CUDA tensor
     device = where.device
     if isinstance(d.obj, _core.Packed):
-        host = _host_copy(q.keep)
-        top = topk(host, d.keep, k, metric=metric, mode=mode, return_stats=return_stats, threads=threads,
+        q, d, _ = _host_for_packed(q, d)
+        top = topk(q.keep, d.keep, k, metric=metric, mode=mode, return_stats=return_stats, threads=threads,
                    backend=backend, isa=isa, devices=devices)
         res, stats = top if return_stats else (top, None)
         vals, idx, ids = torch.as_tensor(res.scores), torch.as_tensor(res.indices), res.ids

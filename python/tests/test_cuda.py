@@ -190,6 +190,27 @@ def test_topk_equals_cpu():
     _same_bits(one.indices, maxsim.topk(Q[0], corpus, 5).indices, "single query top-k")
 
 
+def test_cuda_queries_against_a_packed_corpus():
+    # A packed corpus is host memory: CUDA queries are scored as host copies (every mode), outputs on their device.
+    Q, D = _rand(3, 32, 128, seed=31), _rand(25, 60, 128, seed=32)
+    corpus = maxsim.pack(D)
+    for mode in ("exact", "certified"):
+        for backend in (None, "cuda"):
+            s, a = maxsim.scores(Q.to(DEV), corpus, mode=mode, return_argmax=True, backend=backend)
+            assert s.is_cuda and a.is_cuda
+            s_cpu, a_cpu = maxsim.scores(Q, corpus, mode=mode, return_argmax=True)
+            _same_bits(s, s_cpu, f"scores vs packed, {mode}, backend {backend}")
+            _same_bits(a, a_cpu, f"argmax vs packed, {mode}, backend {backend}")
+    _same_bits(maxsim.scores(Q.to(DEV), corpus, mode="certified"), maxsim.scores(Q, D), "certified == exact")
+    idx = torch.tensor([[0, 24, 3], [5, 5, 6], [1, 2, 3]])
+    got = maxsim.candidates(Q.to(DEV), corpus, idx)
+    assert got.is_cuda
+    _same_bits(got, maxsim.candidates(Q, corpus, idx), "candidates vs packed")
+    got = maxsim.pairs(Q.to(DEV), maxsim.pack(D[:3]))
+    assert got.is_cuda
+    _same_bits(got, maxsim.pairs(Q, D[:3]), "pairs vs packed")
+
+
 def test_half_precision_within_the_f32_bound():
     # Tensor cores: 16-bit inputs are not the CPU's bits; every score is within the f32 bound of float64.
     for dt in (torch.bfloat16, torch.float16):

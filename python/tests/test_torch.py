@@ -132,6 +132,12 @@ def test_cuda_topk_ranking_logic_on_the_cpu():
         for top in (dense, packed):
             assert torch.equal(top.scores, cpu.scores) and torch.equal(top.indices, cpu.indices)
         assert dense.ids is None and torch.equal(packed.ids, cpu.ids)
+    # scores/pairs/candidates: a CUDA side against a packed corpus becomes a host copy, outputs go back to it.
+    q, d, back = _api._host_for_packed(as_cuda(_api._side(Q, q_mask, "queries")), _api._side(corpus, None, "c"))
+    assert not q.where.cuda and back == Q.device and q.keep is not None and q.length == 16
+    assert torch.equal(maxsim.scores(q.keep, corpus), maxsim.scores(Q, corpus, q_mask=q_mask))
+    q2, d2, back = _api._host_for_packed(as_cuda(_api._side(Q, None, "queries")), as_cuda(_api._side(D, None, "d")))
+    assert back is None and q2.where.cuda  # two tensors: nothing is copied
     one = _api._topk_cuda(as_cuda(_api._side(Q[0], None, "queries")), as_cuda(_api._side(D, None, "corpus")), 5,
                           "dot", "exact", True, 0, None, None)
     assert one[0].scores.shape == (5,) and isinstance(one[1], dict)
