@@ -9,6 +9,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -484,7 +485,7 @@ nb::object TopK(Context* ctx, nb::handle queries, nb::handle documents, uint64_t
 
 // The score matrix of query sets against a Python list of per-document host arrays ([L_i, d] each, one dtype,
 // unit element stride), without concatenating the whole list: the documents are copied a block at a time into one
-// reused buffer (a few MiB, so it stays in cache and no fresh memory is faulted in per call), and each block is
+// reused buffer (4 MiB per thread, at most 16 MiB, so no fresh memory is faulted in per call), and each block is
 // scored by one maxsim_score_matrix call whose [Nq, block] scores are copied into their columns. Scores depend on
 // one (query set, document) pair each, so the bits equal those of one call on the concatenation. Returns None,
 // touching nothing, when the list is not of that form (the caller concatenates instead), else the status: a
@@ -521,7 +522,10 @@ nb::object ScoreMatrixBlocks(Context* ctx, nb::handle queries, nb::list docs, in
   if (q.cuda) return nb::none();
   CheckOut(scores, q.n_sets * n, false, "scores");
   const size_t row_bytes = static_cast<size_t>(dim) * elem;
-  constexpr size_t kBlockBytes = size_t{4} << 20;
+  // 4 MiB per thread (each block's call is one parallel region: fewer, larger ones with more threads), at most
+  // 16 MiB (a heap block that malloc reuses across calls, not fresh pages).
+  const size_t block_bytes =
+      std::min<size_t>((size_t{4} << 20) * static_cast<size_t>(std::max(1, ctx->Threads())), size_t{16} << 20);
   std::vector<uint64_t> offsets;
   std::vector<float> block_scores;
   std::vector<uint8_t> buffer;
@@ -541,10 +545,10 @@ nb::object ScoreMatrixBlocks(Context* ctx, nb::handle queries, nb::list docs, in
         }
         last_check = std::chrono::steady_clock::now();
       }
-      // A block: documents while they fit kBlockBytes (at least one).
+      // A block: documents while they fit block_bytes (at least one).
       size_t j1 = j0, rows = 0;
       offsets.assign(1, 0);
-      while (j1 < n && (j1 == j0 || (rows + arrays[j1].shape(0)) * row_bytes <= kBlockBytes)) {
+      while (j1 < n && (j1 == j0 || (rows + arrays[j1].shape(0)) * row_bytes <= block_bytes)) {
         rows += arrays[j1].shape(0);
         offsets.push_back(rows);
         ++j1;
