@@ -9,6 +9,7 @@
 #                               Chromium (the browser test; Playwright comes from PyPI into build-web/venv)
 #   scripts/setup.sh --python   also the Python headers and venv module (pip install . of the Python package)
 #   scripts/setup.sh --arm      also the AArch64 cross toolchain, qemu-user and the arm64 multiarch libraries
+#                               (and clang-19 with compiler-rt's arm64 builtins for the `sme` kernel)
 set -euo pipefail
 
 arm=0
@@ -20,7 +21,9 @@ for arg in "$@"; do
                    nodejs chromium python3-venv) ;;
     --python) want+=(python3-dev python3-venv python3-pip) ;;
     --arm) arm=1
-           want+=(g++-aarch64-linux-gnu qemu-user-static libhwy-dev:arm64 libgtest-dev:arm64 libgomp1:arm64) ;;
+           # clang-19 + compiler-rt's arm64 builtins: the explicit-only `sme` kernel (cmake/sme.cmake)
+           want+=(g++-aarch64-linux-gnu qemu-user-static libhwy-dev:arm64 libgtest-dev:arm64 libgomp1:arm64
+                  clang-19 libclang-rt-19-dev:arm64) ;;
     *) echo "setup.sh: unknown option '$arg' (known: --clang, --wasm, --python, --arm)" >&2; exit 2 ;;
   esac
 done

@@ -213,5 +213,33 @@ TEST(KernelsAgree, ExactResultsAreBitIdenticalAcrossKernelsAndThreadCounts) {
   }
 }
 
+// "auto" takes the highest-priority available kernel that is not explicit-only; an explicit-only kernel (a
+// negative priority: `sme`, never validated on hardware) runs only when named.
+TEST(KernelList, AutoNeverSelectsAnExplicitOnlyKernel) {
+  size_t n = 0;
+  const KernelInfo* list = KernelList(&n);
+  const KernelInfo* expect = nullptr;
+  for (size_t i = 0; i < n && !expect; ++i) {
+    if (i > 0) EXPECT_GE(list[i - 1].priority, list[i].priority) << "the list is in priority order at " << list[i].name;
+    if (!KernelExplicitOnly(list[i]) && KernelAvailable(list[i], nullptr)) expect = &list[i];
+  }
+  ASSERT_NE(expect, nullptr);
+  maxsim_options o;
+  maxsim_options_init(&o);
+  o.isa = "auto";
+  o.load_plugins = 0;
+  maxsim_context* ctx = nullptr;
+  ASSERT_EQ(maxsim_context_create(&o, &ctx), MAXSIM_OK) << maxsim_last_error();
+  EXPECT_STREQ(maxsim_context_kernel(ctx), expect->name);
+  maxsim_context_destroy(ctx);
+  for (size_t i = 0; i < n; ++i) {
+    if (!KernelExplicitOnly(list[i]) || !KernelAvailable(list[i], nullptr)) continue;
+    o.isa = list[i].name;  // named, it runs
+    ASSERT_EQ(maxsim_context_create(&o, &ctx), MAXSIM_OK) << maxsim_last_error();
+    EXPECT_STREQ(maxsim_context_kernel(ctx), list[i].name);
+    maxsim_context_destroy(ctx);
+  }
+}
+
 }  // namespace
 }  // namespace maxsim::test

@@ -166,7 +166,7 @@ Status FindKernel(const char* isa, const KernelInfo** kernel, std::string* kerne
   const KernelInfo* list = KernelList(&n);
   if (want.empty() || want == "auto" || want == "best") {
     for (size_t i = 0; i < n; ++i) {
-      if (KernelAvailable(list[i], nullptr)) {
+      if (!KernelExplicitOnly(list[i]) && KernelAvailable(list[i], nullptr)) {
         *kernel = &list[i];
         *kernel_source = "the highest-priority kernel this CPU supports";
         return Status::Ok();
@@ -432,7 +432,10 @@ std::string ContextReport(const maxsim_context& ctx) {
   for (size_t i = 0; i < n; ++i) {
     std::string reason;
     const bool ok = KernelAvailable(list[i], &reason);
-    const char* state = &list[i] == ctx.kernel ? "selected" : ok ? "available" : "unavailable";
+    const char* state = &list[i] == ctx.kernel  ? "selected"
+                        : !ok                   ? "unavailable"
+                        : KernelExplicitOnly(list[i]) ? "explicit"  // runs here, but only when named
+                                                : "available";
     r += Format("  %-16s %-11s %s", list[i].name, state, list[i].description);
     if (!ok) r += "\n  " + std::string(16, ' ') + "             because it " + reason;
     r += "\n";

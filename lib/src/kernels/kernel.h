@@ -161,7 +161,7 @@ struct KernelOps {
 struct KernelInfo {
   const char* name;          // what MAXSIM_ISA takes
   uint64_t required;         // CpuFeature bits
-  int priority;              // higher wins
+  int priority;              // higher wins; < 0: explicit only (never auto-selected, see KernelExplicitOnly)
   const char* description;
   const KernelOps* ops;
 };
@@ -175,6 +175,10 @@ bool KernelAvailable(const KernelInfo& k, std::string* reason);
 // packing's quantisation, widening and checksums off it too. "scalar" allows only the scalar/emulated target
 // (where none is compiled, as on AArch64 whose baseline is NEON, RowOpsFor takes the narrowest there is).
 int64_t PackingTargetCap(const KernelInfo& k);
+// A row with a negative priority is selected only when named (MAXSIM_ISA / maxsim_options::isa), never by
+// "auto": a kernel whose instructions no test here can validate as a whole (e.g. `sme`, checked only under an
+// emulator) is offered for trying on hardware without ever being chosen for a user who did not ask for it.
+inline bool KernelExplicitOnly(const KernelInfo& k) { return k.priority < 0; }
 
 // 1/||d|| as the cosine key uses it. A vector whose norm is below the smallest normal f32 (2^-126) counts as
 // a zero vector (cosine 0 with anything): its reciprocal would overflow f32, and no embedding model produces it.
