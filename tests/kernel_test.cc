@@ -3,6 +3,7 @@
 // the two exactness contracts: certified == exact bit for bit, and exact results identical across kernels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -159,6 +160,70 @@ TEST_P(KernelTest, NearTieDocumentsBuiltAroundTheQuery) {
       ExpectIdentical(exact, certified, what + " certified vs exact");
       EXPECT_GT(stats.multi_candidate, 0u) << what << ": near ties should leave several candidates";
     }
+  }
+}
+
+// The exact contract at the level of single roundings (kernel.h): one fused multiply-add per k, in increasing k,
+// from +0, whatever the kernel's instructions (FMLA, FMOPA into ZA, wasm's emulated fma, ...). Query token t and
+// its trap document token j(t) share 6 coordinates no other token uses, so every other similarity is exactly +0,
+// and hold one of two traps:
+//   even t: 1 x -(1 + 2^-11), then (1 + 2^-12) x (1 + 2^-12): fused, E = 2^-24; with the product rounded, 0;
+//   odd t:  2^30 x 1, 1 x 1, -2^30 x 1, 1 x 2^-20: in k order the 1 is absorbed by 2^30 and E = 2^-20; another
+//           order, or a wider accumulator, leaves about 1.
+// Only the canonical chain makes j(t) the unique maximum of token t; otherwise the +0 of document token 0 wins.
+TEST_P(KernelTest, ExactIsOneFusedMultiplyAddPerKInOrderFromPositiveZero) {
+  constexpr uint32_t kQ = 37, kD = 45, kShort = 7, kDim = 6 * kQ + 1;
+  const auto trap = [](uint32_t t) { return 1 + (7 * t) % (kD - 1); };  // distinct for t < 44, never 0
+  TokenSets q, d;
+  q.dim = d.dim = kDim;
+  q.offsets = {0, kQ};
+  d.offsets = {0, kD, kD + kShort};  // and a short document: the trap rows of the last kShort tokens
+  q.values.assign(static_cast<size_t>(kQ) * kDim, 0.0f);
+  d.values.assign(static_cast<size_t>(kD + kShort) * kDim, 0.0f);
+  std::vector<float> expect_key(kQ);
+  for (uint32_t t = 0; t < kQ; ++t) {
+    float* qv = &q.values[static_cast<size_t>(t) * kDim + 6 * t];
+    float* dv = &d.values[static_cast<size_t>(trap(t)) * kDim + 6 * t];
+    if (t % 2 == 0) {
+      qv[0] = 1.0f, dv[0] = -(1.0f + 0x1p-11f);
+      qv[1] = dv[1] = 1.0f + 0x1p-12f;
+      expect_key[t] = 0x1p-24f;
+    } else {
+      qv[0] = 0x1p30f, dv[0] = 1.0f;
+      qv[1] = 1.0f, dv[1] = 1.0f;
+      qv[2] = -0x1p30f, dv[2] = 1.0f;
+      qv[3] = 1.0f, dv[3] = 0x1p-20f;
+      expect_key[t] = 0x1p-20f;
+    }
+    float chain = 0.0f;  // the construction itself: the canonical chain gives the trap's value
+    for (uint32_t k = 0; k < kDim; ++k) {
+      chain = std::fma(q.values[static_cast<size_t>(t) * kDim + k], d.values[static_cast<size_t>(trap(t)) * kDim + k], chain);
+    }
+    ASSERT_EQ(chain, expect_key[t]) << "token " << t;
+  }
+  for (uint32_t r = 0; r < kShort; ++r) {
+    std::copy_n(&d.values[static_cast<size_t>(trap(kQ - kShort + r)) * kDim], kDim,
+                &d.values[static_cast<size_t>(kD + r) * kDim]);
+  }
+  q.Encode(MAXSIM_F32);
+  d.Encode(MAXSIM_F32);
+  Context ctx = ContextFor(name_.c_str());
+  Context scalar = ContextFor("scalar");
+  for (maxsim_metric metric : kMetrics) {
+    const std::string what = "kernel " + name_ + " metric " + std::to_string(metric);
+    const Result exact = Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
+    for (uint32_t t = 0; t < kQ; ++t) {
+      ASSERT_EQ(exact.argmax[t], static_cast<int32_t>(trap(t))) << what << ": query token " << t;
+      const int32_t in_short = t >= kQ - kShort ? static_cast<int32_t>(t - (kQ - kShort)) : 0;
+      ASSERT_EQ(exact.argmax[kQ + t], in_short) << what << ": query token " << t << " in the short document";
+    }
+    if (metric == MAXSIM_METRIC_DOT) {
+      double sum = 0.0;
+      for (float k : expect_key) sum += k;
+      EXPECT_EQ(exact.scores[0], static_cast<float>(sum)) << what;
+    }
+    ExpectIdentical(Matrix(scalar, q, d, metric, MAXSIM_MODE_EXACT, true), exact, what + " vs scalar");
+    ExpectIdentical(exact, Matrix(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, true), what + " certified vs exact");
   }
 }
 
