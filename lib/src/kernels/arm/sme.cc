@@ -87,7 +87,6 @@ MAXSIM_SME_FN inline void BlockProducts(const ExactArgs& a, const float* q, cons
                           svbool_t pd0, svbool_t pd1) __arm_streaming __arm_inout("za") {
   svzero_za();
   for (uint32_t k = 0; k < a.dim; ++k) {
-    MAXSIM_MCA_BEGIN(kTwoQ ? 202 : 102);
     const float* qk = q + k * a.qstride;
     const float* dk = d + k * a.dstride;
     const svfloat32_t q0 = svld1_f32(pq0, qk);
@@ -100,7 +99,6 @@ MAXSIM_SME_FN inline void BlockProducts(const ExactArgs& a, const float* q, cons
       svmopa_za32_f32_m(1, pq1, pd0, q1, d0);
       svmopa_za32_f32_m(3, pq1, pd1, q1, d1);
     }
-    MAXSIM_MCA_END();
   }
 }
 
@@ -250,7 +248,6 @@ MAXSIM_SME_FN __arm_locally_streaming void KeysRows(const KeyArgs& a, uint32_t j
       const int8_t* r3 = r2 + a.padded_dim;
       svint32_t acc0 = svdup_n_s32(0), acc1 = acc0, acc2 = acc0, acc3 = acc0;
       for (uint32_t g = 0; g < a.groups4; g += 4) {
-        MAXSIM_MCA_BEGIN(104);
         const svint8_t d0 = svld1rq_s8(all, r0 + 4 * g);
         const svint8_t d1 = svld1rq_s8(all, r1 + 4 * g);
         const svint8_t d2 = svld1rq_s8(all, r2 + 4 * g);
@@ -259,7 +256,6 @@ MAXSIM_SME_FN __arm_locally_streaming void KeysRows(const KeyArgs& a, uint32_t j
         MAXSIM_SME_DOT4(1)
         MAXSIM_SME_DOT4(2)
         MAXSIM_SME_DOT4(3)
-        MAXSIM_MCA_END();
       }
       StoreKeys<kCos>(a, j, l0, pl, acc0, sq, top);
       StoreKeys<kCos>(a, j + 1, l0, pl, acc1, sq, top);
