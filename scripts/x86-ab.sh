@@ -9,8 +9,10 @@
 #
 # usage: scripts/x86-ab.sh [--rounds N] [--reps N] [--base COMMIT] [--kernels a,b] [--threads 1,2]
 #                          [--out benchmarks/results/x86-ab-NAME.json] [--note TEXT]
-# Builds A in build-ab/base (a detached worktree at build-ab/base-src) and B in build-ab/head, with ccache when
-# present. Needs git, cmake, ninja, a C++ compiler and the libraries scripts/setup.sh installs.
+# Builds A in build-ab/base (from a detached git worktree at build-ab/base-src; `git worktree remove --force
+# build-ab/base-src` drops it) and B in build-ab/head, with ccache when present. Needs git, cmake, ninja, a C++
+# compiler and the libraries scripts/setup.sh installs. --report-only rewrites the result file from the last
+# run's log (build-ab/runs.txt, or --log FILE; it also holds the command and the load average before each run).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BASE=bb59f4d  # CHANGELOG: the docs restructure; the next commit (69c236b) starts the kernels/ reorganisation
@@ -20,8 +22,12 @@ KERNELS=""
 THREADS=1,2
 OUT=""
 NOTE=""
+REPORT_ONLY=0
+LOG_ARG=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --report-only) REPORT_ONLY=1; shift ;;
+    --log) LOG_ARG=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --reps) REPS=$2; shift 2 ;;
     --base) BASE=$2; shift 2 ;;
@@ -34,6 +40,9 @@ while [ $# -gt 0 ]; do
 done
 case "$(uname -m)" in x86_64|amd64) ;; *) echo "x86-ab: x86-64 only (this is $(uname -m))" >&2; exit 2 ;; esac
 AB=$ROOT/build-ab
+LOG=${LOG_ARG:-$AB/runs.txt}
+if [ -z "$OUT" ]; then OUT=$ROOT/benchmarks/results/x86-ab-$(hostname -s).json; fi
+if [ "$REPORT_ONLY" = 0 ]; then
 mkdir -p "$AB"
 LAUNCH=()
 if command -v ccache >/dev/null; then LAUNCH=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache); fi
@@ -54,11 +63,12 @@ if [ -z "$KERNELS" ]; then  # every kernel this CPU runs, as the current build's
   ninja -C "$AB/head" -j2 maxsim_cli >>"$AB/head.build.log" 2>&1
   KERNELS=$("$AB/head/lib/cli/maxsim" info --backend cpu 2>/dev/null | awk '/^CPU kernels/ {on=1; next} on && /^  [a-z]/ && ($2 == "selected" || $2 == "available") {print $1} /^Selected kernel/ {on=0}' | paste -sd, -)
 fi
-HEAD_DESC=$(git -C "$ROOT" describe --always --dirty)
-LOG=$AB/runs.txt
-: >"$LOG"
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 args=(--kernels "$KERNELS" --modes exact,certified --threads "$THREADS" --reps "$REPS")
+{
+  echo "## A base $BASE_FULL"
+  echo "## B head $(git -C "$ROOT" describe --always --dirty)"
+  echo "## command scripts/x86-ab.sh --rounds $ROUNDS --reps $REPS --base $BASE --kernels $KERNELS --threads $THREADS"
+} >"$LOG"
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) -eq 1 ]; then order="A B"; else order="B A"; fi
   for side in $order; do
@@ -68,16 +78,23 @@ for r in $(seq 1 "$ROUNDS"); do
   done
   echo "x86-ab: round $r of $ROUNDS done" >&2
 done
-LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
-if [ -z "$OUT" ]; then OUT=$ROOT/benchmarks/results/x86-ab-$(hostname -s).json; fi
-CMD="scripts/x86-ab.sh --rounds $ROUNDS --reps $REPS --base $BASE --kernels $KERNELS --threads $THREADS"
-python3 - "$LOG" "$OUT" "$BASE_FULL" "$HEAD_DESC" "$CMD" "$LOAD_BEFORE" "$LOAD_AFTER" "$NOTE" <<'EOF'
+echo "# after load $(cut -d' ' -f1 /proc/loadavg)" >>"$LOG"
+fi
+python3 - "$LOG" "$OUT" "$NOTE" <<'EOF'
 import json, os, statistics, sys, time
-log, out, base, head, cmd, load_before, load_after, note = sys.argv[1:9]
+log, out, note = sys.argv[1:4]
 rows = {}  # (kernel, mode, dtype, lq, ld, nd, dim, threads) -> {"A": {round: gso}, "B": {...}}
+meta, loads = {}, []
 for line in open(log):
     f = line.split()
-    if len(f) < 15 or f[0].startswith('#') or f[2] == 'kernel':
+    if line.startswith('## '):
+        meta[f[1]] = ' '.join(f[2:])
+        continue
+    if line.startswith('# '):
+        if 'load' in f:
+            loads.append(f[f.index('load') + 1])
+        continue
+    if len(f) < 15 or f[2].startswith('#') or f[2] == 'kernel':
         continue
     rnd, side = int(f[0]), f[1]
     key = tuple(f[2:10])
@@ -101,15 +118,34 @@ for key, v in rows.items():
         "ratio_B_over_A_median": round(statistics.median(ratios), 3),
         "ratio_min": round(min(ratios), 3), "ratio_max": round(max(ratios), 3),
     })
+# Every within-round ratio of every row pooled, per thread count: the overall shift and its spread, and split by
+# which side ran first in the round (a machine getting busier or quieter during a round favours one side).
+pooled = []
+for threads in sorted({r["threads"] for r in results}):
+    ratios = {"all": [], "A first": [], "B first": []}
+    for key, v in rows.items():
+        if int(key[7]) != threads:
+            continue
+        for rnd in set(v["A"]) & set(v["B"]):
+            if v["A"][rnd] > 0:
+                x = v["B"][rnd] / v["A"][rnd]
+                ratios["all"].append(x)
+                ratios["A first" if rnd % 2 == 1 else "B first"].append(x)
+    xs = sorted(ratios["all"])
+    pooled.append({"threads": threads, "ratios": len(xs), "median": round(statistics.median(xs), 3),
+                   "q25": round(xs[len(xs) // 4], 3), "q75": round(xs[(3 * len(xs)) // 4], 3),
+                   "median_A_first": round(statistics.median(ratios["A first"]), 3),
+                   "median_B_first": round(statistics.median(ratios["B first"]), 3)})
 doc = {
     "context": {
-        "command": cmd, "date": time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), "cpu": cpu,
-        "cpus_online": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": load_after,
-        "A": "base " + base, "B": "head " + head,
+        "command": meta.get("command", "?"), "date": time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
+        "cpu": cpu, "cpus_online": os.cpu_count(),
+        "loadavg_1min_per_run": ' '.join(loads), "A": meta.get("A", "?"), "B": meta.get("B", "?"),
         "benchmark": "benchmarks/kernels/kernel_bench (public C API, packed documents, best of --reps calls per "
                      "round), GSO/s = 2 Lq Ld dim per (query, document) pair per second",
         "note": note,
     },
+    "pooled_ratios_B_over_A": pooled,
     "results": results,
 }
 with open(out, 'w') as fh:
@@ -119,10 +155,16 @@ md = os.path.splitext(out)[0] + '.md'
 with open(md, 'w') as fh:
     c = doc["context"]
     fh.write(f"<!-- Generated by scripts/x86-ab.sh from {os.path.basename(out)} -->\n")
-    fh.write(f"A = {c['A']}, B = {c['B']}; {c['cpu']}, {c['cpus_online']} CPUs; load average {c['loadavg_before']} "
-             f"before, {c['loadavg_after']} after; {c['date']}.\n`{c['command']}`\n")
+    fh.write(f"A = {c['A']}, B = {c['B']}; {c['cpu']}, {c['cpus_online']} CPUs; {c['date']}; 1-minute load "
+             f"average before each run and after the last: {c['loadavg_1min_per_run']}.\n`{c['command']}`\n")
     if note:
         fh.write(f"\n{note}\n")
+    fh.write("\nEvery within-round ratio B/A pooled over the rows below:\n\n")
+    fh.write("| threads | ratios | median | quartiles | median, A ran first | median, B ran first |\n")
+    fh.write("|---:|---:|---:|---|---:|---:|\n")
+    for p in pooled:
+        fh.write(f"| {p['threads']} | {p['ratios']} | {p['median']} | [{p['q25']}, {p['q75']}] | "
+                 f"{p['median_A_first']} | {p['median_B_first']} |\n")
     fh.write("\n| kernel | mode | Ld | threads | A GSO/s (median) | B GSO/s (median) | B/A same round: median [min, max] |\n")
     fh.write("|---|---|---:|---:|---:|---:|---|\n")
     for r in sorted(results, key=lambda r: (r["kernel"], r["mode"], r["Ld"], r["threads"])):
