@@ -45,4 +45,12 @@ void I8QueryLayout::Write(const PreparedQuery& q, uint8_t xor_bias, void* out_vo
   }
 }
 
+void I8PairLayout::Write(const PreparedQuery& q, int8_t* out) {
+  const size_t step = StepBytes(q);
+  for (uint32_t s = 0; s < q.n_tokens; ++s) {
+    const int8_t* codes = q.codes + static_cast<size_t>(s) * q.padded_dim;
+    for (uint32_t k = 0; k < q.dim; ++k) out[(k / 8) * step + (s / 2) * 16 + (s % 2) * 8 + k % 8] = codes[k];
+  }
+}
+
 }  // namespace maxsim

@@ -283,6 +283,16 @@ struct I8QueryLayout {
   }
 };
 
+// The i8 pair layout of the SMMLA kernels (neon-i8mm, sve-i8mm), stored by them after I8QueryLayout: SMMLA takes
+// 8 consecutive codes of two query lanes, [padded_dim / 8][n_padded / 2 lane pairs][2 lanes][8 codes] int8, zero
+// beyond dim and for padding lanes. Signed (the canonical codes go in unchanged).
+struct I8PairLayout {
+  static size_t StepBytes(const PreparedQuery& q) { return static_cast<size_t>(q.n_padded) * 8; }  // per 8 k
+  static size_t Bytes(const PreparedQuery& q) { return static_cast<size_t>(q.padded_dim / 8) * StepBytes(q); }
+  // `out` is zero-filled beforehand (KernelOps::prepare): only kept tokens' codes up to dim are written.
+  static void Write(const PreparedQuery& q, int8_t* out);
+};
+
 }  // namespace maxsim
 
 #endif  // MAXSIM_SRC_KERNELS_PIPELINE_H_

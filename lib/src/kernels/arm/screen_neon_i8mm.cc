@@ -7,10 +7,10 @@
 // go in unchanged, and every i32 sum is the exact integer dot I.
 //
 // The query needs 8 consecutive codes per lane, so this kernel stores its own layout after the shared one:
-// [padded_dim / 8][n_padded / 2 lane pairs][2 lanes][8 codes], zero beyond dim. Per k step of 8 and tile of
-// 2 query groups (4 lane pairs) x 8 rows (4 row pairs): 4 query loads, 8 half-row loads, 16 SMMLAs into 16
-// accumulators. At the end UZP1 / UZP2 turn a row pair's two 2 x 2 blocks per group into one vector per row
-// (lanes 0..3). A tile with an odd row count pairs its last row with itself.
+// I8PairLayout (kernels/pipeline.h), [padded_dim / 8][n_padded / 2 lane pairs][2 lanes][8 codes], zero beyond
+// dim. Per k step of 8 and tile of 2 query groups (4 lane pairs) x 8 rows (4 row pairs): 4 query loads, 8
+// half-row loads, 16 SMMLAs into 16 accumulators. At the end UZP1 / UZP2 turn a row pair's two 2 x 2 blocks per
+// group into one vector per row (lanes 0..3). A tile with an odd row count pairs its last row with itself.
 #include <arm_neon.h>
 
 #include <cstddef>
@@ -37,18 +37,11 @@ namespace {
 struct I8mmImpl {
   static constexpr int kRows = 8;
 
-  static size_t OwnBytes(const PreparedQuery& q) { return static_cast<size_t>(q.padded_dim / 8) * q.n_padded * 8; }
-  // Zero-filled beforehand (KernelOps::prepare): only kept tokens' codes up to dim are written.
-  static void WriteOwn(const PreparedQuery& q, int8_t* out) {
-    const size_t step = static_cast<size_t>(q.n_padded) * 8;
-    for (uint32_t s = 0; s < q.n_tokens; ++s) {
-      const int8_t* codes = q.codes + static_cast<size_t>(s) * q.padded_dim;
-      for (uint32_t k = 0; k < q.dim; ++k) out[(k / 8) * step + (s / 2) * 16 + (s % 2) * 8 + k % 8] = codes[k];
-    }
-  }
+  static size_t OwnBytes(const PreparedQuery& q) { return I8PairLayout::Bytes(q); }
+  static void WriteOwn(const PreparedQuery& q, int8_t* out) { I8PairLayout::Write(q, out); }
   static void OwnLayout(const PreparedQuery& q, const void* layout, uint32_t g0, TileArgs* a) {
     a->own = static_cast<const int8_t*>(layout) + I8QueryLayout::Bytes(q) + static_cast<size_t>(g0) * kW * 8;
-    a->own_stride = static_cast<size_t>(q.n_padded) * 8;
+    a->own_stride = I8PairLayout::StepBytes(q);
   }
 
   template <int NQ, int R>
