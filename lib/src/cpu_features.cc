@@ -132,6 +132,7 @@ uint64_t DetectAarch64Features() {
   if (hw & (1ul << 22)) f |= kCpuSVE;      // HWCAP_SVE
   if (hw2 & (1ul << 1)) f |= kCpuSVE2;     // HWCAP2_SVE2
   if (hw2 & (1ul << 13)) f |= kCpuI8MM;    // HWCAP2_I8MM
+  if (hw2 & (1ul << 9)) f |= kCpuSVEI8MM;  // HWCAP2_SVEI8MM
   if (hw2 & (1ul << 23)) f |= kCpuSME;     // HWCAP2_SME
   return f;
 }
@@ -162,7 +163,7 @@ uint64_t DetectAarch64Features() {
   if (IsProcessorFeaturePresent(PF_ARM_SVE2_INSTRUCTIONS_AVAILABLE)) f |= kCpuSVE2;
 #endif
 #ifdef PF_ARM_SVE_I8MM_INSTRUCTIONS_AVAILABLE
-  if (IsProcessorFeaturePresent(PF_ARM_SVE_I8MM_INSTRUCTIONS_AVAILABLE)) f |= kCpuI8MM;
+  if (IsProcessorFeaturePresent(PF_ARM_SVE_I8MM_INSTRUCTIONS_AVAILABLE)) f |= kCpuI8MM | kCpuSVEI8MM;
 #endif
   return f;
 }
@@ -253,6 +254,7 @@ std::string FeatureNames(uint64_t mask) {
       {kCpuAMXInt8, "amx-int8"},    {kCpuAMXBF16, "amx-bf16"},    {kCpuAMXPermitted, "amx-permission"},
       {kCpuNEON, "neon"},           {kCpuDotProd, "dotprod"},     {kCpuSVE, "sve"},
       {kCpuSVE2, "sve2"},           {kCpuSME, "sme"},             {kCpuI8MM, "i8mm"},
+      {kCpuSVEI8MM, "svei8mm"},
       {kCpuWasmSimd128, "simd128"}, {kCpuWasmRelaxedSimd, "relaxed-simd"},
   };
   std::string out;

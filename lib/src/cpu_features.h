@@ -33,6 +33,7 @@ enum CpuFeature : uint64_t {
   kCpuSVE2 = 1ull << 23,
   kCpuSME = 1ull << 24,
   kCpuI8MM = 1ull << 25,
+  kCpuSVEI8MM = 1ull << 26,  // I8MM's SVE forms (SMMLA on Z registers): Linux reports them apart from NEON's
   kCpuWasmSimd128 = 1ull << 30,
   kCpuWasmRelaxedSimd = 1ull << 31,
 };
