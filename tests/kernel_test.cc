@@ -306,5 +306,52 @@ TEST(KernelList, AutoNeverSelectsAnExplicitOnlyKernel) {
   }
 }
 
+// Every automatically selectable kernel against scalar in every mode, candidate counters included (the
+// explicit-only `sme` kernel has its own tests): the i8 dot is exact in every kernel and
+// the keys, margins and candidate tests are the same f32 expressions, so the candidate sets (multi_candidate) and
+// the approximate choices agree too. Query lengths straddle every vector a kernel may fill (4 to 64 f32 lanes:
+// NEON, AVX2, AVX-512, SVE from 128 to 2048 bits, one vector or two), document lengths every row tile and every
+// remainder of the SVE kernels' rows-per-vector (1 to 32), dims with and without k tails, and near-tie documents
+// (several tokens within 1e-6 of the best for each query token: many candidates).
+TEST(KernelsAgree, EveryModeAndCandidateSetMatchScalarAcrossVectorRemainders) {
+  std::mt19937_64 rng(4242);
+  const std::vector<uint64_t> lengths = {1, 3, 5, 17, 33, 65, 100};
+  for (uint32_t dim : {5u, 130u}) {
+    TokenSets q;
+    q.dim = dim;
+    q.offsets = {0};
+    for (uint64_t len : lengths) q.offsets.push_back(q.offsets.back() + len);
+    q.values = Generate(rng, Shape::kClustered, 1, q.offsets.back(), q.offsets.back(), dim).values;
+    q.Encode(MAXSIM_F32);
+    std::vector<TokenSets> doc_sets = {Generate(rng, Shape::kClustered, 12, 0, 70, dim)};
+    if (dim > 64) doc_sets.push_back(NearTieDocuments(rng, q, 3, 45, 1e-6));
+    for (size_t set = 0; set < doc_sets.size(); ++set) {
+      const TokenSets& d = doc_sets[set];
+      for (maxsim_metric metric : kMetrics) {
+        for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+          Context ref_ctx = ContextFor("scalar", 1);
+          maxsim_stats ref_stats{};
+          const Result ref = Matrix(ref_ctx, q, d, metric, mode, true, &ref_stats);
+          size_t n = 0;
+          const KernelInfo* list = KernelList(&n);
+          for (size_t k = 0; k < n; ++k) {
+            const std::string name = list[k].name;
+            if (name == "scalar" || KernelExplicitOnly(list[k]) || !KernelAvailable(list[k], nullptr)) continue;
+            const std::string what = name + " dim " + std::to_string(dim) + (set ? " near-tie" : " clustered") +
+                                     " metric " + std::to_string(metric) + " mode " + std::to_string(mode);
+            Context ctx = ContextFor(name.c_str(), 2);
+            maxsim_stats stats{};
+            ExpectIdentical(ref, Matrix(ctx, q, d, metric, mode, true, &stats), what);
+            EXPECT_EQ(stats.multi_candidate, ref_stats.multi_candidate) << what << ": candidate sets differ";
+          }
+          if (set == 1 && mode == MAXSIM_MODE_CERTIFIED) {
+            EXPECT_GT(ref_stats.multi_candidate, 0u) << "near ties should leave several candidates";
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace maxsim::test

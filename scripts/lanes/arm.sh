@@ -5,13 +5,16 @@
 # Installs the cross toolchain, qemu-user and the arm64 multiarch libraries (scripts/setup.sh --arm), builds the
 # library, CLI and tests with cmake/aarch64-linux-gnu.cmake, then runs through qemu (CMAKE_CROSSCOMPILING_EMULATOR;
 # the CPU from QEMU_CPU): at 128-bit SVE every test but the multi-GiB, real-data, demo and progress-timing ones (minutes under
-# emulation, and not about the ISA); at 256, 512 and 2048 bits the cross-ISA test, which scores with every
-# kernel in every mode (outside the `sme` kernel's streaming mode no kernel executes SVE instructions yet: these runs show the NEON kernels do not depend
-# on the vector length, and are where vector-length-agnostic kernels will get their reference tests too). The SME
+# emulation, and not about the ISA); at 256, 512 and 2048 bits the tests whose results depend on the vector
+# length of the SVE kernels (sve, sve-i8mm): the cross-ISA bits (every kernel, `sme` included) and the
+# cross-kernel agreement (every automatically selectable kernel, every mode, against scalar, candidate sets
+# included: query and document lengths around every vector and segment remainder, odd dims, ties, near ties,
+# huge/tiny norms, empty documents), and the SVE kernels' approximate-mode reference test (qemu 7.2 runs SVE 5-10x
+# slower per instruction above 128 bits, so the other float64-reference tests run at 128 only). The SME
 # streaming vector length follows the SVE one in every run: 128 bits for the full suite (qemu 7.2's FMOPA costs
 # about 20 us per instruction at its 256-bit default against 0.4 us at 128 bits, which made the `sme` kernel's
-# reference tests take minutes), the cross-ISA test (the `sme` kernel included) at 256/512/2048; a few tests on
-# a Cortex-A72 (no SVE, no SME) show the library loads and runs where the `sme` kernel cannot. Then
+# reference tests take minutes), the per-length runs at 256/512/2048; a few tests on a Cortex-A72 (no SVE, no SME)
+# show the library loads and runs where the SVE and `sme` kernels cannot. Then
 # the edge build (-DMAXSIM_EDGE=ON: static, plugin-free, serial) for aarch64 and its cross-ISA, kernel-reference,
 # API and CLI-info tests. Environment: JOBS, BUILD_DIR (default build-arm; the edge build goes to BUILD_DIR-edge).
 set -euo pipefail
@@ -32,11 +35,11 @@ ninja -C "$BUILD_DIR" -j"$JOBS"
 # kernel's loader, which cannot run an AArch64 binary without binfmt_misc.
 heavy='RealData|BufferLargerThan4GiB|Cli.DemoPasses|Cli.RealColbert|Api.ProgressCallback|Threads.ThreadCreationFailure'
 isa='KernelTest|KernelsAgree|Api\.|CrossIsa'
-per_vl='CrossIsa'
+per_vl='CrossIsa|KernelsAgree\.EveryMode|KernelTest\.Approximate.*/sve'
 echo "test.sh: qemu -cpu max, 128-bit SVE and SME: every test but the multi-GiB, real-data and demo ones"
 QEMU_CPU=max,sve-default-vector-length=16,sme-default-vector-length=16 ctest --test-dir "$BUILD_DIR" -j"$JOBS" --output-on-failure --timeout 900 -E "$heavy"
 for bytes in 32 64 256; do
-  echo "test.sh: qemu -cpu max, $((bytes * 8))-bit SVE and SME: cross-ISA bits with every kernel"
+  echo "test.sh: qemu -cpu max, $((bytes * 8))-bit SVE and SME: cross-ISA bits, cross-kernel agreement, SVE references"
   QEMU_CPU=max,sve-default-vector-length=$bytes,sme-default-vector-length=$bytes ctest --test-dir "$BUILD_DIR" -j"$JOBS" --output-on-failure \
     --timeout 900 -R "$per_vl"
 done
