@@ -28,6 +28,18 @@ def long_job():
     return Q, D, time.perf_counter() - t0
 
 
+@pytest.fixture
+def python_sigint():
+    # Python installs its KeyboardInterrupt handler only where SIGINT was not ignored at start-up: a test run
+    # started as a background job (`cmd &` in a script, nohup) inherits SIG_IGN and Ctrl-C would never arrive.
+    # These tests are about the library's reaction to KeyboardInterrupt, so they install Python's handler.
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 class Bar:
     def __init__(self, fail_after=None):
         self.n = 0
@@ -65,9 +77,7 @@ def test_exception_in_bar_cancels(long_job):
     assert elapsed < 4 * t1 + 0.1, f"cancelled call ran {elapsed:.2f} s; the whole call takes about {8 * t1:.2f} s"
 
 
-def test_ctrl_c_cancels_a_long_call(long_job):
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signals reach the main thread only")
+def test_ctrl_c_cancels_a_long_call(long_job, python_sigint):
     Q, D, t1 = long_job
     timer = threading.Timer(t1, lambda: os.kill(os.getpid(), signal.SIGINT))
     t0 = time.perf_counter()
@@ -83,11 +93,9 @@ def test_ctrl_c_cancels_a_long_call(long_job):
     assert maxsim.scores(Q[:1, :4], D[:3]).shape == (1, 3)
 
 
-def test_ctrl_c_cancels_a_long_call_on_a_list_of_documents(long_job):
+def test_ctrl_c_cancels_a_long_call_on_a_list_of_documents(long_job, python_sigint):
     # A list of numpy documents is scored a block at a time (maxsim._core.score_matrix_blocks); Ctrl-C is checked
     # between blocks.
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signals reach the main thread only")
     Q, D, t1 = long_job
     docs = list(D)
     timer = threading.Timer(t1, lambda: os.kill(os.getpid(), signal.SIGINT))
