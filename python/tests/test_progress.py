@@ -77,18 +77,23 @@ def test_exception_in_bar_cancels(long_job):
     assert elapsed < 4 * t1 + 0.1, f"cancelled call ran {elapsed:.2f} s; the whole call takes about {8 * t1:.2f} s"
 
 
-def test_ctrl_c_cancels_a_long_call(long_job, python_sigint):
-    Q, D, t1 = long_job
+def ctrl_c_during(call, t1):
+    """Sends SIGINT t1 seconds into call(), which must raise KeyboardInterrupt long before it would have ended."""
     timer = threading.Timer(t1, lambda: os.kill(os.getpid(), signal.SIGINT))
     t0 = time.perf_counter()
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            maxsim.scores(Q, D, threads=1)
+            call()
     finally:
         timer.cancel()
     elapsed = time.perf_counter() - t0
     assert elapsed < 5 * t1 + 0.1, f"the call ran {elapsed:.2f} s (Ctrl-C at {t1:.2f} s, whole call about {8 * t1:.2f} s)"
+
+
+def test_ctrl_c_cancels_a_long_call(long_job, python_sigint):
+    Q, D, t1 = long_job
+    ctrl_c_during(lambda: maxsim.scores(Q, D, threads=1), t1)
     # The library is usable afterwards and the callback is gone.
     assert maxsim.scores(Q[:1, :4], D[:3]).shape == (1, 3)
 
@@ -98,16 +103,7 @@ def test_ctrl_c_cancels_a_long_call_on_a_list_of_documents(long_job, python_sigi
     # between blocks.
     Q, D, t1 = long_job
     docs = list(D)
-    timer = threading.Timer(t1, lambda: os.kill(os.getpid(), signal.SIGINT))
-    t0 = time.perf_counter()
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            maxsim.scores(Q, docs, threads=1)
-    finally:
-        timer.cancel()
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 5 * t1 + 0.1, f"the call ran {elapsed:.2f} s (Ctrl-C at {t1:.2f} s, whole call about {8 * t1:.2f} s)"
+    ctrl_c_during(lambda: maxsim.scores(Q, docs, threads=1), t1)
     assert maxsim.scores(Q[:1, :4], docs[:3]).shape == (1, 3)
 
 
