@@ -9,11 +9,8 @@
 #include <vector>
 
 #include "packed_handle.h"
+#include "parallel.h"
 #include "progress.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace maxsim {
 namespace {
@@ -69,16 +66,8 @@ Status AnalyzeDense(const DenseView& v, const char* role, int threads, const pac
   std::vector<RowRejection> rejections(static_cast<size_t>(std::max(1, threads)));
   const int64_t n = static_cast<int64_t>(v.n_sets);
   const float bound = pack::AcceptedElementBound(v.dim);
-#pragma omp parallel num_threads(threads) if (threads > 1 && v.n_rows > 1024)
-  {
-    int t = 0;
-#ifdef _OPENMP
-    t = omp_get_thread_num();
-#endif
-    std::vector<float> widened(v.dim);
-    RowRejection& mine = rejections[static_cast<size_t>(t)];
-#pragma omp for schedule(dynamic, 16)
-    for (int64_t i = 0; i < n; ++i) {
+  ParallelTasks(threads, v.n_rows > 1024, n, 16, [&](int t) {
+    return [&, widened = std::vector<float>(v.dim), &mine = rejections[static_cast<size_t>(t)]](int64_t i) mutable {
       const uint64_t set = static_cast<uint64_t>(i);
       for (uint64_t r = v.begin(set); r < v.end(set); ++r) {
         if (!v.kept(r)) continue;
@@ -96,8 +85,8 @@ Status AnalyzeDense(const DenseView& v, const char* role, int threads, const pac
         if (!s.finite || !pack::NormAccepted(s.norm_sq)) NoteRejection(v, set, r, f32, s, &mine);
         if (stats) (*stats)[r] = s;
       }
-    }
-  }
+    };
+  });
   const RowRejection* first = nullptr;
   for (const RowRejection& r : rejections) {
     if (r.set != UINT64_MAX && (first == nullptr || first->Before(r.set, r.token))) first = &r;
@@ -138,15 +127,15 @@ void PrepareLayouts(const KernelOps& ops, maxsim_mode mode, int threads, QueryBa
   b->layouts.assign(before[n] + 64, 0);
   uint8_t* base = b->layouts.data();
   base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
-  const int64_t ni = static_cast<int64_t>(n);
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 4) if (threads > 1 && n > 16)
-  for (int64_t ii = 0; ii < ni; ++ii) {
-    const size_t i = static_cast<size_t>(ii);
-    if (before[i + 1] == before[i]) continue;
-    PreparedQuery& q = b->sets[i].q;
-    q.layout = base + before[i];
-    ops.prepare(q, mode, base + before[i]);
-  }
+  ParallelTasks(threads, n > 16, static_cast<int64_t>(n), 4, [&](int) {
+    return [&](int64_t ii) {
+      const size_t i = static_cast<size_t>(ii);
+      if (before[i + 1] == before[i]) return;
+      PreparedQuery& q = b->sets[i].q;
+      q.layout = base + before[i];
+      ops.prepare(q, mode, base + before[i]);
+    };
+  });
 }
 
 Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, const KernelOps& ops, int variant,
@@ -196,15 +185,8 @@ Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, co
 
   std::vector<RowRejection> rejections(static_cast<size_t>(std::max(1, threads)));
   const int64_t ni = static_cast<int64_t>(n);
-#pragma omp parallel num_threads(threads) if (threads > 1 && total_kept > 256)
-  {
-    int t = 0;
-#ifdef _OPENMP
-    t = omp_get_thread_num();
-#endif
-    RowRejection& mine = rejections[static_cast<size_t>(t)];
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t ii = 0; ii < ni; ++ii) {
+  ParallelTasks(threads, total_kept > 256, ni, 4, [&](int t) {
+    return [&, &mine = rejections[static_cast<size_t>(t)]](int64_t ii) mutable {
       const uint64_t i = static_cast<uint64_t>(ii);
       QuerySet& qs = b.sets[i];
       float* rows = b.rows.data() + kept_before[i] * dim;
@@ -256,8 +238,8 @@ Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, co
           for (uint32_t s = s0; s < s1; ++s) out[s] = rows[static_cast<uint64_t>(s) * dim + k];
         }
       }
-    }
-  }
+    };
+  });
   const RowRejection* first = nullptr;
   for (const RowRejection& r : rejections) {
     if (r.set != UINT64_MAX && (first == nullptr || first->Before(r.set, r.token))) first = &r;
@@ -573,14 +555,6 @@ void SumStats(const std::vector<ThreadState>& states, maxsim_stats* stats) {
   }
 }
 
-int ThreadIndex() {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-
 Status CheckDims(const SetsRef& q, const SetsRef& d) {
   if (q.dim() != d.dim()) {
     return Error(MAXSIM_ERR_DIM_MISMATCH, "queries have dim %u but documents have dim %u", q.dim(), d.dim());
@@ -686,14 +660,9 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
   const bool batched = UseBatch(ops, req, D);
   Progress progress(nq * nd);
   std::atomic<bool> rejected{false};  // a document failed the check in DocMaterializer::Get
-#pragma omp parallel num_threads(threads_) if (threads_ > 1 && n_tasks > 1)
-  {
-    ThreadState& ts = states[static_cast<size_t>(ThreadIndex())];
-    std::vector<float> bscores;
-    std::vector<int32_t*> bargmax;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < n_tasks; ++task) {
-      if (progress.cancelled() || rejected.load(std::memory_order_relaxed)) continue;
+  ParallelTasks(threads_, n_tasks > 1, n_tasks, 1, [&](int t) {
+    return [&, &ts = states[static_cast<size_t>(t)], bscores = std::vector<float>(), bargmax = std::vector<int32_t*>()](int64_t task) mutable {
+      if (progress.cancelled() || rejected.load(std::memory_order_relaxed)) return;
       const uint64_t qc = static_cast<uint64_t>(task) / n_blocks;
       const uint64_t db = static_cast<uint64_t>(task) % n_blocks;
       const uint64_t q0 = qc * qchunk, q1 = std::min(nq, q0 + qchunk);
@@ -724,7 +693,7 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
             for (size_t b = 0; b < n; ++b) scores[i * nd + ts.batch_index[b]] = bscores[b];
           }
         }
-        continue;
+        return;
       }
       for (uint64_t j = d0; j < d1; ++j) {
         DocRef d;
@@ -743,8 +712,8 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
           break;
         }
       }
-    }
-  }
+    };
+  });
   if (rejected.load()) return FirstRejection(src, threads_);
   MAXSIM_RETURN_IF_ERROR(progress.Finish("maxsim_score_matrix"));
   SumStats(states, stats);
@@ -778,14 +747,9 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
   const KernelOps& ops = *kernel_->ops;
   const bool batched = UseBatch(ops, req, D);
   Progress progress(total);
-#pragma omp parallel num_threads(threads_) if (threads_ > 1 && n_tasks > 1)
-  {
-    ThreadState& ts = states[static_cast<size_t>(ThreadIndex())];
-    std::vector<float> bscores;
-    std::vector<int32_t*> bargmax;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < n_tasks; ++task) {
-      if (progress.cancelled()) continue;
+  ParallelTasks(threads_, n_tasks > 1, n_tasks, 1, [&](int t) {
+    return [&, &ts = states[static_cast<size_t>(t)], bscores = std::vector<float>(), bargmax = std::vector<int32_t*>()](int64_t task) mutable {
+      if (progress.cancelled()) return;
       const uint64_t c0 = static_cast<uint64_t>(task) * block, c1 = std::min(total, c0 + block);
       progress.Advance(c1 - c0);
       uint64_t i = static_cast<uint64_t>(std::upper_bound(cand_offsets, cand_offsets + nq + 1, c0) - cand_offsets) - 1;
@@ -811,7 +775,7 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
           for (size_t b = 0; b < n; ++b) scores[ts.batch_index[b]] = bscores[b];
           r0 = r1;
         }
-        continue;
+        return;
       }
       for (uint64_t c = c0; c < c1; ++c) {
         while (cand_offsets[i + 1] <= c) ++i;
@@ -822,8 +786,8 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
         int32_t* am = argmax ? argmax + base[i] + (c - cand_offsets[i]) * qs.positions : nullptr;
         scores[c] = ScorePair(qs, d, map, ops, req, ts, am);
       }
-    }
-  }
+    };
+  });
   MAXSIM_RETURN_IF_ERROR(progress.Finish("maxsim_score_candidates"));
   SumStats(states, stats);
   return Status::Ok();
@@ -883,16 +847,10 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
   const bool cosine = req.metric == MAXSIM_METRIC_COSINE;
   Progress progress(nq * nd);
   std::atomic<bool> rejected{false};  // a document failed the check in DocMaterializer::Get
-#pragma omp parallel num_threads(threads_) if (threads_ > 1 && n_tasks > 1)
-  {
-    const int t = ThreadIndex();
-    ThreadState& ts = states[static_cast<size_t>(t)];
-    auto& mine = heaps[static_cast<size_t>(t)];
-    mine.assign(nq, {});
-    std::vector<float> bscores;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < n_tasks; ++task) {
-      if (progress.cancelled() || rejected.load(std::memory_order_relaxed)) continue;
+  ParallelTasks(threads_, n_tasks > 1, n_tasks, 1, [&](int t) {
+    heaps[static_cast<size_t>(t)].assign(nq, {});
+    return [&, &ts = states[static_cast<size_t>(t)], &mine = heaps[static_cast<size_t>(t)], bscores = std::vector<float>()](int64_t task) mutable {
+      if (progress.cancelled() || rejected.load(std::memory_order_relaxed)) return;
       const uint64_t d0 = static_cast<uint64_t>(task) * block, d1 = std::min(nd, d0 + block);
       progress.Advance(nq * (d1 - d0));
       if (batched) {
@@ -922,7 +880,7 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
             }
           }
         }
-        continue;
+        return;
       }
       for (uint64_t j = d0; j < d1; ++j) {
         DocRef d;
@@ -939,8 +897,8 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
           break;
         }
       }
-    }
-  }
+    };
+  });
   if (rejected.load()) return FirstRejection(src, threads_);
   MAXSIM_RETURN_IF_ERROR(progress.Finish("maxsim_topk"));
   std::vector<Ranked> merged;
@@ -1059,16 +1017,12 @@ Status Engine::Backward(const DenseView& Q, const DenseView& D, const maxsim_bac
     }
   }
   const uint32_t dim = Q.dim;
-  [[maybe_unused]] const int threads = threads_;  // unused without OpenMP
+  const int threads = threads_;
   if (args.grad_queries) {
     std::fill(args.grad_queries, args.grad_queries + Q.n_rows * dim, 0.0f);
     const int64_t nq = static_cast<int64_t>(sc.nq);
-#pragma omp parallel num_threads(threads) if (threads > 1 && nq > 1)
-    {
-      std::vector<double> acc(dim);
-      std::vector<float> widened(dim);
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t ii = 0; ii < nq; ++ii) {
+    ParallelTasks(threads, nq > 1, nq, 1, [&](int) {
+      return [&, acc = std::vector<double>(dim), widened = std::vector<float>(dim)](int64_t ii) mutable {
         const uint64_t i = static_cast<uint64_t>(ii);
         const uint64_t lq = Q.length(i);
         for (uint64_t s = 0; s < lq; ++s) {
@@ -1084,8 +1038,8 @@ Status Engine::Backward(const DenseView& Q, const DenseView& D, const maxsim_bac
           float* out = args.grad_queries + (Q.begin(i) + s) * dim;
           for (uint32_t k = 0; k < dim; ++k) out[k] = static_cast<float>(acc[k]);
         }
-      }
-    }
+      };
+    });
   }
   if (args.grad_documents) {
     std::fill(args.grad_documents, args.grad_documents + D.n_rows * dim, 0.0f);
@@ -1104,12 +1058,8 @@ Status Engine::Backward(const DenseView& Q, const DenseView& D, const maxsim_bac
       }
     }
     const int64_t nd = static_cast<int64_t>(sc.nd);
-#pragma omp parallel num_threads(threads) if (threads > 1 && nd > 1)
-    {
-      std::vector<double> acc;
-      std::vector<float> widened(dim);
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t jj = 0; jj < nd; ++jj) {
+    ParallelTasks(threads, nd > 1, nd, 1, [&](int) {
+      return [&, acc = std::vector<double>(), widened = std::vector<float>(dim)](int64_t jj) mutable {
         const uint64_t j = static_cast<uint64_t>(jj);
         const uint64_t ld = D.length(j);
         acc.assign(ld * dim, 0.0);
@@ -1131,8 +1081,8 @@ Status Engine::Backward(const DenseView& Q, const DenseView& D, const maxsim_bac
           float* out = args.grad_documents + (D.begin(j) + t) * dim;
           for (uint32_t k = 0; k < dim; ++k) out[k] = static_cast<float>(acc[t * dim + k]);
         }
-      }
-    }
+      };
+    });
   }
   return Status::Ok();
 }

@@ -14,11 +14,8 @@
 #include "dense.h"
 #include "packed.h"
 #include "packer.h"
+#include "parallel.h"
 #include "progress.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace maxsim::pack {
 namespace {
@@ -160,17 +157,9 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
   enum class Work { kAnalyse, kWrite, kBoth };
   Progress progress((analyse_pass ? 2 : 1) * (in.n_rows));
   auto run = [&](Work work) {
-#pragma omp parallel num_threads(threads) if (threads > 1 && n_vectors > 2 * kChunkRows)
-    {
-      int t = 0;
-#ifdef _OPENMP
-      t = omp_get_thread_num();
-#endif
-      std::vector<float> scratch(in.dim);
-      Rejection& mine = rejections[static_cast<size_t>(t)];
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t c = 0; c < n_chunks; ++c) {
-        if (progress.cancelled()) continue;
+    ParallelTasks(threads, n_vectors > 2 * kChunkRows, n_chunks, 1, [&](int t) {
+      return [&, scratch = std::vector<float>(in.dim), &mine = rejections[static_cast<size_t>(t)]](int64_t c) mutable {
+        if (progress.cancelled()) return;
         const Chunk& ch = chunks[static_cast<size_t>(c)];
         progress.Advance(ch.row_end - ch.row_begin);
         uint64_t p = ch.packed_begin;
@@ -210,8 +199,8 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
           std::memset(orow + orig_used, 0, l.orig_row_bytes - orig_used);
           ++p;
         }
-      }
-    }
+      };
+    });
   };
   run(analyse_pass ? Work::kAnalyse : Work::kBoth);
   MAXSIM_RETURN_IF_ERROR(progress.Finish("packing"));

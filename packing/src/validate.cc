@@ -11,6 +11,7 @@
 
 #include "half.h"
 #include "packed.h"
+#include "parallel.h"
 
 namespace maxsim::pack {
 namespace {
@@ -144,19 +145,15 @@ Status CheckDeepRow(const PackedView& v, uint64_t r, float* row, int8_t* codes, 
 Status CheckDeep(const PackedView& v, int threads, const RowOps& ops) {
   const int64_t n = static_cast<int64_t>(v.n_vectors);
   std::atomic<uint64_t> first_bad{UINT64_MAX};
-#pragma omp parallel num_threads(threads) if (threads > 1 && n > 2048)
-  {
-    std::vector<float> row(v.dim);
-    std::vector<int8_t> codes(v.padded_dim);
-#pragma omp for schedule(dynamic, 512)
-    for (int64_t i = 0; i < n; ++i) {
+  ParallelTasks(threads, n > 2048, n, 512, [&](int) {
+    return [&, row = std::vector<float>(v.dim), codes = std::vector<int8_t>(v.padded_dim)](int64_t i) mutable {
       const uint64_t r = static_cast<uint64_t>(i);
       uint64_t seen = first_bad.load(std::memory_order_relaxed);
-      if (r > seen || CheckDeepRow(v, r, row.data(), codes.data(), ops).ok()) continue;
+      if (r > seen || CheckDeepRow(v, r, row.data(), codes.data(), ops).ok()) return;
       while (r < seen && !first_bad.compare_exchange_weak(seen, r, std::memory_order_relaxed)) {
       }
-    }
-  }
+    };
+  });
   const uint64_t bad = first_bad.load();
   if (bad == UINT64_MAX) return Status::Ok();
   std::vector<float> row(v.dim);
