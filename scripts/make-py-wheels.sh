@@ -2,10 +2,12 @@
 # SPDX-License-Identifier: Apache-2.0
 # Fills .whl/ (git-ignored) with the wheels that the device section py-cuda installs with `pip --no-index` on a
 # GPU machine that cannot reach a registry: the build backend (scikit-build-core, nanobind and what they need),
-# pytest, pip, PyLate (no dependencies: its scoring modules import torch and numpy, which that machine has; its
-# ranking module also needs `datasets`, which is used there when present) and colpali-engine with peft (no
-# dependencies: the machine has torch, torchvision, transformers and pillow). The wheels are pure Python, for the
-# machine's CPython (PY_VERSION, default 3.12). Idempotent; a few MB. Pass `.whl` in the device call's carry list.
+# pytest, pip, PyLate (no dependencies) with the three packages its scoring and ranking modules import that the
+# machine lacks (pylate.scores imports pylate.utils, which imports `datasets`; datasets needs dill and multiprocess,
+# and the rest of what it imports, pyarrow, pandas, xxhash, fsspec, huggingface-hub, is in the image, as are
+# torch and transformers; KINDS.md lists the image's packages) and colpali-engine with peft (no dependencies: the
+# machine has torch, torchvision, transformers and pillow). The wheels are pure Python, for the machine's CPython
+# (PY_VERSION, default 3.12). Idempotent; a few MB. Pass `.whl` in the device call's carry list.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY_VERSION=${PY_VERSION:-3.12}
@@ -15,6 +17,9 @@ mkdir -p .whl
   --platform manylinux2014_x86_64 "scikit-build-core>=0.10" "nanobind>=2.0" pytest
 "${PIP[@]}" --no-deps "pylate==1.6.0" pip  # pip itself: run from its wheel where the machine's python has none
 "${PIP[@]}" --no-deps "colpali-engine==0.3.18" "peft>=0.18,<0.21"  # colpali-engine's processing + losses modules
+# What `import pylate.scores, pylate.rank` needs beyond the image (~0.9 MB; datasets 5.2.0's pins for the other two).
+"${PIP[@]}" --no-deps --python-version "$PY_VERSION" --implementation cp "datasets==5.2.0" "dill==0.4.1" \
+  "multiprocess==0.70.19"
 # A fallback for a machine whose python has no headers: this checkout's package as a repaired manylinux wheel for
 # CPython $PY_VERSION, built here when such an interpreter is found (PY_WHEEL_PYTHON, python$PY_VERSION on PATH,
 # or pyenv's). The device section builds from source first and uses this wheel only if it cannot.

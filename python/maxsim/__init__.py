@@ -42,7 +42,7 @@ from ._errors import (
 )
 from ._errors import BY_STATUS as _BY_STATUS
 
-_core._register_errors(Error, _BY_STATUS)
+_core.register_errors(Error, _BY_STATUS)
 
 __version__: str = _core.version_string()
 

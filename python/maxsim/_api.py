@@ -5,9 +5,10 @@ arithmetic happens here: every number comes from the C library."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from typing import Any, NamedTuple, Optional, Sequence, Union
+from typing import Any, NamedTuple, Optional, Sequence, Union, cast
 
 import numpy as np
 
@@ -145,9 +146,13 @@ def _concat(parts: Sequence[Any], what: str) -> tuple[Any, np.ndarray, _Where]:
         if getattr(p, "ndim", None) != 2:
             raise InvalidArgumentError(f"{what}[{i}] must be a 2-D [tokens, dim] array (got {getattr(p, 'ndim', type(p).__name__)} dimensions)")
         lengths.append(p.shape[0])
+    data: Any
     if where.framework == "torch":
         import torch
 
+        for i, p in enumerate(parts):
+            if _is_torch(p) and p.device != where.device:
+                raise InvalidArgumentError(f"{what}[{i}] lives on {p.device} but {what}[0] on {where.device}; move them to one device")
         data = torch.cat([p.detach() for p in parts], dim=0)
     else:
         data = np.concatenate([np.asarray(p) for p in parts], axis=0)
@@ -212,7 +217,7 @@ class _Progress:
             self.bar = None
         elif progress is True:
             try:
-                from tqdm.auto import tqdm
+                from tqdm.auto import tqdm  # type: ignore[import-untyped, unused-ignore]  # stubs: types-tqdm
             except ImportError:
                 raise InvalidArgumentError("progress=True needs tqdm (pip install tqdm)") from None
             self.bar = tqdm(total=self.total, desc=desc, unit=unit, unit_scale=True)
@@ -325,12 +330,12 @@ class PackedCorpus:
     @property
     def ids(self) -> Optional[np.ndarray]:
         """The external uint64 ids stored with the corpus (read-only view), or None."""
-        return self._packed.ids()
+        return cast(Optional[np.ndarray], self._packed.ids())
 
     @property
     def string_ids(self) -> Optional[list]:
         """The string ids stored with the corpus (a list of str), or None."""
-        return self._packed.string_ids(None)
+        return cast(Optional[list], self._packed.string_ids(None))
 
     def buffer(self) -> np.ndarray:
         """The packed bytes as a read-only uint8 array (no copy)."""
@@ -479,6 +484,44 @@ def _stream(where: _Where) -> int:
     return int(torch.cuda.current_stream(where.device).cuda_stream)
 
 
+def _cuda_devices(tensor_devices: Sequence[Any], devices: Optional[str]) -> Optional[str]:
+    """The ``devices`` option for a call whose dense inputs are CUDA tensors on ``tensor_devices`` (torch.device
+    values, named by role in the messages). The library runs dense device tensors on the first device of the
+    context's list and reads them there; a tensor on another GPU would be read through the wrong device. So the
+    tensors must share one GPU, and the call runs on it: devices=None (the backend's default, MAXSIM_CUDA_DEVICE
+    or MAXSIM_CUDA_DEVICES) becomes that GPU's ordinal, and an explicit list must start with it."""
+    first = tensor_devices[0]
+    ordinal = first.index
+    for other in tensor_devices[1:]:
+        if other != first:
+            raise InvalidArgumentError(f"CUDA tensors of one call live on {first} and on {other}; move them to one GPU")
+    if ordinal is None:  # a tensor always knows its ordinal; torch.device("cuda") alone does not
+        raise InvalidArgumentError(f"CUDA device {first} has no ordinal")
+    if not devices:
+        return str(ordinal)
+    head = devices.split(",", 1)[0].strip()
+    if head.isdigit() and int(head) != ordinal:
+        raise InvalidArgumentError(f"the tensors live on {first} but devices={devices!r} runs dense CUDA tensors on "
+                                   f"device {int(head)}; pass devices='{ordinal}' (or leave it unset) or move the tensors")
+    return devices
+
+
+def _route(q: _Side, d: _Side, devices: Optional[str]) -> Optional[str]:
+    """``devices`` for a call on these sides (see _cuda_devices); unchanged when neither is a CUDA tensor."""
+    on_cuda = [s.where.device for s in (q, d) if s.where is not None and s.where.cuda]
+    return _cuda_devices(on_cuda, devices) if on_cuda else devices
+
+
+def _on_device(where: _Where) -> Any:
+    """For a call on CUDA tensors, makes their GPU the current device and restores the caller's afterwards (the
+    plugin selects its device on the calling thread, which would otherwise change torch's current device)."""
+    if not where.cuda:
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.cuda.device(where.device)
+
+
 def _host_for_packed(q: _Side, d: _Side) -> tuple[_Side, _Side, Any]:
     """The library scores a packed corpus (host memory) against host sets only. A CUDA tensor on the other side
     is copied to the host (its tokens only; the CUDA backend uploads the corpus once per context and caches it);
@@ -530,6 +573,7 @@ def scores(
                 return out[0] if q.single else out
     q, d, back = _host_for_packed(_side(Q, q_mask, "queries"), _side(D, d_mask, "documents"))
     where = _out_where(q, d)
+    devices = _route(q, d, devices)
     nq, nd = q.obj.n_sets, d.obj.n_sets
     out = _empty(where, (nq, nd), "float32")
     arg = None
@@ -537,7 +581,7 @@ def scores(
         rows = q.obj.token_rows if isinstance(q.obj, _core.DenseSets) else q.obj.n_vectors
         arg = _empty(where, (nq, nd, q.length) if q.length is not None else (rows * nd,), "int32")
     ctx = context(threads, backend, isa, devices)
-    with _Progress(progress, nq * nd, "scores", "pairs") as bar:
+    with _Progress(progress, nq * nd, "scores", "pairs") as bar, _on_device(where):
         stats = _core.score_matrix(ctx, q.obj, d.obj, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"),
                                    out, arg, return_stats, _stream(where), bar)
     out, arg = _to(out, back), _to(arg, back)
@@ -546,7 +590,7 @@ def scores(
         out = out[idx]
         if arg is not None and q.length is not None:
             arg = arg[idx]
-    result = (out,)
+    result: tuple[Any, ...] = (out,)
     if return_argmax:
         result += (arg,)
     if return_stats:
@@ -571,14 +615,16 @@ def pairs(
     """Query set i against document set i: [B] float32 (argmax [B, Lq] with return_argmax)."""
     q, d, back = _host_for_packed(_side(Q, q_mask, "queries"), _side(D, d_mask, "documents"))
     where = _out_where(q, d)
+    ctx = context(threads, backend, isa, _route(q, d, devices))
     n = q.obj.n_sets
     out = _empty(where, (n,), "float32")
     arg = None
     if return_argmax:
         rows = q.obj.token_rows if isinstance(q.obj, _core.DenseSets) else q.obj.n_vectors
         arg = _empty(where, (n, q.length) if q.length is not None else (rows,), "int32")
-    _core.score_pairs(context(threads, backend, isa, devices), q.obj, d.obj, _enum(_METRICS, metric, "metric"),
-                      _enum(_MODES, mode, "mode"), out, arg, False, _stream(where))
+    with _on_device(where):
+        _core.score_pairs(ctx, q.obj, d.obj, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"), out, arg,
+                          False, _stream(where))
     out, arg = _to(out, back), _to(arg, back)
     return (out, arg) if return_argmax else out
 
@@ -604,7 +650,6 @@ def candidates(
     KD layout: ``D`` is [Nq, K, Ld, d] (``d_mask`` [Nq, K, Ld]) and ``candidates`` is None: returns [Nq, K].
     Candidate ids: ``D`` is any document collection and ``candidates`` an [Nq, K] integer array (returns
     [Nq, K]) or a list of per-query index lists (returns a flat array, query after query)."""
-    ctx = context(threads, backend, isa, devices)
     q = _side(Q, q_mask, "queries")
     nq = q.obj.n_sets
     if candidates is None:
@@ -645,6 +690,7 @@ def candidates(
         cand = np.ascontiguousarray(flat, dtype=np.uint64)
     q, d, back = _host_for_packed(q, d)
     where = _out_where(q, d)
+    ctx = context(threads, backend, isa, _route(q, d, devices))
     total = int(cand_offsets[-1])
     out = _empty(where, out_shape, "float32")
     arg = None
@@ -658,7 +704,7 @@ def candidates(
             arg = _empty(where, (argmax_size,), "int32")
     else:
         argmax_size = 0
-    with _Progress(progress, total, "candidates", "pairs") as bar:
+    with _Progress(progress, total, "candidates", "pairs") as bar, _on_device(where):
         _core.score_candidates(ctx, q.obj, d.obj, cand_offsets, cand, _enum(_METRICS, metric, "metric"),
                                _enum(_MODES, mode, "mode"), out, arg, argmax_size, False, _stream(where), bar)
     out, arg = _to(out, back), _to(arg, back)
@@ -718,7 +764,7 @@ def topk(
     s = np.empty((nq, k), dtype=np.float32)
     idx = np.empty((nq, k), dtype=np.uint64)
     ids_kind = corpus._ids_kind if isinstance(corpus, PackedCorpus) else None
-    ids = np.empty((nq, k), dtype=np.uint64) if ids_kind == "numeric" else None
+    ids: Any = np.empty((nq, k), dtype=np.uint64) if ids_kind == "numeric" else None
     ctx = context(threads, backend, isa, devices)
     if progress is False:
         stats = _core.topk(ctx, q.obj, d.obj, k, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"), s,
@@ -738,20 +784,26 @@ def topk(
     if where.framework == "torch":
         import torch
 
-        s = torch.from_numpy(s).to(where.device)
-        indices = torch.from_numpy(indices).to(where.device)
         if isinstance(ids, np.ndarray):
             ids = torch.from_numpy(ids.view(np.int64)).to(where.device)
-    result = TopK(s, indices, ids)
+        result = TopK(torch.from_numpy(s).to(where.device), torch.from_numpy(indices).to(where.device), ids)
+    else:
+        result = TopK(s, indices, ids)
     return (result, stats) if return_stats else result
+
+
+# topk() on CUDA document tensors scores blocks of at most this many (query, document) pairs at a time, so the
+# device holds one block's scores and their sort (about 24 bytes a pair: 400 MB) besides the running top-k.
+_TOPK_BLOCK_PAIRS = 1 << 24
 
 
 def _topk_cuda(q: _Side, d: _Side, k: int, metric: str, mode: str, return_stats: bool, threads: int,
                backend: Optional[str], isa: Optional[str], devices: Optional[str] = None) -> Any:
     """topk() with CUDA tensors. CUDA queries against a PackedCorpus go through the library's top-k as host
     copies (_host_for_packed) and the results are returned on the queries' device. CUDA queries against
-    CUDA document tensors never leave the device: the library scores the [Nq, Nd] matrix there and a stable
-    descending sort on the device ranks it (ties to the lower document index, as the library ranks)."""
+    CUDA document tensors never leave the device: the library scores blocks of queries x documents there
+    (_TOPK_BLOCK_PAIRS) and a stable descending sort on the device merges each block into the running top-k
+    (ties to the lower document index, as the library ranks)."""
     import torch
 
     where = q.where if q.where is not None and q.where.cuda else d.where
@@ -769,21 +821,57 @@ def _topk_cuda(q: _Side, d: _Side, k: int, metric: str, mode: str, return_stats:
             vals, idx, ids = vals[0], idx[0], None if ids is None else ids[0]
         out = TopK(vals.to(device), idx.to(device), ids.to(device) if isinstance(ids, torch.Tensor) else ids)
         return (out, stats) if return_stats else out
-    s = scores(q.keep, d.keep, metric=metric, mode=mode, return_stats=return_stats, threads=threads,
-               backend=backend, isa=isa, devices=devices)
-    s, stats = s if return_stats else (s, None)
-    if s.ndim == 1:
-        s = s[None]
-    nq, nd = s.shape
-    vals, idx = torch.sort(s, dim=1, descending=True, stable=True)
-    vals, idx = vals[:, :k], idx[:, :k]
-    if k > nd:
+    nq, nd = q.obj.n_sets, d.obj.n_sets
+    # Packed queries (host memory, scored against host copies of the document blocks) are not split.
+    q_block = nq if isinstance(q.obj, _core.Packed) else max(1, min(nq, _TOPK_BLOCK_PAIRS))
+    d_block = max(1, min(nd, _TOPK_BLOCK_PAIRS // q_block))
+    vals_parts, idx_parts = [], []
+    totals: dict[str, int] = {}
+    for q0 in range(0, nq, q_block):
+        qs = _sets_range(q, q0, min(nq, q0 + q_block))
+        rows = min(nq, q0 + q_block) - q0
+        best_v = torch.empty((rows, 0), device=device)
+        best_i = torch.empty((rows, 0), dtype=torch.int64, device=device)
+        for d0 in range(0, nd, d_block):
+            block = scores(qs, _sets_range(d, d0, min(nd, d0 + d_block)), metric=metric, mode=mode,
+                           return_stats=return_stats, threads=threads, backend=backend, isa=isa, devices=devices)
+            if return_stats:
+                block, st = block
+                for key, value in st.items():
+                    totals[key] = totals.get(key, 0) + value
+            # The running top-k holds lower document indices than the block and comes first, so a stable sort
+            # keeps ties in index order: the result is the stable sort of the whole row.
+            v = torch.cat([best_v, block], dim=1)
+            i = torch.cat([best_i, torch.arange(d0, d0 + block.shape[1], device=device).expand(rows, -1)], dim=1)
+            v, order = torch.sort(v, dim=1, descending=True, stable=True)
+            best_v, best_i = v[:, :k], torch.gather(i, 1, order[:, :k])
+        vals_parts.append(best_v)
+        idx_parts.append(best_i)
+    vals = torch.cat(vals_parts) if vals_parts else torch.empty((0, min(k, nd)), device=device)
+    idx = torch.cat(idx_parts) if idx_parts else torch.empty((0, min(k, nd)), dtype=torch.int64, device=device)
+    if k > nd:  # past the corpus end: -inf and index -1, as the library pads
         vals = torch.cat([vals, torch.full((nq, k - nd), float("-inf"), device=device)], dim=1)
         idx = torch.cat([idx, torch.full((nq, k - nd), -1, dtype=torch.int64, device=device)], dim=1)
     if q.single:
         vals, idx = vals[0], idx[0]
     out = TopK(vals, idx, None)
-    return (out, stats) if return_stats else out
+    return (out, totals) if return_stats else out
+
+
+def _sets_range(side: _Side, first: int, end: int) -> Any:
+    """Sets first..end-1 of a side: all of them as they are, else a dense side's Sets in place (a view of the
+    caller's tensor)."""
+    sets = side.keep
+    if first == 0 and end == side.obj.n_sets:
+        return sets
+    assert isinstance(sets, Sets)
+    data, offsets, mask = sets._keep
+    if offsets is None:  # [n, L, dim] (+ [n * L] mask); a 2-D array is one set and is never split
+        length = data.shape[1]
+        return Sets(data[first:end], mask=None if mask is None else mask[first * length:end * length].reshape(end - first, length))
+    r0, r1 = int(offsets[first]), int(offsets[end])
+    return Sets(data[r0:r1], offsets=offsets[first:end + 1] - offsets[first],
+                mask=None if mask is None else mask[r0:r1])
 
 
 def _host_copy(x: Any) -> Any:
@@ -822,12 +910,18 @@ def backward(
     if not isinstance(q.obj, _core.DenseSets) or not isinstance(d.obj, _core.DenseSets):
         raise InvalidArgumentError("backward needs dense queries and documents (not a packed corpus)")
     where = _out_where(q, d)
+    if where.cuda:
+        tensors = [s.where.device for s in (q, d) if s.where is not None and s.where.cuda]
+        tensors += [x.device for x in (argmax, grad_scores) if _is_torch(x) and x.is_cuda]
+        devices = _cuda_devices(tensors, devices)
     gq = _empty(where, tuple(Q.shape), "float32") if need_q else None
     gd = _empty(where, tuple(D.shape), "float32") if need_d else None
     co = None if cand_offsets is None else _as_offsets(cand_offsets)
     ca = None if candidates is None else _as_offsets(candidates)
-    _core.backward(context(threads, backend, isa, devices), q.obj, d.obj, _enum(_LAYOUTS, layout, "layout"), co, ca,
-                   _host_or_same(argmax), _host_or_same(grad_scores), gq, gd, bool(deterministic), _stream(where))
+    ctx = context(threads, backend, isa, devices)
+    with _on_device(where):
+        _core.backward(ctx, q.obj, d.obj, _enum(_LAYOUTS, layout, "layout"), co, ca, _host_or_same(argmax),
+                       _host_or_same(grad_scores), gq, gd, bool(deterministic), _stream(where))
     return gq, gd
 
 

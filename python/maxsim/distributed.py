@@ -58,8 +58,8 @@ def write_shards(tokens: Any, directory: Union[str, os.PathLike], n_shards: int,
     # Balanced by tokens: shard s ends at the first document whose end offset reaches s/n_shards of the tokens.
     first_row, last_row = int(offs[0]), int(offs[-1])
     targets = first_row + (last_row - first_row) * np.arange(1, n_shards) / n_shards
-    cuts = [0] + [int(c) for c in np.searchsorted(offs[1:], targets, side="left") + 1] + [n]
-    cuts = np.maximum.accumulate(np.minimum(cuts, n))
+    ends = [0] + [int(c) for c in np.searchsorted(offs[1:], targets, side="left") + 1] + [n]
+    cuts = np.maximum.accumulate(np.minimum(ends, n))
     os.makedirs(directory, exist_ok=True)
     entries, paths = [], []
     for s in range(n_shards):
@@ -155,7 +155,8 @@ class ShardedIndex:
             raise InvalidArgumentError(f"replicas is {replicas}; it must be >= 1")
         options = {"num_cpus": 1, **(actor_options or {})}
         remote = ray.remote(_Shard).options(**options)
-        self.actors = [[remote.remote(p, first, threads, validate) for _ in range(int(replicas))]
+        # Ray's stubs type neither actor handles' method .remote() nor ray.kill's argument: handles are Any here.
+        self.actors: list[list[Any]] = [[remote.remote(p, first, threads, validate) for _ in range(int(replicas))]
                        for p, first, _ in self.shards]
         self.n_documents = sum(count for _, _, count in self.shards)
         # Every actor has loaded and validated its shard before the index is used (errors surface here).
@@ -202,6 +203,7 @@ class ShardedIndex:
         out_s = np.full((nq, k), -np.inf, dtype=np.float32)
         out_i = np.full((nq, k), -1, dtype=np.int64)
         out_ids: Any = np.full((nq, k), np.iinfo(np.uint64).max, dtype=np.uint64) if numeric_ids else ([[None] * k for _ in range(nq)] if has_ids else None)
+        all_ids: Any = None
         if numeric_ids:
             all_ids = np.concatenate([p[2] for p in parts], axis=1)
         elif has_ids:

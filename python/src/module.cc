@@ -186,6 +186,10 @@ class DenseSets {
       if (m.shape(0) != rows) ThrowArg("mask has " + std::to_string(m.shape(0)) + " entries for " + std::to_string(rows) + " token rows");
       if (rows > 1 && m.stride(0) != 1) ThrowArg("mask must be contiguous");
       if (MemoryOf(m.device_type(), "mask") != sets_.memory) ThrowArg("mask and tokens must live on the same device");
+      if (sets_.memory == MAXSIM_MEMORY_CUDA && m.device_id() != data_.device_id()) {
+        ThrowArg("mask lives on CUDA device " + std::to_string(m.device_id()) + " but the tokens on device " +
+                 std::to_string(data_.device_id()) + "; move them to one GPU");
+      }
       sets_.mask = static_cast<const uint8_t*>(m.data());
     }
   }
@@ -685,7 +689,7 @@ double TimeTopKCall(Context* ctx, nb::handle queries, const Packed& corpus, uint
 NB_MODULE(_core, m) {
   m.doc() = "libmaxsim C API binding (internal: use the maxsim package)";
 
-  m.def("_register_errors", [](nb::handle base, nb::dict by_status) {
+  m.def("register_errors", [](nb::handle base, nb::dict by_status) {
     g_base_error = base.ptr();
     Py_INCREF(g_base_error);
     for (auto [key, value] : by_status) {
@@ -694,7 +698,7 @@ NB_MODULE(_core, m) {
       g_error_classes[code] = value.ptr();
       Py_INCREF(value.ptr());
     }
-  });
+  }, nb::sig("def register_errors(base: type, by_status: dict[int, type], /) -> None"));
   m.def("version_string", [] { return std::string(maxsim_version_string()); });
   m.def("version", [] { return maxsim_version(); });
   m.def("status_name", [](int code) { return std::string(maxsim_status_name(static_cast<maxsim_status>(code))); });

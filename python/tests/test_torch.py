@@ -142,3 +142,91 @@ def test_cuda_topk_ranking_logic_on_the_cpu():
                           "dot", "exact", True, 0, None, None)
     assert one[0].scores.shape == (5,) and isinstance(one[1], dict)
     assert torch.equal(one[0].indices, maxsim.topk(Q[0], corpus, 5).indices)
+
+
+@pytest.mark.parametrize("block_pairs", [1, 7, 64, 1 << 24])
+def test_cuda_topk_blocks_merge_exactly(monkeypatch, block_pairs):
+    # topk on CUDA documents scores blocks of at most _TOPK_BLOCK_PAIRS (query, document) pairs and merges each
+    # into the running top-k: the same scores and indices as one stable sort of the whole matrix, whatever the
+    # block size (ties across block boundaries, empty and masked documents, ragged sets, k past the corpus end).
+    # CPU tensors marked as CUDA run the same code here; test_cuda.py runs it on a GPU.
+    from maxsim import _api
+
+    def as_cuda(side):
+        return side._replace(where=side.where._replace(cuda=True))
+
+    g = torch.Generator().manual_seed(5)
+    Q = torch.randint(-2, 3, (5, 6, 16), generator=g).float()  # integer tokens: many exact ties
+    D = torch.randint(-2, 3, (23, 9, 16), generator=g).float()
+    D[11], D[19], D[22] = D[2], D[2], D[2]
+    d_mask = torch.ones(23, 9, dtype=torch.bool)
+    d_mask[4, 3:] = False
+    d_mask[7] = False  # an empty document
+    lengths = [9, 1, 0, 5, 9, 2, 9, 3, 9, 9, 4, 9, 9, 9, 9, 9, 9, 8, 9, 9, 9, 9, 9]
+    ragged = [D[i, :n] for i, n in enumerate(lengths)]
+    q_mask = torch.ones(5, 6, dtype=torch.bool)
+    q_mask[3, 2:] = False
+
+    def full_sort(S, k):  # the reference: one stable descending sort of the whole score matrix
+        vals, idx = torch.sort(S, dim=1, descending=True, stable=True)
+        pad = max(0, k - S.shape[1])
+        vals = torch.cat([vals[:, :k], torch.full((S.shape[0], pad), float("-inf"))], dim=1)
+        idx = torch.cat([idx[:, :k], torch.full((S.shape[0], pad), -1, dtype=torch.int64)], dim=1)
+        return vals, idx
+
+    monkeypatch.setattr(_api, "_TOPK_BLOCK_PAIRS", block_pairs)
+    for docs, d_m in ((D, d_mask), (ragged, None), (maxsim.Sets(torch.cat(ragged), lengths=lengths), None)):
+        q = as_cuda(_api._side(Q, q_mask, "queries"))
+        d = as_cuda(_api._side(docs, d_m, "corpus"))
+        S = maxsim.scores(Q, docs, q_mask=q_mask, d_mask=d_m)
+        for k in (0, 1, 4, 23, 30):
+            top, stats = _api._topk_cuda(q, d, k, "dot", "exact", True, 0, None, None)
+            vals, idx = full_sort(S, k)
+            assert torch.equal(top.scores, vals) and torch.equal(top.indices, idx), (block_pairs, k)
+            assert stats["pairs"] == 5 * 23, stats
+    # Packed queries against CUDA documents: the queries are not split, the documents are.
+    packed_q = _api._side(maxsim.pack(Q, mask=q_mask), None, "queries")
+    top = _api._topk_cuda(packed_q, as_cuda(_api._side(D, d_mask, "corpus")), 7, "dot", "exact", False, 0, None, None)
+    vals, idx = full_sort(maxsim.scores(Q, D, q_mask=q_mask, d_mask=d_mask), 7)
+    assert torch.equal(top.scores, vals) and torch.equal(top.indices, idx)
+    one = _api._topk_cuda(as_cuda(_api._side(Q[0], None, "q")), as_cuda(_api._side(D, d_mask, "c")), 6, "dot",
+                          "exact", False, 0, None, None)
+    vals, idx = full_sort(maxsim.scores(Q[0:1], D, d_mask=d_mask), 6)
+    assert torch.equal(one.scores, vals[0]) and torch.equal(one.indices, idx[0])
+
+
+def test_cuda_device_routing_logic_on_the_cpu():
+    # Dense CUDA tensors run on the GPU they live on: devices=None becomes their ordinal, an explicit list must
+    # start with it, and tensors of one call on two GPUs are refused (never read through the wrong device).
+    # torch.device values stand for the tensors here; test_cuda.py runs the real calls on one and on two GPUs.
+    from maxsim import _api
+
+    c0, c1 = torch.device("cuda", 0), torch.device("cuda", 1)
+    assert _api._cuda_devices([c1], None) == "1"
+    assert _api._cuda_devices([c1, c1], "") == "1"
+    assert _api._cuda_devices([c0, c0], "0") == "0"
+    assert _api._cuda_devices([c1], "1,0") == "1,0"
+    with pytest.raises(maxsim.InvalidArgumentError, match=r"devices='1' runs dense CUDA tensors on device 1"):
+        _api._cuda_devices([c0], "1")
+    with pytest.raises(maxsim.InvalidArgumentError, match=r"devices='0,1'"):
+        _api._cuda_devices([c1, c1], "0,1")
+    with pytest.raises(maxsim.InvalidArgumentError, match=r"live on cuda:0 and on cuda:1"):
+        _api._cuda_devices([c0, c1], None)
+    with pytest.raises(maxsim.InvalidArgumentError, match=r"live on cuda:1 and on cuda:0"):
+        _api._cuda_devices([c1, c0], "1")
+    # _route reads the sides' devices; host sides (numpy, CPU tensors, packed corpora) leave devices alone.
+    Q, D = torch.randn(2, 4, 8), torch.randn(3, 5, 8)
+
+    def on(side, device):
+        return side._replace(where=side.where._replace(cuda=True, device=device))
+
+    q, d = _api._side(Q, None, "queries"), _api._side(D, None, "documents")
+    assert _api._route(q, d, None) is None and _api._route(q, d, "0,1") == "0,1"
+    assert _api._route(on(q, c1), on(d, c1), None) == "1"
+    with pytest.raises(maxsim.InvalidArgumentError, match="cuda:0 and on cuda:1"):
+        _api._route(on(q, c0), on(d, c1), None)
+    corpus = maxsim.pack(D)
+    assert _api._route(*_api._host_for_packed(on(q, c1), _api._side(corpus, None, "c"))[:2], "0") == "0"
+    # A list of tensors on two devices is refused before anything is concatenated.
+    with pytest.raises(maxsim.InvalidArgumentError, match=r"documents\[1\] lives on meta but documents\[0\] on cpu"):
+        maxsim.scores(Q, [D[0], D[1].to("meta")])

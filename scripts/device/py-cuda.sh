@@ -54,8 +54,9 @@ if ! "${PIP[@]}" -q --target "$DEPS" scikit-build-core nanobind pytest > "$OUT/p
   tail -n 20 "$OUT/py-cuda-pip.log" >> "$S"
   exit 1
 fi
-# PyLate, colpali-engine and peft without dependencies, each only where the image lacks it.
-for pkg in pylate colpali-engine peft; do
+# PyLate, colpali-engine and peft without dependencies, and what PyLate's modules import that the image lacks
+# (datasets, dill, multiprocess; make-py-wheels.sh says why), each only where the image lacks it.
+for pkg in pylate colpali-engine peft datasets dill multiprocess; do
   module=${pkg//-/_}  # also the wheel's file name prefix
   if ! $PY -c "import $module" > /dev/null 2>&1 && ls .whl/"$module"-*.whl > /dev/null 2>&1; then
     "${PIP[@]}" -q --no-deps --target "$DEPS" "$pkg" >> "$OUT/py-cuda-pip.log" 2>&1 \

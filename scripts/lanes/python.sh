@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Lane `--python`: the Python package. A venv (reused when present), `pip install .` of this checkout (library +
-# nanobind extension through scikit-build-core), then the pytest suite python/tests. Always with numpy; the
-# optional groups are off unless asked, because they are large downloads (.ci/run turns all three on):
+# nanobind extension through scikit-build-core), mypy on the package's source (pyproject.toml's [tool.mypy], against
+# the installed extension's stubs; ~20 s cold, ~1 s with its cache in the venv), then the pytest suite
+# python/tests. Always with numpy; the optional groups are off unless asked, because they are large downloads
+# (.ci/run turns all of them on):
 #   MAXSIM_PY_TORCH=1   PyPI's torch wheel (~3 GB with its CUDA libraries): the autograd and torch-input tests
 #   MAXSIM_PY_PYLATE=1  PyLate's scoring modules (with torch): the integration tests against PyLate's functions
 #   MAXSIM_PY_RAY=1     Ray: the maxsim.distributed tests
@@ -24,7 +26,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
-want=(scikit-build-core nanobind numpy pytest tqdm)
+want=(scikit-build-core nanobind numpy pytest tqdm mypy)
 [ "${MAXSIM_PY_TORCH:-0}" = 1 ] && want+=(torch)
 [ "${MAXSIM_PY_RAY:-0}" = 1 ] && want+=(ray)
 off=()
@@ -62,6 +64,8 @@ command -v ccache >/dev/null && launcher="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -
 echo "test.sh: pip install . (build in build-py/)"
 CMAKE_ARGS="${CMAKE_ARGS:-} $launcher" CMAKE_BUILD_PARALLEL_LEVEL=$JOBS \
   "${PIP[@]}" install --no-build-isolation --no-deps --force-reinstall .
+echo "test.sh: mypy on python/maxsim"
+"$VENV/bin/python" -m mypy --cache-dir "$VENV/mypy-cache"
 echo "test.sh: running the Python tests"
 (cd python/tests &&  # not the repository root: `import maxsim` must find the installed package, not ./python
  "$VENV/bin/python" -m pytest -q -p no:cacheprovider .)

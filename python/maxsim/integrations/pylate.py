@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -140,7 +140,7 @@ def rerank(documents_ids: Any, queries_embeddings: Any, documents_embeddings: An
     return results
 
 
-_IMPLS = {"colbert_scores": colbert_scores, "colbert_scores_pairwise": colbert_scores_pairwise,
+_IMPLS: dict[str, Callable[..., Any]] = {"colbert_scores": colbert_scores, "colbert_scores_pairwise": colbert_scores_pairwise,
           "colbert_kd_scores": colbert_kd_scores, "rerank": rerank}
 
 
