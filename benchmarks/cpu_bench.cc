@@ -18,6 +18,9 @@
 //                                                   or a kernel of the kernel list (forced with options.isa)
 //   maxsim/<shape>/dense/<mode>/threads:T           the same call with dense f32 documents (no packed corpus):
 //                                                   the selected kernel plus the per-call checks / quantisation
+//   candidates/<corpus>/dense/<mode>/threads:T      maxsim_score_candidates of one query against K candidates
+//                                                   of a large dense f32 corpus (reranking without packing): what
+//                                                   the call costs beyond scoring the K documents
 // Counters: docs_per_s, GSO_per_s (2*Lq*Ld*d operations per pair), pct_peak (% of the f32 FMA peak measured at
 // start-up for the same thread count: the kernel's own vector width for library kernels, the widest for the
 // baselines), pct_i8_peak for certified/approximate, x_naive / x_openblas / x_onednn (ratio of GSO/s to the
@@ -470,6 +473,98 @@ void BM_Dense(benchmark::State& state, const Shape* s, maxsim_mode mode) {
   SetRatios(state, *s, threads, gso, "dense");
 }
 
+// ---- candidates on a large dense corpus ---------------------------------------------------------------------
+
+// A corpus far larger than the candidates it is reranked for: the call's cost should follow the K candidates
+// (their checks, quantisation and scoring), not the corpus.
+struct RerankShape {
+  std::string name = "N32768_Ld16_d128_K64";
+  uint64_t nd = 32768;
+  uint32_t ld = 16, dim = 128, lq = 32, k = 64;
+};
+struct RerankData {
+  cli::SynthData synth;
+  std::vector<uint64_t> cand_offsets, candidates;  // one query; the first and last documents and a repeat
+  std::vector<float> reference;                    // exact scores of the candidates (a dense set of only them)
+};
+std::unique_ptr<RerankData> g_rerank;
+
+RerankData* Rerank(const RerankShape& s, std::string* error) {
+  if (g_rerank) return g_rerank.get();
+  auto r = std::make_unique<RerankData>();
+  cli::SynthSpec spec;
+  spec.n_docs = s.nd;
+  spec.min_len = spec.max_len = s.ld;
+  spec.fixed_len = true;
+  spec.dim = s.dim;
+  spec.n_queries = 1;
+  spec.query_len = s.lq;
+  spec.seed = 2027;
+  r->synth = cli::MakeSynthetic(spec);
+  r->candidates = {0, s.nd - 1};
+  for (uint64_t c = 2; c + 1 < s.k; ++c) r->candidates.push_back((c * 7919) % s.nd);
+  r->candidates.push_back(r->candidates[2]);
+  r->cand_offsets = {0, r->candidates.size()};
+  // Reference: the candidates' rows copied into a corpus of their own, scored as a matrix.
+  std::vector<float> rows;
+  std::vector<uint64_t> offsets{0};
+  for (uint64_t j : r->candidates) {
+    const uint64_t b = r->synth.doc_offsets[j], e = r->synth.doc_offsets[j + 1];
+    rows.insert(rows.end(), r->synth.docs.begin() + b * s.dim, r->synth.docs.begin() + e * s.dim);
+    offsets.push_back(offsets.back() + (e - b));
+  }
+  maxsim_dense_sets small = r->synth.DocSets();
+  small.data = rows.data();
+  small.n_sets = r->candidates.size();
+  small.offsets = offsets.data();
+  const maxsim_dense_sets q = r->synth.QuerySets(1);
+  const maxsim_sets qs{nullptr, &q}, ds{nullptr, &small};
+  r->reference.resize(r->candidates.size());
+  if (maxsim_score_matrix(Ctx("", 0), &qs, &ds, nullptr, r->reference.data(), nullptr) != MAXSIM_OK) {
+    *error = std::string("reference scores: ") + maxsim_last_error();
+    return nullptr;
+  }
+  g_rerank = std::move(r);
+  return g_rerank.get();
+}
+
+void BM_RerankDense(benchmark::State& state, const RerankShape* s, maxsim_mode mode) {
+  const int threads = static_cast<int>(state.range(0));
+  std::string error;
+  RerankData* r = Rerank(*s, &error);
+  maxsim_context* ctx = Ctx("", threads);
+  if (!r || !ctx) {
+    state.SkipWithError(r ? "cannot create the context" : error.c_str());
+    return;
+  }
+  maxsim_score_options so;
+  maxsim_score_options_init(&so);
+  so.mode = mode;
+  const maxsim_dense_sets q = r->synth.QuerySets(1), docs = r->synth.DocSets();
+  const maxsim_sets qs{nullptr, &q}, ds{nullptr, &docs};
+  std::vector<float> out(r->candidates.size(), std::nanf(""));
+  maxsim_status failed = MAXSIM_OK;
+  const auto t0 = Clock::now();
+  for (auto _ : state) {
+    const maxsim_status st = maxsim_score_candidates(ctx, &qs, &ds, r->cand_offsets.data(), r->candidates.data(),
+                                                     &so, out.data(), nullptr);
+    if (st != MAXSIM_OK) failed = st;
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (failed != MAXSIM_OK) {
+    state.SkipWithError((std::string("maxsim_score_candidates: ") + maxsim_last_error()).c_str());
+    return;
+  }
+  if (std::memcmp(out.data(), r->reference.data(), out.size() * sizeof(float)) != 0) {
+    state.SkipWithError("candidate scores are not bit-identical to the exact scores of the same documents");
+    return;
+  }
+  state.counters["calls_per_s"] = static_cast<double>(state.iterations()) / secs;
+  state.counters["corpus_MB"] = static_cast<double>(r->synth.docs.size() * sizeof(float)) / 1e6;
+}
+
 void BM_Naive(benchmark::State& state, const Shape* s) {
   const int threads = static_cast<int>(state.range(0));
   std::string error;
@@ -673,6 +768,11 @@ void Register() {
                    true);
     }
   }
+  static const RerankShape kRerank;
+  for (int m = 0; m < 2; ++m) {
+    const std::string name = "candidates/" + kRerank.name + "/dense/" + modes[m];
+    with_threads(benchmark::RegisterBenchmark(name.c_str(), BM_RerankDense, &kRerank, mode_ids[m]), true);
+  }
 }
 
 void MeasurePeaksAndDescribe() {
@@ -724,6 +824,7 @@ void MeasurePeaksAndDescribe() {
 // destructors of this file would run.
 void Cleanup() {
   g_data.reset();
+  g_rerank.reset();
   for (auto& kv : g_contexts) maxsim_context_destroy(kv.second);
   g_contexts.clear();
   g_gemms.clear();
