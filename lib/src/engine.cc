@@ -59,16 +59,17 @@ void NoteRejection(const DenseView& v, uint64_t set, uint64_t row, const float* 
   r->norm = std::sqrt(s.norm_sq);
 }
 
-// Checks every kept row of dense host sets (finite, norm <= 1e19) and keeps each row's stats if asked.
+// Checks every kept row of dense host sets (finite, norm <= 1e19) and keeps each row's stats if asked. only:
+// the indices of the sets to check (nullptr: all); the error names the first rejected row in set order either way.
 Status AnalyzeDense(const DenseView& v, const char* role, int threads, const pack::RowOps& row_ops,
-                    std::vector<pack::RowStats>* stats) {
+                    std::vector<pack::RowStats>* stats, const std::vector<uint64_t>* only = nullptr) {
   if (stats) stats->assign(v.n_rows, pack::RowStats{});
   std::vector<RowRejection> rejections(static_cast<size_t>(std::max(1, threads)));
-  const int64_t n = static_cast<int64_t>(v.n_sets);
+  const int64_t n = static_cast<int64_t>(only ? only->size() : v.n_sets);
   const float bound = pack::AcceptedElementBound(v.dim);
   ParallelTasks(threads, v.n_rows > 1024, n, 16, [&](int t) {
     return [&, widened = std::vector<float>(v.dim), &mine = rejections[static_cast<size_t>(t)]](int64_t i) mutable {
-      const uint64_t set = static_cast<uint64_t>(i);
+      const uint64_t set = only ? (*only)[static_cast<size_t>(i)] : static_cast<uint64_t>(i);
       for (uint64_t r = v.begin(set); r < v.end(set); ++r) {
         if (!v.kept(r)) continue;
         // Without stats, an f32 row inside the element bound is accepted on a compare alone (no norm).
@@ -259,17 +260,18 @@ struct DocSource {
   bool need_codes = false;
   bool need_meta = false;
   // Dense documents are checked either once up front (dense_stats then holds every row's stats when need_meta),
-  // or, when the call materialises every document at least once, one by one while each is in cache: by
-  // DocMaterializer::Get when need_meta (the stats are computed there, before quantising), else by
-  // DocMaterializer::Verify after the document was scored (exact dot scoring reads the originals only, so the
-  // kernel streams them from memory as it does a packed corpus, and the check re-reads them from cache).
+  // or, when the call materialises every document it must check at least once (every document for the matrix
+  // and top-k, the listed ones for candidates), one by one while each is in cache: by DocMaterializer::Get when
+  // need_meta (the stats are computed there, before quantising), else by DocMaterializer::Verify after the
+  // document was scored (exact dot scoring reads the originals only, so the kernel streams them from memory as
+  // it does a packed corpus, and the check re-reads them from cache).
   bool lazy_check = false;
   float bound = 0;  // pack::AcceptedElementBound(dim), for Verify
   std::vector<pack::RowStats> dense_stats;
 };
 
-// every_doc: the call materialises every document at least once (unless cancelled), so the values may be
-// checked as they are materialised (FirstRejection gives the error when one fails).
+// every_doc: the call materialises every document it must check at least once (unless cancelled), so the
+// values may be checked as they are materialised (FirstRejection gives the error when one fails).
 Status PrepareDocs(const SetsRef& D, const ScoreRequest& req, int threads, bool every_doc,
                    const pack::RowOps& row_ops, DocSource* src) {
   src->d = &D;
@@ -286,9 +288,10 @@ Status PrepareDocs(const SetsRef& D, const ScoreRequest& req, int threads, bool 
 }
 
 // After a call whose DocMaterializer rejected a document: the error naming the first rejected row of all
-// documents (the same one the up-front check names, whatever the thread count and schedule).
-Status FirstRejection(const DocSource& src, int threads) {
-  Status st = AnalyzeDense(src.d->dense, "documents", threads, *src.row_ops, nullptr);
+// documents, or of the documents in `only` (the same one the up-front check names, whatever the thread count
+// and schedule).
+Status FirstRejection(const DocSource& src, int threads, const std::vector<uint64_t>* only = nullptr) {
+  Status st = AnalyzeDense(src.d->dense, "documents", threads, *src.row_ops, nullptr, only);
   if (st.ok()) return Error(MAXSIM_ERR_INTERNAL, "documents: a row was rejected, then accepted on a second look");
   return st;
 }
@@ -730,8 +733,10 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
   if (scores == nullptr && total > 0) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
   QueryBatch qb;
   MAXSIM_RETURN_IF_ERROR(PrepareQueries(Q, req, threads_, *kernel_->ops, variant_, row_ops_, &qb));
+  // Dense documents: only the listed ones are read, and each is checked as it is scored, so that the call's
+  // time and memory follow the candidates, not the corpus.
   DocSource src;
-  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, /*every_doc=*/false, row_ops_, &src));  // checked up front
+  MAXSIM_RETURN_IF_ERROR(PrepareDocs(D, req, threads_, /*every_doc=*/true, row_ops_, &src));
   // argmax base of query i: sum over earlier queries of K_i' * Lq_i'.
   std::vector<uint64_t> base(nq + 1, 0);
   for (uint64_t i = 0; i < nq; ++i) {
@@ -747,9 +752,10 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
   const KernelOps& ops = *kernel_->ops;
   const bool batched = UseBatch(ops, req, D);
   Progress progress(total);
+  std::atomic<bool> rejected{false};  // a listed document failed the check in DocMaterializer::Get / Verify
   ParallelTasks(threads_, n_tasks > 1, n_tasks, 1, [&](int t) {
     return [&, &ts = states[static_cast<size_t>(t)], bscores = std::vector<float>(), bargmax = std::vector<int32_t*>()](int64_t task) mutable {
-      if (progress.cancelled()) return;
+      if (progress.cancelled() || rejected.load(std::memory_order_relaxed)) return;
       const uint64_t c0 = static_cast<uint64_t>(task) * block, c1 = std::min(total, c0 + block);
       progress.Advance(c1 - c0);
       uint64_t i = static_cast<uint64_t>(std::upper_bound(cand_offsets, cand_offsets + nq + 1, c0) - cand_offsets) - 1;
@@ -781,13 +787,26 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
         while (cand_offsets[i + 1] <= c) ++i;
         DocRef d;
         const uint32_t* map = nullptr;
-        ts.docs.Get(src, candidates[c], &d, &map);  // checked up front: always accepted
+        if (!ts.docs.Get(src, candidates[c], &d, &map)) {
+          rejected.store(true, std::memory_order_relaxed);
+          break;
+        }
         const QuerySet& qs = qb.sets[i];
         int32_t* am = argmax ? argmax + base[i] + (c - cand_offsets[i]) * qs.positions : nullptr;
         scores[c] = ScorePair(qs, d, map, ops, req, ts, am);
+        if (!ts.docs.Verify(src, d)) {
+          rejected.store(true, std::memory_order_relaxed);
+          break;
+        }
       }
     };
   });
+  if (rejected.load()) {
+    std::vector<uint64_t> listed(candidates, candidates + total);
+    std::sort(listed.begin(), listed.end());
+    listed.erase(std::unique(listed.begin(), listed.end()), listed.end());
+    return FirstRejection(src, threads_, &listed);
+  }
   MAXSIM_RETURN_IF_ERROR(progress.Finish("maxsim_score_candidates"));
   SumStats(states, stats);
   return Status::Ok();

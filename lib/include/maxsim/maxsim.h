@@ -330,7 +330,9 @@ MAXSIM_API maxsim_status maxsim_score_pairs(maxsim_context* ctx, const maxsim_se
 
 /* Per-query candidate lists (reranking, knowledge distillation): query i is scored against document sets
  * candidates[cand_offsets[i] .. cand_offsets[i+1]) (indices into documents; repeats allowed).
- * scores[cand_offsets[i] + c]. cand_offsets: Nq + 1 non-decreasing values starting at 0. */
+ * scores[cand_offsets[i] + c]. cand_offsets: Nq + 1 non-decreasing values starting at 0. With dense host
+ * documents on the CPU backend only the listed documents are read and value-checked (time and memory follow
+ * the candidates, not the corpus); a rejected one is named by its first bad row in document order. */
 MAXSIM_API maxsim_status maxsim_score_candidates(maxsim_context* ctx, const maxsim_sets* queries,
                                                  const maxsim_sets* documents, const uint64_t* cand_offsets,
                                                  const uint64_t* candidates,
