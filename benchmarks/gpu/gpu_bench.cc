@@ -281,6 +281,66 @@ void RunApi(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, cons
   cudaFree(scores);
 }
 
+// Where a resident call's time goes (one query; host queries in, host scores out): each step is a synchronous
+// round trip on the backend's stream, timed with the host clock like the public rows, so that the steps and
+// api-resident compare directly. "kernel-wall" (the scoring kernel + one synchronisation) is the floor of any
+// call that runs it; "plugin-resident" is the plugin's whole call without the library in front of it.
+void RunSteps(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, const std::vector<Corpus*>& corpora,
+              double flops, double bytes) {
+  const uint64_t copies = corpora.size(), out_bytes = s.nq * s.nd * 4, q_bytes = qdata.size() * 2;
+  const maxsim_dense_sets hq = DenseSets(qdata.data(), MAXSIM_MEMORY_HOST, s.nq, s.lq, s.dim);
+  DeviceQueries q;
+  CHECK_ST(mscuda::UploadDenseQueries(b, hq, false, b.qbuf, &q));
+  CHECK_CUDA(cudaStreamSynchronize(b.stream));
+  CHECK_ST(mscuda::QueryValues(b, q));
+  uint8_t* dev = nullptr;
+  CHECK_CUDA(cudaMalloc(&dev, std::max(out_bytes, q_bytes)));
+  CHECK_ST(b.stage.Reserve(std::max(out_bytes, q_bytes), "benchmark staging"));
+  auto sync = [&] { CHECK_CUDA(cudaStreamSynchronize(b.stream)); };
+  auto step = [&](const char* name, const std::function<void(int)>& fn) { Emit(s.name, name, WallIt(5, 30, fn), flops, bytes); };
+  step("step-sync", [&](int) { sync(); });
+  step("step-query-stage", [&](int) {
+    CHECK_ST(mscuda::UploadDenseQueries(b, hq, false, b.qbuf, &q));
+    sync();
+  });
+  step("step-query-check", [&](int) {
+    q.host_checked = false;
+    CHECK_ST(mscuda::QueryValues(b, q));
+  });
+  step("step-query-h2d", [&](int) {
+    std::memcpy(b.stage.data(), qdata.data(), q_bytes);
+    CHECK_CUDA(cudaMemcpyAsync(dev, b.stage.data(), q_bytes, cudaMemcpyHostToDevice, b.stream));
+    sync();
+  });
+  step("step-scores-d2h", [&](int) {
+    CHECK_CUDA(cudaMemcpyAsync(b.stage.data(), dev, out_bytes, cudaMemcpyDeviceToHost, b.stream));
+    sync();
+  });
+  CHECK_ST(mscuda::UploadDenseQueries(b, hq, false, b.qbuf, &q));
+  sync();
+  CHECK_ST(mscuda::QueryValues(b, q));
+  for (bool mapped : {false, true}) {
+    float* out = reinterpret_cast<float*>(mapped ? b.stage.device_data() : dev);
+    step(mapped ? "kernel-wall-mapped" : "kernel-wall", [&](int i) {
+      CHECK_ST(mscuda::ScoreMatrixDevice(b, q, *corpora[static_cast<size_t>(i) % copies], MAXSIM_METRIC_DOT,
+                                         MAXSIM_MODE_EXACT, out, nullptr, nullptr, b.stream));
+      sync();
+    });
+  }
+  std::vector<float> host(s.nq * s.nd);
+  maxsim_plugin_score_args a{};
+  a.struct_size = sizeof(a);
+  a.metric = MAXSIM_METRIC_DOT;
+  a.mode = MAXSIM_MODE_EXACT;
+  a.query_dense = &hq;
+  a.scores = host.data();
+  step("plugin-resident", [&](int i) {
+    a.corpus = reinterpret_cast<const maxsim_plugin_corpus*>(corpora[static_cast<size_t>(i) % copies]);
+    CHECK_ST(mscuda::ScoreMatrix(b, a));
+  });
+  cudaFree(dev);
+}
+
 void RunShape(Backend& b, const Shape& s, const std::string& only) {
   if (!only.empty() && only != s.name) return;
   std::printf("-- %s: Nq=%llu Lq=%llu Nd=%llu Ld=%llu d=%u\n", s.name, (unsigned long long)s.nq,
@@ -445,6 +505,7 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     }
     Emit(s.name, "exact-e2e", Median(ms), flops, exact_bytes);
   }
+  if (s.nq == 1) RunSteps(b, s, qdata, corpora, flops, exact_bytes);
   for (Corpus* c : corpora) mscuda::FreeCorpus(b, c);
   cudaFree(scores);
   cudaFree(counters);

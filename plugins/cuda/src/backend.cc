@@ -116,19 +116,27 @@ PinnedBuffer::~PinnedBuffer() { Release(); }
 void PinnedBuffer::Release() {
   if (ptr_) cudaFreeHost(ptr_);
   ptr_ = nullptr;
+  dev_ = nullptr;
   size_ = 0;
 }
 Status PinnedBuffer::Reserve(uint64_t bytes, const char* what) {
   if (bytes <= size_) return Status::Ok();
   Release();
   void* p = nullptr;
-  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
   if (e != cudaSuccess) {
     cudaGetLastError();
     return Fail(MAXSIM_ERR_OUT_OF_MEMORY, "cannot allocate %llu bytes of pinned host memory for %s: %s",
                 static_cast<ull>(bytes), what, cudaGetErrorString(e));
   }
+  void* d = nullptr;
+  e = cudaHostGetDevicePointer(&d, p, 0);
+  if (e != cudaSuccess) {
+    cudaFreeHost(p);
+    return CudaFail(e, "mapping pinned host memory into the device's address space");
+  }
   ptr_ = static_cast<uint8_t*>(p);
+  dev_ = static_cast<uint8_t*>(d);
   size_ = bytes;
   return Status::Ok();
 }
@@ -307,6 +315,9 @@ std::string SettingsText(const Backend& b) {
                 b.force_stream ? "always" : "above the resident limit", static_cast<ull>(b.chunk_bytes),
                 source("MAXSIM_CUDA_STREAM").c_str(), source("MAXSIM_CUDA_STREAM_CHUNK_BYTES").c_str());
   t += line;
+  std::snprintf(line, sizeof(line), "results written into mapped host memory: up to %llu bytes per chunk%s\n",
+                static_cast<ull>(b.mapped_results_max), source("MAXSIM_CUDA_MAPPED_RESULTS").c_str());
+  t += line;
   const char* route = b.screen_route == Backend::ScreenRoute::kScreen  ? "int8 screening (both modes)"
                       : b.screen_route == Backend::ScreenRoute::kExact ? "exact kernel (both modes)"
                                                                         : "auto";
@@ -390,8 +401,6 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t ind
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->copy, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->staged, cudaEventDisableTiming);
-  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->qstaged, cudaEventDisableTiming);
-  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->qchecked, cudaEventDisableTiming);
   for (int i = 0; i < 2 && e == cudaSuccess; ++i) {
     e = cudaEventCreateWithFlags(&b->copied[i], cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->done[i], cudaEventDisableTiming);
@@ -401,6 +410,7 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t ind
   b->resident_limit = EnvU64("MAXSIM_CUDA_RESIDENT_LIMIT", 0);
   b->force_stream = EnvU64("MAXSIM_CUDA_STREAM", 0) != 0;
   b->chunk_bytes = std::max<uint64_t>(4096, EnvU64("MAXSIM_CUDA_STREAM_CHUNK_BYTES", 256ull << 20));
+  b->mapped_results_max = EnvU64("MAXSIM_CUDA_MAPPED_RESULTS", 256ull << 10);
   b->screen_route = ScreenRouteFromEnv();
   b->tuning = ReadTuning();
   b->settings = SettingsText(*b);
@@ -426,8 +436,6 @@ void DestroyBackend(Backend* b) {
   b->qstage.Release();
   b->flags_host.Release();
   if (b->staged) cudaEventDestroy(b->staged);
-  if (b->qstaged) cudaEventDestroy(b->qstaged);
-  if (b->qchecked) cudaEventDestroy(b->qchecked);
   for (int i = 0; i < 2; ++i) {
     if (b->copied[i]) cudaEventDestroy(b->copied[i]);
     if (b->done[i]) cudaEventDestroy(b->done[i]);

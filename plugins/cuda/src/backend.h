@@ -41,7 +41,8 @@ class DeviceBuffer {
   uint64_t size_ = 0;
 };
 
-// A grow-only pinned host allocation.
+// A grow-only pinned host allocation, mapped into the device's address space: kernels read and write it through
+// device_data() (a zero-copy access over the bus, no copy engine, no extra launch).
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
@@ -50,10 +51,12 @@ class PinnedBuffer {
   ~PinnedBuffer();
   Status Reserve(uint64_t bytes, const char* what);
   uint8_t* data() const { return ptr_; }
+  uint8_t* device_data() const { return dev_; }
   void Release();
 
  private:
   uint8_t* ptr_ = nullptr;
+  uint8_t* dev_ = nullptr;
   uint64_t size_ = 0;
 };
 
@@ -97,15 +100,14 @@ struct DeviceQueries {
   SetsView view;
   std::vector<uint64_t> host_offsets;  // rebased
   uint64_t max_len = 0;
-  // Dense queries (ABI 1.2 query_dense): their value check's flag, a word of pinned host memory the check kernel
-  // sets when a row is non-finite or its norm exceeds 1e19 (final once the stream has passed the check); NULL
-  // for packed queries, which the host validated.
+  // Dense queries (ABI 1.2 query_dense) get the packer's value check (every element finite, L2 norm at most
+  // 1e19); packed queries were validated by the host. Cosine: the check kernel, which also computes the norms,
+  // sets `bad` (a word of pinned host memory, final once the host has synchronised with the stream). Dot: the
+  // host checks the staged rows at host_rows (CheckQueriesOnHost) while the device scores them.
   const volatile unsigned int* bad = nullptr;
-  // Dot metric: the check runs beside the scoring kernels on the copy stream, launched once the call's first
-  // scoring kernel is (LaunchDeferredCheck; until then `deferred`); `checked` is its end.
-  bool deferred = false;
-  unsigned int* bad_dev = nullptr;
-  cudaEvent_t checked = nullptr;
+  const uint8_t* host_rows = nullptr;
+  bool host_checked = true;
+  bool host_bad = false;
 };
 
 // Kernel settings a backend reads once, when it is created (CreateBackend; listed by maxsim info).
@@ -134,18 +136,18 @@ struct Backend {
   DeviceBuffer qbuf;                // the current call's queries
   DeviceBuffer chunk[2];            // streamed corpora: double-buffered document chunks
   PinnedBuffer stage;               // host staging for uploads and results
-  PinnedBuffer qstage;              // host staging for query uploads (UploadQueriesTo): its own, so that a
-                                    // call need not wait for the copy before staging its results
-  cudaEvent_t qstaged = nullptr;    // recorded after a query upload: qstage is free once it fires
-  cudaEvent_t qchecked = nullptr;   // recorded after dense queries' check on `copy`: qbuf is free once it fires
-  bool check_pending = false;       // qchecked recorded and not yet waited for by the host
-  unsigned int* query_flag_dev = nullptr;  // the device address of the dense queries' check flag (flags_host)
+  PinnedBuffer qstage;              // host staging of the queries, copied to the device on `stream`
+  bool qstage_busy = false;         // a copy may still read qstage (the host has not synchronised since)
   PinnedBuffer flags_host;
   cudaEvent_t staged = nullptr;     // recorded after a call's staged uploads: the stage is free once it fires
   uint64_t min_ops = 0;
   uint64_t resident_limit = 0;      // corpora larger than this are streamed (0: 80% of free memory)
   bool force_stream = false;
   uint64_t chunk_bytes = 0;         // streaming chunk size
+  // Results of at most this many bytes per chunk (scores + argmax; top-k keys) are written by the kernels straight
+  // into the mapped pinned stage instead of device scratch + a copy (MAXSIM_CUDA_MAPPED_RESULTS, default 256 KiB;
+  // 0: never). Above it the copy engine moves them faster than scattered 4-byte writes over the bus would.
+  uint64_t mapped_results_max = 0;
   bool sync_calls = true;           // training calls wait for their stream (false: benchmarks only)
   // Where certified and approximate requests run (MAXSIM_CUDA_CERTIFIED, read when the backend is created).
   // kAuto: certified requests run the exact kernel (on the GPU the two give identical bits, and screening with
@@ -184,24 +186,26 @@ Status DeviceCopy(Backend& b, void* dst, const void* src, uint64_t bytes, bool t
 Status UploadCorpus(Backend& b, const maxsim_packed_view& view, Corpus** out);
 void FreeCorpus(Backend& b, Corpus* c);
 
-// Copies the image of a packed query view into `dst` (grow-only) and describes it.
+// Copies the image of a packed query view into `dst` (grow-only) through the pinned query stage (on b.stream), and
+// describes it.
 Status UploadQueriesTo(Backend& b, const maxsim_packed_view& view, DeviceBuffer& dst, DeviceQueries* out);
-// Copies dense host queries (no mask) into `dst` through the pinned query stage, one copy, and enqueues their
-// value check (and, for the cosine metric, their norms, computed as the packer computes them) on b.stream.
+// Copies dense host queries (no mask) into `dst` the same way, rows laid out as in a packed image. Cosine: also
+// enqueues their check and norms (computed as the packer computes them) on b.stream; dot: leaves the check to
+// the host (CheckQueriesOnHost, QueryValues).
 Status UploadDenseQueries(Backend& b, const maxsim_dense_sets& s, bool cosine, DeviceBuffer& dst, DeviceQueries* out);
 // The call's queries on the device: its dense host queries when it passes them, else its packed view.
 Status PrepareQueries(Backend& b, const maxsim_plugin_score_args& a, DeviceQueries* out);
-// MAXSIM_ERR_NON_FINITE when dense queries failed their value check; call once the stream has passed the check
-// (after a synchronisation) and before writing any output the caller could take for an answer.
+// Checks dense queries' staged rows on the host as the packer does (once; a no-op for other queries). The
+// scoring calls run it right after launching their first kernel, so that it overlaps the device's work.
+void CheckQueriesOnHost(DeviceQueries& q);
+// Call right after synchronising with b.stream (which frees the query stage): MAXSIM_ERR_NON_FINITE when dense
+// queries failed their value check. Called before writing any output the caller could take for an answer.
 Status QueryValues(Backend& b, DeviceQueries& q);
-// Launches dense queries' deferred check (dot metric) on the copy stream, after their upload; a no-op otherwise.
-// The scoring calls launch it right after their first scoring kernel, so that it never delays that kernel.
-Status LaunchDeferredCheck(Backend& b, DeviceQueries& q);
 // The modes (1u << maxsim_mode) in which the backend scores dense host queries as they are: those whose kernels
 // read only the originals (the exact kernel; certified and approximate where they run it).
 uint32_t DenseQueryModes(const Backend& b);
-// The check of UploadDenseQueries (query_check.cu): rows [0, n_rows) of row_bytes bytes from `rows`; sets *bad
-// (device-visible pinned host memory) to 1 on a bad row; norms (optional): per-row L2 norms.
+// The cosine check of UploadDenseQueries (query_check.cu): rows [0, n_rows) of row_bytes bytes from `rows`
+// (device memory); sets *bad (device-visible pinned host memory) to 1 on a bad row; norms: per-row L2 norms.
 cudaError_t LaunchQueryCheck(const uint8_t* rows, uint64_t row_bytes, int dtype, uint32_t dim, uint64_t n_rows,
                              float* norms, unsigned int* bad, cudaStream_t stream);
 

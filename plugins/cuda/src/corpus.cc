@@ -5,12 +5,15 @@
 // uploads.
 #include <cstddef>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
 
 #include "backend.h"
+#include "half.h"
 #include "host_util.h"
+#include "maxsim/packed_format.h"
 
 namespace mscuda {
 
@@ -153,31 +156,79 @@ void FreeCorpus(Backend& b, Corpus* c) {
 
 // ---- queries ------------------------------------------------------------------------------------------------
 
+namespace {
+
+// The word of Backend::flags_host that the cosine query check sets (training uses bytes [0, 40)).
+constexpr uint64_t kQueryFlagOffset = 48;
+// Larger query images are staged and copied in pieces of about this size, each copy overlapping the next
+// piece's memcpy.
+constexpr uint64_t kStagePiece = 128ull << 10;
+
+// Waits until no copy reads the query stage: only after a call that ended without synchronising with b.stream
+// (an error after the copy was enqueued).
+Status QueryStageFree(Backend& b) {
+  if (b.qstage_busy) {
+    MSC_CUDA(cudaStreamSynchronize(b.stream));
+    b.qstage_busy = false;
+  }
+  return Status::Ok();
+}
+
+// The packer's value check of one row (packing/src/quantize_ref.cc): squares summed in double over 8 lanes,
+// lane = k mod 8 in k order, the lanes combined as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)); accepted
+// when the sum is at most 1e38 (a NaN or infinite element makes it NaN or infinite, so this also checks that
+// every element is finite).
+template <typename T, float (*ToF32)(T)>
+bool RowAccepted(const uint8_t* row, uint32_t dim) {
+  double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const T* v = reinterpret_cast<const T*>(row);
+  uint32_t k = 0;
+  for (; k + 8 <= dim; k += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const double d = ToF32(v[k + j]);
+      l[j] += d * d;
+    }
+  }
+  for (; k < dim; ++k) {
+    const double d = ToF32(v[k]);
+    l[k % 8] += d * d;
+  }
+  const double sq = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+  return sq <= MAXSIM_PACK_MAX_NORM * MAXSIM_PACK_MAX_NORM;
+}
+
+float F32Value(float x) { return x; }
+
+bool RowsAccepted(const uint8_t* rows, uint64_t row_bytes, int dtype, uint32_t dim, uint64_t n_rows) {
+  for (uint64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = rows + r * row_bytes;
+    const bool ok = dtype == MAXSIM_F32    ? RowAccepted<float, F32Value>(row, dim)
+                    : dtype == MAXSIM_BF16 ? RowAccepted<uint16_t, maxsim::Bf16ToF32>(row, dim)
+                                           : RowAccepted<uint16_t, maxsim::F16ToF32>(row, dim);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Status UploadQueriesTo(Backend& b, const maxsim_packed_view& view, DeviceBuffer& dst, DeviceQueries* out) {
   DeviceQueries q;
   MSC_RETURN(DescribeImage(view, "queries", &q.info));
   q.host_offsets.resize(q.info.n_sets + 1);
   for (uint64_t i = 0; i <= q.info.n_sets; ++i) q.host_offsets[i] = view.offsets[i] - q.info.first_row;
   q.max_len = q.info.max_len;
-  // The copy is not waited for: the kernels that read dst follow it on the stream, and the next upload waits for
-  // it before writing qstage again (an event that never fired, before the first upload, counts as fired).
-  MSC_CUDA(cudaEventSynchronize(b.qstaged));
+  // The copy is not waited for: the kernels that read dst follow it on the stream.
+  MSC_RETURN(QueryStageFree(b));
   MSC_RETURN(dst.Reserve(q.info.total_size, "the queries"));
   MSC_RETURN(b.qstage.Reserve(q.info.total_size, "staging the queries"));
   WriteImage(view, q.info, b.qstage.data());
   MSC_CUDA(cudaMemcpyAsync(dst.data(), b.qstage.data(), q.info.total_size, cudaMemcpyHostToDevice, b.stream));
-  MSC_CUDA(cudaEventRecord(b.qstaged, b.stream));
+  b.qstage_busy = true;
   q.view = PackedView(q.info, dst.data());
   *out = std::move(q);
   return Status::Ok();
 }
-
-namespace {
-
-// The word of Backend::flags_host that the dense queries' value check sets (training uses bytes [0, 40)).
-constexpr uint64_t kQueryFlagOffset = 48;
-
-}  // namespace
 
 Status UploadDenseQueries(Backend& b, const maxsim_dense_sets& s, bool cosine, DeviceBuffer& dst, DeviceQueries* out) {
   if (s.memory != MAXSIM_MEMORY_HOST || s.mask != nullptr || s.data == nullptr || s.dim == 0 ||
@@ -208,7 +259,6 @@ Status UploadDenseQueries(Backend& b, const maxsim_dense_sets& s, bool cosine, D
   Carver cv;
   const uint64_t o_rows = cv.Add(rows * row_bytes);
   const uint64_t o_off = s.offsets ? cv.Add((n + 1) * 8) : 0;
-  const uint64_t staged = cv.size();  // rows and offsets travel in one copy
   const uint64_t o_norms = cosine ? cv.Add(rows * 4) : 0;
   PackedInfo& in = q.info;
   in.dim = s.dim;
@@ -220,41 +270,47 @@ Status UploadDenseQueries(Backend& b, const maxsim_dense_sets& s, bool cosine, D
   in.off_orig = o_rows;
   in.off_offsets = o_off;
   in.total_size = cv.size();
-  // The previous call's query copy has read the stage once qstaged fires (before the first upload it counts as
-  // fired).
-  MSC_CUDA(cudaEventSynchronize(b.qstaged));
+  MSC_RETURN(QueryStageFree(b));
   MSC_RETURN(dst.Reserve(cv.size(), "the queries"));
-  MSC_RETURN(b.qstage.Reserve(staged, "staging the queries"));
+  MSC_RETURN(b.qstage.Reserve(o_rows + rows * row_bytes + (s.offsets ? (n + 1) * 8 : 0) + kAlign, "staging the queries"));
   uint8_t* h = b.qstage.data();
   const uint8_t* src = static_cast<const uint8_t*>(s.data) + first * stride;
-  if (stride == row_bytes && used == row_bytes) {
-    std::memcpy(h + o_rows, src, rows * row_bytes);
-  } else {
-    for (uint64_t r = 0; r < rows; ++r) {
-      std::memcpy(h + o_rows + r * row_bytes, src + r * stride, used);
-      std::memset(h + o_rows + r * row_bytes + used, 0, row_bytes - used);
+  // Rows into the stage and onto the device, piece by piece: one memcpy and one copy for a small query.
+  const uint64_t piece = std::max<uint64_t>(1, kStagePiece / row_bytes);
+  for (uint64_t r0 = 0; r0 < rows; r0 += piece) {
+    const uint64_t r1 = std::min(rows, r0 + piece);
+    uint8_t* to = h + o_rows + r0 * row_bytes;
+    if (stride == row_bytes && used == row_bytes) {
+      std::memcpy(to, src + r0 * stride, (r1 - r0) * row_bytes);
+    } else {
+      for (uint64_t r = r0; r < r1; ++r) {
+        std::memcpy(h + o_rows + r * row_bytes, src + r * stride, used);
+        std::memset(h + o_rows + r * row_bytes + used, 0, row_bytes - used);
+      }
     }
+    MSC_CUDA(cudaMemcpyAsync(dst.data() + o_rows + r0 * row_bytes, to, (r1 - r0) * row_bytes, cudaMemcpyHostToDevice,
+                             b.stream));
   }
-  if (s.offsets) std::memcpy(h + o_off, q.host_offsets.data(), (n + 1) * 8);
-  volatile unsigned int* bad = reinterpret_cast<volatile unsigned int*>(b.flags_host.data() + kQueryFlagOffset);
-  *bad = 0u;
-  if (b.query_flag_dev == nullptr) {
-    MSC_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&b.query_flag_dev), const_cast<unsigned int*>(bad), 0));
+  if (s.offsets) {
+    std::memcpy(h + o_off, q.host_offsets.data(), (n + 1) * 8);
+    MSC_CUDA(cudaMemcpyAsync(dst.data() + o_off, h + o_off, (n + 1) * 8, cudaMemcpyHostToDevice, b.stream));
   }
-  unsigned int* bad_dev = b.query_flag_dev;
-  if (staged > 0) MSC_CUDA(cudaMemcpyAsync(dst.data(), h, staged, cudaMemcpyHostToDevice, b.stream));
-  MSC_CUDA(cudaEventRecord(b.qstaged, b.stream));
-  // Cosine: the check computes the norms the scoring kernels read, so it runs before them on b.stream. Dot: it
-  // runs beside them on the copy stream, launched after the first scoring kernel (LaunchDeferredCheck), off
-  // the call's critical path; QueryValues waits for it.
+  b.qstage_busy = true;
   float* norms = cosine ? reinterpret_cast<float*>(dst.data() + o_norms) : nullptr;
   if (cosine) {
-    const cudaError_t e = LaunchQueryCheck(dst.data() + o_rows, row_bytes, in.dtype, s.dim, rows, norms, bad_dev,
-                                           b.stream);
+    // The norms are the scoring kernels' input: the device computes them (and checks the rows on the way)
+    // before those kernels, on b.stream.
+    uint8_t* flag = b.flags_host.data() + kQueryFlagOffset;
+    *reinterpret_cast<volatile unsigned int*>(flag) = 0u;
+    q.bad = reinterpret_cast<volatile unsigned int*>(flag);
+    const cudaError_t e =
+        LaunchQueryCheck(dst.data() + o_rows, row_bytes, in.dtype, s.dim, rows, norms,
+                         reinterpret_cast<unsigned int*>(b.flags_host.device_data() + kQueryFlagOffset), b.stream);
     if (e != cudaSuccess) return CudaFail(e, "launching the query check");
   } else {
-    q.deferred = true;
-    q.bad_dev = bad_dev;
+    // Dot: the host checks the staged rows while the device scores them (CheckQueriesOnHost).
+    q.host_rows = h + o_rows;
+    q.host_checked = false;
   }
   SetsView& v = q.view;
   v.orig = dst.data() + o_rows;
@@ -265,46 +321,28 @@ Status UploadDenseQueries(Backend& b, const maxsim_dense_sets& s, bool cosine, D
   v.offsets = s.offsets ? reinterpret_cast<const uint64_t*>(dst.data() + o_off) : nullptr;
   v.set_length = s.offsets ? 0 : s.set_length;
   v.n_sets = n;
-  q.bad = bad;
   *out = std::move(q);
   return Status::Ok();
 }
 
 Status PrepareQueries(Backend& b, const maxsim_plugin_score_args& a, DeviceQueries* out) {
   MSC_CUDA(cudaSetDevice(b.device));
-  // A call that failed before waiting for its dense queries' check may have left it running on the copy stream,
-  // reading b.qbuf and about to set the flag: wait for it before this call reuses both.
-  if (b.check_pending) {
-    MSC_CUDA(cudaEventSynchronize(b.qchecked));
-    b.check_pending = false;
-  }
   if (a.struct_size >= offsetof(maxsim_plugin_score_args, query_dense) + sizeof(a.query_dense) && a.query_dense) {
     return UploadDenseQueries(b, *a.query_dense, a.metric == MAXSIM_METRIC_COSINE, b.qbuf, out);
   }
   return UploadQueriesTo(b, *a.query_view, b.qbuf, out);
 }
 
-Status LaunchDeferredCheck(Backend& b, DeviceQueries& q) {
-  if (!q.deferred) return Status::Ok();
-  q.deferred = false;
-  MSC_CUDA(cudaStreamWaitEvent(b.copy, b.qstaged, 0));  // after the upload
-  const cudaError_t e = LaunchQueryCheck(q.view.orig, q.view.row_bytes, q.view.dtype, q.view.dim, q.info.n_vectors,
-                                         nullptr, q.bad_dev, b.copy);
-  if (e != cudaSuccess) return CudaFail(e, "launching the query check");
-  MSC_CUDA(cudaEventRecord(b.qchecked, b.copy));
-  b.check_pending = true;
-  q.checked = b.qchecked;
-  return Status::Ok();
+void CheckQueriesOnHost(DeviceQueries& q) {
+  if (q.host_checked) return;
+  q.host_bad = !RowsAccepted(q.host_rows, q.view.row_bytes, q.view.dtype, q.view.dim, q.info.n_vectors);
+  q.host_checked = true;
 }
 
 Status QueryValues(Backend& b, DeviceQueries& q) {
-  if (q.bad == nullptr) return Status::Ok();
-  MSC_RETURN(LaunchDeferredCheck(b, q));  // a call that launched no scoring kernel
-  if (q.checked) {
-    MSC_CUDA(cudaEventSynchronize(q.checked));
-    b.check_pending = false;
-  }
-  if (*q.bad == 0u) return Status::Ok();
+  b.qstage_busy = false;
+  CheckQueriesOnHost(q);
+  if (!q.host_bad && (q.bad == nullptr || *q.bad == 0u)) return Status::Ok();
   return Fail(MAXSIM_ERR_NON_FINITE, "queries: a token has a non-finite value or an L2 norm above 1e19");
 }
 

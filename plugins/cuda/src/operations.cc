@@ -160,17 +160,25 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
   const std::vector<DocChunk> chunks = MakeChunks(c, max_docs, StreamedRowBytes(c, need_codes), b.chunk_bytes);
   uint64_t cn = 0;
   for (const DocChunk& ch : chunks) cn = std::max(cn, ch.j1 - ch.j0);
+  // Host staging: the chunk's scores, its argmax, and the screening counters (read back with the last chunk's
+  // results, so the call waits for the device once per chunk). Small results are written there by the kernels
+  // themselves, through the stage's device mapping; larger ones are copied from device scratch.
+  const uint64_t o_hargmax = RoundUp(nq * cn * 4, kAlign);
+  const uint64_t h_cnt = o_hargmax + RoundUp(a.argmax ? qpos * cn * 4 : 0, kAlign);
+  const bool mapped = h_cnt <= b.mapped_results_max;
   Carver cv;
-  const uint64_t o_scores = cv.Add(nq * cn * 4);
-  const uint64_t o_argmax = a.argmax ? cv.Add(qpos * cn * 4) : 0;
+  const uint64_t o_scores = mapped ? 0 : cv.Add(nq * cn * 4);
+  const uint64_t o_argmax = a.argmax && !mapped ? cv.Add(qpos * cn * 4) : 0;
   const uint64_t o_part = cv.Add(plan.PartialBytes(nq * cn));
   const uint64_t o_cnt = cv.Add(16);
   MSC_RETURN(b.scratch.Reserve(cv.size(), "scores and partial results"));
-  // Host staging: the chunk's scores, its argmax, and the screening counters (read back with the last chunk's
-  // results, so the call waits for the device once per chunk).
-  const uint64_t h_cnt = RoundUp(nq * cn * 4, kAlign) + RoundUp(a.argmax ? qpos * cn * 4 : 0, kAlign);
   MSC_RETURN(b.stage.Reserve(h_cnt + 16, "result staging"));
   uint8_t* s = b.scratch.data();
+  uint8_t* hs = b.stage.data();
+  uint8_t* ha = hs + o_hargmax;
+  float* out_scores = reinterpret_cast<float*>(mapped ? b.stage.device_data() : s + o_scores);
+  int32_t* out_argmax = !a.argmax ? nullptr
+                        : reinterpret_cast<int32_t*>(mapped ? b.stage.device_data() + o_hargmax : s + o_argmax);
   // Only screening counts (refined tokens, multi-candidate tokens); exact kernels take no counters.
   ull* counters = need_codes ? reinterpret_cast<ull*>(s + o_cnt) : nullptr;
   if (counters) MSC_CUDA(cudaMemsetAsync(counters, 0, 16, b.stream));
@@ -178,16 +186,15 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
   Status st = ForEachChunk(b, c, chunks, need_codes, [&](const DocChunk& ch, const SetsView& d) -> Status {
     const uint64_t n = ch.j1 - ch.j0;
     const ForwardArgs fa =
-        MatrixForwardArgs(q.view, d, nq, n, a.metric, mode, counters, reinterpret_cast<float*>(s + o_scores),
-                          a.argmax ? reinterpret_cast<int32_t*>(s + o_argmax) : nullptr, s + o_part, plan);
+        MatrixForwardArgs(q.view, d, nq, n, a.metric, mode, counters, out_scores, out_argmax, s + o_part, plan);
     MSC_RETURN(LaunchForward(b, plan, fa, b.stream));
-    MSC_RETURN(LaunchDeferredCheck(b, q));
-    // Results come back through the pinned stage (a copy into the caller's pageable memory would be staged by
-    // the driver, synchronously, and costs more than the memcpy below).
-    uint8_t* hs = b.stage.data();
-    uint8_t* ha = hs + RoundUp(nq * n * 4, kAlign);
-    MSC_CUDA(cudaMemcpyAsync(hs, s + o_scores, nq * n * 4, cudaMemcpyDeviceToHost, b.stream));
-    if (a.argmax) MSC_CUDA(cudaMemcpyAsync(ha, s + o_argmax, qpos * n * 4, cudaMemcpyDeviceToHost, b.stream));
+    CheckQueriesOnHost(q);  // while the device works
+    // Copied results come back through the pinned stage too (a copy into the caller's pageable memory would be
+    // staged by the driver, synchronously, and costs more than the memcpy below).
+    if (!mapped) {
+      MSC_CUDA(cudaMemcpyAsync(hs, out_scores, nq * n * 4, cudaMemcpyDeviceToHost, b.stream));
+      if (a.argmax) MSC_CUDA(cudaMemcpyAsync(ha, out_argmax, qpos * n * 4, cudaMemcpyDeviceToHost, b.stream));
+    }
     if (counters && ch.j1 == nd) {
       MSC_CUDA(cudaMemcpyAsync(b.stage.data() + h_cnt, counters, 16, cudaMemcpyDeviceToHost, b.stream));
     }
@@ -332,7 +339,7 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
   const uint64_t nq = q.info.n_sets, nd = c.info.n_sets, k = a.k;
   if (k == 0) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "k is 0 (ask for at least one document)");
   const uint64_t qpos = nq ? q.host_offsets[nq] : 0;
-  std::vector<ull> keys;
+  const ull* keys = nullptr;  // nq rows of k keys in the pinned stage, `have` valid per row
   uint64_t have = 0;
   ull hc[2] = {0, 0};
   const bool wg = nq > 0 && nd > 0 && UseScreenWgmma(b, a.mode, q, c, a.metric, false);
@@ -356,32 +363,44 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a) {
     const uint64_t o_scores = cv.Add(nq * cn * 4), o_part = cv.Add(plan.PartialBytes(nq * cn)),
                    o_run0 = cv.Add(nq * k * 8), o_run1 = cv.Add(nq * k * 8), o_cnt = cv.Add(16);
     MSC_RETURN(b.scratch.Reserve(cv.size(), "top-k scratch"));
+    // The final keys and the counters come back through the pinned stage; the last merge writes small key lists
+    // there itself, through the stage's device mapping.
+    const uint64_t h_cnt = RoundUp(nq * k * 8, kAlign);
+    MSC_RETURN(b.stage.Reserve(h_cnt + 16, "top-k staging"));
+    const bool mapped = nq * k * 8 <= b.mapped_results_max;
     uint8_t* s = b.scratch.data();
     ull* run[2] = {reinterpret_cast<ull*>(s + o_run0), reinterpret_cast<ull*>(s + o_run1)};
-    ull* counters = reinterpret_cast<ull*>(s + o_cnt);
-    MSC_CUDA(cudaMemsetAsync(counters, 0, 16, b.stream));
+    ull* counters = need_codes ? reinterpret_cast<ull*>(s + o_cnt) : nullptr;
+    if (counters) MSC_CUDA(cudaMemsetAsync(counters, 0, 16, b.stream));
     int cur = 0;
     Status st = ForEachChunk(b, c, chunks, need_codes, [&](const DocChunk& ch, const SetsView& d) -> Status {
       const uint64_t n = ch.j1 - ch.j0;
       const ForwardArgs fa = MatrixForwardArgs(q.view, d, nq, n, a.metric, mode, counters,
                                                reinterpret_cast<float*>(s + o_scores), nullptr, s + o_part, plan);
       MSC_RETURN(LaunchForward(b, plan, fa, b.stream));
-      MSC_RETURN(LaunchDeferredCheck(b, q));
-      const cudaError_t e = LaunchTopkMerge(fa.pairs.scores, n, n, ch.j0, nq, run[cur], run[1 - cur], have, k, b.stream);
+      CheckQueriesOnHost(q);  // while the device works
+      ull* out = ch.j1 == nd && mapped ? reinterpret_cast<ull*>(b.stage.device_data()) : run[1 - cur];
+      const cudaError_t e = LaunchTopkMerge(fa.pairs.scores, n, n, ch.j0, nq, run[cur], out, have, k, b.stream);
       if (e != cudaSuccess) return CudaFail(e, "launching the top-k merge");
       cur = 1 - cur;
       have = std::min(k, have + n);
       return Status::Ok();
     });
     MSC_RETURN(st);
-    keys.resize(nq * k);
-    MSC_CUDA(cudaMemcpyAsync(keys.data(), run[cur], nq * k * 8, cudaMemcpyDeviceToHost, b.stream));
-    MSC_CUDA(cudaMemcpyAsync(hc, counters, 16, cudaMemcpyDeviceToHost, b.stream));
+    if (!mapped) MSC_CUDA(cudaMemcpyAsync(b.stage.data(), run[cur], nq * k * 8, cudaMemcpyDeviceToHost, b.stream));
+    if (counters) MSC_CUDA(cudaMemcpyAsync(b.stage.data() + h_cnt, counters, 16, cudaMemcpyDeviceToHost, b.stream));
+    MSC_RETURN(SyncedQueryValues(b, q));
+    if (counters) std::memcpy(hc, b.stage.data() + h_cnt, 16);
+    keys = reinterpret_cast<const ull*>(b.stage.data());
+  } else {
+    MSC_RETURN(SyncedQueryValues(b, q));
   }
-  MSC_RETURN(SyncedQueryValues(b, q));
+  std::vector<ull> row(have);
   for (uint64_t i = 0; i < nq; ++i) {
-    ull* row = keys.empty() ? nullptr : keys.data() + i * k;
-    if (row) std::sort(row, row + have, [](ull x, ull y) { return x > y; });
+    if (have) {
+      std::memcpy(row.data(), keys + i * k, have * 8);
+      std::sort(row.begin(), row.end(), [](ull x, ull y) { return x > y; });
+    }
     for (uint64_t r = 0; r < k; ++r) {
       if (r < have) {
         const uint32_t ob = static_cast<uint32_t>(row[r] >> 32);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Dense host queries on the device (plugin ABI 1.2 query_dense): the value check the CPU packer makes (every
-// element finite, L2 norm at most 1e19) and, for the cosine metric, the norms, both computed as the packer
-// computes them (packing/src/quantize_ref.cc): squares summed in double over 8 lanes, lane = k mod 8 in k order,
+// Dense host queries with the cosine metric, on the device (plugin ABI 1.2 query_dense): the value check the CPU
+// packer makes (every element finite, L2 norm at most 1e19) and the norms the scoring kernels read, both
+// computed as the packer computes them (packing/src/quantize_ref.cc): squares summed in double over 8 lanes, lane = k mod 8 in k order,
 // the lanes combined as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), the norm the nearest f32 of the square
 // root. Each square of an f32 value is exact in double, so a fused multiply-add gives the same sums. A dense
 // query's cosine scores therefore equal those of the same query packed, bit for bit.

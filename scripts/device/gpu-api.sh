@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The public API's overhead (a machine with an NVIDIA GPU): the GPU suite on this tree (GPU_API_TESTS=0 skips it),
+# then gpu_bench on the one-query retrieval shapes (GPU_API_SHAPES), whose rows hold kernel-only, the kernel with
+# one synchronisation (kernel-wall), the steps of a resident call, the plugin's call and the public call; with
+# .carry/base-prebuilt.tar.xz (libmaxsim, the plugin and gpu_bench of another revision, packed like make-carry's
+# prebuilt archive, its PREBUILT_REV inside) the same shapes run on that build too, alternating with this one,
+# one process per run (GPU_API_ROUNDS rounds). Prints a table of microseconds over kernel-only per shape.
+set -uo pipefail
+source scripts/device/env.sh
+gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench || exit 1
+S="$OUT/summary-gpu-api.txt"
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1; echo "this tree: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here)"; } > "$S"
+rc=0
+if [ "${GPU_API_TESTS:-1}" = 1 ]; then
+  MAXSIM_GPU_TESTS_REQUIRE=1 timeout 300 "$BUILD/tests/gpu/maxsim_gpu_tests" > "$OUT/gpu-api-tests.txt" 2>&1
+  rc=$?
+  { grep -E "^\[  (PASSED|FAILED) |tests ran" "$OUT/gpu-api-tests.txt"; grep -B2 -A12 "Failure" "$OUT/gpu-api-tests.txt" | head -40
+    echo "gpu tests: rc $rc"; } >> "$S"
+fi
+sides=new
+if [ -f .carry/base-prebuilt.tar.xz ]; then
+  rm -rf /tmp/maxsim-base && mkdir -p /tmp/maxsim-base && tar -xJf .carry/base-prebuilt.tar.xz -C /tmp/maxsim-base && sides="base new"
+  echo "base: $(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null)" >> "$S"
+fi
+for r in $(seq "${GPU_API_ROUNDS:-1}"); do
+  for shape in ${GPU_API_SHAPES:-textual-1k textual-10k colpali-rerank q128 visual}; do
+    for side in $sides; do
+      dir=$BUILD
+      [ "$side" = base ] && dir=/tmp/maxsim-base
+      LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" MAXSIM_PLUGIN_PATH="$dir" timeout 120 \
+        "$dir/benchmarks/gpu/maxsim_gpu_bench" --only "$shape" --json "$OUT/api-$side-$shape-$r.json" \
+        > "$OUT/api-$side-$shape-$r.txt" 2>&1 || { echo "gpu_bench $side $shape: rc $?" >> "$S"; rc=1; }
+    done
+  done
+done
+python3 - "$OUT" >> "$S" <<'PY'
+import collections, glob, json, os, statistics, sys
+rows = collections.defaultdict(lambda: collections.defaultdict(list))  # (side, shape) -> mode -> [ms]
+for f in glob.glob(os.path.join(sys.argv[1], "api-*-*.json")):
+    side = os.path.basename(f).split("-")[1]
+    for line in open(f):
+        try: r = json.loads(line)
+        except ValueError: continue
+        rows[(side, r["shape"])][r["mode"]].append(r["ms"])
+def us(side, shape, mode):
+    v = rows[(side, shape)].get(mode)
+    return statistics.median(v) * 1000 if v else float("nan")
+shapes = sorted({s for _, s in rows}, key=lambda s: ["textual-1k", "textual-10k", "colpali-rerank", "q128", "visual"].index(s) if s in ["textual-1k", "textual-10k", "colpali-rerank", "q128", "visual"] else 9)
+print("microseconds (medians); over = api-resident - exact (kernel-only, back to back); floor = kernel-wall - exact")
+print(f"{'shape':15} {'exact':>8} {'k-wall':>8} {'k-wall-map':>10} {'plugin':>8} {'api new':>8} {'api base':>8} {'over new':>9} {'over base':>9} {'floor':>6}")
+for s in shapes:
+    e = us("new", s, "exact")
+    print(f"{s:15} {e:8.1f} {us('new', s, 'kernel-wall'):8.1f} {us('new', s, 'kernel-wall-mapped'):10.1f} "
+          f"{us('new', s, 'plugin-resident'):8.1f} {us('new', s, 'api-resident'):8.1f} {us('base', s, 'api-resident'):8.1f} "
+          f"{us('new', s, 'api-resident') - e:9.1f} {us('base', s, 'api-resident') - us('base', s, 'exact'):9.1f} "
+          f"{us('new', s, 'kernel-wall') - e:6.1f}")
+print("steps (us, synchronous round trips):")
+for s in shapes:
+    print(f"  {s:15} " + "  ".join(f"{m[5:]} {us('new', s, m):.1f}" for m in
+          ["step-sync", "step-query-stage", "step-query-check", "step-query-h2d", "step-scores-d2h"]))
+PY
+cat "$S"
+exit $rc
