@@ -580,8 +580,8 @@ def scores(
     if return_argmax:
         rows = q.obj.token_rows if isinstance(q.obj, _core.DenseSets) else q.obj.n_vectors
         arg = _empty(where, (nq, nd, q.length) if q.length is not None else (rows * nd,), "int32")
-    ctx = context(threads, backend, isa, devices)
     with _Progress(progress, nq * nd, "scores", "pairs") as bar, _on_device(where):
+        ctx = context(threads, backend, isa, devices)  # creating one selects its device: inside the guard
         stats = _core.score_matrix(ctx, q.obj, d.obj, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"),
                                    out, arg, return_stats, _stream(where), bar)
     out, arg = _to(out, back), _to(arg, back)
@@ -615,7 +615,7 @@ def pairs(
     """Query set i against document set i: [B] float32 (argmax [B, Lq] with return_argmax)."""
     q, d, back = _host_for_packed(_side(Q, q_mask, "queries"), _side(D, d_mask, "documents"))
     where = _out_where(q, d)
-    ctx = context(threads, backend, isa, _route(q, d, devices))
+    devices = _route(q, d, devices)
     n = q.obj.n_sets
     out = _empty(where, (n,), "float32")
     arg = None
@@ -623,6 +623,7 @@ def pairs(
         rows = q.obj.token_rows if isinstance(q.obj, _core.DenseSets) else q.obj.n_vectors
         arg = _empty(where, (n, q.length) if q.length is not None else (rows,), "int32")
     with _on_device(where):
+        ctx = context(threads, backend, isa, devices)
         _core.score_pairs(ctx, q.obj, d.obj, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"), out, arg,
                           False, _stream(where))
     out, arg = _to(out, back), _to(arg, back)
@@ -690,7 +691,7 @@ def candidates(
         cand = np.ascontiguousarray(flat, dtype=np.uint64)
     q, d, back = _host_for_packed(q, d)
     where = _out_where(q, d)
-    ctx = context(threads, backend, isa, _route(q, d, devices))
+    devices = _route(q, d, devices)
     total = int(cand_offsets[-1])
     out = _empty(where, out_shape, "float32")
     arg = None
@@ -705,6 +706,7 @@ def candidates(
     else:
         argmax_size = 0
     with _Progress(progress, total, "candidates", "pairs") as bar, _on_device(where):
+        ctx = context(threads, backend, isa, devices)
         _core.score_candidates(ctx, q.obj, d.obj, cand_offsets, cand, _enum(_METRICS, metric, "metric"),
                                _enum(_MODES, mode, "mode"), out, arg, argmax_size, False, _stream(where), bar)
     out, arg = _to(out, back), _to(arg, back)
@@ -918,8 +920,8 @@ def backward(
     gd = _empty(where, tuple(D.shape), "float32") if need_d else None
     co = None if cand_offsets is None else _as_offsets(cand_offsets)
     ca = None if candidates is None else _as_offsets(candidates)
-    ctx = context(threads, backend, isa, devices)
     with _on_device(where):
+        ctx = context(threads, backend, isa, devices)
         _core.backward(ctx, q.obj, d.obj, _enum(_LAYOUTS, layout, "layout"), co, ca, _host_or_same(argmax),
                        _host_or_same(grad_scores), gq, gd, bool(deterministic), _stream(where))
     return gq, gd
