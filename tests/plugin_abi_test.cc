@@ -397,6 +397,33 @@ TEST(PluginAbi, DenseHostQueriesReachAPluginThatTakesThem) {
   }
 }
 
+// Per-set row pointers (maxsim_dense_sets.set_data) never reach a plugin: the ABI's dense sets address rows from
+// data only, so the host packs such queries and documents for it. The CPU's bits.
+TEST(PluginAbi, SetsWithPerSetRowPointersArePackedForThePlugin) {
+  Data data;
+  Log log;
+  Context ctx(Options(std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so", "testcpu", &log));
+  Context cpu(CpuOptions(&log));
+  Packed corpus = Packed::Pack(cpu, data.d.Dense());
+  const ScatteredSets sq(data.q), sd(data.d);
+  const uint64_t nq = data.q.n_sets(), nd = data.d.n_sets();
+  std::vector<int32_t> want_arg(nd * data.q.rows()), got_arg(want_arg.size());
+  const auto want = cpu.ScoreMatrix(data.q.Dense(), nq, corpus, nd, {}, want_arg.data());
+  for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED}) {  // the modes it takes dense queries in
+    SCOPED_TRACE(mode);
+    maxsim_stats st{};
+    const auto got = ctx.ScoreMatrix(sq.Dense(), nq, corpus, nd, {MAXSIM_METRIC_DOT, mode, &st}, got_arg.data());
+    EXPECT_GE(st.docs_pruned, kMarker) << "the call did not reach the plugin";
+    EXPECT_NE(st.multi_candidate, kDenseMarker) << "the plugin was handed the sets as they are";
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+    EXPECT_EQ(got_arg, want_arg);
+    st = {};
+    const auto both = ctx.ScoreMatrix(sq.Dense(), nq, sd.Dense(), nd, {MAXSIM_METRIC_DOT, mode, &st});
+    EXPECT_GE(st.docs_pruned, kMarker);
+    EXPECT_EQ(std::memcmp(both.data(), want.data(), both.size() * 4), 0);
+  }
+}
+
 TEST(PluginAbi, AnAbi11PluginGetsPackedQueries) {
   Data data;
   Log log;

@@ -36,6 +36,32 @@ DenseSets TokenSets::Dense() const {
   return s;
 }
 
+ScatteredSets::ScatteredSets(const TokenSets& t, uint32_t stride) : t_(&t), stride_(stride ? stride : t.dim) {
+  const size_t elem = t.dtype == MAXSIM_F32 ? 4 : 2;
+  for (uint64_t i = 0; i < t.n_sets(); ++i) {
+    const uint64_t len = t.length(i);
+    if (len == 0) {
+      ptrs_.push_back(nullptr);
+      continue;
+    }
+    std::vector<uint8_t> block(len * stride_ * elem, 0xA5);  // the gap between rows is garbage, never read
+    for (uint64_t r = 0; r < len; ++r) {
+      std::memcpy(block.data() + r * stride_ * elem, t.encoded.data() + (t.offsets[i] + r) * t.dim * elem,
+                  t.dim * elem);
+    }
+    blocks_.push_back(std::move(block));
+    ptrs_.push_back(blocks_.back().data());
+  }
+}
+
+DenseSets ScatteredSets::Dense() const {
+  DenseSets s = DenseSets::PerSet(ptrs_.data(), t_->dtype, t_->dim,
+                                  Span<const uint64_t>(t_->offsets.data(), t_->offsets.size()));
+  s.WithRowStride(stride_);
+  if (!t_->mask.empty()) s.WithMask(t_->mask.data());
+  return s;
+}
+
 const char* ShapeName(Shape s) {
   switch (s) {
     case Shape::kGaussian: return "gaussian";

@@ -33,6 +33,22 @@ struct TokenSets {
   DenseSets Dense() const;
 };
 
+// The sets of `t` (its encoded rows and mask) copied into one heap allocation per set, rows `stride` elements
+// apart (0: dim), described with per-set row pointers (maxsim_dense_sets.set_data; an empty set gets NULL). Keeps
+// a pointer to t's offsets and mask: t must outlive it.
+class ScatteredSets {
+ public:
+  ScatteredSets(const TokenSets& t, uint32_t stride = 0);
+  DenseSets Dense() const;
+  const void* const* pointers() const { return ptrs_.data(); }
+
+ private:
+  const TokenSets* t_;
+  uint32_t stride_;
+  std::vector<std::vector<uint8_t>> blocks_;
+  std::vector<const void*> ptrs_;
+};
+
 enum class Shape { kGaussian, kUnitGaussian, kClustered, kLargeNorm, kTinyNorm, kNearTies, kDuplicates };
 const char* ShapeName(Shape s);
 

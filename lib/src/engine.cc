@@ -74,12 +74,12 @@ Status AnalyzeDense(const DenseView& v, const char* role, int threads, const pac
         if (!v.kept(r)) continue;
         // Without stats, an f32 row inside the element bound is accepted on a compare alone (no norm).
         if (!stats && v.dtype == MAXSIM_F32 &&
-            row_ops.rows_within(static_cast<const uint8_t*>(v.row(r)), 1, v.row_bytes, v.dim, bound)) {
+            row_ops.rows_within(v.row(set, r), 1, v.row_bytes, v.dim, bound)) {
           continue;
         }
-        const float* f32 = static_cast<const float*>(v.row(r));
+        const float* f32 = reinterpret_cast<const float*>(v.row(set, r));
         if (v.dtype != MAXSIM_F32) {
-          row_ops.widen(v.row(r), v.dtype, v.dim, widened.data());
+          row_ops.widen(v.row(set, r), v.dtype, v.dim, widened.data());
           f32 = widened.data();
         }
         const pack::RowStats s = row_ops.analyze(f32, v.dim);
@@ -213,7 +213,7 @@ Status PrepareQueries(const SetsRef& Q, const ScoreRequest& req, int threads, co
         for (uint64_t r = v.begin(i); r < v.end(i); ++r) {
           if (!v.kept(r)) continue;
           float* row = rows + static_cast<uint64_t>(s) * dim;
-          row_ops.widen(v.row(r), v.dtype, dim, row);
+          row_ops.widen(v.row(i, r), v.dtype, dim, row);
           const pack::RowStats st = row_ops.analyze(row, dim);
           if (!st.finite || !pack::NormAccepted(st.norm_sq)) {
             NoteRejection(v, i, r, row, st, &mine);
@@ -330,7 +330,7 @@ class DocMaterializer {
       }
       compact_.resize(map_.size() * elem_bytes);
       for (size_t t = 0; t < map_.size(); ++t) {
-        std::memcpy(compact_.data() + t * elem_bytes, v.row(begin + map_[t]), elem_bytes);
+        std::memcpy(compact_.data() + t * elem_bytes, v.row(j, begin + map_[t]), elem_bytes);
       }
       d.n_tokens = static_cast<uint32_t>(map_.size());
       d.originals = compact_.data();
@@ -338,15 +338,15 @@ class DocMaterializer {
       *map = map_.data();
     } else {
       d.n_tokens = static_cast<uint32_t>(end - begin);
-      d.originals = static_cast<const uint8_t*>(v.row(begin));
+      d.originals = v.row(j, begin);
       d.orig_row_bytes = v.row_bytes;
     }
     widened_.resize(v.dim);
     const bool f32_rows = v.dtype == MAXSIM_F32;
     // Row r as f32 values (widened into widened_ for f16 / bf16).
     auto values = [&](uint64_t r) -> const float* {
-      if (f32_rows) return static_cast<const float*>(v.row(r));
-      src.row_ops->widen(v.row(r), v.dtype, v.dim, widened_.data());
+      if (f32_rows) return reinterpret_cast<const float*>(v.row(j, r));
+      src.row_ops->widen(v.row(j, r), v.dtype, v.dim, widened_.data());
       return widened_.data();
     };
     const pack::RowStats* stats = src.need_meta && !src.lazy_check ? src.dense_stats.data() : nullptr;
@@ -962,11 +962,12 @@ struct Scored {
   }
 };
 
-inline void AddScaledRow(const DenseView& v, uint64_t row, double g, const pack::RowOps& row_ops,
+// acc += g * (row `row` of set `set`).
+inline void AddScaledRow(const DenseView& v, uint64_t set, uint64_t row, double g, const pack::RowOps& row_ops,
                          std::vector<float>& widened, double* acc) {
-  const float* f = static_cast<const float*>(v.row(row));
+  const float* f = reinterpret_cast<const float*>(v.row(set, row));
   if (v.dtype != MAXSIM_F32) {
-    row_ops.widen(v.row(row), v.dtype, v.dim, widened.data());
+    row_ops.widen(v.row(set, row), v.dtype, v.dim, widened.data());
     f = widened.data();
   }
   for (uint32_t k = 0; k < v.dim; ++k) acc[k] += g * static_cast<double>(f[k]);
@@ -1051,7 +1052,7 @@ Status Engine::Backward(const DenseView& Q, const DenseView& D, const maxsim_bac
             const int32_t t = args.argmax[base[i] + c * lq + s];
             if (t < 0) continue;
             const uint64_t j = sc.doc(i, c);
-            AddScaledRow(D, D.begin(j) + static_cast<uint64_t>(t), args.grad_scores[sc.score_index(i, c)], row_ops_, widened,
+            AddScaledRow(D, j, D.begin(j) + static_cast<uint64_t>(t), args.grad_scores[sc.score_index(i, c)], row_ops_, widened,
                          acc.data());
           }
           float* out = args.grad_queries + (Q.begin(i) + s) * dim;
@@ -1088,7 +1089,7 @@ Status Engine::Backward(const DenseView& Q, const DenseView& D, const maxsim_bac
           for (uint64_t s = 0; s < lq; ++s) {
             const int32_t t = args.argmax[base[i] + c * lq + s];
             if (t < 0 || !Q.kept(Q.begin(i) + s)) continue;
-            AddScaledRow(Q, Q.begin(i) + s, g, row_ops_, widened, acc.data() + static_cast<uint64_t>(t) * dim);
+            AddScaledRow(Q, i, Q.begin(i) + s, g, row_ops_, widened, acc.data() + static_cast<uint64_t>(t) * dim);
           }
         };
         if (args.layout == MAXSIM_LAYOUT_MATRIX) {

@@ -475,7 +475,9 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
   }
   // Host inputs: documents as a device-resident corpus; queries as a packed buffer, or as they are where the
   // plugin reads dense host queries in this mode (ABI 1.2 dense_query_modes: no packing on the host per call).
-  const bool dense_query = !q.is_packed && q.dense.mask == nullptr && ctx.accel->dense_query_modes != nullptr &&
+  // Per-set row pointers (set_data) are packed: the plugin ABI's dense sets address rows from data only.
+  const bool dense_query = !q.is_packed && q.dense.mask == nullptr && q.dense.set_data == nullptr &&
+                           ctx.accel->dense_query_modes != nullptr &&
                            (ctx.accel->dense_query_modes(ctx.accel_backend) &
                             (1u << static_cast<unsigned>(call.req.mode))) != 0;
   AlignedBuffer qtemp, dtemp;

@@ -2,12 +2,54 @@
 #include "dense.h"
 
 #include <cstddef>
+#include <cstdint>
 
 #include "maxsim/packed_format.h"
 
 namespace maxsim {
 
 using ull = unsigned long long;
+
+namespace {
+
+// maxsim_dense_sets.set_data: host memory, data NULL, and every set with rows has a pointer aligned to its element
+// size whose rows end inside the address space. (Whether the caller's pointers address memory of that size is
+// the caller's promise, as for data.)
+Status CheckSetData(const maxsim_dense_sets& s, const char* role, uint64_t elem, DenseView* v) {
+  if (s.memory != MAXSIM_MEMORY_HOST) {
+    return Error(MAXSIM_ERR_UNSUPPORTED, "%s: per-set row pointers (set_data) are host memory only; pass device "
+                 "tensors as one array with offsets", role);
+  }
+  if (s.data != nullptr) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: both data and set_data are set; with per-set row pointers data "
+                 "must be NULL", role);
+  }
+  const uint64_t row_used = static_cast<uint64_t>(s.dim) * elem;
+  for (uint64_t i = 0; i < s.n_sets; ++i) {
+    const uint64_t len = v->length(i);
+    if (len == 0) continue;
+    const auto p = reinterpret_cast<uintptr_t>(s.set_data[i]);
+    if (p == 0) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: set_data[%llu] is NULL but set %llu has %llu rows", role,
+                   static_cast<ull>(i), static_cast<ull>(i), static_cast<ull>(len));
+    }
+    if (p % elem != 0) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: set_data[%llu] = %p is not aligned to its %llu-byte elements",
+                   role, static_cast<ull>(i), s.set_data[i], static_cast<ull>(elem));
+    }
+    uint64_t span = 0;
+    if (MulOverflows(len - 1, v->row_bytes, &span) || AddOverflows(span, row_used, &span) ||
+        span > static_cast<uint64_t>(PTRDIFF_MAX) || span > UINTPTR_MAX - p) {
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: set %llu's %llu rows of stride %llu bytes from set_data[%llu] "
+                   "do not fit in memory", role, static_cast<ull>(i), static_cast<ull>(len),
+                   static_cast<ull>(v->row_bytes), static_cast<ull>(i));
+    }
+  }
+  v->set_data = s.set_data;
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status ResolveDense(const maxsim_dense_sets* s, const char* role, DenseView* view) {
   if (s == nullptr) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: maxsim_dense_sets pointer is NULL", role);
@@ -65,7 +107,9 @@ Status ResolveDense(const maxsim_dense_sets* s, const char* role, DenseView* vie
     return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: %llu rows of stride %llu bytes do not fit in memory", role,
                  static_cast<ull>(v.n_rows), static_cast<ull>(v.row_bytes));
   }
-  if (v.n_rows > 0 && s->data == nullptr) {
+  if (s->struct_size >= offsetof(maxsim_dense_sets, set_data) + sizeof(s->set_data) && s->set_data != nullptr) {
+    MAXSIM_RETURN_IF_ERROR(CheckSetData(*s, role, elem, &v));
+  } else if (v.n_rows > 0 && s->data == nullptr) {
     return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s: data is NULL but the sets address %llu rows", role,
                  static_cast<ull>(v.n_rows));
   }

@@ -21,11 +21,16 @@ struct DenseView {
   uint64_t set_length = 0;
   const uint8_t* mask = nullptr;
   uint64_t n_rows = 0;      // rows addressed: offsets[n_sets] (or n_sets * set_length)
+  const void* const* set_data = nullptr;  // per-set first rows (maxsim_dense_sets.set_data), else NULL
 
   uint64_t begin(uint64_t i) const { return offsets ? offsets[i] : i * set_length; }
   uint64_t end(uint64_t i) const { return offsets ? offsets[i + 1] : (i + 1) * set_length; }
   uint64_t length(uint64_t i) const { return end(i) - begin(i); }
-  const void* row(uint64_t r) const { return data + r * row_bytes; }
+  // Row r (numbered as the mask numbers rows) of set i, begin(i) <= r < end(i): one set's rows are contiguous
+  // with stride row_bytes in both layouts.
+  const uint8_t* row(uint64_t i, uint64_t r) const {
+    return set_data ? static_cast<const uint8_t*>(set_data[i]) + (r - begin(i)) * row_bytes : data + r * row_bytes;
+  }
   bool kept(uint64_t r) const { return mask == nullptr || mask[r] != 0; }
 };
 

@@ -39,9 +39,9 @@ struct Rejection {
   double norm = 0;
 };
 
-// Source row r as f32: a pointer into the input when it already is contiguous f32, else widened into scratch.
-inline const float* RowAsF32(const DenseView& in, uint64_t r, float* scratch, const RowOps& ops) {
-  const void* row = in.row(r);
+// Source row r (of set `set`) as f32: a pointer into the input when it already is contiguous f32, else widened into scratch.
+inline const float* RowAsF32(const DenseView& in, uint64_t set, uint64_t r, float* scratch, const RowOps& ops) {
+  const void* row = in.row(set, r);
   if (in.dtype == MAXSIM_F32) return static_cast<const float*>(row);
   ops.widen(row, in.dtype, in.dim, scratch);
   return scratch;
@@ -165,7 +165,7 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
         uint64_t p = ch.packed_begin;
         for (uint64_t r = ch.row_begin; r < ch.row_end; ++r) {
           if (!in.kept(r)) continue;
-          const float* v = RowAsF32(in, r, scratch.data(), ops);
+          const float* v = RowAsF32(in, ch.set, r, scratch.data(), ops);
           RowStats st;
           if (work == Work::kWrite) {
             st = stats[p];
@@ -195,7 +195,7 @@ Status PackInto(const DenseView& in, const uint64_t* ids, void* out, uint64_t ca
           }
           ops.quantize(v, in.dim, l.padded_dim, st, codes + p * l.padded_dim, &meta[p]);
           uint8_t* orow = originals + p * l.orig_row_bytes;
-          std::memcpy(orow, in.row(r), orig_used);
+          std::memcpy(orow, in.row(ch.set, r), orig_used);
           std::memset(orow + orig_used, 0, l.orig_row_bytes - orig_used);
           ++p;
         }

@@ -186,11 +186,21 @@ MAXSIM_API int maxsim_kernel_available(size_t i, const char** reason);
 /* ----------------------------------------------------------------------------------------------------- */
 
 /* A collection of token sets in row-major memory. Set i owns rows [offsets[i], offsets[i+1]) when offsets is
- * given (like cu_seqlens; offsets[0] need not be 0), else rows [i * set_length, (i+1) * set_length). */
+ * given (like cu_seqlens; offsets[0] need not be 0), else rows [i * set_length, (i+1) * set_length).
+ *
+ * Per-set memory (set_data): sets that live in separate allocations (a list of per-document arrays, PyLate's
+ * documents_embeddings) are described in place, without concatenating them. set_data holds n_sets pointers; row
+ * r of set i (r counted as above, from offsets[i] or i * set_length) is at set_data[i] + (r - first row of set i)
+ * * row_stride elements: each set's rows contiguous with the common row stride, data NULL. A set with rows needs a
+ * non-NULL pointer aligned to its element size (4 bytes for f32, 2 for f16/bf16); an empty set's pointer may be
+ * NULL. The mask and every output indexed by rows (argmax positions, backward gradients) count rows exactly as
+ * for data: results are the same bits as for the concatenated rows. Host memory only (MAXSIM_MEMORY_CUDA with
+ * set_data is MAXSIM_ERR_UNSUPPORTED). A plugin never sees such sets: the host packs them for it. set_data is read
+ * only when struct_size covers it, so callers built against an older maxsim.h keep working unchanged. */
 typedef struct maxsim_dense_sets {
   uint32_t struct_size;     /* sizeof(maxsim_dense_sets) */
   maxsim_memory memory;     /* where data and mask live; offsets are always host memory */
-  const void* data;         /* first row */
+  const void* data;         /* first row (NULL when set_data is given) */
   maxsim_dtype dtype;
   uint32_t dim;
   uint64_t row_stride;      /* elements between consecutive rows; 0 means dim */
@@ -198,6 +208,7 @@ typedef struct maxsim_dense_sets {
   const uint64_t* offsets;  /* n_sets + 1 non-decreasing values, or NULL to use set_length */
   uint64_t set_length;      /* rows per set when offsets is NULL */
   const uint8_t* mask;      /* optional: one byte per row (indexed like the rows), 0 = padding token */
+  const void* const* set_data; /* optional, appended: n_sets pointers to each set's first row (see above) */
 } maxsim_dense_sets;
 
 /* Opaque, validated, read-only packed collection. Either borrows the caller's memory (maxsim_packed_open),

@@ -142,6 +142,14 @@ class DenseSets {
     d.s_.mask = mask;
     return d;
   }
+  // Ragged sets in separate allocations (maxsim_dense_sets.set_data): set i's rows start at set_data[i], each
+  // set's rows contiguous with the common row stride; offsets give the lengths as above. set_data (n_sets
+  // pointers) must outlive this object; it is viewed, not copied.
+  static DenseSets PerSet(const void* const* set_data, maxsim_dtype dtype, uint32_t dim, Indices offsets) {
+    DenseSets d(nullptr, dtype, dim, std::move(offsets));
+    d.s_.set_data = set_data;
+    return d;
+  }
   DenseSets& WithMask(const uint8_t* mask) { s_.mask = mask; return *this; }
   DenseSets& WithRowStride(uint64_t elements) { s_.row_stride = elements; return *this; }
   DenseSets& InDeviceMemory() { s_.memory = MAXSIM_MEMORY_CUDA; return *this; }

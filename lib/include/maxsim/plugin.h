@@ -118,7 +118,8 @@ typedef struct maxsim_plugin_score_args {
   const maxsim_packed_view* query_view; /* the queries, decoded */
   /* ABI 1.2: dense host-memory queries, passed instead of a packed buffer (queries, queries_size and query_view
    * are then NULL / 0) only to a plugin whose dense_query_modes() includes the call's mode. The sets have no
-   * mask; their shape has been checked, their values have not: the plugin must fail the call with
+   * mask and no set_data (rows addressed from data; the host packs sets given with per-set row pointers, and
+   * never passes such sets in device memory, which the C API rejects); their shape has been checked, their values have not: the plugin must fail the call with
    * MAXSIM_ERR_NON_FINITE, writing no output, when a row has a non-finite element or an L2 norm above 1e19 (the
    * host then names the row as the CPU would). */
   const maxsim_dense_sets* query_dense;
