@@ -171,6 +171,16 @@ class Sets:
         if isinstance(tokens, (list, tuple)):
             if offsets is not None or lengths is not None:
                 raise InvalidArgumentError(f"{_what}: a list of per-set arrays carries its own lengths; do not pass offsets or lengths")
+            if mask is None and _raw_dtype == 0:
+                # Read in place: one pointer per set (maxsim_dense_sets.set_data), no copy; None when the list
+                # needs one (mixed dtypes, unlike row strides, CUDA tensors), which concatenates it below.
+                dense = _core.DenseSets.from_list(tokens, _what)
+                if dense is not None:
+                    self.uniform_length = None
+                    self.where = _where(tokens[0])
+                    self._keep: tuple[Any, Any, Any] = (tokens, None, None)  # the list (dense holds its arrays too)
+                    self._dense = dense
+                    return
             tokens, offsets, where = _concat(tokens, _what)
         else:
             where = _where(tokens)
@@ -397,12 +407,15 @@ def pack(
     (CPU), float32 / float16 / bfloat16. ``ids``: n external ids stored in the corpus and returned by
     :func:`topk`: integers (uint64) or strings (non-empty UTF-8 without tab or line breaks; packed format 1.1). ``dtype``: the stored originals' type ("f32", "f16", "bf16"; default: the input's).
     ``progress``: True for a tqdm bar over the token rows (or a tqdm-like object to advance)."""
-    if isinstance(tokens, (list, tuple)):
-        if offsets is not None or lengths is not None:
-            raise InvalidArgumentError("a list of per-set arrays carries its own lengths; do not pass offsets or lengths")
-        tokens, offsets, _ = _concat(tokens, "tokens")
-    tokens, raw = _convert(tokens, dtype)
-    sets = Sets(tokens, offsets=offsets, lengths=lengths, mask=mask, _raw_dtype=raw)
+    if isinstance(tokens, (list, tuple)) and dtype is None:
+        sets = Sets(tokens, offsets=offsets, lengths=lengths, mask=mask)  # read in place where the list allows
+    else:
+        if isinstance(tokens, (list, tuple)):
+            if offsets is not None or lengths is not None:
+                raise InvalidArgumentError("a list of per-set arrays carries its own lengths; do not pass offsets or lengths")
+            tokens, offsets, _ = _concat(tokens, "tokens")
+        tokens, raw = _convert(tokens, dtype)
+        sets = Sets(tokens, offsets=offsets, lengths=lengths, mask=mask, _raw_dtype=raw)
     if sets.where.cuda:
         raise InvalidArgumentError("pack reads host memory; move the tokens to the CPU first (tokens.cpu())")
     id_array = None
@@ -560,17 +573,6 @@ def scores(
 
     return_argmax: also the int32 argmax, [Nq, Nd, Lq] for uniform queries (flat in the C layout otherwise):
     the winning document-token index, -1 for masked query tokens and empty documents."""
-    if (type(D) is list and D and d_mask is None and not return_argmax and not return_stats and progress is False
-            and type(D[0]) is np.ndarray and metric in _METRICS and mode in _MODES):
-        # A list of numpy documents, scored a block at a time from one reused buffer instead of concatenating
-        # the whole list (maxsim._core.score_matrix_blocks): the same bits. An error redoes the call below.
-        q = _side(Q, q_mask, "queries")
-        if q.where is None or q.where.framework == "numpy":
-            out = np.empty((q.obj.n_sets, len(D)), dtype=np.float32)
-            st = _core.score_matrix_blocks(context(threads, backend, isa, devices), q.obj, D, _METRICS[metric],
-                                           _MODES[mode], out)
-            if st == 0:
-                return out[0] if q.single else out
     q, d, back = _host_for_packed(_side(Q, q_mask, "queries"), _side(D, d_mask, "documents"))
     where = _out_where(q, d)
     devices = _route(q, d, devices)
@@ -716,7 +718,9 @@ def candidates(
 def _query_lengths(q: _Side) -> np.ndarray:
     if isinstance(q.keep, PackedCorpus):
         return np.diff(q.keep.offsets)
-    _, offsets, _ = q.keep._keep
+    data, offsets, _ = q.keep._keep
+    if isinstance(data, (list, tuple)):  # a list read in place
+        return np.array([len(x) for x in data], dtype=np.int64)
     if offsets is None:
         return np.full(q.obj.n_sets, q.length)
     return np.diff(offsets)
@@ -868,6 +872,8 @@ def _sets_range(side: _Side, first: int, end: int) -> Any:
         return sets
     assert isinstance(sets, Sets)
     data, offsets, mask = sets._keep
+    if isinstance(data, (list, tuple)):  # a list read in place: its slice, read in place too
+        return Sets(data[first:end])
     if offsets is None:  # [n, L, dim] (+ [n * L] mask); a 2-D array is one set and is never split
         length = data.shape[1]
         return Sets(data[first:end], mask=None if mask is None else mask[first * length:end * length].reshape(end - first, length))
@@ -880,6 +886,8 @@ def _host_copy(x: Any) -> Any:
     """A host copy of CUDA query tokens as _side received them (a tensor, a list of tensors, or Sets)."""
     if isinstance(x, Sets):
         data, offsets, mask = x._keep
+        if isinstance(data, (list, tuple)):
+            return Sets([t.cpu() for t in data])
         host_mask = None if mask is None else mask.cpu()
         if offsets is not None:
             return Sets(data.cpu(), offsets=offsets, mask=host_mask)

@@ -46,6 +46,8 @@ def write_shards(tokens: Any, directory: Union[str, os.PathLike], n_shards: int,
         raise InvalidArgumentError(f"n_shards is {n_shards}; it must be >= 1")
     sets = _api.Sets(tokens, offsets=offsets, lengths=lengths, mask=mask) if not isinstance(tokens, _api.Sets) else tokens
     data, offs, m = sets._keep
+    if isinstance(data, (list, tuple)):  # a list read in place: shards slice one array, so concatenate it here
+        data, offs, _ = _api._concat(data, "tokens")
     if data.ndim == 3:
         n, L = data.shape[0], data.shape[1]
         offs = np.arange(n + 1, dtype=np.uint64) * np.uint64(L)

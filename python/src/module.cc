@@ -194,6 +194,75 @@ class DenseSets {
     }
   }
 
+  // Sets from a Python list (or tuple) of per-set host arrays ([L_i, d] each), described in place with per-set row
+  // pointers (maxsim_dense_sets.set_data): no copy; the arrays are held until this object goes. None, keeping
+  // nothing, when the list cannot be described so: an element that is not a 2-D array nanobind reads, on a device,
+  // of another dtype than the first, with a non-unit element stride, a row stride unlike the other arrays' (arrays
+  // of two rows or more), or a first row not aligned to its element size; the caller then concatenates the list
+  // (converting dtypes as numpy or torch do). An array whose dim differs from the first one's is an error naming it.
+  static std::optional<DenseSets> FromList(nb::handle list, const std::string& what) {
+    const bool is_list = PyList_Check(list.ptr()), is_tuple = PyTuple_Check(list.ptr());
+    if (!is_list && !is_tuple) ThrowArg(what + " must be a list or tuple of per-set arrays");
+    const size_t n = static_cast<size_t>(is_list ? PyList_GET_SIZE(list.ptr()) : PyTuple_GET_SIZE(list.ptr()));
+    if (n == 0) return std::nullopt;
+    DenseSets d;
+    std::memset(&d.sets_, 0, sizeof(d.sets_));
+    d.sets_.struct_size = sizeof(d.sets_);
+    d.sets_.memory = MAXSIM_MEMORY_HOST;
+    d.parts_.reserve(n);
+    d.set_ptrs_.resize(n);
+    d.own_offsets_.resize(n + 1);
+    d.own_offsets_[0] = 0;
+    int64_t stride = -1;  // common row stride in elements, once an array of two rows or more sets it
+    size_t elem = 4;
+    for (size_t j = 0; j < n; ++j) {
+      PyObject* item = is_list ? PyList_GET_ITEM(list.ptr(), j) : PyTuple_GET_ITEM(list.ptr(), j);
+      AnyArray a;
+      if (!nb::try_cast(nb::handle(item), a, false)) return std::nullopt;
+      if (a.ndim() != 2 || a.device_type() != nb::device::cpu::value) return std::nullopt;
+      const auto t = a.dtype();
+      if (j == 0) {
+        using nb::dlpack::dtype_code;
+        const bool f = t.code == static_cast<uint8_t>(dtype_code::Float) && (t.bits == 32 || t.bits == 16);
+        const bool bf = t.code == static_cast<uint8_t>(dtype_code::Bfloat) && t.bits == 16;
+        if (t.lanes != 1 || !(f || bf)) return std::nullopt;
+        d.sets_.dtype = DtypeOf(t, "token array");
+        elem = t.bits / 8;
+        if (a.shape(1) == 0 || a.shape(1) > UINT32_MAX) return std::nullopt;
+        d.sets_.dim = static_cast<uint32_t>(a.shape(1));
+      } else {
+        const auto first = d.parts_[0].dtype();
+        if (t.code != first.code || t.bits != first.bits || t.lanes != first.lanes) return std::nullopt;
+      }
+      if (a.shape(1) != d.sets_.dim) {
+        Throw(MAXSIM_ERR_DIM_MISMATCH, what + "[" + std::to_string(j) + "] has dim " + std::to_string(a.shape(1)) +
+                                           " but " + what + "[0] has dim " + std::to_string(d.sets_.dim));
+      }
+      const uint64_t len = a.shape(0);
+      if (len > 0 && d.sets_.dim > 1 && a.stride(1) != 1) return std::nullopt;
+      if (len > 1) {
+        if (stride < 0) stride = a.stride(0);
+        if (a.stride(0) != stride || stride < static_cast<int64_t>(d.sets_.dim)) return std::nullopt;
+      }
+      if (len > 0 && reinterpret_cast<uintptr_t>(a.data()) % elem != 0) return std::nullopt;
+      d.set_ptrs_[j] = len > 0 ? a.data() : nullptr;
+      d.own_offsets_[j + 1] = d.own_offsets_[j] + len;
+      d.parts_.push_back(std::move(a));
+    }
+    d.sets_.row_stride = stride < 0 ? d.sets_.dim : static_cast<uint64_t>(stride);
+    d.sets_.n_sets = n;
+    d.sets_.offsets = d.own_offsets_.data();
+    d.sets_.set_data = d.set_ptrs_.data();
+    d.rows_ = d.own_offsets_[n];
+    return std::optional<DenseSets>(std::move(d));
+  }
+  // Moves keep sets_'s pointers into own_offsets_ and set_ptrs_ valid (a vector's buffer moves with it); a copy
+  // would not.
+  DenseSets(DenseSets&&) = default;
+  DenseSets& operator=(DenseSets&&) = default;
+  DenseSets(const DenseSets&) = delete;
+  DenseSets& operator=(const DenseSets&) = delete;
+
   const maxsim_dense_sets& sets() const { return sets_; }
   uint64_t n_sets() const { return sets_.n_sets; }
   uint32_t dim() const { return sets_.dim; }
@@ -207,7 +276,12 @@ class DenseSets {
   int device_id() const { return data_.device_id(); }
 
  private:
+  DenseSets() = default;
+
   AnyArray data_;
+  std::vector<AnyArray> parts_;          // FromList: the per-set arrays (set_ptrs_ point into them)
+  std::vector<const void*> set_ptrs_;
+  std::vector<uint64_t> own_offsets_;
   std::optional<U64Array> offsets_;
   std::optional<nb::ndarray<nb::ro, nb::ndim<1>>> mask_;
   maxsim_dense_sets sets_;
@@ -487,113 +561,6 @@ nb::object TopK(Context* ctx, nb::handle queries, nb::handle documents, uint64_t
   return want_stats ? StatsDict(stats) : nb::none();
 }
 
-// The score matrix of query sets against a Python list of per-document host arrays ([L_i, d] each, one dtype,
-// unit element stride), without concatenating the whole list: the documents are copied a block at a time into one
-// reused buffer (4 MiB per thread, at most 16 MiB, so no fresh memory is faulted in per call), and each block is
-// scored by one maxsim_score_matrix call whose [Nq, block] scores are copied into their columns. Scores depend on
-// one (query set, document) pair each, so the bits equal those of one call on the concatenation. Returns None,
-// touching nothing, when the list is not of that form (the caller concatenates instead), else the status: a
-// failed block's status goes back to maxsim/_api.py, which redoes the call on the concatenation so that the error
-// names the global set index. Ctrl-C is checked between blocks (at most every 50 ms, with the GIL).
-nb::object ScoreMatrixBlocks(Context* ctx, nb::handle queries, nb::list docs, int metric, int mode, OutF32 scores) {
-  const size_t n = nb::len(docs);
-  std::vector<AnyArray> arrays;
-  arrays.reserve(n);
-  maxsim_dtype dtype = MAXSIM_F32;
-  uint32_t dim = 0;
-  size_t elem = 4;
-  for (size_t j = 0; j < n; ++j) {
-    AnyArray a;
-    if (!nb::try_cast(docs[j], a, false)) return nb::none();
-    if (a.ndim() != 2 || a.device_type() != nb::device::cpu::value) return nb::none();
-    const auto t = a.dtype();
-    if (t.lanes != 1 || t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Float) || (t.bits != 32 && t.bits != 16)) {
-      return nb::none();
-    }
-    const maxsim_dtype dt = t.bits == 32 ? MAXSIM_F32 : MAXSIM_F16;
-    if (j == 0) {
-      dtype = dt;
-      elem = t.bits / 8;
-      if (a.shape(1) == 0 || a.shape(1) > UINT32_MAX) return nb::none();
-      dim = static_cast<uint32_t>(a.shape(1));
-    }
-    if (dt != dtype || a.shape(1) != dim) return nb::none();
-    if (a.shape(0) > 0 && dim > 1 && a.stride(1) != 1) return nb::none();
-    if (a.shape(0) > 1 && a.stride(0) < static_cast<int64_t>(dim)) return nb::none();
-    arrays.push_back(std::move(a));
-  }
-  const Side q = SideOf(queries, "queries");
-  if (q.cuda) return nb::none();
-  CheckOut(scores, q.n_sets * n, false, "scores");
-  const size_t row_bytes = static_cast<size_t>(dim) * elem;
-  // 4 MiB per thread (each block's call is one parallel region: fewer, larger ones with more threads), at most
-  // 16 MiB (a heap block that malloc reuses across calls, not fresh pages).
-  const size_t block_bytes =
-      std::min<size_t>((size_t{4} << 20) * static_cast<size_t>(std::max(1, ctx->Threads())), size_t{16} << 20);
-  std::vector<uint64_t> offsets;
-  std::vector<float> block_scores;
-  std::vector<uint8_t> buffer;
-  const maxsim_score_options o = ScoreOptions(metric, mode, nullptr, 0);
-  maxsim_status st = MAXSIM_OK;
-  ProgressScope progress{nb::none()};  // Ctrl-C cancels within a block's call
-  bool interrupted = false;
-  {
-    nb::gil_scoped_release release;
-    auto last_check = std::chrono::steady_clock::now();
-    for (size_t j0 = 0; j0 < n && st == MAXSIM_OK;) {
-      if (std::chrono::steady_clock::now() - last_check > std::chrono::milliseconds(50)) {
-        nb::gil_scoped_acquire acquire;
-        if (PyErr_CheckSignals() != 0) {
-          interrupted = true;
-          break;
-        }
-        last_check = std::chrono::steady_clock::now();
-      }
-      // A block: documents while they fit block_bytes (at least one).
-      size_t j1 = j0, rows = 0;
-      offsets.assign(1, 0);
-      while (j1 < n && (j1 == j0 || (rows + arrays[j1].shape(0)) * row_bytes <= block_bytes)) {
-        rows += arrays[j1].shape(0);
-        offsets.push_back(rows);
-        ++j1;
-      }
-      if (buffer.size() < rows * row_bytes) buffer.resize(rows * row_bytes);
-      for (size_t j = j0; j < j1; ++j) {
-        const AnyArray& a = arrays[j];
-        const size_t len = a.shape(0);
-        uint8_t* dst = buffer.data() + offsets[j - j0] * row_bytes;
-        const auto* src = static_cast<const uint8_t*>(a.data());
-        const size_t stride_bytes = len > 1 ? static_cast<size_t>(a.stride(0)) * elem : row_bytes;
-        if (stride_bytes == row_bytes) {
-          std::memcpy(dst, src, len * row_bytes);
-        } else {
-          for (size_t r = 0; r < len; ++r) std::memcpy(dst + r * row_bytes, src + r * stride_bytes, row_bytes);
-        }
-      }
-      maxsim_dense_sets d;
-      std::memset(&d, 0, sizeof(d));
-      d.struct_size = sizeof(d);
-      d.memory = MAXSIM_MEMORY_HOST;
-      d.data = buffer.data();
-      d.dtype = dtype;
-      d.dim = dim;
-      d.n_sets = j1 - j0;
-      d.offsets = offsets.data();
-      const maxsim_sets ds{nullptr, &d};
-      const size_t nb_docs = j1 - j0;
-      block_scores.resize(q.n_sets * nb_docs);
-      st = maxsim_score_matrix(ctx->get(), &q.sets, &ds, &o, block_scores.data(), nullptr);
-      for (uint64_t i = 0; i < q.n_sets && st == MAXSIM_OK; ++i) {
-        std::memcpy(scores.data() + i * n + j0, block_scores.data() + i * nb_docs, nb_docs * sizeof(float));
-      }
-      j0 = j1;
-    }
-  }
-  if (interrupted) throw nb::python_error();
-  if (st == MAXSIM_ERR_CANCELLED) progress.Check(st);  // KeyboardInterrupt or the cancellation status
-  return nb::int_(static_cast<int>(st));
-}
-
 // The common top-k call in one step (maxsim.topk's fast path): a numpy-readable query array ([Lq, d]: one set,
 // or [n, Lq, d]) without a mask against a PackedCorpus. The same checks as the general path (DenseSets,
 // maxsim_topk); the outputs are new numpy arrays sharing one allocation: scores float32, indices int64 (-1 past
@@ -725,6 +692,7 @@ NB_MODULE(_core, m) {
       .def(nb::init<AnyArray, std::optional<U64Array>, uint64_t, std::optional<nb::ndarray<nb::ro, nb::ndim<1>>>, int>(),
            "data"_a, "offsets"_a.none() = nb::none(), "set_length"_a = 0, "mask"_a.none() = nb::none(),
            "raw_dtype"_a = 0)
+      .def_static("from_list", &DenseSets::FromList, "sets"_a, "what"_a)
       .def_prop_ro("n_sets", &DenseSets::n_sets)
       .def_prop_ro("dim", &DenseSets::dim)
       .def_prop_ro("rows", &DenseSets::rows)
@@ -796,8 +764,6 @@ NB_MODULE(_core, m) {
         "stream"_a, "progress"_a.none() = nb::none());
   m.def("topk", &TopK, "ctx"_a, "queries"_a, "documents"_a, "k"_a, "metric"_a, "mode"_a, "scores"_a, "index"_a,
         "ids"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none());
-  m.def("score_matrix_blocks", &ScoreMatrixBlocks, "ctx"_a, "queries"_a, "documents"_a, "metric"_a, "mode"_a,
-        "scores"_a);
   m.def("topk_numpy", &TopKNumpy, "ctx"_a, "queries"_a, "corpus"_a, "k"_a, "metric"_a, "mode"_a, "want_ids"_a);
   m.def("backward", &Backward, "ctx"_a, "queries"_a, "documents"_a, "layout"_a, "cand_offsets"_a.none(),
         "candidates"_a.none(), "argmax"_a, "grad_scores"_a, "grad_queries"_a.none(), "grad_documents"_a.none(),

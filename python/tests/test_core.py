@@ -164,15 +164,13 @@ def test_topk_numpy_fast_path_equals_general_path(rng):
         maxsim.topk(Q, corpus, 3)
 
 
-def test_list_of_documents_scored_in_blocks_equals_concatenation(rng):
-    # maxsim.scores on a list of numpy documents copies blocks of them into one reused buffer instead of
-    # concatenating the list: the same bits as the concatenated call, every mode and metric, f32 and f16, empty
-    # and strided documents; no list-sized allocation; errors name the global document index.
-    import tracemalloc
-
+def test_list_of_documents_read_in_place_equals_concatenation(rng):
+    # A list of per-document arrays (PyLate's documents_embeddings) is read in place, one pointer per document
+    # (maxsim_dense_sets.set_data): the same bits as the concatenated call in every operation, mode, metric and
+    # dtype, with empty documents and a common row stride wider than dim; a list that needs a copy (mixed dtypes,
+    # unlike row strides, a misaligned array) is concatenated, with the same bits again.
     d = 40
     docs = [rng.standard_normal((int(n), d)).astype(np.float32) for n in rng.integers(0, 200, size=300)]
-    docs[7] = rng.standard_normal((50, d)).astype(np.float32)[::2]  # strided rows
     docs[8] = np.zeros((0, d), np.float32)
     Q = rng.standard_normal((3, 9, d)).astype(np.float32)
     lengths = [len(x) for x in docs]
@@ -184,31 +182,96 @@ def test_list_of_documents_scored_in_blocks_equals_concatenation(rng):
                 got = maxsim.scores(Q.astype(dtype), typed, metric=metric, mode=mode)
                 want = maxsim.scores(Q.astype(dtype), whole, metric=metric, mode=mode)
                 assert got.shape == (3, 300) and np.array_equal(got, want), (dtype, metric, mode)
-    assert np.array_equal(maxsim.scores(Q[1], docs), maxsim.scores(Q[1], maxsim.Sets(np.concatenate(docs), lengths=lengths)))
-    packed_q = maxsim.pack(Q)
-    assert np.array_equal(maxsim.scores(packed_q, docs), maxsim.scores(Q, docs))
-    mixed = docs[:5] + [docs[5].astype(np.float16)]  # mixed dtypes: the concatenating path (float32)
-    assert np.array_equal(maxsim.scores(Q, mixed),
-                          maxsim.scores(Q, maxsim.Sets(np.concatenate(mixed), lengths=[len(x) for x in mixed])))
-    big = [rng.standard_normal((180, 128)).astype(np.float32) for _ in range(400)]  # 37 MB
+    whole = maxsim.Sets(np.concatenate(docs), lengths=lengths)
+    S, A = maxsim.scores(Q, docs, return_argmax=True)
+    S2, A2 = maxsim.scores(Q, whole, return_argmax=True)
+    assert np.array_equal(S, S2) and np.array_equal(A, A2)
+    top, top2 = maxsim.topk(Q, docs, 7, mode="certified"), maxsim.topk(Q, whole, 7, mode="certified")
+    assert np.array_equal(top.scores, top2.scores) and np.array_equal(top.indices, top2.indices)
+    assert np.array_equal(maxsim.pairs(list(Q), docs[:3]), maxsim.pairs(Q, maxsim.Sets(np.concatenate(docs[:3]), lengths=lengths[:3])))
+    cand = [[5, 0, 299], [], [8, 8]]
+    assert np.array_equal(maxsim.candidates(Q, docs, cand), maxsim.candidates(Q, whole, cand))
+    # Queries as a list too; the packed corpus of a list holds the same bytes as that of the concatenation.
+    assert np.array_equal(maxsim.scores(list(Q), docs), S)
+    assert np.array_equal(maxsim.pack(docs).buffer(), maxsim.pack(np.concatenate(docs), lengths=lengths).buffer())
+    # Slices of one array with a wider row stride (every other row): a common stride, read in place.
+    wide = rng.standard_normal((2 * 500, d)).astype(np.float32)[::2]
+    sliced = [wide[a:a + 50] for a in range(0, 500, 50)]
+    assert np.array_equal(maxsim.scores(Q, sliced), maxsim.scores(Q, maxsim.Sets(np.ascontiguousarray(wide), lengths=[50] * 10)))
+    # Lists that need a copy: concatenated, the same bits.
+    strided = list(docs)
+    strided[7] = rng.standard_normal((50, d)).astype(np.float32)[::2]
+    mixed = docs[:5] + [docs[5].astype(np.float16)]
+    raw = np.zeros(4 * d * 3 + 2, np.uint8)
+    misaligned = np.frombuffer(raw.data, dtype=np.float32, count=3 * d, offset=2).reshape(3, d)
+    assert misaligned.ctypes.data % 4 != 0
+    for needs_copy in (strided, mixed, docs[:4] + [misaligned]):
+        want = maxsim.scores(Q, maxsim.Sets(np.concatenate(needs_copy).astype(np.float32), lengths=[len(x) for x in needs_copy]))
+        assert np.array_equal(maxsim.scores(Q, needs_copy), want)
+
+
+def test_list_of_documents_is_not_copied(rng):
+    """Zero copy, proven by memory accounting: scoring (and packing) a 128 MiB list of documents raises the
+    process's peak resident memory (VmHWM, reset first through /proc/self/clear_refs) by far less than the list,
+    and allocates next to nothing through Python (tracemalloc); a write to one document's array is seen by the
+    next call."""
+    import tracemalloc
+
+    docs = [np.full((256, 128), 0.01 * (1 + i % 7), np.float32) for i in range(1024)]  # 128 MiB
     q = rng.standard_normal((32, 128)).astype(np.float32)
-    maxsim.scores(q, big)
+
+    def peak_rise(call) -> int:
+        def status(key):
+            with open("/proc/self/status") as f:
+                return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # VmHWM := VmRSS
+        before = status("VmRSS:")
+        call()
+        return status("VmHWM:") - before
+
+    S = maxsim.scores(q, docs, threads=1)
+    rise = peak_rise(lambda: maxsim.scores(q, docs, threads=1))
+    assert rise < 16 << 20, f"scoring a 128 MiB list raised peak memory by {rise} bytes"
     tracemalloc.start()
-    maxsim.scores(q, big)
+    maxsim.scores(q, docs, threads=1)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert peak < 4 << 20, f"scoring a 37 MB list allocated {peak} bytes"
-    bad = list(docs)
-    bad[250] = bad[250].copy()
-    bad[250][3, 5] = np.nan
-    bad[280] = bad[280].copy()
-    bad[280][0, 0] = np.inf
-    with pytest.raises(maxsim.NonFiniteError, match="set 250 token 3"):
-        maxsim.scores(Q, bad)
+    assert peak < 256 << 10, f"scoring a 128 MiB list allocated {peak} bytes through Python"
+    concatenated = peak_rise(lambda: maxsim.scores(q, maxsim.Sets(np.concatenate(docs), lengths=[256] * 1024), threads=1))
+    assert concatenated > 100 << 20, f"the check cannot see a copy: concatenating raised peak memory by {concatenated}"
+    # Packing reads the list in place too: the rise is the packed corpus (originals + codes), not a second copy.
+    corpus_rise = peak_rise(lambda: maxsim.pack(docs, threads=1))
+    assert corpus_rise < (128 + 40) << 20, corpus_rise
+    docs[5][0] = 0.5  # document 5's first row
+    S2 = maxsim.scores(q, docs, threads=1)
+    assert S2[5] != S[5] and np.array_equal(np.delete(S2, 5), np.delete(S, 5))
+
+
+def test_bad_lists_of_documents_are_refused(rng):
+    d = 16
+    Q = rng.standard_normal((2, 5, d)).astype(np.float32)
+    docs = [rng.standard_normal((n, d)).astype(np.float32) for n in (3, 0, 4, 6)]
+    with pytest.raises(maxsim.DimMismatchError, match=r"documents\[2\] has dim 17 but documents\[0\] has dim 16"):
+        maxsim.scores(Q, docs[:2] + [np.ones((4, d + 1), np.float32)])
     with pytest.raises(maxsim.DimMismatchError):
         maxsim.scores(Q, [np.ones((3, d + 1), np.float32)])
+    bad = [x.copy() for x in docs]
+    bad[2][3, 5] = np.nan
+    bad[3][0, 0] = np.inf
+    for mode in ("exact", "certified"):
+        with pytest.raises(maxsim.NonFiniteError, match="set 2 token 3"):
+            maxsim.scores(Q, bad, mode=mode)
+    with pytest.raises(maxsim.NonFiniteError, match="set 2 token 3"):
+        maxsim.pack(bad)
+    with pytest.raises(maxsim.InvalidArgumentError, match=r"documents\[1\] must be a 2-D"):
+        maxsim.scores(Q, [docs[0], [1.0] * d])
+    with pytest.raises(maxsim.InvalidArgumentError, match="as many query sets"):
+        maxsim.pairs(Q, docs)
+    with pytest.raises(maxsim.InvalidArgumentError, match="carries its own lengths"):
+        maxsim.Sets(docs, lengths=[3, 0, 4, 6])
     with pytest.raises(maxsim.InvalidArgumentError, match="devices"):
-        maxsim.scores(Q, docs, devices="0;1")  # the options reach the context of the block path
+        maxsim.scores(Q, docs, devices="0;1")
 
 
 def test_pairs_and_candidates(rng):

@@ -99,8 +99,8 @@ def test_ctrl_c_cancels_a_long_call(long_job, python_sigint):
 
 
 def test_ctrl_c_cancels_a_long_call_on_a_list_of_documents(long_job, python_sigint):
-    # A list of numpy documents is scored a block at a time (maxsim._core.score_matrix_blocks); Ctrl-C is checked
-    # between blocks.
+    # A list of numpy documents is read in place (one pointer per document) by one library call, which Ctrl-C
+    # cancels through the progress callback.
     Q, D, t1 = long_job
     docs = list(D)
     ctrl_c_during(lambda: maxsim.scores(Q, docs, threads=1), t1)

@@ -99,6 +99,26 @@ def test_cpu_tensor_zero_copy():
     assert after[0, 3] != before[0, 3] and torch.equal(after[0, :3], before[0, :3])
 
 
+def test_list_of_cpu_tensors_read_in_place():
+    # PyLate's documents_embeddings: a list of [L_i, d] tensors, read in place (one pointer per document) in
+    # float32 and bfloat16, the same bits as the concatenated tensor, torch out; a write to one shows next call.
+    g = torch.Generator().manual_seed(3)
+    Q = torch.randn(2, 8, 32, generator=g)
+    docs = [torch.randn(int(n), 32, generator=g) for n in (5, 0, 17, 9, 30)]
+    lengths = [len(x) for x in docs]
+    for dt in (torch.float32, torch.bfloat16):
+        typed = [x.to(dt) for x in docs]
+        got = maxsim.scores(Q.to(dt), typed)
+        want = maxsim.scores(Q.to(dt), maxsim.Sets(torch.cat(typed), lengths=lengths))
+        assert isinstance(got, torch.Tensor) and torch.equal(got, want), dt
+    before = maxsim.scores(Q, docs)
+    docs[2][0] += 100.0
+    after = maxsim.scores(Q, docs)
+    assert not torch.equal(after[:, 2], before[:, 2]) and torch.equal(after[:, 3:], before[:, 3:])
+    with_grad = [x.clone().requires_grad_(True) for x in docs]  # DLPack refuses these: concatenated, detached
+    assert torch.equal(maxsim.scores(Q, with_grad), after)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (the CUDA plugin path runs on GPU hosts)")
 def test_cuda_tensors_stay_on_device():
     Q = torch.randn(2, 8, 64, device="cuda")
