@@ -552,6 +552,60 @@ TEST(Api, ProgressCallbackReportsOnTheCallingThreadAndCancels) {
 // with the message naming the first rejected row of all documents, as the up-front check of candidate scoring
 // does; masked rows are never checked; a row with one element above the compare-only bound but a norm within
 // 1e19 is accepted and scored like its packed copy.
+// Certified mode on dense documents quantises each document per call; with fewer than 256 query tokens against
+// each document the engine runs the exact path instead (nothing refined), at 256 or more it screens (documents
+// refined). The same bits as exact either way; packed documents always screen.
+TEST(Api, DenseCertifiedScreensOnlyWhenEnoughQueryTokensShareEachDocument) {
+  std::mt19937_64 rng(43);
+  TokenSets d = Generate(rng, Shape::kClustered, 40, 0, 50, 64);
+  d.mask.assign(d.rows(), 1);
+  for (uint64_t r = 1; r < d.rows(); r += 5) d.mask[r] = 0;
+  const TokenSets few = Generate(rng, Shape::kUnitGaussian, 3, 10, 20, 64);    // < 256 tokens
+  const TokenSets many = Generate(rng, Shape::kUnitGaussian, 20, 16, 16, 64);  // 320 tokens
+  const TokenSets one_long = Generate(rng, Shape::kUnitGaussian, 1, 300, 300, 64);
+  const DenseSets dd = d.Dense();
+  for (int threads : {1, 2}) {
+    Context ctx = CpuContext(threads);
+    Packed pd = Packed::Pack(ctx, dd);
+    for (maxsim_metric metric : kMetrics) {
+      for (const TokenSets* q : {&few, &many, &one_long}) {
+        const bool screens = q->rows() >= 256;
+        SCOPED_TRACE(std::to_string(q->rows()) + " query tokens, threads " + std::to_string(threads));
+        const uint64_t nq = q->n_sets(), nd = d.n_sets();
+        std::vector<int32_t> a_exact(nd * q->rows()), a_cert(a_exact.size());
+        maxsim_stats st{};
+        const auto exact = ctx.ScoreMatrix(q->Dense(), nq, dd, nd, {metric, MAXSIM_MODE_EXACT}, a_exact.data());
+        const auto cert = ctx.ScoreMatrix(q->Dense(), nq, dd, nd, {metric, MAXSIM_MODE_CERTIFIED, &st}, a_cert.data());
+        EXPECT_EQ(std::memcmp(exact.data(), cert.data(), exact.size() * 4), 0);
+        EXPECT_EQ(a_exact, a_cert);
+        EXPECT_EQ(st.refined > 0, screens) << st.refined;
+        st = {};
+        const TopKResult te = ctx.TopK(q->Dense(), nq, dd, 5, {metric, MAXSIM_MODE_EXACT});
+        const TopKResult tc = ctx.TopK(q->Dense(), nq, dd, 5, {metric, MAXSIM_MODE_CERTIFIED, &st});
+        EXPECT_EQ(std::memcmp(te.scores.data(), tc.scores.data(), te.scores.size() * 4), 0);
+        EXPECT_EQ(te.index, tc.index);
+        EXPECT_EQ(st.refined > 0, screens);
+        // Candidates: each candidate meets one query, so the longest query set decides.
+        std::vector<uint64_t> off{0}, cand;
+        for (uint64_t i = 0; i < nq; ++i) {
+          for (uint64_t j = i % 3; j < nd; j += 3) cand.push_back(j);
+          off.push_back(cand.size());
+        }
+        std::vector<float> ce(cand.size()), cc(cand.size());
+        st = {};
+        ctx.ScoreCandidates(q->Dense(), dd, off, cand, ce, {metric, MAXSIM_MODE_EXACT});
+        ctx.ScoreCandidates(q->Dense(), dd, off, cand, cc, {metric, MAXSIM_MODE_CERTIFIED, &st});
+        EXPECT_EQ(std::memcmp(ce.data(), cc.data(), ce.size() * 4), 0);
+        EXPECT_EQ(st.refined > 0, q == &one_long);
+        st = {};
+        const auto packed = ctx.ScoreMatrix(q->Dense(), nq, pd, nd, {metric, MAXSIM_MODE_CERTIFIED, &st});
+        EXPECT_EQ(std::memcmp(exact.data(), packed.data(), exact.size() * 4), 0);
+        EXPECT_GT(st.refined, 0u);
+      }
+    }
+  }
+}
+
 TEST(Api, DenseDocumentChecksNameTheFirstRejectedRowOnEveryPath) {
   std::mt19937_64 rng(41);
   const TokenSets q = Generate(rng, Shape::kUnitGaussian, 3, 1, 12, 40);

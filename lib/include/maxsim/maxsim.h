@@ -18,6 +18,11 @@
  *  - Modes: EXACT (full-precision originals); CERTIFIED (i8 screening, then exact refinement of every document
  *    token the error bound cannot exclude: the same scores and argmaxes as EXACT, bit for bit, on the CPU);
  *    APPROXIMATE (i8 argmax with scales applied, then only that token refined: fastest, not exact).
+ *    Dense documents have no stored codes: certified and approximate quantise each document they score, per
+ *    call. That pays in certified mode only when many query tokens share each document, so CERTIFIED on dense host
+ *    documents runs the exact path (the same bits, as promised; maxsim_stats.refined stays 0) when fewer than 256
+ *    query tokens are scored against each document: those of all query sets (matrix, top-k) or of the longest
+ *    query set (candidates, pairs). APPROXIMATE always screens. Pack documents that are scored more than once.
  *  - Accepted vectors: finite elements and L2 norm <= 1e19 (so no f32 dot product can overflow). Anything else
  *    is rejected with MAXSIM_ERR_NON_FINITE naming the set and token.
  *
