@@ -394,6 +394,13 @@ TEST_F(Gpu, ManyPairsPipelineKernel) {
         return ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       });
       ExpectIdentical(pipe, plain, what + " vs one pair per warp");
+      // Every way of filling the ring (cp.async; bulk copies, on Hopper) gives the same bits.
+      for (const char* ring : {"cp-async", "bulk", "bulk-4x6"}) {
+        const Matrix r = WithEnv("MAXSIM_CUDA_RING", ring, [&](Context& gpu) {
+          return ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+        });
+        ExpectIdentical(r, plain, what + " ring " + ring + " vs one pair per warp");
+      }
       ExpectReference(q, d, metric, pipe, what, 500);
       maxsim_stats st_pipe{}, st_plain{};
       const Matrix cert =

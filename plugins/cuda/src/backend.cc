@@ -184,6 +184,12 @@ Backend::ScreenRoute ScreenRouteFromEnv() {
 Tuning ReadTuning() {
   Tuning t;
   t.kernels.pipe = !EnvFlag("MAXSIM_CUDA_NO_PIPE");
+  if (const char* r = std::getenv("MAXSIM_CUDA_RING")) {
+    const std::string ring = r;
+    if (ring == "cp-async") t.kernels.ring = kRingCpAsync;
+    if (ring == "bulk") t.kernels.ring = kRingBulk;
+    if (ring == "bulk-4x6") t.kernels.ring = kRingBulk4x6;
+  }
   t.kernels.screen_pipe = !EnvFlag("MAXSIM_CUDA_NO_SCREEN_PIPE");
   t.kernels.wgmma = !EnvIs("MAXSIM_CUDA_WGMMA", "0");
   t.kernels.batch = !EnvFlag("MAXSIM_CUDA_NO_BATCH");
@@ -326,6 +332,11 @@ std::string SettingsText(const Backend& b) {
   const Tuning& k = b.tuning;
   auto onoff = [](bool on) { return on ? "on" : "off"; };
   std::snprintf(line, sizeof(line), "exact ring kernel: %s%s\n", onoff(k.kernels.pipe), source("MAXSIM_CUDA_NO_PIPE").c_str());
+  t += line;
+  static const char* const kRingNames[] = {"cp-async (8 warps x 3 stages)", "bulk copies (8 warps x 3 stages)",
+                                           "bulk copies (4 warps x 6 stages)"};
+  std::snprintf(line, sizeof(line), "exact ring copies: %s%s\n", kRingNames[k.kernels.ring % 3],
+                source("MAXSIM_CUDA_RING").c_str());
   t += line;
   std::snprintf(line, sizeof(line), "exact shared-memory kernel (long queries): %s%s\n", onoff(k.smem_kernel),
                 source("MAXSIM_CUDA_NO_SMEM_KERNEL").c_str());

@@ -127,10 +127,16 @@ struct CandidateLists {
   uint32_t cap = 0;
 };
 
+// How the exact ring kernel (ExactTcPipeKernel) fills its per-warp rings: 16-byte cp.async per lane into a
+// swizzled ring, 8 warps x 3 stages; or one bulk copy per document row (Hopper only; elsewhere cp.async) into
+// padded rows, 8 warps x 3 stages or 4 warps x 6 stages.
+enum RingCopy : uint32_t { kRingCpAsync = 0, kRingBulk = 1, kRingBulk4x6 = 2 };
+
 // Default kernels a backend may switch off, read once when it is created (backend.h, Tuning) so that tests can
 // check each one against the general kernel it replaces, bit for bit.
 struct KernelSwitches {
-  bool pipe = true;                // exact: per-warp cp.async ring for many short-query pairs
+  bool pipe = true;                // exact: per-warp ring for many short-query pairs
+  uint32_t ring = kRingCpAsync;    // exact: how that ring is filled (RingCopy)
   bool screen_pipe = true;         // screening: its per-warp ring
   bool wgmma = true;               // exact: Hopper wgmma for long values-only queries
   bool batch = true;               // exact: Hopper wgmma for query batches (needs wgmma too)
