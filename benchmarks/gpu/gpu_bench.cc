@@ -408,19 +408,22 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     b.tuning = tuning_set;
   }
   if (s.nq == 1 && s.lq <= 32) {
-    // The exact ring kernel with each way of filling its rings (MAXSIM_CUDA_RING), whatever the default is.
+    // The exact ring kernel with each way of filling its rings (MAXSIM_CUDA_RING) and of sharing the work
+    // (MAXSIM_CUDA_RING_SPLIT), whatever the defaults are, and whether each gives the "exact" row's bits.
     const std::pair<uint32_t, const char*> rings[] = {
-        {mscuda::kRingCpAsync, "exact-ring-cp-async"}, {mscuda::kRingBulk, "exact-ring-bulk"},
-        {mscuda::kRingBulk4x6, "exact-ring-bulk-4x6"}};
-    for (const auto& [ring, name] : rings) {
-      b.tuning.kernels.ring = ring;
-      const double ms = run(MAXSIM_MODE_EXACT);
-      std::vector<float> ring_scores(s.nq * s.nd);
-      CHECK_CUDA(cudaMemcpy(ring_scores.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
-      char extra[80];
-      std::snprintf(extra, sizeof(extra), "\"scores_with_other_bits\": %llu",
-                    static_cast<unsigned long long>(BitsDiffer(ring_scores, kernel_scores)));
-      Emit(s.name, name, ms, flops, exact_bytes, extra);
+        {mscuda::kRingCpAsync, "cp-async"}, {mscuda::kRingBulk, "bulk"}, {mscuda::kRingBulk4x6, "bulk-4x6"}};
+    for (bool split : {false, true}) {
+      for (const auto& [ring, name] : rings) {
+        b.tuning.kernels.ring = ring;
+        b.tuning.kernels.ring_split = split;
+        const double ms = run(MAXSIM_MODE_EXACT);
+        std::vector<float> ring_scores(s.nq * s.nd);
+        CHECK_CUDA(cudaMemcpy(ring_scores.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
+        char extra[80];
+        std::snprintf(extra, sizeof(extra), "\"scores_with_other_bits\": %llu",
+                      static_cast<unsigned long long>(BitsDiffer(ring_scores, kernel_scores)));
+        Emit(s.name, std::string("exact-ring-") + name + (split ? "-split" : ""), ms, flops, exact_bytes, extra);
+      }
     }
     b.tuning = tuning_set;
   }

@@ -61,6 +61,24 @@ auto WithEnv(const char* name, const char* value, F&& fn) {
   return fn(ctx);
 }
 
+// fn(ctx) for every way of filling the exact ring kernel's rings (MAXSIM_CUDA_RING: cp.async; bulk copies, on
+// Hopper) and of sharing its work (MAXSIM_CUDA_RING_SPLIT: whole pairs per warp; pairs cut between warps at
+// 32-token steps and merged), with a label naming the variant.
+template <typename F>
+void ForEachRingVariant(F&& fn) {
+  for (const char* split : {"0", "1"}) {
+    for (const char* ring : {"cp-async", "bulk", "bulk-4x6"}) {
+      setenv("MAXSIM_CUDA_RING_SPLIT", split, 1);
+      WithEnv("MAXSIM_CUDA_RING", ring, [&](Context& gpu) {
+        unsetenv("MAXSIM_CUDA_RING_SPLIT");
+        fn(gpu, std::string(" ring ") + ring + " split " + split);
+        return 0;
+      });
+      unsetenv("MAXSIM_CUDA_RING_SPLIT");
+    }
+  }
+}
+
 maxsim_options Options(const char* backend) {
   maxsim_options o;
   maxsim_options_init(&o);
@@ -394,13 +412,10 @@ TEST_F(Gpu, ManyPairsPipelineKernel) {
         return ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       });
       ExpectIdentical(pipe, plain, what + " vs one pair per warp");
-      // Every way of filling the ring (cp.async; bulk copies, on Hopper) gives the same bits.
-      for (const char* ring : {"cp-async", "bulk", "bulk-4x6"}) {
-        const Matrix r = WithEnv("MAXSIM_CUDA_RING", ring, [&](Context& gpu) {
-          return ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-        });
-        ExpectIdentical(r, plain, what + " ring " + ring + " vs one pair per warp");
-      }
+      ForEachRingVariant([&](Context& gpu, const std::string& variant) {
+        const Matrix r = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+        ExpectIdentical(r, plain, what + variant + " vs one pair per warp");
+      });
       ExpectReference(q, d, metric, pipe, what, 500);
       maxsim_stats st_pipe{}, st_plain{};
       const Matrix cert =
@@ -978,6 +993,21 @@ TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensors) {
   const DeviceSets dq(q), dd(d, 2, 0);
   const Matrix m = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), MAXSIM_METRIC_DOT);
   ExpectReference(q, d, MAXSIM_METRIC_DOT, m, "pipeline device tensors", 600);
+  // Scores and argmax with the same bits from every ring variant and the one-pair-per-warp kernel.
+  const maxsim_metric metrics[2] = {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE};
+  Matrix plain[2];
+  for (int k = 0; k < 2; ++k) {
+    plain[k] = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [&](Context& gpu) {
+      return DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), metrics[k]);
+    });
+  }
+  ExpectIdentical(m, plain[0], "pipeline device tensors vs one pair per warp");
+  ForEachRingVariant([&](Context& gpu, const std::string& variant) {
+    for (int k = 0; k < 2; ++k) {
+      const Matrix r = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), metrics[k]);
+      ExpectIdentical(r, plain[k], "pipeline device tensors" + variant + (k == 0 ? " dot" : " cosine"));
+    }
+  });
 }
 
 // Element-wise bound for an f32 accumulation of `terms` products against a double reference.

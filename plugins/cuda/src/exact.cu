@@ -450,8 +450,10 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   const int g = lane >> 2, t = lane & 3;
   const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * kPipeWarps + warp;
   if (wid >= n_warps) return;
-  const PairRange range(a.pairs.n_pairs, wid, n_warps);
-  if (range.begin >= range.end) return;
+  const bool split = a.merge != nullptr && a.sw.ring_split;
+  const PairRange range =
+      split ? PairRange::Split<kPipeStep>(a, wid, n_warps) : PairRange(a.pairs.n_pairs, wid, n_warps);
+  if (range.Empty()) return;
   const uint32_t dim = a.q.dim;
   const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) +
@@ -511,11 +513,14 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   uint4 qa[MT][4], qc[MT][4];
   uint64_t loaded_q = ~0ull;
   RingPos cpos;
-  for (uint64_t p = range.begin; p < range.end; ++p) {
+  for (uint64_t p = range.begin.pair; PiecePos{p, 0} < range.end; ++p) {
     uint64_t qi, dj;
     a.pairs.Resolve(p, &qi, &dj);
     const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
     const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+    // This warp's tokens [tb, te) of the pair (all of them unless a split range cuts it).
+    const uint64_t tb = p == range.begin.pair ? range.begin.token : 0;
+    const uint64_t te = p == range.end.pair ? range.end.token : ld;
     if (qi != loaded_q) {
       loaded_q = qi;
       const uint8_t* qbase = a.q.orig + qb * qrb;
@@ -536,7 +541,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
       best.i[mt][0] = best.i[mt][1] = -1;
     }
     bool saw_kept = false;
-    for (uint64_t base = 0; base < ld; base += kPipeStep) {
+    for (uint64_t base = tb; base < te; base += kPipeStep) {
       if constexpr (kBulk) {
         MbarWait(full + 8 * cpos.slot, cpos.phase);
       } else {
@@ -564,8 +569,13 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
         }
       }
     }
-    const bool doc_nonempty = a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
-    WriteRows<MT>(a, p, qi, dj, 0, qb, lq, doc_nonempty, best, s_term[warp], s_arg[warp]);
+    if (tb == 0 && te == ld) {
+      const bool doc_nonempty = a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
+      WriteRows<MT>(a, p, qi, dj, 0, qb, lq, doc_nonempty, best, s_term[warp], s_arg[warp]);
+    } else {
+      MergePiece<MT>(a, a.merge + SplitOwner(p, a.pairs.n_pairs, n_warps), p, qi, dj, qb, lq, ld, te - tb, saw_kept,
+                     best, s_term[warp], s_arg[warp]);
+    }
     __syncwarp();
   }
   if constexpr (!kBulk) CpAsyncWait<0>();
