@@ -411,7 +411,7 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     // The exact ring kernel with each way of filling its rings (MAXSIM_CUDA_RING) and of sharing the work
     // (MAXSIM_CUDA_RING_SPLIT), whatever the defaults are, and whether each gives the "exact" row's bits.
     const std::pair<uint32_t, const char*> rings[] = {
-        {mscuda::kRingCpAsync, "cp-async"}, {mscuda::kRingBulk, "bulk"}, {mscuda::kRingBulk4x6, "bulk-4x6"}};
+        {mscuda::kRingCpAsync, "cp-async"}, {mscuda::kRingCpAsync12x2, "cp-async-12x2"}, {mscuda::kRingBulk, "bulk"}};
     for (bool split : {false, true}) {
       for (const auto& [ring, name] : rings) {
         b.tuning.kernels.ring = ring;

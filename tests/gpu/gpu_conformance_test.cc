@@ -67,7 +67,7 @@ auto WithEnv(const char* name, const char* value, F&& fn) {
 template <typename F>
 void ForEachRingVariant(F&& fn) {
   for (const char* split : {"0", "1"}) {
-    for (const char* ring : {"cp-async", "bulk", "bulk-4x6"}) {
+    for (const char* ring : {"cp-async", "cp-async-12x2", "bulk", "bulk-4x6"}) {
       setenv("MAXSIM_CUDA_RING_SPLIT", split, 1);
       WithEnv("MAXSIM_CUDA_RING", ring, [&](Context& gpu) {
         unsetenv("MAXSIM_CUDA_RING_SPLIT");
@@ -1006,6 +1006,64 @@ TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensors) {
     for (int k = 0; k < 2; ++k) {
       const Matrix r = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), metrics[k]);
       ExpectIdentical(r, plain[k], "pipeline device tensors" + variant + (k == 0 ? " dot" : " cosine"));
+    }
+  });
+}
+
+TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensorsValuesOnly) {
+  // Unmasked dense device tensors, scores only, dot: the ring kernel folds whole steps by value alone and samples
+  // the folded input check (exact.cu). Every ring variant must give the one-pair-per-warp kernel's bits, and a
+  // non-finite value anywhere in a document row or a query row must fail the call naming its token.
+  Context gpu(Options("cuda"));
+  auto rng = Rng(161);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 1, 32, 128), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 700, 0, 200, 128), MAXSIM_BF16);
+  const DeviceSets dq(q), dd(d);
+  const std::vector<float> plain = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [&](Context& g) {
+    return DeviceScoreValues(g, dq, dd, MAXSIM_METRIC_DOT);
+  });
+  const Matrix ref = ScoreMatrix(gpu, q.Dense(), q.n_sets(), q.rows(), d.Dense(), d.n_sets(), MAXSIM_METRIC_DOT,
+                                 MAXSIM_MODE_EXACT);
+  ExpectReference(q, d, MAXSIM_METRIC_DOT, ref, "values-only reference");
+  ExpectSameBits(DeviceScoreValues(gpu, dq, dd, MAXSIM_METRIC_DOT), plain, "values-only default vs one pair per warp");
+  ForEachRingVariant([&](Context& g, const std::string& variant) {
+    ExpectSameBits(DeviceScoreValues(g, dq, dd, MAXSIM_METRIC_DOT), plain, "values-only" + variant);
+  });
+  // Non-finite values: a document token in the middle of a long document (a tile that is neither a piece's first
+  // nor its last), its last token, a query token; NaN and both infinities.
+  uint64_t long_doc = 0;
+  for (uint64_t j = 0; j < d.n_sets(); ++j) {
+    if (d.length(j) > d.length(long_doc)) long_doc = j;
+  }
+  struct Bad {
+    bool query;
+    uint64_t set, token;
+    uint32_t k;
+    float value;
+  };
+  const Bad bads[] = {{false, long_doc, d.length(long_doc) / 2 + 3, 17, std::nanf("")},
+                      {false, long_doc, d.length(long_doc) - 1, 100, INFINITY},
+                      {false, 5, 0, 0, -INFINITY},
+                      {true, 1, q.length(1) - 1, 64, INFINITY},
+                      {true, 2, 0, 3, std::nanf("")}};
+  ForEachRingVariant([&](Context& g, const std::string& variant) {
+    for (const Bad& b : bads) {
+      TokenSets bq = q, bd = d;
+      TokenSets& t = b.query ? bq : bd;
+      if (t.length(b.set) == 0) continue;
+      t.values[(t.offsets[b.set] + b.token) * t.dim + b.k] = b.value;
+      t.Encode(MAXSIM_BF16);
+      const DeviceSets xq(bq), xd(bd);
+      Dev<float> out(q.n_sets() * d.n_sets());
+      maxsim_score_options o;
+      maxsim_score_options_init(&o);
+      maxsim_sets qs{nullptr, &xq.s}, ds{nullptr, &xd.s};
+      const maxsim_status st = maxsim_score_matrix(g.get(), &qs, &ds, &o, out.p, nullptr);
+      const std::string want = std::string(b.query ? "queries" : "documents") + ": set " + std::to_string(b.set) +
+                               " token " + std::to_string(b.token) + " ";
+      const std::string msg = st == MAXSIM_OK ? "" : maxsim_last_error();
+      EXPECT_EQ(st, MAXSIM_ERR_NON_FINITE) << variant << ": " << want;
+      EXPECT_NE(msg.find(want), std::string::npos) << variant << ": '" << msg << "' does not name " << want;
     }
   });
 }

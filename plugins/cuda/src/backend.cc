@@ -190,6 +190,7 @@ Tuning ReadTuning() {
     if (ring == "cp-async") t.kernels.ring = kRingCpAsync;
     if (ring == "bulk") t.kernels.ring = kRingBulk;
     if (ring == "bulk-4x6") t.kernels.ring = kRingBulk4x6;
+    if (ring == "cp-async-12x2") t.kernels.ring = kRingCpAsync12x2;
   }
   t.kernels.screen_pipe = !EnvFlag("MAXSIM_CUDA_NO_SCREEN_PIPE");
   t.kernels.wgmma = !EnvIs("MAXSIM_CUDA_WGMMA", "0");
@@ -335,8 +336,8 @@ std::string SettingsText(const Backend& b) {
   std::snprintf(line, sizeof(line), "exact ring kernel: %s%s\n", onoff(k.kernels.pipe), source("MAXSIM_CUDA_NO_PIPE").c_str());
   t += line;
   static const char* const kRingNames[] = {"cp-async (8 warps x 3 stages)", "bulk copies (8 warps x 3 stages)",
-                                           "bulk copies (4 warps x 6 stages)"};
-  std::snprintf(line, sizeof(line), "exact ring copies: %s%s\n", kRingNames[k.kernels.ring % 3],
+                                           "bulk copies (4 warps x 6 stages)", "cp-async (12 warps x 2 stages)"};
+  std::snprintf(line, sizeof(line), "exact ring copies: %s%s\n", kRingNames[k.kernels.ring % 4],
                 source("MAXSIM_CUDA_RING").c_str());
   t += line;
   std::snprintf(line, sizeof(line), "exact ring work split: %s%s\n",

@@ -493,13 +493,26 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
           BulkCopyG2S(st + lane * kPaddedRowBytes, dbase + (cur.token + lane) * drb, bytes, full + 8 * slot);
         }
       } else {
+        // Copy i moves 16-byte slot lane % 16 of step token 2i + lane / 16: the same slot for every copy of a lane,
+        // the token advancing by 2 (so its swizzle, (2i + lane / 16) % 8, repeats every 4 copies).
+        const uint32_t slot16 = static_cast<uint32_t>(lane) & 15u, half = static_cast<uint32_t>(lane) >> 4;
+        const uint8_t* src = dbase + (cur.token + half) * drb + slot16 * 16;
+        const uint32_t dst = st + half * kRingRowBytes;
+        const uint64_t left = cur.len - cur.token;  // rows of the document from this step's first token
+        if (left >= kPipeStep && dim == 128) {
+          // A whole step of whole rows: no predicates.
 #pragma unroll
-        for (int i = 0; i < kPipeStep * 16 / 32; ++i) {
-          const int e = lane + 32 * i, tok = e >> 4, slot16 = e & 15;
-          const uint64_t n = cur.token + tok;
-          const bool pred = n < cur.len && static_cast<uint32_t>(slot16) * 8 < dim;
-          const uint8_t* src = dbase + (pred ? n * drb + slot16 * 16 : 0);
-          CpAsync16(st + tok * kRingRowBytes + (RingSlot16(slot16, tok) << 4), src, pred);
+          for (int i = 0; i < kPipeStep / 2; ++i) {
+            CpAsync16(dst + 2 * i * kRingRowBytes + (RingSlot16(slot16, 2 * i + half) << 4), src + 2 * i * drb, true);
+          }
+        } else {
+          const bool slot_ok = slot16 * 8 < dim;
+#pragma unroll
+          for (int i = 0; i < kPipeStep / 2; ++i) {
+            const bool pred = slot_ok && 2 * i + half < left;
+            CpAsync16(dst + 2 * i * kRingRowBytes + (RingSlot16(slot16, 2 * i + half) << 4), pred ? src + 2 * i * drb : dbase,
+                      pred);
+          }
         }
       }
       ++produced;
@@ -513,6 +526,10 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   uint4 qa[MT][4], qc[MT][4];
   uint64_t loaded_q = ~0ull;
   RingPos cpos;
+  // Scores only, dot, no document mask: whole steps fold values alone (below); argmax requests keep FoldTile's
+  // (value, index) fold everywhere.
+  const bool values_fast = a.pairs.argmax == nullptr && !a.cosine && a.d.mask == nullptr;
+  const bool check = a.bad != nullptr;
   for (uint64_t p = range.begin.pair; PiecePos{p, 0} < range.end; ++p) {
     uint64_t qi, dj;
     a.pairs.Resolve(p, &qi, &dj);
@@ -551,23 +568,59 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
       produce();
       const uint32_t st = ring + cpos.slot * kStageBytes;
       cpos.Advance(kPipeStages);
+      auto tile = [&](int u, float (&acc)[MT][4]) {
+        uint4 bv[4];
 #pragma unroll
-      for (int u = 0; u < kPipeStep / 8; ++u) {
-        if (base + u * 8 < ld) {
-          uint4 bv[4];
+        for (int c = 0; c < 4; ++c) bv[c] = kBulk ? LdsmFrag16Padded(st, u * 8, c, lane) : LdsmFrag16(st, u * 8, c, lane);
 #pragma unroll
-          for (int c = 0; c < 4; ++c) bv[c] = kBulk ? LdsmFrag16Padded(st, u * 8, c, lane) : LdsmFrag16(st, u * 8, c, lane);
+        for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) MmaChunk16<T>(acc[mt], qa[mt][c], qc[mt][c], bv[c]);
+        }
+      };
+      if (values_fast && base + kPipeStep <= ld) {
+        // A whole step of kept tokens, values only: the row maxima alone (no indices, no per-column tests).
+        // The folded input check samples: a non-finite element of a row makes every similarity of that row
+        // non-finite (0 * inf is NaN), so two similarities per lane and tile meet every document row (row g of
+        // query rows, columns 2t and 2t + 1), and the piece's first tile meets every query row; an overflow to
+        // +inf elsewhere reaches the row maximum, checked when the piece ends.
+#pragma unroll
+        for (int u = 0; u < kPipeStep / 8; ++u) {
           float acc[MT][4];
+          tile(u, acc);
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) MmaChunk16<T>(acc[mt], qa[mt][c], qc[mt][c], bv[c]);
+          for (int mt = 0; mt < MT; ++mt) {
+            best.v[mt][0] = fmaxf(best.v[mt][0], fmaxf(acc[mt][0], acc[mt][1]));
+            best.v[mt][1] = fmaxf(best.v[mt][1], fmaxf(acc[mt][2], acc[mt][3]));
           }
-          FoldTile<MT>(a, db, ld, base + u * 8 + 2 * t, acc, best, saw_kept);
+          if (check) {
+            best.chk = MaxNaN(best.chk, MaxNaN(fabsf(acc[0][0]), fabsf(acc[0][1])));
+            if (u == 0 && base == tb) {
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) best.chk = MaxNaN(best.chk, fabsf(acc[mt][e]));
+              }
+            }
+          }
+        }
+        saw_kept = true;
+      } else {
+#pragma unroll
+        for (int u = 0; u < kPipeStep / 8; ++u) {
+          if (base + u * 8 < ld) {
+            float acc[MT][4];
+            tile(u, acc);
+            FoldTile<MT>(a, db, ld, base + u * 8 + 2 * t, acc, best, saw_kept);
+          }
         }
       }
+    }
+    if (values_fast && check && saw_kept) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) best.chk = MaxNaN(best.chk, MaxNaN(fabsf(best.v[mt][0]), fabsf(best.v[mt][1])));
     }
     if (tb == 0 && te == ld) {
       const bool doc_nonempty = a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
@@ -597,7 +650,9 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
 template <typename T, int MT>
 cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
   int dev = 0;
-  const bool hopper = a.sw.ring != kRingCpAsync && cudaGetDevice(&dev) == cudaSuccess && WgmmaAvailable(dev);
+  const bool hopper = (a.sw.ring == kRingBulk || a.sw.ring == kRingBulk4x6) && cudaGetDevice(&dev) == cudaSuccess &&
+                      WgmmaAvailable(dev);
+  if (a.sw.ring == kRingCpAsync12x2) return LaunchPipeWS<T, MT, 12, 2, false>(a, sms, stream);
   if (hopper && a.sw.ring == kRingBulk4x6) return LaunchPipeWS<T, MT, 4, 6, true>(a, sms, stream);
   if (hopper) return LaunchPipeWS<T, MT, 8, 3, true>(a, sms, stream);
   return LaunchPipeWS<T, MT, 8, 3, false>(a, sms, stream);

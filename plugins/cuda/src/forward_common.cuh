@@ -225,8 +225,10 @@ __device__ __forceinline__ void MergePiece(const ForwardArgs& a, RingMergeSlot* 
     for (int h = 0; h < 2; ++h) {
       MergeBest(b.v[mt][h], b.i[mt][h], 1);
       MergeBest(b.v[mt][h], b.i[mt][h], 2);
-      if (t == 0 && b.i[mt][h] >= 0) {
-        atomicMax(&slot->key[mt * 16 + g + 8 * h], PackKey(b.v[mt][h], static_cast<uint32_t>(b.i[mt][h])));
+      // A row with a best (an index, or a value only where the kernel folds values alone).
+      if (t == 0 && (b.i[mt][h] >= 0 || b.v[mt][h] > -INFINITY)) {
+        const uint32_t idx = b.i[mt][h] >= 0 ? static_cast<uint32_t>(b.i[mt][h]) : 0u;
+        atomicMax(&slot->key[mt * 16 + g + 8 * h], PackKey(b.v[mt][h], idx));
       }
     }
   }

@@ -128,9 +128,9 @@ struct CandidateLists {
 };
 
 // How the exact ring kernel (ExactTcPipeKernel) fills its per-warp rings: 16-byte cp.async per lane into a
-// swizzled ring, 8 warps x 3 stages; or one bulk copy per document row (Hopper only; elsewhere cp.async) into
-// padded rows, 8 warps x 3 stages or 4 warps x 6 stages.
-enum RingCopy : uint32_t { kRingCpAsync = 0, kRingBulk = 1, kRingBulk4x6 = 2 };
+// swizzled ring, 8 warps x 3 stages or 12 warps x 2 stages; or one bulk copy per document row (Hopper only;
+// elsewhere cp.async) into padded rows, 8 warps x 3 stages or 4 warps x 6 stages.
+enum RingCopy : uint32_t { kRingCpAsync = 0, kRingBulk = 1, kRingBulk4x6 = 2, kRingCpAsync12x2 = 3 };
 
 // Default kernels a backend may switch off, read once when it is created (backend.h, Tuning) so that tests can
 // check each one against the general kernel it replaces, bit for bit.
@@ -164,7 +164,7 @@ struct RingMergeSlot {
   unsigned int kept, pad;
 };
 // Slots a backend keeps for the ring kernel: one per warp of its largest launch.
-constexpr uint32_t kRingMergeSlotsPerSm = 8;
+constexpr uint32_t kRingMergeSlotsPerSm = 12;
 
 struct ForwardArgs {
   SetsView q, d;
