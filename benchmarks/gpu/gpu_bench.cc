@@ -23,7 +23,6 @@
 #include <functional>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "backend.h"
@@ -405,26 +404,6 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     // The one-pair-per-warp kernel (register double buffering) for comparison with the pipeline kernel.
     b.tuning.kernels.pipe = false;
     Emit(s.name, "exact-nopipe", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
-    b.tuning = tuning_set;
-  }
-  if (s.nq == 1 && s.lq <= 32) {
-    // The exact ring kernel with each way of filling its rings (MAXSIM_CUDA_RING) and of sharing the work
-    // (MAXSIM_CUDA_RING_SPLIT), whatever the defaults are, and whether each gives the "exact" row's bits.
-    const std::pair<uint32_t, const char*> rings[] = {
-        {mscuda::kRingCpAsync, "cp-async"}, {mscuda::kRingCpAsync12x2, "cp-async-12x2"}, {mscuda::kRingBulk, "bulk"}};
-    for (bool split : {false, true}) {
-      for (const auto& [ring, name] : rings) {
-        b.tuning.kernels.ring = ring;
-        b.tuning.kernels.ring_split = split;
-        const double ms = run(MAXSIM_MODE_EXACT);
-        std::vector<float> ring_scores(s.nq * s.nd);
-        CHECK_CUDA(cudaMemcpy(ring_scores.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
-        char extra[80];
-        std::snprintf(extra, sizeof(extra), "\"scores_with_other_bits\": %llu",
-                      static_cast<unsigned long long>(BitsDiffer(ring_scores, kernel_scores)));
-        Emit(s.name, std::string("exact-ring-") + name + (split ? "-split" : ""), ms, flops, exact_bytes, extra);
-      }
-    }
     b.tuning = tuning_set;
   }
   if (s.certified) {

@@ -61,24 +61,6 @@ auto WithEnv(const char* name, const char* value, F&& fn) {
   return fn(ctx);
 }
 
-// fn(ctx) for every way of filling the exact ring kernel's rings (MAXSIM_CUDA_RING: cp.async; bulk copies, on
-// Hopper) and of sharing its work (MAXSIM_CUDA_RING_SPLIT: whole pairs per warp; pairs cut between warps at
-// 32-token steps and merged), with a label naming the variant.
-template <typename F>
-void ForEachRingVariant(F&& fn) {
-  for (const char* split : {"0", "1"}) {
-    for (const char* ring : {"cp-async", "cp-async-12x2", "bulk", "bulk-4x6"}) {
-      setenv("MAXSIM_CUDA_RING_SPLIT", split, 1);
-      WithEnv("MAXSIM_CUDA_RING", ring, [&](Context& gpu) {
-        unsetenv("MAXSIM_CUDA_RING_SPLIT");
-        fn(gpu, std::string(" ring ") + ring + " split " + split);
-        return 0;
-      });
-      unsetenv("MAXSIM_CUDA_RING_SPLIT");
-    }
-  }
-}
-
 maxsim_options Options(const char* backend) {
   maxsim_options o;
   maxsim_options_init(&o);
@@ -412,10 +394,6 @@ TEST_F(Gpu, ManyPairsPipelineKernel) {
         return ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       });
       ExpectIdentical(pipe, plain, what + " vs one pair per warp");
-      ForEachRingVariant([&](Context& gpu, const std::string& variant) {
-        const Matrix r = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-        ExpectIdentical(r, plain, what + variant + " vs one pair per warp");
-      });
       ExpectReference(q, d, metric, pipe, what, 500);
       maxsim_stats st_pipe{}, st_plain{};
       const Matrix cert =
@@ -993,27 +971,21 @@ TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensors) {
   const DeviceSets dq(q), dd(d, 2, 0);
   const Matrix m = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), MAXSIM_METRIC_DOT);
   ExpectReference(q, d, MAXSIM_METRIC_DOT, m, "pipeline device tensors", 600);
-  // Scores and argmax with the same bits from every ring variant and the one-pair-per-warp kernel.
-  const maxsim_metric metrics[2] = {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE};
-  Matrix plain[2];
-  for (int k = 0; k < 2; ++k) {
-    plain[k] = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [&](Context& gpu) {
-      return DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), metrics[k]);
+  // Scores and argmax with the bits of the one-pair-per-warp kernel.
+  for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+    const Matrix ring = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), metric);
+    const Matrix plain = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [&](Context& g) {
+      return DeviceForward(g, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), metric);
     });
+    ExpectIdentical(ring, plain, std::string("pipeline device tensors vs one pair per warp") +
+                                     (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine"));
   }
-  ExpectIdentical(m, plain[0], "pipeline device tensors vs one pair per warp");
-  ForEachRingVariant([&](Context& gpu, const std::string& variant) {
-    for (int k = 0; k < 2; ++k) {
-      const Matrix r = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), metrics[k]);
-      ExpectIdentical(r, plain[k], "pipeline device tensors" + variant + (k == 0 ? " dot" : " cosine"));
-    }
-  });
 }
 
 TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensorsValuesOnly) {
   // Unmasked dense device tensors, scores only, dot: the ring kernel folds whole steps by value alone and samples
-  // the folded input check (exact.cu). Every ring variant must give the one-pair-per-warp kernel's bits, and a
-  // non-finite value anywhere in a document row or a query row must fail the call naming its token.
+  // the folded input check (exact.cu). It must give the one-pair-per-warp kernel's bits, and a non-finite value
+  // anywhere in a document row or a query row must fail the call naming its token.
   Context gpu(Options("cuda"));
   auto rng = Rng(161);
   const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 1, 32, 128), MAXSIM_BF16);
@@ -1025,12 +997,9 @@ TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensorsValuesOnly) {
   const Matrix ref = ScoreMatrix(gpu, q.Dense(), q.n_sets(), q.rows(), d.Dense(), d.n_sets(), MAXSIM_METRIC_DOT,
                                  MAXSIM_MODE_EXACT);
   ExpectReference(q, d, MAXSIM_METRIC_DOT, ref, "values-only reference");
-  ExpectSameBits(DeviceScoreValues(gpu, dq, dd, MAXSIM_METRIC_DOT), plain, "values-only default vs one pair per warp");
-  ForEachRingVariant([&](Context& g, const std::string& variant) {
-    ExpectSameBits(DeviceScoreValues(g, dq, dd, MAXSIM_METRIC_DOT), plain, "values-only" + variant);
-  });
-  // Non-finite values: a document token in the middle of a long document (a tile that is neither a piece's first
-  // nor its last), its last token, a query token; NaN and both infinities.
+  ExpectSameBits(DeviceScoreValues(gpu, dq, dd, MAXSIM_METRIC_DOT), plain, "values-only ring vs one pair per warp");
+  // Non-finite values: a document token in the middle of a long document (a step that is neither its first nor
+  // its last), its last token, a first token, query tokens; NaN and both infinities.
   uint64_t long_doc = 0;
   for (uint64_t j = 0; j < d.n_sets(); ++j) {
     if (d.length(j) > d.length(long_doc)) long_doc = j;
@@ -1046,7 +1015,9 @@ TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensorsValuesOnly) {
                       {false, 5, 0, 0, -INFINITY},
                       {true, 1, q.length(1) - 1, 64, INFINITY},
                       {true, 2, 0, 3, std::nanf("")}};
-  ForEachRingVariant([&](Context& g, const std::string& variant) {
+  {
+    Context& g = gpu;
+    const std::string variant = "values-only ring";
     for (const Bad& b : bads) {
       TokenSets bq = q, bd = d;
       TokenSets& t = b.query ? bq : bd;
@@ -1065,7 +1036,7 @@ TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensorsValuesOnly) {
       EXPECT_EQ(st, MAXSIM_ERR_NON_FINITE) << variant << ": " << want;
       EXPECT_NE(msg.find(want), std::string::npos) << variant << ": '" << msg << "' does not name " << want;
     }
-  });
+  }
 }
 
 // Element-wise bound for an f32 accumulation of `terms` products against a double reference.

@@ -184,14 +184,6 @@ Backend::ScreenRoute ScreenRouteFromEnv() {
 Tuning ReadTuning() {
   Tuning t;
   t.kernels.pipe = !EnvFlag("MAXSIM_CUDA_NO_PIPE");
-  t.kernels.ring_split = EnvFlag("MAXSIM_CUDA_RING_SPLIT");
-  if (const char* r = std::getenv("MAXSIM_CUDA_RING")) {
-    const std::string ring = r;
-    if (ring == "cp-async") t.kernels.ring = kRingCpAsync;
-    if (ring == "bulk") t.kernels.ring = kRingBulk;
-    if (ring == "bulk-4x6") t.kernels.ring = kRingBulk4x6;
-    if (ring == "cp-async-12x2") t.kernels.ring = kRingCpAsync12x2;
-  }
   t.kernels.screen_pipe = !EnvFlag("MAXSIM_CUDA_NO_SCREEN_PIPE");
   t.kernels.wgmma = !EnvIs("MAXSIM_CUDA_WGMMA", "0");
   t.kernels.batch = !EnvFlag("MAXSIM_CUDA_NO_BATCH");
@@ -335,15 +327,6 @@ std::string SettingsText(const Backend& b) {
   auto onoff = [](bool on) { return on ? "on" : "off"; };
   std::snprintf(line, sizeof(line), "exact ring kernel: %s%s\n", onoff(k.kernels.pipe), source("MAXSIM_CUDA_NO_PIPE").c_str());
   t += line;
-  static const char* const kRingNames[] = {"cp-async (8 warps x 3 stages)", "bulk copies (8 warps x 3 stages)",
-                                           "bulk copies (4 warps x 6 stages)", "cp-async (12 warps x 2 stages)"};
-  std::snprintf(line, sizeof(line), "exact ring copies: %s%s\n", kRingNames[k.kernels.ring % 4],
-                source("MAXSIM_CUDA_RING").c_str());
-  t += line;
-  std::snprintf(line, sizeof(line), "exact ring work split: %s%s\n",
-                k.kernels.ring_split ? "32-token steps (warps share pairs)" : "whole pairs",
-                source("MAXSIM_CUDA_RING_SPLIT").c_str());
-  t += line;
   std::snprintf(line, sizeof(line), "exact shared-memory kernel (long queries): %s%s\n", onoff(k.smem_kernel),
                 source("MAXSIM_CUDA_NO_SMEM_KERNEL").c_str());
   t += line;
@@ -437,12 +420,6 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t ind
   }
   Status s = b->flags_host.Reserve(64, "status flags");
   if (!s.ok()) return fail(s);
-  const uint64_t merge_bytes =
-      static_cast<uint64_t>(std::max(1, b->prop.multiProcessorCount)) * kRingMergeSlotsPerSm * sizeof(RingMergeSlot);
-  s = b->ring_merge.Reserve(merge_bytes, "ring merge slots");
-  if (!s.ok()) return fail(s);
-  e = cudaMemset(b->ring_merge.data(), 0, merge_bytes);
-  if (e != cudaSuccess) return fail(CudaFail(e, "zeroing the ring merge slots"));
   *out = b;
   return Status::Ok();
 }
@@ -452,7 +429,6 @@ void DestroyBackend(Backend* b) {
   if (b->stream) cudaStreamSynchronize(b->stream);
   if (b->copy) cudaStreamSynchronize(b->copy);
   b->scratch.Release();
-  b->ring_merge.Release();
   b->qbuf.Release();
   b->chunk[0].Release();
   b->chunk[1].Release();

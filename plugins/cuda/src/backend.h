@@ -133,7 +133,6 @@ struct Backend {
   cudaStream_t copy = nullptr;      // streamed corpora: host -> device copies
   cudaEvent_t copied[2] = {nullptr, nullptr}, done[2] = {nullptr, nullptr};
   DeviceBuffer scratch;             // per-call scratch (grow-only)
-  DeviceBuffer ring_merge;          // the exact ring kernel's RingMergeSlots (zeroed once; launches leave them zero)
   DeviceBuffer qbuf;                // the current call's queries
   DeviceBuffer chunk[2];            // streamed corpora: double-buffered document chunks
   PinnedBuffer stage;               // host staging for uploads and results

@@ -187,56 +187,6 @@ __device__ __forceinline__ uint4 Lds16(uint32_t addr) {
   return r;
 }
 
-// ---- Hopper (sm_90) asynchronous copies and mbarriers -----------------------------------------------------
-//
-// The instructions exist from sm_90 on; in the other compilation passes these helpers are empty, and the host
-// launches the kernels that use them only on compute capability 9.0 devices whose loaded module has the code
-// (WgmmaAvailable).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define MSC_SM90(...) __VA_ARGS__
-#else
-#define MSC_SM90(...)
-#endif
-
-// Orders this thread's generic-proxy shared-memory accesses (cp.async, st.shared, ldmatrix) before its later
-// async-proxy ones (wgmma operand reads, bulk copies), or the reverse.
-__device__ __forceinline__ void FenceProxyAsync() {
-  MSC_SM90(asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");)
-}
-// mbarriers (shared::cta): init, arrive, the cp.async arrive (fires when this thread's prior copies land; it
-// does not add to the pending count, so the init count includes it), the arrive that also expects `bytes` of
-// bulk copies (complete_tx), and the parity wait.
-__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
-  MSC_SM90(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");)
-}
-// Makes barrier initialisations visible to the async proxy (bulk copies complete on them).
-__device__ __forceinline__ void FenceMbarInit() {
-  MSC_SM90(asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");)
-}
-__device__ __forceinline__ void MbarArrive(uint32_t bar) {
-  MSC_SM90(asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");)
-}
-__device__ __forceinline__ void MbarArriveCopies(uint32_t bar) {
-  MSC_SM90(asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");)
-}
-__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
-  MSC_SM90(asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");)
-}
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  MSC_SM90(asm volatile(
-      "{\n.reg .pred done;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");)
-}
-// Bulk copy (the tensor memory accelerator) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from
-// global to shared memory; its completion counts `bytes` against the transaction count of mbarrier `bar`.
-__device__ __forceinline__ void BulkCopyG2S(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  MSC_SM90(asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                        ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");)
-}
-
 // 16-bit document rows of 256 bytes (dim <= 128) in a shared-memory ring: 16-byte slot `slot` (dims
 // 8 slot .. 8 slot + 7) of token `tok` sits at slot ^ (tok % 8), the 128-byte swizzle. An ldmatrix 8x8 matrix
 // (8 consecutive tokens, one slot) then touches 8 distinct 16-byte bank groups: conflict-free.
@@ -246,24 +196,14 @@ __device__ __forceinline__ uint32_t RingSlot16(uint32_t slot, uint32_t tok) { re
 // B fragments, natural placement, of ring tokens tok0 .. tok0 + 7 (tok0 a multiple of 8), 32-dimension chunk c,
 // from the ring stage at `stage`: one ldmatrix.x4 whose matrix j is dims 32c + 8j .. + 7 (lane l addresses
 // token tok0 + l % 8 of matrix l / 8); lane (g, t) receives token tok0 + g's words at dims 32c + 8j + 2t.
-__device__ __forceinline__ uint4 Ldmatrix4(uint32_t addr) {
+__device__ __forceinline__ uint4 LdsmFrag16(uint32_t stage, uint32_t tok0, uint32_t c, int lane) {
+  const uint32_t row = static_cast<uint32_t>(lane & 7);  // = (tok0 + row) % 8, as tok0 % 8 == 0
+  const uint32_t addr = stage + (tok0 + row) * kRingRowBytes + (RingSlot16(4 * c + (lane >> 3), row) << 4);
   uint4 r;
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "r"(addr));
   return r;
-}
-__device__ __forceinline__ uint4 LdsmFrag16(uint32_t stage, uint32_t tok0, uint32_t c, int lane) {
-  const uint32_t row = static_cast<uint32_t>(lane & 7);  // = (tok0 + row) % 8, as tok0 % 8 == 0
-  return Ldmatrix4(stage + (tok0 + row) * kRingRowBytes + (RingSlot16(4 * c + (lane >> 3), row) << 4));
-}
-
-// The same fragments from a ring whose rows are padded to kPaddedRowBytes instead of swizzled (rows written
-// whole, by bulk copies): 8 consecutive rows start 16 bytes further round the banks each, so an 8x8 matrix is
-// conflict-free too.
-constexpr uint32_t kPaddedRowBytes = kRingRowBytes + 16;
-__device__ __forceinline__ uint4 LdsmFrag16Padded(uint32_t stage, uint32_t tok0, uint32_t c, int lane) {
-  return Ldmatrix4(stage + (tok0 + (lane & 7)) * kPaddedRowBytes + ((4 * c + (lane >> 3)) << 4));
 }
 
 // ---- element conversion ---------------------------------------------------------------------------------

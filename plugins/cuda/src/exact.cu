@@ -19,7 +19,6 @@
 #include <cstdlib>
 
 #include "forward_common.cuh"
-#include "wgmma_common.cuh"
 
 namespace mscuda {
 namespace {
@@ -418,126 +417,81 @@ cudaError_t LaunchSmemT(const ForwardArgs& a, cudaStream_t stream) {
   }
 }
 
-// ---- per-warp ring for many short-query pairs (G == 1, dim <= 128) ----------------------------------------
+// ---- per-warp cp.async pipeline for many short-query pairs (G == 1, dim <= 128) --------------------------
 //
 // ExactTcPipeKernel: each warp walks a contiguous range of pairs as one stream of 32-token steps. A step's
-// document rows are copied into the warp's own shared-memory ring of kPipeStages stages, kPipeStages - 1 steps
-// ahead of the mma work, across document boundaries, in one of two ways (KernelSwitches::ring):
-//  * kCpAsync: fully coalesced 16-byte cp.async (each instruction moves two whole 256-byte rows) into the
-//    128-byte-swizzled ring (RingSlot16), waited for with cp.async.wait_group;
-//  * kBulk (Hopper): one bulk copy per row (lane l copies row l of the step), into rows padded to 272 bytes
-//    (LdsmFrag16Padded), completing on the stage's mbarrier. The copies leave the load/store unit and the warp's
-//    registers alone, so the warp only waits for the data.
-// Rows past a document's end are not used: the cp.async ring zero-fills them, the bulk ring leaves what it held
-// (every similarity of such a row is masked in FoldTile; a tensor-core output column depends only on its own B
-// column). B fragments are read back with ldmatrix.
-// No block-level barrier: the ring is private to the warp. Per element it is exactly ExactTcKernel's arithmetic.
+// document rows are copied into the warp's own shared-memory ring (kPipeStages x 8 KB) with fully coalesced
+// 16-byte cp.async (each instruction moves two whole 256-byte rows), kPipeStages - 1 steps ahead of the mma
+// work, across document boundaries; B fragments are read back with the same swizzle as the tiled kernel
+// (RingSlot16).
+// No block-level barrier: the ring is private to the warp (cp.async.wait_group + __syncwarp). Per element it is
+// exactly ExactTcKernel's arithmetic.
 
 constexpr int kPipeStep = 32;  // tokens per step
-template <bool kBulk>
-constexpr uint32_t PipeStageBytes() {
-  return kPipeStep * (kBulk ? kPaddedRowBytes : kRingRowBytes);
-}
+constexpr int kPipeStageBytes = kPipeStep * kRowBytes;
 
-template <typename T, int MT, int kPipeWarps, int kPipeStages, bool kBulk>
+template <typename T, int MT, int kPipeWarps, int kPipeStages>
 __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const ForwardArgs a, uint64_t n_warps) {
-  constexpr uint32_t kStageBytes = PipeStageBytes<kBulk>();
   extern __shared__ __align__(128) uint8_t ring_all[];
   __shared__ float s_term[kPipeWarps][MT * 16];
   __shared__ int s_arg[kPipeWarps][MT * 16];
-  __shared__ __align__(8) uint64_t s_full[kBulk ? kPipeWarps : 1][kPipeStages];  // kBulk: a stage's rows landed
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * kPipeWarps + warp;
   if (wid >= n_warps) return;
-  const bool split = a.merge != nullptr && a.sw.ring_split;
-  const PairRange range =
-      split ? PairRange::Split<kPipeStep>(a, wid, n_warps) : PairRange(a.pairs.n_pairs, wid, n_warps);
-  if (range.Empty()) return;
+  const PairRange range(a.pairs.n_pairs, wid, n_warps);
+  if (range.begin >= range.end) return;
   const uint32_t dim = a.q.dim;
   const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) +
-                        static_cast<uint32_t>(warp) * (kPipeStages * kStageBytes);
-  const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(&s_full[kBulk ? warp : 0][0]));
-  if constexpr (kBulk) {
-    if (lane == 0) {
-#pragma unroll
-      for (int s = 0; s < kPipeStages; ++s) MbarInit(full + 8 * s, 1);
-    }
-    if (dim < 128) {
-      // Bytes past 2 * dim of a row are never copied but are read (the mma steps cover 128 dimensions; the query
-      // is zero there, and 0 * garbage could be NaN): zero the warp's ring once.
-      for (uint32_t o = 16 * lane; o < kPipeStages * kStageBytes; o += 16 * 32) {
-        asm volatile("st.shared.v4.u32 [%0], {%1,%1,%1,%1};\n" ::"r"(ring + o), "r"(0u) : "memory");
-      }
-    }
-    FenceMbarInit();
-    FenceProxyAsync();
-    __syncwarp();
-  }
+                        static_cast<uint32_t>(warp) * (kPipeStages * kPipeStageBytes);
   StepCursor<kPipeStep> cur(a, range);
   uint32_t produced = 0;
   auto produce = [&]() {
     if (cur.Active()) {
-      const uint32_t slot = produced % kPipeStages;
-      const uint32_t st = ring + slot * kStageBytes;
+      const uint32_t st = ring + (produced % kPipeStages) * kPipeStageBytes;
       const uint8_t* dbase = a.d.orig + cur.first_row * drb;
-      if constexpr (kBulk) {
-        const uint64_t left = cur.len - cur.token;
-        const uint32_t rows = left < kPipeStep ? static_cast<uint32_t>(left) : kPipeStep;
-        const uint32_t bytes = 2 * dim;  // dim is a multiple of 8: whole 16-byte pieces
-        FenceProxyAsync();  // this lane's ldmatrix reads of the slot (a lap ago) before the copies overwrite it
-        if (lane == 0) MbarArriveExpectTx(full + 8 * slot, rows * bytes);
-        __syncwarp();
-        if (static_cast<uint32_t>(lane) < rows) {
-          BulkCopyG2S(st + lane * kPaddedRowBytes, dbase + (cur.token + lane) * drb, bytes, full + 8 * slot);
+      // Copy i moves 16-byte slot lane % 16 of step token 2i + lane / 16: the same slot for every copy of a lane,
+      // the token advancing by 2 (so its swizzle, (2i + lane / 16) % 8, repeats every 4 copies).
+      const uint32_t slot16 = static_cast<uint32_t>(lane) & 15u, half = static_cast<uint32_t>(lane) >> 4;
+      const uint8_t* src = dbase + (cur.token + half) * drb + slot16 * 16;
+      const uint32_t dst = st + half * kRowBytes;
+      const uint64_t left = cur.len - cur.token;  // rows of the document from this step's first token
+      if (left >= kPipeStep && dim == 128) {
+        // A whole step of whole rows: no predicates, no per-copy 64-bit multiplies.
+#pragma unroll
+        for (int i = 0; i < kPipeStep / 2; ++i) {
+          CpAsync16(dst + 2 * i * kRowBytes + (RingSlot16(slot16, 2 * i + half) << 4), src + 2 * i * drb, true);
         }
       } else {
-        // Copy i moves 16-byte slot lane % 16 of step token 2i + lane / 16: the same slot for every copy of a lane,
-        // the token advancing by 2 (so its swizzle, (2i + lane / 16) % 8, repeats every 4 copies).
-        const uint32_t slot16 = static_cast<uint32_t>(lane) & 15u, half = static_cast<uint32_t>(lane) >> 4;
-        const uint8_t* src = dbase + (cur.token + half) * drb + slot16 * 16;
-        const uint32_t dst = st + half * kRingRowBytes;
-        const uint64_t left = cur.len - cur.token;  // rows of the document from this step's first token
-        if (left >= kPipeStep && dim == 128) {
-          // A whole step of whole rows: no predicates.
+        const bool slot_ok = slot16 * 8 < dim;
 #pragma unroll
-          for (int i = 0; i < kPipeStep / 2; ++i) {
-            CpAsync16(dst + 2 * i * kRingRowBytes + (RingSlot16(slot16, 2 * i + half) << 4), src + 2 * i * drb, true);
-          }
-        } else {
-          const bool slot_ok = slot16 * 8 < dim;
-#pragma unroll
-          for (int i = 0; i < kPipeStep / 2; ++i) {
-            const bool pred = slot_ok && 2 * i + half < left;
-            CpAsync16(dst + 2 * i * kRingRowBytes + (RingSlot16(slot16, 2 * i + half) << 4), pred ? src + 2 * i * drb : dbase,
-                      pred);
-          }
+        for (int i = 0; i < kPipeStep / 2; ++i) {
+          const bool pred = slot_ok && 2 * i + half < left;
+          CpAsync16(dst + 2 * i * kRowBytes + (RingSlot16(slot16, 2 * i + half) << 4), pred ? src + 2 * i * drb : dbase,
+                    pred);
         }
       }
       ++produced;
       cur.Advance(a);
     }
-    if constexpr (!kBulk) CpAsyncCommit();
+    CpAsyncCommit();
   };
 #pragma unroll
   for (int s = 0; s < kPipeStages - 1; ++s) produce();
 
   uint4 qa[MT][4], qc[MT][4];
   uint64_t loaded_q = ~0ull;
-  RingPos cpos;
+  uint32_t consumed = 0;
   // Scores only, dot, no document mask: whole steps fold values alone (below); argmax requests keep FoldTile's
   // (value, index) fold everywhere.
   const bool values_fast = a.pairs.argmax == nullptr && !a.cosine && a.d.mask == nullptr;
   const bool check = a.bad != nullptr;
-  for (uint64_t p = range.begin.pair; PiecePos{p, 0} < range.end; ++p) {
+  for (uint64_t p = range.begin; p < range.end; ++p) {
     uint64_t qi, dj;
     a.pairs.Resolve(p, &qi, &dj);
     const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
     const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
-    // This warp's tokens [tb, te) of the pair (all of them unless a split range cuts it).
-    const uint64_t tb = p == range.begin.pair ? range.begin.token : 0;
-    const uint64_t te = p == range.end.pair ? range.end.token : ld;
     if (qi != loaded_q) {
       loaded_q = qi;
       const uint8_t* qbase = a.q.orig + qb * qrb;
@@ -558,20 +512,16 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
       best.i[mt][0] = best.i[mt][1] = -1;
     }
     bool saw_kept = false;
-    for (uint64_t base = tb; base < te; base += kPipeStep) {
-      if constexpr (kBulk) {
-        MbarWait(full + 8 * cpos.slot, cpos.phase);
-      } else {
-        CpAsyncWait<kPipeStages - 2>();
-        __syncwarp();
-      }
+    for (uint64_t base = 0; base < ld; base += kPipeStep) {
+      CpAsyncWait<kPipeStages - 2>();
+      __syncwarp();
       produce();
-      const uint32_t st = ring + cpos.slot * kStageBytes;
-      cpos.Advance(kPipeStages);
+      const uint32_t st = ring + (consumed % kPipeStages) * kPipeStageBytes;
+      ++consumed;
       auto tile = [&](int u, float (&acc)[MT][4]) {
         uint4 bv[4];
 #pragma unroll
-        for (int c = 0; c < 4; ++c) bv[c] = kBulk ? LdsmFrag16Padded(st, u * 8, c, lane) : LdsmFrag16(st, u * 8, c, lane);
+        for (int c = 0; c < 4; ++c) bv[c] = LdsmFrag16(st, u * 8, c, lane);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
 #pragma unroll
@@ -581,11 +531,12 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
         }
       };
       if (values_fast && base + kPipeStep <= ld) {
-        // A whole step of kept tokens, values only: the row maxima alone (no indices, no per-column tests).
-        // The folded input check samples: a non-finite element of a row makes every similarity of that row
-        // non-finite (0 * inf is NaN), so two similarities per lane and tile meet every document row (row g of
-        // query rows, columns 2t and 2t + 1), and the piece's first tile meets every query row; an overflow to
-        // +inf elsewhere reaches the row maximum, checked when the piece ends.
+        // A whole step of kept tokens, values only: the row maxima alone (no indices, no per-column tests; the
+        // maximum's value is the same whichever of equal keys the strict fold would keep, and -0 or +0 adds the
+        // same to a score). The folded input check samples: a non-finite element of a row makes every
+        // similarity of that row non-finite (0 * inf is NaN), so two similarities per lane and tile meet every
+        // document row (query row g, columns 2t and 2t + 1), the pair's first tile meets every query row, and an
+        // overflow to +inf elsewhere reaches the row maximum, checked when the pair ends.
 #pragma unroll
         for (int u = 0; u < kPipeStep / 8; ++u) {
           float acc[MT][4];
@@ -597,7 +548,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
           }
           if (check) {
             best.chk = MaxNaN(best.chk, MaxNaN(fabsf(acc[0][0]), fabsf(acc[0][1])));
-            if (u == 0 && base == tb) {
+            if (u == 0 && base == 0) {
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -622,40 +573,28 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) best.chk = MaxNaN(best.chk, MaxNaN(fabsf(best.v[mt][0]), fabsf(best.v[mt][1])));
     }
-    if (tb == 0 && te == ld) {
-      const bool doc_nonempty = a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
-      WriteRows<MT>(a, p, qi, dj, 0, qb, lq, doc_nonempty, best, s_term[warp], s_arg[warp]);
-    } else {
-      MergePiece<MT>(a, a.merge + SplitOwner(p, a.pairs.n_pairs, n_warps), p, qi, dj, qb, lq, ld, te - tb, saw_kept,
-                     best, s_term[warp], s_arg[warp]);
-    }
+    const bool doc_nonempty = a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
+    WriteRows<MT>(a, p, qi, dj, 0, qb, lq, doc_nonempty, best, s_term[warp], s_arg[warp]);
     __syncwarp();
   }
-  if constexpr (!kBulk) CpAsyncWait<0>();
+  CpAsyncWait<0>();
 }
 
-template <typename T, int MT, int W, int S, bool kBulk>
+template <typename T, int MT, int W, int S>
 cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
-  const int smem = W * S * static_cast<int>(PipeStageBytes<kBulk>());
-  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S, kBulk>>(smem);
+  const int smem = W * S * kPipeStageBytes;
+  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S>>(smem);
   if (e != cudaSuccess) return e;
   const uint64_t n_warps = static_cast<uint64_t>(sms) * W;
-  ExactTcPipeKernel<T, MT, W, S, kBulk><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
+  ExactTcPipeKernel<T, MT, W, S><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
   return cudaGetLastError();
 }
 
-// Ring shape (warps per block x stages, one block per SM): cp.async 8 x 3, the fastest of 8x3, 6x4, 4x7 and 5x5 on
-// textual-10k on the H100 (git history keeps the others). The bulk ring only where the loaded module has
-// Hopper code (WgmmaAvailable: a compute capability 9.0 device); elsewhere it falls back to cp.async.
+// Ring shape (warps per block x stages of 8 KB, one block per SM): 8x3, the fastest of 8x3, 6x4, 4x7 and 5x5 on
+// textual-10k on the H100 (git history keeps the others).
 template <typename T, int MT>
 cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
-  int dev = 0;
-  const bool hopper = (a.sw.ring == kRingBulk || a.sw.ring == kRingBulk4x6) && cudaGetDevice(&dev) == cudaSuccess &&
-                      WgmmaAvailable(dev);
-  if (a.sw.ring == kRingCpAsync12x2) return LaunchPipeWS<T, MT, 12, 2, false>(a, sms, stream);
-  if (hopper && a.sw.ring == kRingBulk4x6) return LaunchPipeWS<T, MT, 4, 6, true>(a, sms, stream);
-  if (hopper) return LaunchPipeWS<T, MT, 8, 3, true>(a, sms, stream);
-  return LaunchPipeWS<T, MT, 8, 3, false>(a, sms, stream);
+  return LaunchPipeWS<T, MT, 8, 3>(a, sms, stream);
 }
 
 // ---- FFMA ---------------------------------------------------------------------------------------------

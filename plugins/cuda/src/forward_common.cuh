@@ -125,142 +125,39 @@ __device__ __forceinline__ void WriteRows(const ForwardArgs& a, uint64_t p, uint
 
 // ---- per-warp rings over a contiguous range of pairs (ExactTcPipeKernel, ScreenPipeKernel) -------------------
 
-// A position in the stream of a launch's work: token `token` of pair `pair` (lexicographic order).
-struct PiecePos {
-  uint64_t pair = 0, token = 0;
-  __device__ bool operator<(const PiecePos& o) const { return pair < o.pair || (pair == o.pair && token < o.token); }
-};
-
-// Warp `wid` of `n_warps` owns the positions [begin, end), one of two ways:
-//  * whole pairs: an even split of the pairs (begin.token = end.token = 0);
-//  * split pairs (ExactTcPipeKernel with RingMergeSlots): warp w starts at w * n_pairs / n_warps pairs, the
-//    fraction carried into the pair as a token offset rounded up to a multiple of Step (rounded up to the next pair
-//    when it reaches the document's end), so every warp gets the same share of a launch of equal documents
-//    and no warp runs a pair longer than the others. Warp w starts at or before token 0 of pair p exactly when
-//    w * n_pairs <= p * n_warps, so the warp holding token 0 of a non-empty pair is p * n_warps / n_pairs
-//    (SplitOwner).
+// Warp `wid` of `n_warps` owns pairs [begin, end) of an even split.
 struct PairRange {
-  PiecePos begin, end;
-  PairRange() = default;
+  uint64_t begin = 0, end = 0;
   __device__ PairRange(uint64_t n_pairs, uint64_t wid, uint64_t n_warps)
-      : begin{wid * n_pairs / n_warps, 0}, end{(wid + 1) * n_pairs / n_warps, 0} {}
-  template <int Step>
-  __device__ static PairRange Split(const ForwardArgs& a, uint64_t wid, uint64_t n_warps) {
-    PairRange r;
-    r.begin = SplitStart<Step>(a, wid, n_warps);
-    r.end = SplitStart<Step>(a, wid + 1, n_warps);
-    return r;
-  }
-  __device__ bool Empty() const { return !(begin < end); }
-
- private:
-  template <int Step>
-  __device__ static PiecePos SplitStart(const ForwardArgs& a, uint64_t w, uint64_t n_warps) {
-    const uint64_t n = a.pairs.n_pairs;
-    if (w >= n_warps) return {n, 0};
-    const uint64_t x = w * n, p = x / n_warps, rem = x - p * n_warps;
-    if (rem == 0 || p >= n) return {p, 0};
-    uint64_t qi, dj;
-    a.pairs.Resolve(p, &qi, &dj);
-    const uint64_t ld = a.d.End(dj) - a.d.Begin(dj);
-    const uint64_t o = (rem * ld + n_warps - 1) / n_warps;  // ceil(rem / n_warps * ld)
-    const uint64_t step_o = (o + Step - 1) / Step * Step;
-    return step_o >= ld ? PiecePos{p + 1, 0} : PiecePos{p, step_o};
-  }
+      : begin(wid * n_pairs / n_warps), end((wid + 1) * n_pairs / n_warps) {}
 };
-
-// The warp of a split launch that holds token 0 of non-empty pair p (PairRange::Split).
-__device__ __forceinline__ uint64_t SplitOwner(uint64_t p, uint64_t n_pairs, uint64_t n_warps) {
-  return p * n_warps / n_pairs;
-}
 
 // The producer side of such a ring: the next step of `Step` tokens to copy is tokens [token, token + Step) of
-// pair `pair`'s document (rows [first_row, first_row + len) of the document sets); pairs with nothing to copy
-// in the range are skipped, so the copies run on across document boundaries. Done at the range's end.
+// pair `pair`'s document (rows [first_row, first_row + len) of the document sets); empty documents are skipped,
+// so the copies run on across document boundaries. Done when pair == end.
 template <int Step>
 struct StepCursor {
-  uint64_t pair, token, len = 0, first_row = 0;
-  PiecePos stop;
-  __device__ StepCursor(const ForwardArgs& a, const PairRange& r) : pair(r.begin.pair), token(r.begin.token), stop(r.end) {
-    Load(a);
-  }
-  __device__ bool Active() const { return PiecePos{pair, token} < stop; }
-  // The end of this pair's tokens in the range.
-  __device__ uint64_t Limit() const { return pair == stop.pair ? stop.token : len; }
-  __device__ void Load(const ForwardArgs& a) {
-    for (; Active(); ++pair, token = 0) {
+  uint64_t pair, end, token = 0, len = 0, first_row = 0;
+  __device__ StepCursor(const ForwardArgs& a, const PairRange& r) : pair(r.begin), end(r.end) { SkipEmpty(a); }
+  __device__ bool Active() const { return pair < end; }
+  __device__ void SkipEmpty(const ForwardArgs& a) {
+    for (; pair < end; ++pair) {
       uint64_t qi, dj;
       a.pairs.Resolve(pair, &qi, &dj);
       first_row = a.d.Begin(dj);
       len = a.d.End(dj) - first_row;
-      if (token < Limit()) return;
+      if (len > 0) return;
     }
   }
   __device__ void Advance(const ForwardArgs& a) {
     token += Step;
-    if (token >= Limit()) {
+    if (token >= len) {
       token = 0;
       ++pair;
-      Load(a);
+      SkipEmpty(a);
     }
   }
 };
-
-// Ends a piece [tb, te) of pair p that a split launch cut between warps (the consumer side of PairRange::Split):
-// the piece's per-row bests go into the pair's RingMergeSlot as (value, index) keys by atomicMax (higher value,
-// then lower index: the order the whole-pair fold keeps, so the merged best is the one a single warp would find;
-// -0 and +0 tie, which changes no score); `tokens` counts the tokens merged so far, and the piece that completes
-// the document takes the keys (resetting the slot to zero for the next launch) and writes the pair's score and
-// argmax as WriteRows does for a whole pair.
-template <int MT>
-__device__ __forceinline__ void MergePiece(const ForwardArgs& a, RingMergeSlot* slot, uint64_t p, uint64_t qi,
-                                           uint64_t dj, uint64_t qb, uint64_t lq, uint64_t ld, uint64_t piece_tokens,
-                                           bool saw_kept, Best<MT>& b, float* s_term, int* s_arg) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  ReportCheck(a, b.chk);
-  b.chk = 0.0f;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      MergeBest(b.v[mt][h], b.i[mt][h], 1);
-      MergeBest(b.v[mt][h], b.i[mt][h], 2);
-      // A row with a best (an index, or a value only where the kernel folds values alone).
-      if (t == 0 && (b.i[mt][h] >= 0 || b.v[mt][h] > -INFINITY)) {
-        const uint32_t idx = b.i[mt][h] >= 0 ? static_cast<uint32_t>(b.i[mt][h]) : 0u;
-        atomicMax(&slot->key[mt * 16 + g + 8 * h], PackKey(b.v[mt][h], idx));
-      }
-    }
-  }
-  if (a.d.mask && __any_sync(kFull, saw_kept) && lane == 0) atomicOr(&slot->kept, 1u);
-  __threadfence();
-  __syncwarp();
-  unsigned long long merged = 0;
-  if (lane == 0) merged = atomicAdd(&slot->tokens, static_cast<unsigned long long>(piece_tokens)) + piece_tokens;
-  merged = __shfl_sync(kFull, merged, 0);
-  if (merged != ld) return;
-  __threadfence();
-  // Lanes t == 0 take the merged keys; lanes 1-3 of the quad still hold this piece's best, which WriteRows' quad
-  // merge combines with them (the merged key is at least as good).
-  if (t == 0) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const unsigned long long k = atomicExch(&slot->key[mt * 16 + g + 8 * h], 0ull);
-        b.v[mt][h] = k ? KeyValue(k) : -INFINITY;
-        b.i[mt][h] = k ? static_cast<int>(KeyIndex(k)) : -1;
-      }
-    }
-  }
-  unsigned int kept = 0;
-  if (lane == 0) {
-    kept = a.d.mask ? atomicExch(&slot->kept, 0u) : 1u;
-    atomicExch(&slot->tokens, 0ull);
-  }
-  const bool doc_nonempty = a.d.mask ? __shfl_sync(kFull, kept, 0) != 0 : ld > 0;
-  WriteRows<MT>(a, p, qi, dj, 0, qb, lq, doc_nonempty, b, s_term, s_arg);
-}
 
 }  // namespace mscuda
 

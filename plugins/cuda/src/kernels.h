@@ -127,17 +127,10 @@ struct CandidateLists {
   uint32_t cap = 0;
 };
 
-// How the exact ring kernel (ExactTcPipeKernel) fills its per-warp rings: 16-byte cp.async per lane into a
-// swizzled ring, 8 warps x 3 stages or 12 warps x 2 stages; or one bulk copy per document row (Hopper only;
-// elsewhere cp.async) into padded rows, 8 warps x 3 stages or 4 warps x 6 stages.
-enum RingCopy : uint32_t { kRingCpAsync = 0, kRingBulk = 1, kRingBulk4x6 = 2, kRingCpAsync12x2 = 3 };
-
 // Default kernels a backend may switch off, read once when it is created (backend.h, Tuning) so that tests can
 // check each one against the general kernel it replaces, bit for bit.
 struct KernelSwitches {
-  bool pipe = true;                // exact: per-warp ring for many short-query pairs
-  uint32_t ring = kRingCpAsync;    // exact: how that ring is filled (RingCopy)
-  bool ring_split = false;         // exact: its warps share pairs at 32-token steps (PairRange::Split)
+  bool pipe = true;                // exact: per-warp cp.async ring for many short-query pairs
   bool screen_pipe = true;         // screening: its per-warp ring
   bool wgmma = true;               // exact: Hopper wgmma for long values-only queries
   bool batch = true;               // exact: Hopper wgmma for query batches (needs wgmma too)
@@ -153,18 +146,6 @@ struct QueryBatch {
   uint32_t per_group = 0;
   uint64_t nq = 0;
 };
-
-// The exact ring kernel's merge slot for one pair that a split launch (PairRange::Split) cut between warps
-// (forward_common.cuh, MergePiece): per query row the best (value, index) key so far, the tokens merged, and
-// whether any kept document token was seen. All zero between launches: each launch's last piece of a pair
-// resets its slot.
-struct RingMergeSlot {
-  unsigned long long key[32];
-  unsigned long long tokens;
-  unsigned int kept, pad;
-};
-// Slots a backend keeps for the ring kernel: one per warp of its largest launch.
-constexpr uint32_t kRingMergeSlotsPerSm = 12;
 
 struct ForwardArgs {
   SetsView q, d;
@@ -182,9 +163,6 @@ struct ForwardArgs {
   // a kept row, or an overflow); the host then locates the offending token (LaunchRowCheck) and fails the call.
   // Null: no check (packed buffers are validated when loaded).
   unsigned int* bad = nullptr;
-  // The backend's RingMergeSlots (kRingMergeSlotsPerSm per SM, zero between launches), or null: the exact ring
-  // kernel then gives each warp whole pairs.
-  RingMergeSlot* merge = nullptr;
 
   // What a persistent wgmma block iterates over: (query, document) pairs, or the documents of a batch launch.
   __host__ __device__ uint64_t Units() const { return batch.slot ? pairs.nd : pairs.n_pairs; }

@@ -87,11 +87,6 @@ ForwardArgs MatrixForwardArgs(const SetsView& q, const SetsView& d, uint64_t nq,
 
 Status LaunchForward(const Backend& b, const Plan& plan, ForwardArgs a, cudaStream_t stream) {
   a.sw = b.tuning.kernels;
-  const uint64_t merge_bytes =
-      static_cast<uint64_t>(std::max(1, b.prop.multiProcessorCount)) * kRingMergeSlotsPerSm * sizeof(RingMergeSlot);
-  if (b.ring_merge.capacity() >= merge_bytes) {
-    a.merge = reinterpret_cast<RingMergeSlot*>(b.ring_merge.data());
-  }
   a.part.groups = plan.groups;
   a.part.group_rows = plan.rows;
   if (!plan.partials) {

@@ -520,7 +520,7 @@ __global__ void __launch_bounds__(W * 32, 1) ScreenPipeKernel(const ForwardArgs 
   const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * W + warp;
   if (wid >= n_warps) return;
   const PairRange range(a.pairs.n_pairs, wid, n_warps);
-  if (range.Empty()) return;
+  if (range.begin >= range.end) return;
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(screen_ring)) +
                         static_cast<uint32_t>(warp) * (S * kStageBytes);
   const uint8_t* codes = reinterpret_cast<const uint8_t*>(a.d.codes);
@@ -556,7 +556,7 @@ __global__ void __launch_bounds__(W * 32, 1) ScreenPipeKernel(const ForwardArgs 
   uint4 qa[MT][CC], qc[MT][CC];
   uint64_t loaded_q = ~0ull;
   uint32_t consumed = 0;
-  for (uint64_t p = range.begin.pair; p < range.end.pair; ++p) {
+  for (uint64_t p = range.begin; p < range.end; ++p) {
     uint64_t qi, dj;
     a.pairs.Resolve(p, &qi, &dj);
     const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
