@@ -982,9 +982,9 @@ TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensors) {
   }
 }
 
-TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensorsValuesOnly) {
-  // Unmasked dense device tensors, scores only, dot: the ring kernel folds whole steps by value alone and samples
-  // the folded input check (exact.cu). It must give the one-pair-per-warp kernel's bits, and a non-finite value
+TEST_F(Gpu, ManyPairsPipelineKernelUnmaskedDeviceTensors) {
+  // Unmasked dense device tensors, dot: the ring kernel folds whole steps without per-column tests (by value
+  // alone for scores only) and samples the folded input check (exact.cu). It must give the one-pair-per-warp kernel's bits, and a non-finite value
   // anywhere in a document row or a query row must fail the call naming its token.
   Context gpu(Options("cuda"));
   auto rng = Rng(161);
@@ -998,6 +998,20 @@ TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensorsValuesOnly) {
                                  MAXSIM_MODE_EXACT);
   ExpectReference(q, d, MAXSIM_METRIC_DOT, ref, "values-only reference");
   ExpectSameBits(DeviceScoreValues(gpu, dq, dd, MAXSIM_METRIC_DOT), plain, "values-only ring vs one pair per warp");
+  // With argmax (the training forward's whole steps fold (value, index) without per-column tests): the same
+  // scores and argmax as the one-pair-per-warp kernel, on these documents and on documents of duplicated tokens
+  // (equal similarities: the lowest token index must win).
+  const TokenSets dup = Encoded(Generate(rng, Shape::kDuplicates, 700, 0, 200, 128), MAXSIM_BF16);
+  for (const TokenSets* docs : {&d, &dup}) {
+    const DeviceSets xd(*docs);
+    const uint64_t am = docs->n_sets() * q.rows();
+    const Matrix ring = DeviceForward(gpu, dq, xd, MAXSIM_LAYOUT_MATRIX, {}, {}, am, MAXSIM_METRIC_DOT);
+    const Matrix one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [&](Context& g) {
+      return DeviceForward(g, dq, xd, MAXSIM_LAYOUT_MATRIX, {}, {}, am, MAXSIM_METRIC_DOT);
+    });
+    ExpectIdentical(ring, one, docs == &d ? "argmax ring vs one pair per warp" : "argmax ring, duplicated tokens");
+    ExpectReference(q, *docs, MAXSIM_METRIC_DOT, ring, "argmax ring reference", 300);
+  }
   // Non-finite values: a document token in the middle of a long document (a step that is neither its first nor
   // its last), its last token, a first token, query tokens; NaN and both infinities.
   uint64_t long_doc = 0;

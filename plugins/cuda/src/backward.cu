@@ -58,6 +58,9 @@ __global__ void BackwardCheckKernel(const BackwardArgs a) {
   }
 }
 
+// Pairs (grad_Q) or contributions (deterministic grad_D) whose loads are issued together.
+constexpr int kGatherBatch = 8;
+
 // One warp per query row; lanes own 4 consecutive dims of a 128-dim chunk.
 __global__ void GradQKernel(const BackwardArgs a, uint64_t row_begin, uint64_t row_end) {
   const int lane = threadIdx.x & 31;
@@ -76,18 +79,42 @@ __global__ void GradQKernel(const BackwardArgs a, uint64_t row_begin, uint64_t r
     PairRange(a, i, &p0, &p1);
     for (uint32_t k0 = 0; k0 < dim; k0 += 128) {
       float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (uint64_t p = p0; p < p1; ++p) {
-        uint64_t ii, j;
-        a.pairs.Resolve(p, &ii, &j);
-        const int32_t t = a.pairs.ArgmaxPtr(p, i, j, o_i, lq)[s];
-        const uint64_t dbj = a.d.Begin(j), ldj = a.d.End(j) - dbj;
-        if (t < 0 || static_cast<uint64_t>(t) >= ldj || !a.d.Kept(dbj + t)) continue;  // reported by the check
-        const float g = a.grad[p];
-        const uint8_t* drow = a.d.orig + (dbj + t) * a.d.row_bytes;
+      // Pairs in order, kGatherBatch at a time: every argmax and document element of a batch is loaded before
+      // the first FMA (one memory latency per batch instead of two per pair); the FMAs keep the pair order.
+      for (uint64_t pb = p0; pb < p1; pb += kGatherBatch) {
+        const uint8_t* drow[kGatherBatch];
+        float g[kGatherBatch];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const uint32_t k = k0 + lane * 4 + u;
-          if (k < dim) acc[u] = fmaf(g, LoadElem(drow, k, a.d.dtype), acc[u]);
+        for (int b = 0; b < kGatherBatch; ++b) {
+          drow[b] = nullptr;
+          g[b] = 0.0f;
+          const uint64_t p = pb + b;
+          if (p >= p1) continue;
+          uint64_t ii, j;
+          a.pairs.Resolve(p, &ii, &j);
+          const int32_t t = a.pairs.ArgmaxPtr(p, i, j, o_i, lq)[s];
+          const uint64_t dbj = a.d.Begin(j), ldj = a.d.End(j) - dbj;
+          if (t < 0 || static_cast<uint64_t>(t) >= ldj || !a.d.Kept(dbj + t)) continue;  // reported by the check
+          g[b] = a.grad[p];
+          drow[b] = a.d.orig + (dbj + t) * a.d.row_bytes;
+        }
+        float x[kGatherBatch][4];
+#pragma unroll
+        for (int b = 0; b < kGatherBatch; ++b) {
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const uint32_t k = k0 + lane * 4 + u;
+            x[b][u] = drow[b] != nullptr && k < dim ? LoadElem(drow[b], k, a.d.dtype) : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < kGatherBatch; ++b) {
+          if (drow[b] == nullptr) continue;
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const uint32_t k = k0 + lane * 4 + u;
+            if (k < dim) acc[u] = fmaf(g[b], x[b][u], acc[u]);
+          }
         }
       }
 #pragma unroll
@@ -112,22 +139,30 @@ __global__ void GradDAtomicKernel(const BackwardArgs a, int vec4) {
     const uint64_t db = a.d.Begin(j), ld = a.d.End(j) - db;
     const int32_t* am = a.pairs.ArgmaxPtr(p, i, j, qb - a.q.Begin(0), lq);
     const float g = a.grad[p];
-    for (uint64_t s = 0; s < lq; ++s) {
-      const int32_t t = am[s];
-      if (t < 0 || static_cast<uint64_t>(t) >= ld || !a.d.Kept(db + t) || !a.q.Kept(qb + s)) continue;
-      const uint8_t* qrow = a.q.orig + (qb + s) * a.q.row_bytes;
-      float* out = a.grad_d + (db + t) * dim;
+    // 32 query tokens at a time: lane l loads token s0 + l's argmax, then the warp scatters the hits in order.
+    for (uint64_t s0 = 0; s0 < lq; s0 += 32) {
+      const uint64_t sl = s0 + lane;
+      const int32_t tv = sl < lq ? am[sl] : -1;
+      const bool hit = tv >= 0 && static_cast<uint64_t>(tv) < ld && a.d.Kept(db + tv) && a.q.Kept(qb + sl);
+      unsigned mask = __ballot_sync(kFull, hit);
+      while (mask) {
+        const int l = __ffs(mask) - 1;
+        mask &= mask - 1;
+        const uint64_t s = s0 + l, t = static_cast<uint64_t>(__shfl_sync(kFull, tv, l));
+        const uint8_t* qrow = a.q.orig + (qb + s) * a.q.row_bytes;
+        float* out = a.grad_d + (db + t) * dim;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (vec4) {
-        for (uint32_t k = lane * 4; k < dim; k += 128) {
-          const float4 v = make_float4(g * LoadElem(qrow, k, a.q.dtype), g * LoadElem(qrow, k + 1, a.q.dtype),
-                                       g * LoadElem(qrow, k + 2, a.q.dtype), g * LoadElem(qrow, k + 3, a.q.dtype));
-          atomicAdd(reinterpret_cast<float4*>(out + k), v);
+        if (vec4) {
+          for (uint32_t k = lane * 4; k < dim; k += 128) {
+            const float4 v = make_float4(g * LoadElem(qrow, k, a.q.dtype), g * LoadElem(qrow, k + 1, a.q.dtype),
+                                         g * LoadElem(qrow, k + 2, a.q.dtype), g * LoadElem(qrow, k + 3, a.q.dtype));
+            atomicAdd(reinterpret_cast<float4*>(out + k), v);
+          }
+          continue;
         }
-        continue;
-      }
 #endif
-      for (uint32_t k = lane; k < dim; k += 32) atomicAdd(out + k, g * LoadElem(qrow, k, a.q.dtype));
+        for (uint32_t k = lane; k < dim; k += 32) atomicAdd(out + k, g * LoadElem(qrow, k, a.q.dtype));
+      }
     }
   }
 }
@@ -178,17 +213,33 @@ __global__ void __launch_bounds__(kDetWarps * 32) GradDDeterministicKernel(const
         const bool hit = tv >= 0 && static_cast<uint64_t>(tv) >= t0 && static_cast<uint64_t>(tv) < t0 + kDetRows &&
                          static_cast<uint64_t>(tv) < ld && a.d.Kept(db + tv) && a.q.Kept(qb + s);
         unsigned mask = __ballot_sync(kFull, hit);
+        // The hits in lane order, kGatherBatch at a time: the query elements of a batch are loaded before the
+        // first add (one memory latency per batch), and the adds keep the order.
         while (mask) {
-          const int l = __ffs(mask) - 1;
-          mask &= mask - 1;
-          const int t = __shfl_sync(kFull, tv, l);
-          const uint8_t* qrow = a.q.orig + (qb + s0 + l) * a.q.row_bytes;
-          float4 v = acc[t - t0][lane];
-          if (k0 + 0 < dim) v.x += g * LoadElem(qrow, k0 + 0, a.q.dtype);
-          if (k0 + 1 < dim) v.y += g * LoadElem(qrow, k0 + 1, a.q.dtype);
-          if (k0 + 2 < dim) v.z += g * LoadElem(qrow, k0 + 2, a.q.dtype);
-          if (k0 + 3 < dim) v.w += g * LoadElem(qrow, k0 + 3, a.q.dtype);
-          acc[t - t0][lane] = v;
+          int row[kGatherBatch];
+          float x[kGatherBatch][4];
+#pragma unroll
+          for (int b = 0; b < kGatherBatch; ++b) {
+            row[b] = -1;
+            if (mask) {
+              const int l = __ffs(mask) - 1;
+              mask &= mask - 1;
+              row[b] = __shfl_sync(kFull, tv, l) - static_cast<int>(t0);
+              const uint8_t* qrow = a.q.orig + (qb + s0 + l) * a.q.row_bytes;
+#pragma unroll
+              for (int u = 0; u < 4; ++u) x[b][u] = k0 + u < dim ? LoadElem(qrow, k0 + u, a.q.dtype) : 0.0f;
+            }
+          }
+#pragma unroll
+          for (int b = 0; b < kGatherBatch; ++b) {
+            if (row[b] < 0) continue;
+            float4 v = acc[row[b]][lane];
+            if (k0 + 0 < dim) v.x += g * x[b][0];
+            if (k0 + 1 < dim) v.y += g * x[b][1];
+            if (k0 + 2 < dim) v.z += g * x[b][2];
+            if (k0 + 3 < dim) v.w += g * x[b][3];
+            acc[row[b]][lane] = v;
+          }
         }
       }
     }

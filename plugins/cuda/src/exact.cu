@@ -483,9 +483,10 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   uint4 qa[MT][4], qc[MT][4];
   uint64_t loaded_q = ~0ull;
   uint32_t consumed = 0;
-  // Scores only, dot, no document mask: whole steps fold values alone (below); argmax requests keep FoldTile's
-  // (value, index) fold everywhere.
-  const bool values_fast = a.pairs.argmax == nullptr && !a.cosine && a.d.mask == nullptr;
+  // Dot, no document mask: whole steps skip FoldTile's per-column tests (below), and fold values alone unless
+  // the call asks for argmax.
+  const bool fast = !a.cosine && a.d.mask == nullptr;
+  const bool want_arg = a.pairs.argmax != nullptr;
   const bool check = a.bad != nullptr;
   for (uint64_t p = range.begin; p < range.end; ++p) {
     uint64_t qi, dj;
@@ -530,8 +531,9 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
           for (int mt = 0; mt < MT; ++mt) MmaChunk16<T>(acc[mt], qa[mt][c], qc[mt][c], bv[c]);
         }
       };
-      if (values_fast && base + kPipeStep <= ld) {
-        // A whole step of kept tokens, values only: the row maxima alone (no indices, no per-column tests; the
+      if (fast && base + kPipeStep <= ld) {
+        // A whole step of kept tokens: no per-column tests. With argmax, FoldTile's (value, index) fold (strict >,
+        // this lane's tokens in increasing order, 32-bit indices); scores only, the row maxima alone (the
         // maximum's value is the same whichever of equal keys the strict fold would keep, and -0 or +0 adds the
         // same to a score). The folded input check samples: a non-finite element of a row makes every
         // similarity of that row non-finite (0 * inf is NaN), so two similarities per lane and tile meet every
@@ -541,10 +543,28 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
         for (int u = 0; u < kPipeStep / 8; ++u) {
           float acc[MT][4];
           tile(u, acc);
+          if (want_arg) {
+            const int n0 = static_cast<int>(base) + u * 8 + 2 * t;
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            best.v[mt][0] = fmaxf(best.v[mt][0], fmaxf(acc[mt][0], acc[mt][1]));
-            best.v[mt][1] = fmaxf(best.v[mt][1], fmaxf(acc[mt][2], acc[mt][3]));
+            for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                if (acc[mt][2 * h] > best.v[mt][h]) {
+                  best.v[mt][h] = acc[mt][2 * h];
+                  best.i[mt][h] = n0;
+                }
+                if (acc[mt][2 * h + 1] > best.v[mt][h]) {
+                  best.v[mt][h] = acc[mt][2 * h + 1];
+                  best.i[mt][h] = n0 + 1;
+                }
+              }
+            }
+          } else {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              best.v[mt][0] = fmaxf(best.v[mt][0], fmaxf(acc[mt][0], acc[mt][1]));
+              best.v[mt][1] = fmaxf(best.v[mt][1], fmaxf(acc[mt][2], acc[mt][3]));
+            }
           }
           if (check) {
             best.chk = MaxNaN(best.chk, MaxNaN(fabsf(acc[0][0]), fabsf(acc[0][1])));
@@ -569,7 +589,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
         }
       }
     }
-    if (values_fast && check && saw_kept) {
+    if (fast && check && saw_kept) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) best.chk = MaxNaN(best.chk, MaxNaN(fabsf(best.v[mt][0]), fabsf(best.v[mt][1])));
     }
