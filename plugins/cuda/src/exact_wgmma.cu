@@ -343,34 +343,28 @@ struct BatchRows {
   }
 };
 
-// The end of document dj in a batch launch: every row's term into s_term at its local row (zero past its
-// query's length, for masked rows and in slots without a query), then thread q sums slot q in token order
-// (OrderedSum, as FinishPair does for one query) and writes query q's score.
-template <class Barrier>
-__device__ __forceinline__ void FinishDocBatch(const ForwardArgs& a, const Barrier& bar, float* s_term,
-                                               float (&run)[1][2], uint32_t wrow, uint32_t grp, uint64_t dj,
-                                               uint64_t ld, bool saw_kept, float chk) {
+// The end of document dj in a batch launch: every row's term (zero for masked rows; nothing for rows past its
+// query's length and slots without a query) goes to the partial results, terms[(qi * nd + dj) * slot + token], and
+// FinalizeKernel sums each (query, document) in token order after the kernel (the same ordered double sum as
+// every other kernel's, and the document's emptiness from its mask). No block barrier: the warpgroups run on
+// into the next document.
+__device__ __forceinline__ void FinishDocBatch(const ForwardArgs& a, float (&run)[1][2], uint32_t wrow,
+                                               uint32_t grp, uint64_t dj, float chk) {
   QuadMaxRows<1>(a, run, chk);
-  const bool doc_nonempty = a.d.mask ? bar.SyncOr(saw_kept) : (bar.Sync(), ld > 0);
   if ((threadIdx.x & 3) == 0) {
     const BatchRows br(a, grp, wrow);
+    if (!br.has_query) return;
+    const uint64_t qi = static_cast<uint64_t>(grp) * a.batch.per_group + wrow / a.batch.slot;
+    float* out = a.part.term + (qi * a.pairs.nd + dj) * a.batch.slot;
     const uint32_t g = (threadIdx.x & 31) >> 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint64_t r = br.tok + g + 8 * h;
+      if (r >= br.lq) continue;
       float term = 0.0f;
-      if (br.has_query && r < br.lq && a.q.Kept(br.qb + r)) {
-        term = a.cosine ? run[0][h] * InvNorm(RowNorm(a.q, br.qb + r)) : run[0][h];
-      }
-      s_term[wrow + g + 8 * h] = term;
+      if (a.q.Kept(br.qb + r)) term = a.cosine ? run[0][h] * InvNorm(RowNorm(a.q, br.qb + r)) : run[0][h];
+      out[r] = term;
     }
-  }
-  bar.Sync();
-  const uint32_t q = threadIdx.x;
-  const uint64_t qi = static_cast<uint64_t>(grp) * a.batch.per_group + q;
-  if (q < a.batch.per_group && qi < a.batch.nq) {
-    const double sum = OrderedSum(s_term + q * a.batch.slot, a.q.End(qi) - a.q.Begin(qi));
-    *a.pairs.ScorePtr(dj, qi, dj) = doc_nonempty ? RoundScore(sum) : -INFINITY;
   }
 }
 
@@ -517,7 +511,7 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
       }
     }
     if constexpr (kBatch) {
-      FinishDocBatch(a, BlockBarrier{}, s_term, run, wg * 64 + wq * 16, grp, dj, ld, saw_kept, chk);
+      FinishDocBatch(a, run, wg * 64 + wq * 16, grp, dj, chk);
     } else {
       FinishPair<QS>(a, BlockBarrier{}, tid == 0, s_term, run, wg * QS * 64 + wq * 16 + g, grp, r0b, p, qi, dj,
                      qb, lq, ld, saw_kept, chk);
@@ -604,6 +598,7 @@ cudaError_t LaunchExactWgmma(const ForwardArgs& a, cudaStream_t stream) {
 bool WgmmaBatchUsable(const ForwardArgs& a, uint64_t max_lq) {
   if (!a.sw.wgmma || !a.sw.batch) return false;
   if (a.pairs.layout != kPairsMatrix || a.pairs.argmax != nullptr || a.pairs.nd == 0) return false;
+  if (a.part.term == nullptr) return false;  // the per-row terms go through the partial results (BatchPartialBytes)
   if (a.pairs.n_pairs / a.pairs.nd < 2 || max_lq > 128) return false;
   return WgmmaInputsFit(a);
 }
@@ -623,9 +618,20 @@ cudaError_t LaunchExactWgmmaBatch(const ForwardArgs& in, uint64_t max_lq, cudaSt
   if (groups > 0x7fffffffull) return cudaErrorInvalidConfiguration;
   a.part.groups = static_cast<uint32_t>(groups);
   a.part.group_rows = rows;
-  a.part.term = nullptr;
   a.part.arg = nullptr;
-  return a.q.dtype == kBF16 ? LaunchWgmmaT<__nv_bfloat16, true>(a, stream) : LaunchWgmmaT<__half, true>(a, stream);
+  const cudaError_t e =
+      a.q.dtype == kBF16 ? LaunchWgmmaT<__nv_bfloat16, true>(a, stream) : LaunchWgmmaT<__half, true>(a, stream);
+  if (e != cudaSuccess) return e;
+  // The scores: each (query, document) pair's slot of terms summed in token order.
+  ForwardArgs f = in;
+  f.part.groups = 1;
+  f.part.group_rows = slot;
+  f.part.arg = nullptr;
+  return LaunchFinalize(f, stream);
+}
+
+uint64_t BatchPartialBytes(uint64_t n_pairs, uint64_t max_lq) {
+  return max_lq > 128 ? 0 : n_pairs * std::max<uint64_t>(16, (max_lq + 15) / 16 * 16) * sizeof(float);
 }
 
 }  // namespace mscuda

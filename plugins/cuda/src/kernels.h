@@ -189,8 +189,11 @@ cudaError_t LaunchExactWgmma(const ForwardArgs& a, cudaStream_t stream);
 // values only, scored as one block row group of several queries per document, so each document tile is read once
 // (from memory; the other groups' blocks read it from L2 at the same time) for all queries of a group. Same
 // bits as every other 16-bit kernel. max_lq: the longest query.
+// The batch kernel writes each row's term to a.part.term (BatchPartialBytes(n_pairs, max_lq) bytes; without them
+// the pair kernels run) and FinalizeKernel sums them after it.
 bool WgmmaBatchUsable(const ForwardArgs& a, uint64_t max_lq);
 cudaError_t LaunchExactWgmmaBatch(const ForwardArgs& a, uint64_t max_lq, cudaStream_t stream);
+uint64_t BatchPartialBytes(uint64_t n_pairs, uint64_t max_lq);
 // FFMA exact forward (any dtype / layout): always writes partials with group_rows = kFfmaGroupRows.
 constexpr uint32_t kFfmaGroupRows = 32;
 cudaError_t LaunchExactFfma(const ForwardArgs& a, cudaStream_t stream);

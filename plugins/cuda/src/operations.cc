@@ -243,7 +243,8 @@ Status ScoreCandidates(Backend& b, const maxsim_plugin_score_args& a) {
   probe_d.row_bytes = c.info.orig_row_bytes;
   probe_d.dtype = c.info.dtype;
   probe_d.dim = c.info.dim;
-  const Plan plan = MakePlan(b, q.view, probe_d, q.max_len, mode);
+  Plan plan = MakePlan(b, q.view, probe_d, q.max_len, mode);
+  plan.batch_terms = false;  // pair lists never run the batch kernel: no room for its terms
   const std::vector<DocChunk> chunks =
       MakeChunks(c, c.streamed ? nd : nd, StreamedRowBytes(c, need_codes), b.chunk_bytes);
   std::vector<uint32_t> chunk_of(nd);

@@ -51,6 +51,10 @@ Plan MakePlan(const Backend& b, const SetsView& q, const SetsView& d, uint64_t m
   p.groups = static_cast<uint32_t>(std::max<uint64_t>(1, (max_lq + p.rows - 1) / p.rows));
   p.partials = p.kind == KernelKind::kFfma || p.groups > 1;
   p.max_lq = max_lq;
+  // Whether LaunchForward may run the wgmma batch kernel (exact tensor-core plans of queries of <= 128 tokens on
+  // a device with it): its per-row terms then need room (WgmmaBatchUsable decides per launch).
+  p.batch_terms = (p.kind == KernelKind::kTc || p.kind == KernelKind::kTcSmem) && !p.partials && max_lq <= 128 &&
+                  b.tuning.kernels.wgmma && b.tuning.kernels.batch && WgmmaAvailable(b.device);
   return p;
 }
 
@@ -72,6 +76,8 @@ ForwardArgs MatrixForwardArgs(const SetsView& q, const SetsView& d, uint64_t nq,
   if (plan.partials && partials) {
     fa.part.term = reinterpret_cast<float*>(partials);
     fa.part.arg = reinterpret_cast<int32_t*>(partials + nq * nd * plan.groups * plan.rows * 4);
+  } else if (plan.batch_terms && partials) {
+    fa.part.term = reinterpret_cast<float*>(partials);  // the batch kernel's terms
   }
   if (plan.kind == KernelKind::kScreenWgmma && partials) {
     const uint64_t tasks = nq * nd * plan.groups;

@@ -21,8 +21,10 @@ struct Plan {
   bool partials = true;
   uint32_t cand_cap = 0;           // kScreenWgmma: candidate entries per task
   uint64_t max_lq = 0;             // the longest query (LaunchForward: whether the batch kernel takes it)
+  bool batch_terms = false;        // the wgmma batch kernel may take the call: room for its per-row terms
   uint64_t PartialBytes(uint64_t n_pairs) const {
-    return (partials ? n_pairs * groups * rows * (sizeof(float) + sizeof(int32_t)) : 0) + CandidateBytes(n_pairs);
+    return (partials ? n_pairs * groups * rows * (sizeof(float) + sizeof(int32_t)) : 0) + CandidateBytes(n_pairs) +
+           (batch_terms && !partials ? BatchPartialBytes(n_pairs, max_lq) : 0);
   }
   // kScreenWgmma's candidate lists, thresholds and counts (CandidateLists), after the partials.
   uint64_t CandidateBytes(uint64_t n_pairs) const {
