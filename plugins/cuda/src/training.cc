@@ -124,7 +124,8 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
   const std::vector<uint64_t>& am = in.am;
   if (a.scores == nullptr && n_pairs > 0) return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
   const bool cosine = a.metric == MAXSIM_METRIC_COSINE;
-  const Plan plan = MakePlan(b, q.view, d.view, q.max_len, MAXSIM_MODE_EXACT);
+  Plan plan = MakePlan(b, q.view, d.view, q.max_len, MAXSIM_MODE_EXACT);
+  if (a.argmax != nullptr || in.list || a.layout == MAXSIM_LAYOUT_PAIRS) plan.batch_terms = false;  // no batch kernel
   Carver cv;
   const uint64_t o_qoff = cv.Add((nq + 1) * 8), o_doff = cv.Add((nd + 1) * 8), o_flag = cv.Add(16);
   const uint64_t o_qn = cosine ? cv.Add(q.n_rows * 4) : 0, o_dn = cosine ? cv.Add(d.n_rows * 4) : 0;
@@ -187,8 +188,10 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
     fa.pairs.pd = reinterpret_cast<const uint32_t*>(s + o_pd);
     fa.pairs.am_base = reinterpret_cast<const uint64_t*>(s + o_am);
   }
-  fa.part.term = reinterpret_cast<float*>(s + o_part);
-  fa.part.arg = reinterpret_cast<int32_t*>(s + o_part + n_pairs * plan.groups * plan.rows * 4);
+  if (plan.PartialBytes(n_pairs) > 0) {
+    fa.part.term = reinterpret_cast<float*>(s + o_part);
+    fa.part.arg = reinterpret_cast<int32_t*>(s + o_part + n_pairs * plan.groups * plan.rows * 4);
+  }
   fa.bad = bad_dev;
   MSC_RETURN(LaunchForward(b, plan, fa, stream));
   if (!b.sync_calls) return Status::Ok();
