@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_agree.h"
 #include "kernels/kernel.h"
 #include "maxsim/maxsim.hpp"
 #include "test_util.h"
@@ -24,42 +25,7 @@ std::vector<size_t> AllKernels() {
   return ids;
 }
 
-Context ContextFor(const char* kernel, int threads = 2) {
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.isa = kernel;
-  o.num_threads = threads;
-  o.load_plugins = 0;
-  o.backend = "cpu";
-  return Context(o);
-}
-
-struct Result {
-  std::vector<float> scores;
-  std::vector<int32_t> argmax;
-};
-
-Result Matrix(Context& ctx, const TokenSets& q, const TokenSets& d, maxsim_metric metric, maxsim_mode mode,
-              bool pack_docs, maxsim_stats* stats = nullptr) {
-  Result r;
-  const uint64_t nq = q.n_sets(), nd = d.n_sets();
-  r.scores.assign(nq * nd, std::nanf(""));
-  r.argmax.assign(nd * q.rows(), -7);
-  ScoreOptions o;
-  o.metric = metric;
-  o.mode = mode;
-  o.stats = stats;
-  const DenseSets qd = q.Dense(), dd = d.Dense();
-  if (pack_docs) {
-    Packed pd = Packed::Pack(ctx, dd);
-    ctx.ScoreMatrix(qd, pd, r.scores, o, r.argmax.data());
-  } else {
-    ctx.ScoreMatrix(qd, dd, r.scores, o, r.argmax.data());
-  }
-  return r;
-}
-
-void ExpectMatchesReference(const TokenSets& q, const TokenSets& d, maxsim_metric metric, const Result& r,
+void ExpectMatchesReference(const TokenSets& q, const TokenSets& d, maxsim_metric metric, const Outcome& r,
                             const std::string& what) {
   const uint64_t nd = d.n_sets();
   for (uint64_t i = 0; i < q.n_sets(); ++i) {
@@ -69,15 +35,6 @@ void ExpectMatchesReference(const TokenSets& q, const TokenSets& d, maxsim_metri
       ASSERT_TRUE(err.empty()) << what << " query " << i << " doc " << j << ": " << err;
     }
   }
-}
-
-void ExpectIdentical(const Result& a, const Result& b, const std::string& what) {
-  ASSERT_EQ(a.scores.size(), b.scores.size());
-  for (size_t i = 0; i < a.scores.size(); ++i) {
-    ASSERT_EQ(std::memcmp(&a.scores[i], &b.scores[i], sizeof(float)), 0)
-        << what << ": score " << i << " differs: " << a.scores[i] << " vs " << b.scores[i];
-  }
-  ASSERT_EQ(a.argmax, b.argmax) << what << ": argmax differs";
 }
 
 class KernelTest : public ::testing::TestWithParam<size_t> {
@@ -97,7 +54,7 @@ const maxsim_dtype kDtypes[] = {MAXSIM_F32, MAXSIM_F16, MAXSIM_BF16};
 const maxsim_metric kMetrics[] = {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE};
 
 TEST_P(KernelTest, ExactAndCertifiedMatchReferenceAcrossDimsAndDtypes) {
-  Context ctx = ContextFor(name_.c_str());
+  Context ctx = KernelContext(name_.c_str(), 2);
   std::mt19937_64 rng(1234 + GetParam());
   for (uint32_t dim : kDims) {
     for (maxsim_dtype dtype : kDtypes) {
@@ -109,13 +66,13 @@ TEST_P(KernelTest, ExactAndCertifiedMatchReferenceAcrossDimsAndDtypes) {
       for (maxsim_metric metric : kMetrics) {
         const std::string what = "kernel " + name_ + " dim " + std::to_string(dim) + " dtype " +
                                  std::to_string(dtype) + " metric " + std::to_string(metric);
-        const Result exact = Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, false);
+        const Outcome exact = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_EXACT, false);
         ExpectMatchesReference(q, d, metric, exact, what + " exact/dense");
-        const Result exact_packed = Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
+        const Outcome exact_packed = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
         ExpectIdentical(exact, exact_packed, what + " exact dense vs packed");
-        const Result certified = Matrix(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, true);
+        const Outcome certified = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, true);
         ExpectIdentical(exact, certified, what + " certified vs exact");
-        const Result certified_dense = Matrix(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, false);
+        const Outcome certified_dense = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, false);
         ExpectIdentical(exact, certified_dense, what + " certified(dense) vs exact");
       }
     }
@@ -123,7 +80,7 @@ TEST_P(KernelTest, ExactAndCertifiedMatchReferenceAcrossDimsAndDtypes) {
 }
 
 TEST_P(KernelTest, AdversarialShapes) {
-  Context ctx = ContextFor(name_.c_str());
+  Context ctx = KernelContext(name_.c_str(), 2);
   std::mt19937_64 rng(99 + GetParam());
   const Shape shapes[] = {Shape::kGaussian,  Shape::kUnitGaussian, Shape::kClustered, Shape::kLargeNorm,
                           Shape::kTinyNorm, Shape::kNearTies,     Shape::kDuplicates};
@@ -134,9 +91,9 @@ TEST_P(KernelTest, AdversarialShapes) {
       for (maxsim_metric metric : kMetrics) {
         const std::string what = std::string("kernel ") + name_ + " shape " + ShapeName(shape) + " dim " +
                                  std::to_string(dim) + " metric " + std::to_string(metric);
-        const Result exact = Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
+        const Outcome exact = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
         ExpectMatchesReference(q, d, metric, exact, what);
-        const Result certified = Matrix(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, true);
+        const Outcome certified = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, true);
         ExpectIdentical(exact, certified, what + " certified vs exact");
       }
     }
@@ -146,19 +103,18 @@ TEST_P(KernelTest, AdversarialShapes) {
 TEST_P(KernelTest, NearTieDocumentsBuiltAroundTheQuery) {
   // Document tokens are perturbed copies of query tokens, so several document tokens compete for each query
   // token at every scale from 1e-3 down to below f32 resolution.
-  Context ctx = ContextFor(name_.c_str());
+  Context ctx = KernelContext(name_.c_str(), 2);
   std::mt19937_64 rng(7 + GetParam());
   for (double spread : {1e-3, 1e-5, 1e-7, 1e-9}) {
     TokenSets q = Generate(rng, Shape::kUnitGaussian, 3, 8, 32, 128);
     TokenSets d = NearTieDocuments(rng, q, 6, 64, spread);
     for (maxsim_metric metric : kMetrics) {
       const std::string what = "kernel " + name_ + " spread " + std::to_string(spread);
-      maxsim_stats stats{};
-      const Result exact = Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
+      const Outcome exact = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
       ExpectMatchesReference(q, d, metric, exact, what);
-      const Result certified = Matrix(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, true, &stats);
+      const Outcome certified = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, true);
       ExpectIdentical(exact, certified, what + " certified vs exact");
-      EXPECT_GT(stats.multi_candidate, 0u) << what << ": near ties should leave several candidates";
+      EXPECT_GT(certified.stats.multi_candidate, 0u) << what << ": near ties should leave several candidates";
     }
   }
 }
@@ -207,11 +163,11 @@ TEST_P(KernelTest, ExactIsOneFusedMultiplyAddPerKInOrderFromPositiveZero) {
   }
   q.Encode(MAXSIM_F32);
   d.Encode(MAXSIM_F32);
-  Context ctx = ContextFor(name_.c_str());
-  Context scalar = ContextFor("scalar");
+  Context ctx = KernelContext(name_.c_str(), 2);
+  Context scalar = KernelContext("scalar", 2);
   for (maxsim_metric metric : kMetrics) {
     const std::string what = "kernel " + name_ + " metric " + std::to_string(metric);
-    const Result exact = Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
+    const Outcome exact = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
     for (uint32_t t = 0; t < kQ; ++t) {
       ASSERT_EQ(exact.argmax[t], static_cast<int32_t>(trap(t))) << what << ": query token " << t;
       const int32_t in_short = t >= kQ - kShort ? static_cast<int32_t>(t - (kQ - kShort)) : 0;
@@ -222,21 +178,21 @@ TEST_P(KernelTest, ExactIsOneFusedMultiplyAddPerKInOrderFromPositiveZero) {
       for (float k : expect_key) sum += k;
       EXPECT_EQ(exact.scores[0], static_cast<float>(sum)) << what;
     }
-    ExpectIdentical(Matrix(scalar, q, d, metric, MAXSIM_MODE_EXACT, true), exact, what + " vs scalar");
-    ExpectIdentical(exact, Matrix(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, true), what + " certified vs exact");
+    ExpectIdentical(ScoreMatrixWith(scalar, q, d, metric, MAXSIM_MODE_EXACT, true), exact, what + " vs scalar");
+    ExpectIdentical(exact, ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED, true), what + " certified vs exact");
   }
 }
 
 TEST_P(KernelTest, ApproximateRefinesItsOwnChoice) {
   // Approximate mode is allowed to pick a worse token, but the value it reports is that token's exact
   // similarity: never above the exact maximum, and close to it.
-  Context ctx = ContextFor(name_.c_str());
+  Context ctx = KernelContext(name_.c_str(), 2);
   std::mt19937_64 rng(5 + GetParam());
   TokenSets q = Generate(rng, Shape::kUnitGaussian, 4, 1, 32, 128);
   TokenSets d = Generate(rng, Shape::kClustered, 20, 1, 120, 128);
   for (maxsim_metric metric : kMetrics) {
-    const Result exact = Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
-    const Result approx = Matrix(ctx, q, d, metric, MAXSIM_MODE_APPROXIMATE, true);
+    const Outcome exact = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_EXACT, true);
+    const Outcome approx = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_APPROXIMATE, true);
     for (size_t p = 0; p < exact.scores.size(); ++p) {
       EXPECT_LE(approx.scores[p], exact.scores[p]);
       EXPECT_GE(approx.scores[p], exact.scores[p] - 0.05f * std::fabs(exact.scores[p]) - 0.05f);
@@ -260,14 +216,14 @@ TEST(KernelsAgree, ExactResultsAreBitIdenticalAcrossKernelsAndThreadCounts) {
   std::mt19937_64 rng(2024);
   TokenSets q = Generate(rng, Shape::kUnitGaussian, 5, 0, 40, 96);
   TokenSets d = Generate(rng, Shape::kClustered, 40, 0, 90, 96);
-  std::vector<Result> results;
+  std::vector<Outcome> results;
   std::vector<std::string> names;
   for (size_t k = 0; k < maxsim_kernel_count(); ++k) {
     if (!maxsim_kernel_available(k, nullptr)) continue;
     for (int threads : {1, 2, 3}) {
-      Context ctx = ContextFor(maxsim_kernel_name(k), threads);
+      Context ctx = KernelContext(maxsim_kernel_name(k), threads);
       for (maxsim_metric metric : kMetrics) {
-        results.push_back(Matrix(ctx, q, d, metric, MAXSIM_MODE_EXACT, true));
+        results.push_back(ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_EXACT, true));
         names.push_back(std::string(maxsim_kernel_name(k)) + "/" + std::to_string(threads) + "t/m" +
                         std::to_string(metric));
       }
@@ -306,13 +262,13 @@ TEST(KernelList, AutoNeverSelectsAnExplicitOnlyKernel) {
   }
 }
 
-// Every automatically selectable kernel against scalar in every mode, candidate counters included (the
-// explicit-only `sme` kernel has its own tests): the i8 dot is exact in every kernel and
-// the keys, margins and candidate tests are the same f32 expressions, so the candidate sets (multi_candidate) and
-// the approximate choices agree too. Query lengths straddle every vector a kernel may fill (4 to 64 f32 lanes:
-// NEON, AVX2, AVX-512, SVE from 128 to 2048 bits, one vector or two), document lengths every row tile and every
-// remainder of the SVE kernels' rows-per-vector (1 to 32), dims with and without k tails, and near-tie documents
-// (several tokens within 1e-6 of the best for each query token: many candidates).
+// Every automatically selectable kernel against scalar in every mode, candidate sets included
+// (ExpectEveryKernelMatchesScalar; the explicit-only `sme` kernel has its own tests). Query lengths straddle
+// every vector a kernel may fill (4 to 64 f32 lanes: NEON, AVX2, AVX-512, SVE from 128 to 2048 bits, one vector
+// or two), document lengths every row tile and every remainder of the SVE kernels' rows-per-vector (1 to 32),
+// dims with and without k tails, and near-tie documents (several tokens within 1e-6 of the best for each query
+// token: many candidates). x86_kernel_test.cc runs the same comparison over the x86 tile shapes, 16-bit inputs
+// and every kernel variant.
 TEST(KernelsAgree, EveryModeAndCandidateSetMatchScalarAcrossVectorRemainders) {
   std::mt19937_64 rng(4242);
   const std::vector<uint64_t> lengths = {1, 3, 5, 17, 33, 65, 100};
@@ -327,27 +283,11 @@ TEST(KernelsAgree, EveryModeAndCandidateSetMatchScalarAcrossVectorRemainders) {
     if (dim > 64) doc_sets.push_back(NearTieDocuments(rng, q, 3, 45, 1e-6));
     for (size_t set = 0; set < doc_sets.size(); ++set) {
       const TokenSets& d = doc_sets[set];
-      for (maxsim_metric metric : kMetrics) {
-        for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
-          Context ref_ctx = ContextFor("scalar", 1);
-          maxsim_stats ref_stats{};
-          const Result ref = Matrix(ref_ctx, q, d, metric, mode, true, &ref_stats);
-          size_t n = 0;
-          const KernelInfo* list = KernelList(&n);
-          for (size_t k = 0; k < n; ++k) {
-            const std::string name = list[k].name;
-            if (name == "scalar" || KernelExplicitOnly(list[k]) || !KernelAvailable(list[k], nullptr)) continue;
-            const std::string what = name + " dim " + std::to_string(dim) + (set ? " near-tie" : " clustered") +
-                                     " metric " + std::to_string(metric) + " mode " + std::to_string(mode);
-            Context ctx = ContextFor(name.c_str(), 2);
-            maxsim_stats stats{};
-            ExpectIdentical(ref, Matrix(ctx, q, d, metric, mode, true, &stats), what);
-            EXPECT_EQ(stats.multi_candidate, ref_stats.multi_candidate) << what << ": candidate sets differ";
-          }
-          if (set == 1 && mode == MAXSIM_MODE_CERTIFIED) {
-            EXPECT_GT(ref_stats.multi_candidate, 0u) << "near ties should leave several candidates";
-          }
-        }
+      ExpectEveryKernelMatchesScalar(q, d, "dim " + std::to_string(dim) + (set ? " near-tie" : " clustered"), {});
+      if (set == 1) {
+        Context scalar = KernelContext("scalar", 1);
+        EXPECT_GT(ScoreMatrixWith(scalar, q, d, MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED).stats.multi_candidate, 0u)
+            << "near ties should leave several candidates";
       }
     }
   }

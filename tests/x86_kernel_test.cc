@@ -17,6 +17,7 @@
 
 #include "cpu_features.h"
 #include "half.h"
+#include "kernel_agree.h"
 #include "kernels/kernel.h"
 #include "kernels/x86/x86_kernels.h"
 #include "maxsim/maxsim.hpp"
@@ -25,52 +26,6 @@
 namespace maxsim::test {
 namespace {
 
-// A context for "kernel" or "kernel/variant" (a variant of KernelOps::variants, forced through its environment
-// variable as a user would: MAXSIM_BF16_DOT=vdpbf16ps).
-Context Ctx(const std::string& config, int threads = 1) {
-  const size_t slash = config.find('/');
-  const std::string kernel = config.substr(0, slash);
-  const char* env = nullptr;
-  size_t n = 0;
-  const KernelInfo* list = KernelList(&n);
-  for (size_t i = 0; i < n; ++i) {
-    if (kernel == list[i].name && list[i].ops->variants) env = list[i].ops->variants->env;
-  }
-  if (slash != std::string::npos) {
-    EXPECT_NE(env, nullptr) << config;
-    if (env) setenv(env, config.substr(slash + 1).c_str(), 1);
-  }
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.isa = kernel.c_str();
-  o.num_threads = threads;
-  o.load_plugins = 0;
-  o.backend = "cpu";
-  Context ctx(o);
-  if (env) unsetenv(env);
-  return ctx;
-}
-
-// Every kernel this CPU runs, and every variant of it that runs here as its own entry ("amx/fma",
-// "amx/vdpbf16ps"), so that each path is compared with the others whatever the speed check would choose.
-std::vector<std::string> Available() {
-  std::vector<std::string> configs;
-  size_t n = 0;
-  const KernelInfo* list = KernelList(&n);
-  for (size_t i = 0; i < n; ++i) {
-    if (!KernelAvailable(list[i], nullptr)) continue;
-    const KernelVariants* v = list[i].ops->variants;
-    if (v == nullptr) {
-      configs.push_back(list[i].name);
-      continue;
-    }
-    for (int j = 0; j < 4 && v->names[j]; ++j) {
-      if (v->runs(j, nullptr)) configs.push_back(std::string(list[i].name) + "/" + v->names[j]);
-    }
-  }
-  return configs;
-}
-
 // The bf16 dot variants differ only in the exact path on bf16 documents (vdpbf16ps); elsewhere a "/vdpbf16ps"
 // config runs the same code as "/fma", so the long tile-shape sweeps skip it there.
 bool RepeatsFma(const std::string& config, maxsim_mode mode, maxsim_dtype dtype) {
@@ -78,59 +33,10 @@ bool RepeatsFma(const std::string& config, maxsim_mode mode, maxsim_dtype dtype)
 }
 
 bool Has(const std::string& name) {
-  for (const std::string& n : Available()) {
+  for (const std::string& n : KernelConfigs(true)) {
     if (n.substr(0, n.find('/')) == name) return true;
   }
   return false;
-}
-
-struct Outcome {
-  std::vector<float> scores;
-  std::vector<int32_t> argmax;
-  maxsim_stats stats{};
-};
-
-Outcome Score(Context& ctx, const TokenSets& q, const TokenSets& d, maxsim_metric metric, maxsim_mode mode,
-          bool packed = true) {
-  Outcome r;
-  r.scores.assign(q.n_sets() * d.n_sets(), std::nanf(""));
-  r.argmax.assign(d.n_sets() * q.rows(), -7);
-  ScoreOptions o;
-  o.metric = metric;
-  o.mode = mode;
-  o.stats = &r.stats;
-  const DenseSets qd = q.Dense(), dd = d.Dense();
-  if (packed) {
-    Packed pd = Packed::Pack(ctx, dd);
-    ctx.ScoreMatrix(qd, pd, r.scores, o, r.argmax.data());
-  } else {
-    ctx.ScoreMatrix(qd, dd, r.scores, o, r.argmax.data());
-  }
-  return r;
-}
-
-// Query-token x non-empty-document evaluations: every one refines at least one row in certified mode.
-uint64_t Evaluations(const TokenSets& q, const TokenSets& d) {
-  uint64_t non_empty = 0;
-  for (uint64_t j = 0; j < d.n_sets(); ++j) non_empty += d.length(j) > 0;
-  return q.rows() * non_empty;
-}
-
-void ExpectSame(const Outcome& a, const Outcome& b, const std::string& what, bool counters,
-                uint64_t min_refined = 0) {
-  ASSERT_EQ(a.scores.size(), b.scores.size()) << what;
-  for (size_t i = 0; i < a.scores.size(); ++i) {
-    ASSERT_EQ(std::memcmp(&a.scores[i], &b.scores[i], 4), 0)
-        << what << ": score " << i << ": " << a.scores[i] << " vs " << b.scores[i];
-  }
-  ASSERT_EQ(a.argmax, b.argmax) << what << ": argmax differs";
-  if (counters) {
-    // The certified candidate sets are identical; the x86 kernels refine fewer of them (two-round refinement,
-    // screen_hwy-inl.h) but never fewer than one row per query token.
-    EXPECT_EQ(a.stats.multi_candidate, b.stats.multi_candidate) << what << ": multi-candidate counters differ";
-    EXPECT_LE(b.stats.refined, a.stats.refined) << what << ": refined more rows than the candidate sets hold";
-    EXPECT_GE(b.stats.refined, min_refined) << what << ": fewer refinements than query-token evaluations";
-  }
 }
 
 // One query set per length, clustered tokens, encoded as dtype.
@@ -145,32 +51,19 @@ TokenSets QueriesOfLengths(std::mt19937_64& rng, const std::vector<uint64_t>& le
   return q;
 }
 
-// Every available kernel against scalar, both metrics, every mode: identical scores, argmaxes and candidate
-// counters (ExpectSame). With dense_certified, certified mode is also scored against dense documents.
-void ExpectEveryKernelMatchesScalar(const TokenSets& q, const TokenSets& d, const std::string& label,
+// Every kernel and every variant of it against scalar (ExpectEveryKernelMatchesScalar), except a bf16 dot
+// variant where it runs the same code as the fma one.
+void ExpectEveryConfigMatchesScalar(const TokenSets& q, const TokenSets& d, const std::string& label,
                                     bool dense_certified) {
-  for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
-    for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
-      Context ref_ctx = Ctx("scalar");
-      const Outcome ref = Score(ref_ctx, q, d, metric, mode);
-      for (const std::string& k : Available()) {
-        if (k == "scalar" || RepeatsFma(k, mode, d.dtype)) continue;
-        Context ctx = Ctx(k, 2);
-        const std::string what =
-            k + " " + label + " metric " + std::to_string(metric) + " mode " + std::to_string(mode);
-        const uint64_t min_refined = mode == MAXSIM_MODE_EXACT ? 0 : Evaluations(q, d);
-        ExpectSame(ref, Score(ctx, q, d, metric, mode), what, true, min_refined);
-        if (dense_certified && mode == MAXSIM_MODE_CERTIFIED) {
-          ExpectSame(ref, Score(ctx, q, d, metric, mode, false), what + " (dense documents)", true, min_refined);
-        }
-      }
-    }
-  }
+  AgreeOptions o;
+  o.variants = true;
+  o.dense_certified = dense_certified;
+  o.repeats = RepeatsFma;
+  ExpectEveryKernelMatchesScalar(q, d, label, o);
 }
 
-// Every kernel against the scalar kernel, every mode: identical scores and argmaxes. The i8 dot is exact in
-// every kernel and the keys, margins and candidate tests use the same f32 expressions, so even the candidate
-// sets (multi_candidate) and the approximate choices must agree.
+// Every kernel and variant against the scalar kernel, every mode, on the x86 tile shapes, in f32, bf16 and f16
+// (the ISA-neutral KernelsAgree test covers the vector remainders of every ISA and near ties, in f32).
 TEST(X86Kernels, EveryKernelMatchesScalarBitForBitOnEveryTileShape) {
   std::mt19937_64 rng(31337);
   // Query lengths around the 8/16/32-lane groups, document lengths around the 1/2/4/6/8/12/16/32-row tiles.
@@ -180,7 +73,7 @@ TEST(X86Kernels, EveryKernelMatchesScalarBitForBitOnEveryTileShape) {
       const TokenSets q = QueriesOfLengths(rng, lq_lengths, dim, dtype);
       TokenSets d = Generate(rng, Shape::kClustered, 24, 0, 70, dim);
       d.Encode(dtype);
-      ExpectEveryKernelMatchesScalar(q, d, "dim " + std::to_string(dim) + " dtype " + std::to_string(dtype), true);
+      ExpectEveryConfigMatchesScalar(q, d, "dim " + std::to_string(dim) + " dtype " + std::to_string(dtype), true);
     }
   }
 }
@@ -201,7 +94,7 @@ TEST(X86Kernels, LongQueriesWithPaddedLayoutsMatchScalarBitForBit) {
       const TokenSets q = QueriesOfLengths(rng, lq_lengths, dim, dtype);
       TokenSets d = Generate(rng, Shape::kClustered, 6, 0, 40, dim);
       d.Encode(dtype);
-      ExpectEveryKernelMatchesScalar(q, d, "dim " + std::to_string(dim) + " dtype " + std::to_string(dtype), false);
+      ExpectEveryConfigMatchesScalar(q, d, "dim " + std::to_string(dim) + " dtype " + std::to_string(dtype), false);
     }
   }
 }
@@ -221,14 +114,18 @@ TEST(X86Kernels, AmxFusedScreeningAndItsFallbackMatchScalar) {
     TokenSets d = Generate(rng, Shape::kClustered, 9, 0, 150, dim);
     for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
       for (maxsim_mode mode : {MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
-        Context ref_ctx = Ctx("scalar");
-        const Outcome ref = Score(ref_ctx, q, d, metric, mode);
-        Context ctx = Ctx("amx", 2);
+        Context ref_ctx = KernelContext("scalar", 1);
+        const Outcome ref = ScoreMatrixWith(ref_ctx, q, d, metric, mode);
+        Context ctx = KernelContext("amx", 2);
         const std::string what = "dim " + std::to_string(dim) + " metric " + std::to_string(metric) + " mode " +
                                  std::to_string(mode);
-        ExpectSame(ref, Score(ctx, q, d, metric, mode), what + " (fused)", true, Evaluations(q, d));
+        const Outcome fused = ScoreMatrixWith(ctx, q, d, metric, mode);
+        ExpectIdentical(ref, fused, what + " (fused)");
+        ExpectSameCandidateSets(ref, fused, what + " (fused)", Evaluations(q, d));
         ForceFallback force;
-        ExpectSame(ref, Score(ctx, q, d, metric, mode), what + " (fallback)", true, Evaluations(q, d));
+        const Outcome fallback = ScoreMatrixWith(ctx, q, d, metric, mode);
+        ExpectIdentical(ref, fallback, what + " (fallback)");
+        ExpectSameCandidateSets(ref, fallback, what + " (fallback)", Evaluations(q, d));
       }
     }
   }
@@ -250,13 +147,13 @@ TEST(X86Kernels, PerDocumentCachesDoNotLeakAcrossQueriesOrDocuments) {
     qf.Encode(MAXSIM_F32);
     for (uint64_t i = 0; i < qf.n_sets(); i += 3) qf.values[qf.offsets[i] * qf.dim] += 1e-6f;
     qf.Encode(MAXSIM_F32);
-    for (const std::string& k : Available()) {
-      Context ctx = Ctx(k, 1);
-      Context ref_ctx = Ctx("scalar");
+    for (const std::string& k : KernelConfigs(true)) {
+      Context ctx = KernelContext(k, 1);
+      Context ref_ctx = KernelContext("scalar", 1);
       for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
         for (const TokenSets* qs : {&qq, &qf}) {
-          const Outcome all = Score(ctx, *qs, dd, metric, MAXSIM_MODE_EXACT);
-          ExpectSame(Score(ref_ctx, *qs, dd, metric, MAXSIM_MODE_EXACT), all, k + " batched", false);
+          const Outcome all = ScoreMatrixWith(ctx, *qs, dd, metric, MAXSIM_MODE_EXACT);
+          ExpectIdentical(ScoreMatrixWith(ref_ctx, *qs, dd, metric, MAXSIM_MODE_EXACT), all, k + " batched");
         }
       }
     }
@@ -287,12 +184,12 @@ TopKResult RankMatrix(const std::vector<float>& m, uint64_t nq, uint64_t nd, uin
 
 void CheckPruning(const TokenSets& q, const TokenSets& d, const std::string& data, bool expect_pruning) {
   const uint64_t nq = q.n_sets(), nd = d.n_sets();
-  for (const std::string& k : Available()) {
+  for (const std::string& k : KernelConfigs(true)) {
     if (k == "scalar" || k == "autovec-avx2") continue;  // no batched entry: no pruning
     for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
       uint64_t pruned_total = 0;
       for (int threads : {1, 2}) {
-        Context ctx = Ctx(k, threads);
+        Context ctx = KernelContext(k, threads);
         Packed pd = Packed::Pack(ctx, d.Dense());
         for (uint64_t topk : {uint64_t{1}, uint64_t{5}, nd + 2}) {
           const std::string what = data + " " + k + " metric " + std::to_string(metric) + " threads " +
@@ -479,7 +376,7 @@ TEST(X86Kernels, Bf16DotVariantIsReportedAndForceable) {
     EXPECT_NE(bad.find("known: auto, fma, vdpbf16ps"), std::string::npos) << bad;
   }
   // Kernels without variants report none.
-  Context scalar = Ctx("scalar");
+  Context scalar = KernelContext("scalar", 1);
   EXPECT_EQ(scalar.Report().find("bf16 dot"), std::string::npos);
 }
 
@@ -496,15 +393,15 @@ TEST(X86Kernels, Bf16ExtremeExponentsGiveIdenticalResultsOnEveryKernel) {
     d.values = Bf16Values(rng, d.offsets.back() * 64, lo, lo + 8);
     q.Encode(MAXSIM_BF16);
     d.Encode(MAXSIM_BF16);
-    Context ref_ctx = Ctx("scalar");
+    Context ref_ctx = KernelContext("scalar", 1);
     for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
-      const Outcome ref = Score(ref_ctx, q, d, metric, MAXSIM_MODE_EXACT);
-      for (const std::string& k : Available()) {
-        Context ctx = Ctx(k, 2);
-        ExpectSame(ref, Score(ctx, q, d, metric, MAXSIM_MODE_EXACT), k + " exponents from " + std::to_string(lo),
-                   false);
-        ExpectSame(ref, Score(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED),
-                   k + " certified, exponents from " + std::to_string(lo), false);
+      const Outcome ref = ScoreMatrixWith(ref_ctx, q, d, metric, MAXSIM_MODE_EXACT);
+      for (const std::string& k : KernelConfigs(true)) {
+        Context ctx = KernelContext(k, 2);
+        ExpectIdentical(ref, ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_EXACT),
+                        k + " exponents from " + std::to_string(lo));
+        ExpectIdentical(ref, ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED),
+                        k + " certified, exponents from " + std::to_string(lo));
       }
     }
   }
@@ -531,12 +428,12 @@ TEST(X86Kernels, CertifiedEqualsExactWithHugeQueriesAndDenormalDocuments) {
   }
   q.Encode(MAXSIM_F32);
   d.Encode(MAXSIM_F32);
-  for (const std::string& k : Available()) {
-    Context ctx = Ctx(k, 1);
+  for (const std::string& k : KernelConfigs(true)) {
+    Context ctx = KernelContext(k, 1);
     for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
-      const Outcome exact = Score(ctx, q, d, metric, MAXSIM_MODE_EXACT);
-      const Outcome cert = Score(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED);
-      ExpectSame(exact, cert, k + " certified vs exact, metric " + std::to_string(metric), false);
+      const Outcome exact = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_EXACT);
+      const Outcome cert = ScoreMatrixWith(ctx, q, d, metric, MAXSIM_MODE_CERTIFIED);
+      ExpectIdentical(exact, cert, k + " certified vs exact, metric " + std::to_string(metric));
     }
   }
 }
