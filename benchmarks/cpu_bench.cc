@@ -238,21 +238,26 @@ maxsim_context* Ctx(const std::string& kernel, int threads) {
   return c;
 }
 
+// The synthetic corpus of nd documents of ld tokens each and one query of lq tokens.
+cli::SynthData Synthetic(uint64_t nd, uint32_t ld, uint32_t dim, uint32_t lq, uint64_t seed) {
+  cli::SynthSpec spec;
+  spec.n_docs = nd;
+  spec.min_len = spec.max_len = ld;
+  spec.fixed_len = true;
+  spec.dim = dim;
+  spec.n_queries = 1;
+  spec.query_len = lq;
+  spec.seed = seed;
+  return cli::MakeSynthetic(spec);
+}
+
 // Builds (or returns) the data of a shape; the previous shape's data is released first.
 ShapeData* Data(const Shape& s, std::string* error) {
   if (g_data && g_data->shape == &s) return g_data.get();
   g_data.reset();
   auto d = std::make_unique<ShapeData>();
   d->shape = &s;
-  cli::SynthSpec spec;
-  spec.n_docs = s.nd;
-  spec.min_len = spec.max_len = s.ld;
-  spec.fixed_len = true;
-  spec.dim = s.dim;
-  spec.n_queries = 1;
-  spec.query_len = s.lq;
-  spec.seed = 2026;
-  d->synth = cli::MakeSynthetic(spec);
+  d->synth = Synthetic(s.nd, s.ld, s.dim, s.lq, 2026);
   maxsim_context* ctx = Ctx("", 0);
   maxsim_dense_sets docs{};
   docs.struct_size = sizeof(docs);
@@ -492,15 +497,7 @@ std::unique_ptr<RerankData> g_rerank;
 RerankData* Rerank(const RerankShape& s, std::string* error) {
   if (g_rerank) return g_rerank.get();
   auto r = std::make_unique<RerankData>();
-  cli::SynthSpec spec;
-  spec.n_docs = s.nd;
-  spec.min_len = spec.max_len = s.ld;
-  spec.fixed_len = true;
-  spec.dim = s.dim;
-  spec.n_queries = 1;
-  spec.query_len = s.lq;
-  spec.seed = 2027;
-  r->synth = cli::MakeSynthetic(spec);
+  r->synth = Synthetic(s.nd, s.ld, s.dim, s.lq, 2027);
   r->candidates = {0, s.nd - 1};
   for (uint64_t c = 2; c + 1 < s.k; ++c) r->candidates.push_back((c * 7919) % s.nd);
   r->candidates.push_back(r->candidates[2]);

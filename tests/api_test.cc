@@ -23,16 +23,6 @@
 namespace maxsim::test {
 namespace {
 
-Context CpuContext(int threads = 2, const char* isa = nullptr) {
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.num_threads = threads;
-  o.load_plugins = 0;
-  o.backend = "cpu";
-  o.isa = isa;
-  return Context(o);
-}
-
 const maxsim_mode kModes[] = {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE};
 const maxsim_metric kMetrics[] = {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE};
 

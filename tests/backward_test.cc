@@ -17,15 +17,6 @@
 namespace maxsim::test {
 namespace {
 
-Context CpuContext(int threads = 2) {
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.num_threads = threads;
-  o.load_plugins = 0;
-  o.backend = "cpu";
-  return Context(o);
-}
-
 struct Layout {
   maxsim_layout layout;
   std::vector<uint64_t> cand_offsets, candidates;

@@ -19,15 +19,6 @@
 namespace maxsim::test {
 namespace {
 
-Context CpuContext(int threads) {
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.num_threads = threads;
-  o.load_plugins = 0;
-  o.backend = "cpu";
-  return Context(o);
-}
-
 // The documents `list` names, in list order (repeats included), as sets of their own.
 TokenSets Subset(const TokenSets& d, const std::vector<uint64_t>& list) {
   TokenSets s;

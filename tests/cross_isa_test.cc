@@ -84,16 +84,6 @@ std::vector<uint8_t> ReadBytes(const std::string& path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-Context CpuContext(const char* isa) {
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.num_threads = 2;
-  o.load_plugins = 0;
-  o.backend = "cpu";
-  o.isa = isa;
-  return Context(o);
-}
-
 // One line: "<case> <metric> <mode>: <score bits hex>... | <argmax>...".
 std::string ScoreLine(Context& ctx, const Case& c, const Packed& q, const Packed& d, maxsim_metric metric,
                       maxsim_mode mode) {
@@ -122,7 +112,7 @@ const maxsim_mode kModes[] = {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_M
 // instead of checking them.
 TEST(CrossIsa, PackedFilesFromAnotherIsaPackAndScoreBitIdentically) {
   const bool write = std::getenv("MAXSIM_WRITE_CROSS_ISA_DATA") != nullptr;
-  Context ctx = CpuContext(nullptr);
+  Context ctx = CpuContext(2);
   std::vector<std::string> expected;
   if (!write) {
     std::ifstream f(DataDir() + "/expected.txt");
@@ -156,7 +146,7 @@ TEST(CrossIsa, PackedFilesFromAnotherIsaPackAndScoreBitIdentically) {
     const Packed d = Packed::Load(dpath), q = Packed::Load(qpath);
     for (size_t k = 0; k < maxsim_kernel_count(); ++k) {
       if (!maxsim_kernel_available(k, nullptr)) continue;
-      Context kctx = CpuContext(maxsim_kernel_name(k));
+      Context kctx = CpuContext(2, maxsim_kernel_name(k));
       size_t line = 0;
       for (const Case& before : kCases) {
         if (&before == &c) break;

@@ -32,16 +32,6 @@ std::vector<std::string> AvailableKernels() {
   return names;
 }
 
-Context KernelContext(const std::string& isa, int threads = 1) {
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.num_threads = threads;
-  o.load_plugins = 0;
-  o.backend = "cpu";
-  o.isa = isa.c_str();
-  return Context(o);
-}
-
 // A packed buffer's bytes, copied into 64-byte aligned memory the test may edit.
 struct Editable {
   AlignedBytes bytes;
@@ -70,7 +60,7 @@ TEST(Hostile, SumsBeyondTheF32RangeSaturate) {
   const std::vector<uint64_t> qoff{0, 8}, doff{0, 1, 2, 2};  // document 2 is empty
   const DenseSets Q(q.data(), dim, qoff), D(d.data(), dim, doff);
   for (const std::string& isa : AvailableKernels()) {
-    Context ctx = KernelContext(isa);
+    Context ctx = CpuContext(1, isa.c_str());
     Packed pd = Packed::Pack(ctx, D);
     for (maxsim_mode mode : kModes) {
       for (int packed = 0; packed < 2; ++packed) {
@@ -97,14 +87,14 @@ TEST(Hostile, TopKRanksANanBelowEveryNumber) {
   q[0] = 1.0f;
   q[dim] = -1.0f;
   const std::vector<uint64_t> doff{0, 1, 2, 2, 3}, qoff{0, 2};  // document 2 is empty
-  Context ctx = KernelContext("", 2);
+  Context ctx = CpuContext(2);
   Packed clean = Packed::Pack(ctx, DenseSets(d.data(), dim, doff));
   Editable e(clean);
   e.f32(0)[0] = std::numeric_limits<float>::infinity();  // document 0's only token
   Packed hostile = Packed::Open(e.bytes.data(), e.bytes.size(), MAXSIM_VALIDATE_FAST);
   const DenseSets Q(q.data(), dim, qoff);
   for (int threads : {1, 2}) {
-    Context c = KernelContext("", threads);
+    Context c = CpuContext(threads);
     EXPECT_TRUE(std::isnan(c.ScoreMatrix(Q, 1, hostile, 4)[0]));
     const TopKResult top = c.TopK(Q, 1, hostile, 4);
     EXPECT_EQ(top.index, (std::vector<uint64_t>{3, 1, 2, 0})) << threads << " threads";
@@ -123,7 +113,7 @@ TEST(Hostile, TrustedBuffersWithExtremeCodeSumsAreNotUndefinedBehaviour) {
   std::mt19937_64 rng(61);
   TokenSets q = Generate(rng, Shape::kUnitGaussian, 2, 1, 9, 96);
   TokenSets d = Generate(rng, Shape::kUnitGaussian, 6, 1, 12, 96);
-  Context ctx0 = KernelContext("");
+  Context ctx0 = CpuContext(1);
   Packed clean = Packed::Pack(ctx0, d.Dense());
   Editable e(clean);
   for (uint64_t r = 0; r < e.view.n_vectors; ++r) e.meta(r)->code_sum = r % 2 ? INT32_MAX : INT32_MIN;
@@ -131,7 +121,7 @@ TEST(Hostile, TrustedBuffersWithExtremeCodeSumsAreNotUndefinedBehaviour) {
   const DenseSets qd = q.Dense();
   const maxsim_sets Q{nullptr, qd.get()}, D{hostile.get(), nullptr};
   for (const std::string& isa : AvailableKernels()) {
-    Context ctx = KernelContext(isa);
+    Context ctx = CpuContext(1, isa.c_str());
     for (maxsim_mode mode : {MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
       std::vector<float> s(q.n_sets() * d.n_sets());
       const maxsim_score_options o = ScoreOptions{MAXSIM_METRIC_DOT, mode}.c();
@@ -169,7 +159,7 @@ TEST(Hostile, CertifiedModeRefusesResealedStaleCodesAndMetadata) {
       {"residual norm understated", [&](auto& b) { Put<float>(b, meta + 16 * last + 8, 0.0f); }},
       {"code sum off by one", [&](auto& b) { Put<int32_t>(b, meta + 16 * last + 12, Get<int32_t>(b, meta + 16 * last + 12) + 1); }},
   };
-  Context ctx = KernelContext("", 2);
+  Context ctx = CpuContext(2);
   const DenseSets Q = q.Dense();
   const uint64_t nq = q.n_sets(), nd = d.n_sets();
   char tmpl[] = "/tmp/maxsim-trust-XXXXXX";

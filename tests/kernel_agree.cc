@@ -24,13 +24,7 @@ Context KernelContext(const std::string& config, int threads) {
     EXPECT_NE(env, nullptr) << config;
     if (env) setenv(env, config.substr(slash + 1).c_str(), 1);
   }
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.isa = kernel.c_str();
-  o.num_threads = threads;
-  o.load_plugins = 0;
-  o.backend = "cpu";
-  Context ctx(o);
+  Context ctx = CpuContext(threads, kernel.c_str());
   if (env && slash != std::string::npos) unsetenv(env);
   return ctx;
 }

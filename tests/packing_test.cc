@@ -33,14 +33,6 @@ std::string TempPath(const std::string& name) {
 
 constexpr uint8_t kSentinel = 0xA5;
 
-Context CpuContext(int threads = 1) {
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.num_threads = threads;
-  o.load_plugins = 0;
-  return Context(o);
-}
-
 // Packs with the library into sentinel-filled memory; returns the written bytes.
 std::vector<uint8_t> LibraryPack(const TokenSets& t, const uint64_t* ids, int threads) {
   Context ctx = CpuContext(threads);
@@ -425,7 +417,7 @@ TEST(Packer, ZeroVectorsHaveZeroScaleAndScoreZero) {
   EXPECT_EQ(v.meta[0].resid_norm, 0.0f);
   for (uint32_t k = 0; k < 64; ++k) EXPECT_EQ(v.codes[k], 0);
   // Cosine with a zero vector is 0 by definition; dot is 0.
-  Context ctx = CpuContext();
+  Context ctx = CpuContext(1);
   Packed p = Packed::Open(buf.data(), buf.size());
   for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
     for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED}) {

@@ -28,21 +28,11 @@ class RealData : public ::testing::Test {
   std::vector<std::string> qids_, dids_;
 };
 
-Context ForKernel(size_t k, int threads = 2) {
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.isa = maxsim_kernel_name(k);
-  o.num_threads = threads;
-  o.load_plugins = 0;
-  o.backend = "cpu";
-  return Context(o);
-}
-
 TEST_F(RealData, EveryKernelExactMatchesFloat64AndCertifiedMatchesExact) {
   const uint64_t nq = q_.n_sets(), nd = d_.n_sets();
   for (size_t k = 0; k < maxsim_kernel_count(); ++k) {
     if (!maxsim_kernel_available(k, nullptr)) continue;
-    Context ctx = ForKernel(k);
+    Context ctx = CpuContext(2, maxsim_kernel_name(k));
     Packed corpus = Packed::Pack(ctx, d_.Dense());
     for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
       std::vector<int32_t> ae(nd * q_.rows()), ac(nd * q_.rows());

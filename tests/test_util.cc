@@ -30,6 +30,16 @@ void TokenSets::Encode(maxsim_dtype d) {
   }
 }
 
+Context CpuContext(int threads, const char* isa) {
+  maxsim_options o;
+  maxsim_options_init(&o);
+  o.num_threads = threads;
+  o.load_plugins = 0;
+  o.backend = "cpu";
+  o.isa = isa;
+  return Context(o);
+}
+
 DenseSets TokenSets::Dense() const {
   DenseSets s(encoded.data(), dtype, dim, Span<const uint64_t>(offsets.data(), offsets.size()));
   if (!mask.empty()) s.WithMask(mask.data());

@@ -14,6 +14,9 @@
 
 namespace maxsim::test {
 
+// A CPU context (no plugins) with `threads` threads and kernel `isa` (nullptr: the automatic choice).
+Context CpuContext(int threads = 2, const char* isa = nullptr);
+
 // Token sets held as f32 values that are exactly representable in `dtype` (so the f32 reference sees exactly
 // what the library sees), plus their encoding in that dtype.
 struct TokenSets {
