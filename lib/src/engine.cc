@@ -490,6 +490,24 @@ float ScoreFromKeys(const QuerySet& qs, bool cosine, const float* best, const in
   return RoundScore(sum);
 }
 
+// Materialises document j, hands it to score(d, map) and checks it after (DocMaterializer::Get, then Verify).
+// False, with *rejected set, when one of its rows is not accepted: the caller ends its task.
+template <typename Score>
+bool ScoreChecked(const DocSource& src, uint64_t j, ThreadState& ts, std::atomic<bool>* rejected, Score score) {
+  DocRef d;
+  const uint32_t* map = nullptr;
+  if (!ts.docs.Get(src, j, &d, &map)) {
+    rejected->store(true, std::memory_order_relaxed);
+    return false;
+  }
+  score(d, map);
+  if (!ts.docs.Verify(src, d)) {
+    rejected->store(true, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
 // Whether screened scoring goes through KernelOps::screened_batch: certified/approximate on packed documents
 // (whose DocRefs stay valid for the whole call, unlike materialised dense ones).
 bool UseBatch(const KernelOps& ops, const ScoreRequest& req, const SetsRef& D) {
@@ -730,21 +748,14 @@ Status Engine::ScoreMatrix(const SetsRef& Q, const SetsRef& D, const ScoreReques
         return;
       }
       for (uint64_t j = d0; j < d1; ++j) {
-        DocRef d;
-        const uint32_t* map = nullptr;
-        if (!ts.docs.Get(src, j, &d, &map)) {
-          rejected.store(true, std::memory_order_relaxed);
-          break;
-        }
-        for (uint64_t i = q0; i < q1; ++i) {
-          const QuerySet& qs = qb.sets[i];
-          int32_t* am = argmax ? argmax + nd * qs.token_offset + j * qs.positions : nullptr;
-          scores[i * nd + j] = ScorePair(qs, d, map, ops, req, ts, am);
-        }
-        if (!ts.docs.Verify(src, d)) {
-          rejected.store(true, std::memory_order_relaxed);
-          break;
-        }
+        const bool accepted = ScoreChecked(src, j, ts, &rejected, [&](const DocRef& d, const uint32_t* map) {
+          for (uint64_t i = q0; i < q1; ++i) {
+            const QuerySet& qs = qb.sets[i];
+            int32_t* am = argmax ? argmax + nd * qs.token_offset + j * qs.positions : nullptr;
+            scores[i * nd + j] = ScorePair(qs, d, map, ops, req, ts, am);
+          }
+        });
+        if (!accepted) break;
       }
     };
   });
@@ -819,19 +830,12 @@ Status Engine::ScoreCandidates(const SetsRef& Q, const SetsRef& D, const uint64_
       }
       for (uint64_t c = c0; c < c1; ++c) {
         while (cand_offsets[i + 1] <= c) ++i;
-        DocRef d;
-        const uint32_t* map = nullptr;
-        if (!ts.docs.Get(src, candidates[c], &d, &map)) {
-          rejected.store(true, std::memory_order_relaxed);
-          break;
-        }
         const QuerySet& qs = qb.sets[i];
-        int32_t* am = argmax ? argmax + base[i] + (c - cand_offsets[i]) * qs.positions : nullptr;
-        scores[c] = ScorePair(qs, d, map, ops, req, ts, am);
-        if (!ts.docs.Verify(src, d)) {
-          rejected.store(true, std::memory_order_relaxed);
-          break;
-        }
+        const bool accepted = ScoreChecked(src, candidates[c], ts, &rejected, [&](const DocRef& d, const uint32_t* map) {
+          int32_t* am = argmax ? argmax + base[i] + (c - cand_offsets[i]) * qs.positions : nullptr;
+          scores[c] = ScorePair(qs, d, map, ops, req, ts, am);
+        });
+        if (!accepted) break;
       }
     };
   });
@@ -939,19 +943,12 @@ Status Engine::TopK(const SetsRef& Q, const SetsRef& D, uint64_t k, const ScoreR
         return;
       }
       for (uint64_t j = d0; j < d1; ++j) {
-        DocRef d;
-        const uint32_t* map = nullptr;
-        if (!ts.docs.Get(src, j, &d, &map)) {
-          rejected.store(true, std::memory_order_relaxed);
-          break;
-        }
-        for (uint64_t i = 0; i < nq; ++i) {
-          Offer(mine[i], keep, Ranked{ScorePair(qb.sets[i], d, map, ops, req, ts, nullptr), j});
-        }
-        if (!ts.docs.Verify(src, d)) {
-          rejected.store(true, std::memory_order_relaxed);
-          break;
-        }
+        const bool accepted = ScoreChecked(src, j, ts, &rejected, [&](const DocRef& d, const uint32_t* map) {
+          for (uint64_t i = 0; i < nq; ++i) {
+            Offer(mine[i], keep, Ranked{ScorePair(qb.sets[i], d, map, ops, req, ts, nullptr), j});
+          }
+        });
+        if (!accepted) break;
       }
     };
   });
