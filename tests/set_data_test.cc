@@ -19,15 +19,6 @@
 namespace maxsim::test {
 namespace {
 
-Context CpuContext(int threads) {
-  maxsim_options o;
-  maxsim_options_init(&o);
-  o.num_threads = threads;
-  o.load_plugins = 0;
-  o.backend = "cpu";
-  return Context(o);
-}
-
 // Ragged queries and documents with empty sets, near ties and (if masked) a mask on both, in dtype.
 struct Data {
   TokenSets q, d;
