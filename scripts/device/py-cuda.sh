@@ -79,6 +79,14 @@ use_prebuilt() {
   fi
   say "installed the prebuilt $(basename "$prebuilt") ($(cat .whl/maxsim-wheel-rev.txt 2> /dev/null || echo "revision unknown"))"
 }
+# The extension is built with the machine's default C++ compiler, which may be newer than the system's libstdc++
+# (an image with its own GCC under /opt): its runtime library then goes first on the library path, for the stub
+# generation during the build and for the tests, or the module fails to load with an undefined libstdc++ symbol.
+cxx_lib=$(dirname "$("${CXX:-c++}" -print-file-name=libstdc++.so.6 2> /dev/null)" 2> /dev/null)
+if [ -n "$cxx_lib" ] && [ -f "$cxx_lib/libstdc++.so.6" ] && [ "$cxx_lib" != . ]; then
+  export LD_LIBRARY_PATH="$cxx_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  say "C++ runtime: $cxx_lib/libstdc++.so.6 (of $("${CXX:-c++}" --version | head -n 1))"
+fi
 start=$(date +%s)
 include=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 if [ ! -f "$include/Python.h" ]; then
