@@ -580,8 +580,8 @@ void SumStats(const std::vector<ThreadState>& states, maxsim_stats* stats) {
 // kept across calls), which costs about as much as scoring it exactly against 100-200 query tokens: screening pays
 // only when enough query tokens share each quantised document. Below kDenseCertifiedMinTokens such calls run the
 // exact path, whose scores and argmaxes certified mode returns bit for bit by contract (only the statistics
-// differ: nothing is refined). Measured on 1000 dense documents of 180 tokens, d 128, one thread (amx kernel):
-// certified took 2.5x exact's time for 2 queries of 32 tokens, 1.3x for 6, 0.7x for 8 and 12.
+// differ: nothing is refined). python/benchmarks/results/dense-modes.json (1000 dense documents of 180 tokens,
+// d 128, one thread): screening is about even with exact at 8-12 queries of 32 tokens and 0.76x its time at 16.
 constexpr uint64_t kDenseCertifiedMinTokens = 256;
 
 // The request the engine runs: certified on dense documents becomes exact when fewer than
