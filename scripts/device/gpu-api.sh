@@ -34,31 +34,9 @@ for r in $(seq "${GPU_API_ROUNDS:-1}"); do
     done
   done
 done
-python3 - "$OUT" >> "$S" <<'PY'
-import collections, glob, json, os, statistics, sys
-rows = collections.defaultdict(lambda: collections.defaultdict(list))  # (side, shape) -> mode -> [ms]
-for f in glob.glob(os.path.join(sys.argv[1], "api-*-*.json")):
-    side = os.path.basename(f).split("-")[1]
-    for line in open(f):
-        try: r = json.loads(line)
-        except ValueError: continue
-        rows[(side, r["shape"])][r["mode"]].append(r["ms"])
-def us(side, shape, mode):
-    v = rows[(side, shape)].get(mode)
-    return statistics.median(v) * 1000 if v else float("nan")
-shapes = sorted({s for _, s in rows}, key=lambda s: ["textual-1k", "textual-10k", "colpali-rerank", "q128", "visual"].index(s) if s in ["textual-1k", "textual-10k", "colpali-rerank", "q128", "visual"] else 9)
-print("microseconds (medians); over = api-resident - exact (kernel-only, back to back); floor = kernel-wall - exact")
-print(f"{'shape':15} {'exact':>8} {'k-wall':>8} {'k-wall-map':>10} {'plugin':>8} {'api new':>8} {'api base':>8} {'over new':>9} {'over base':>9} {'floor':>6}")
-for s in shapes:
-    e = us("new", s, "exact")
-    print(f"{s:15} {e:8.1f} {us('new', s, 'kernel-wall'):8.1f} {us('new', s, 'kernel-wall-mapped'):10.1f} "
-          f"{us('new', s, 'plugin-resident'):8.1f} {us('new', s, 'api-resident'):8.1f} {us('base', s, 'api-resident'):8.1f} "
-          f"{us('new', s, 'api-resident') - e:9.1f} {us('base', s, 'api-resident') - us('base', s, 'exact'):9.1f} "
-          f"{us('new', s, 'kernel-wall') - e:6.1f}")
-print("steps (us, synchronous round trips):")
-for s in shapes:
-    print(f"  {s:15} " + "  ".join(f"{m[5:]} {us('new', s, m):.1f}" for m in
-          ["step-sync", "step-query-stage", "step-query-check", "step-query-h2d", "step-scores-d2h"]))
-PY
+python3 benchmarks/gpu/api_overhead.py "$OUT" --json "$OUT/gpu-api-result.json" \
+  --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-api}" --date "$(date -u +%FT%TZ)" \
+  --machine "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) host cores" \
+  --revisions "new: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here); base: $(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null || echo none)" >> "$S"
 cat "$S"
 exit $rc
