@@ -304,6 +304,15 @@ TEST(PluginAbi, SeveralDevicesShardTheCorpusAndMergeExactly) {
     two.ScoreMatrix(data.q.Dense(), corpus, s2, {}, a2.data());
     EXPECT_EQ(std::memcmp(s1.data(), s2.data(), s1.size() * 4), 0) << nd;
     EXPECT_EQ(a1, a2) << nd;
+    // One query: each shard writes its own columns of the caller's scores and argmax in place.
+    std::mt19937_64 rng1(nd);
+    const TokenSets q1 = Generate(rng1, Shape::kUnitGaussian, 1, 1, 16, 32);
+    std::vector<float> o1(nd), o2(nd, -5.0f);
+    std::vector<int32_t> b1(nd * q1.rows()), b2(b1.size(), -7);
+    cpu.ScoreMatrix(q1.Dense(), corpus, o1, {}, b1.data());
+    two.ScoreMatrix(q1.Dense(), corpus, o2, {}, b2.data());
+    EXPECT_EQ(std::memcmp(o1.data(), o2.data(), o1.size() * 4), 0) << nd;
+    EXPECT_EQ(b1, b2) << nd;
     const TopKResult t1 = cpu.TopK(data.q.Dense(), data.q.n_sets(), corpus, 3);
     const TopKResult t2 = two.TopK(data.q.Dense(), data.q.n_sets(), corpus, 3);
     EXPECT_EQ(t1.index, t2.index) << nd;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "bench_util.h"
 #include "read_bw.h"
 #include "maxsim/maxsim.h"
 
@@ -34,6 +35,9 @@ namespace {
 using mscuda::Backend;
 using mscuda::Corpus;
 using mscuda::DeviceQueries;
+using gpu_bench_util::DenseSets;
+using gpu_bench_util::Median;
+using gpu_bench_util::ToBf16;
 
 FILE* g_json = nullptr;
 maxsim_context* g_cpu = nullptr;  // packs the benchmark's data (CPU, all threads)
@@ -64,13 +68,6 @@ maxsim_context* g_api = nullptr;  // the public API's context (backend "cuda"); 
     }                                                                                     \
   } while (0)
 
-uint16_t ToBf16(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  b += 0x7fffu + ((b >> 16) & 1u);
-  return static_cast<uint16_t>(b >> 16);
-}
-
 // n_sets uniform sets of `len` unit-norm Gaussian vectors, bf16 (row-major [n_sets * len, dim]).
 std::vector<uint16_t> RandomBf16(uint64_t n_sets, uint64_t len, uint32_t dim, uint64_t seed) {
   const uint64_t rows = n_sets * len;
@@ -89,18 +86,6 @@ std::vector<uint16_t> RandomBf16(uint64_t n_sets, uint64_t len, uint32_t dim, ui
     for (uint32_t k = 0; k < dim; ++k) data[r * dim + k] = ToBf16(v[k] * inv);
   }
   return data;
-}
-
-maxsim_dense_sets DenseSets(const void* data, maxsim_memory memory, uint64_t n_sets, uint64_t len, uint32_t dim) {
-  maxsim_dense_sets s{};
-  s.struct_size = sizeof(s);
-  s.memory = memory;
-  s.data = data;
-  s.dtype = MAXSIM_BF16;
-  s.dim = dim;
-  s.n_sets = n_sets;
-  s.set_length = len;
-  return s;
 }
 
 // The sets packed by the library (an owned, validated handle).
@@ -129,11 +114,6 @@ struct PackedData {
   PackedData& operator=(const PackedData&) = delete;
   ~PackedData() { maxsim_packed_release(handle); }
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 // Median of event-timed calls (ms) after `warmup` calls. fn(i) enqueues the work of call i on `stream`.
 // The median device time of a call: CUDA events before and after each of `iters` calls, enqueued back to back
@@ -310,6 +290,10 @@ void RunSteps(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, co
   step("step-query-h2d", [&](int) {
     std::memcpy(b.stage.data(), qdata.data(), q_bytes);
     CHECK_CUDA(cudaMemcpyAsync(dev, b.stage.data(), q_bytes, cudaMemcpyHostToDevice, b.stream));
+    sync();
+  });
+  step("step-query-h2d-pageable", [&](int) {  // straight from the caller's memory (the driver stages it)
+    CHECK_CUDA(cudaMemcpyAsync(dev, qdata.data(), q_bytes, cudaMemcpyHostToDevice, b.stream));
     sync();
   });
   step("step-scores-d2h", [&](int) {

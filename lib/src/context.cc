@@ -380,6 +380,9 @@ maxsim_context::~maxsim_context() {
     maxsim::LockGuard lock(maxsim::g_contexts_mu);
     maxsim::g_contexts.erase(this);
   }
+#ifndef MAXSIM_SINGLE_THREADED
+  shard_workers.reset();  // idle between calls: joined before the backends go
+#endif
   if (accel) {
     for (auto& entry : corpora) maxsim::FreeDeviceCorpus(*this, entry.second);
     for (maxsim_plugin_backend* b : shard_backends) accel->api->destroy(b);

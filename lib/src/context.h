@@ -13,6 +13,7 @@
 #include "mutex.h"
 #include "maxsim/plugin.h"
 #include "plugin_host.h"
+#include "shard_workers.h"
 
 namespace maxsim {
 
@@ -50,6 +51,9 @@ struct maxsim_context {
 
   maxsim::Mutex plugin_mu;                           // serialises calls on the backends and the cache
   std::unordered_map<uint64_t, maxsim::DeviceCorpus> corpora;  // packed uid -> device copies
+#ifndef MAXSIM_SINGLE_THREADED
+  std::unique_ptr<maxsim::ShardWorkers> shard_workers;  // host threads of sharded calls (made by the first)
+#endif
 
   void Log(maxsim_log_level level, const std::string& message) const {
     if (log) log(log_user, level, message.c_str());

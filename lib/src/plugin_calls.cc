@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Calls on the accelerator plugin: which calls it takes (ChooseRoute), packed views handed to it, the device-
 // corpus cache, and sharding over several devices (a corpus cut into contiguous ranges of sets, one per
-// backend; every call runs on all shards at once, one host thread each, and the results are merged exactly:
-// matrix and candidate scores are placed, top-k lists merged by (score, lower index first) as the CPU ranks).
+// backend; every call runs on all shards at once, one host thread each (ShardWorkers), and the results are
+// merged exactly: matrix and candidate scores are placed, top-k lists merged by (score, lower index first) as the
+// CPU ranks).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -14,10 +15,10 @@
 #include "packed.h"
 #include "packed_handle.h"
 #include "packer.h"
+#include "shard_workers.h"
 
-#ifndef MAXSIM_SINGLE_THREADED
-#include <thread>
-#endif
+#include <memory>
+#include <new>
 
 namespace maxsim {
 namespace {
@@ -223,20 +224,26 @@ Status PluginError(const maxsim_context& ctx, maxsim_status code, const char* er
                err[0] ? err : maxsim_status_name(code));
 }
 
-// Runs fn(s) for every shard s, shards after the first on their own host threads (one after the other in a
-// build without threads); the first error wins.
+// Runs fn(s) for every shard s, shards after the first on the context's persistent shard workers (one after the
+// other in a build without threads); the first error wins.
 template <typename F>
-Status ForEachShard(size_t n, F&& fn) {
+Status ForEachShard(maxsim_context& ctx, size_t n, F&& fn) {
   if (n == 1) return fn(0);
   std::vector<Status> st(n);
 #ifdef MAXSIM_SINGLE_THREADED
+  (void)ctx;
   for (size_t s = 0; s < n; ++s) st[s] = fn(s);
 #else
-  std::vector<std::thread> threads;
-  threads.reserve(n - 1);
-  for (size_t s = 1; s < n; ++s) threads.emplace_back([&, s] { st[s] = fn(s); });
-  st[0] = fn(0);
-  for (std::thread& t : threads) t.join();
+  if (!ctx.shard_workers) ctx.shard_workers = std::make_unique<ShardWorkers>();
+  ctx.shard_workers->Run(n, [&](size_t s) {
+    try {
+      st[s] = fn(s);
+    } catch (const std::bad_alloc&) {
+      st[s] = Error(MAXSIM_ERR_OUT_OF_MEMORY, "out of host memory in shard %zu of a sharded call", s);
+    } catch (...) {
+      st[s] = Error(MAXSIM_ERR_INTERNAL, "unexpected exception in shard %zu of a sharded call", s);
+    }
+  });
 #endif
   for (const Status& x : st) MAXSIM_RETURN_IF_ERROR(x);
   return Status::Ok();
@@ -281,7 +288,7 @@ Status UploadCorpus(maxsim_context& ctx, const pack::PackedView& v, DeviceCorpus
   DeviceCorpus c;
   c.first = ShardBounds(v, n);
   c.shard.assign(n, nullptr);
-  Status st = ForEachShard(n, [&](size_t s) -> Status {
+  Status st = ForEachShard(ctx, n, [&](size_t s) -> Status {
     if (c.first[s] == c.first[s + 1] && n > 1) return Status::Ok();
     return Upload(ctx, ctx.shard_backends[s], v, c.first[s], c.first[s + 1], &c.shard[s]);
   });
@@ -325,9 +332,12 @@ Status RunSharded(maxsim_context& ctx, PluginOp op, const DeviceCorpus& corpus, 
     std::vector<float> scores;
     std::vector<int32_t> argmax;
     std::vector<uint64_t> index;
+    std::unique_ptr<float[]> matrix;            // kMatrix: [nq][shard columns], every element written
+    std::unique_ptr<int32_t[]> matrix_argmax;   // kMatrix with argmax
     maxsim_stats stats{};
   };
   std::vector<Part> parts(n);
+  const bool in_place = op == PluginOp::kMatrix && nq == 1;  // the shards write the caller's outputs themselves
   if (op == PluginOp::kCandidates) {
     for (Part& p : parts) p.cand_offsets.assign(nq + 1, 0);
     for (uint64_t i = 0; i < nq; ++i) {
@@ -343,7 +353,7 @@ Status RunSharded(maxsim_context& ctx, PluginOp op, const DeviceCorpus& corpus, 
       }
     }
   }
-  Status st = ForEachShard(n, [&](size_t s) -> Status {
+  Status st = ForEachShard(ctx, n, [&](size_t s) -> Status {
     Part& p = parts[s];
     const uint64_t nd = corpus.first[s + 1] - corpus.first[s];
     if (corpus.shard[s] == nullptr) return Status::Ok();  // an empty shard
@@ -352,9 +362,17 @@ Status RunSharded(maxsim_context& ctx, PluginOp op, const DeviceCorpus& corpus, 
     sa.corpus = corpus.shard[s];
     sa.stats = a.stats ? &p.stats : nullptr;
     const uint64_t cols = op == PluginOp::kMatrix ? nd : 0;
-    if (op == PluginOp::kMatrix) {
-      p.scores.resize(nq * cols);
-      if (a.argmax) p.argmax.resize(qpos[nq] * cols);
+    if (in_place) {
+      // One query: the shard's columns are contiguous in the caller's outputs (scores from j0, argmax from
+      // j0 * lq), so the plugin writes them there; no merge. A bad query fails on every shard before anything is
+      // written.
+      sa.scores = a.scores + corpus.first[s];
+      sa.argmax = a.argmax ? a.argmax + corpus.first[s] * lq[0] : nullptr;
+    } else if (op == PluginOp::kMatrix) {
+      p.matrix.reset(new float[nq * cols]);
+      if (a.argmax) p.matrix_argmax.reset(new int32_t[qpos[nq] * cols]);
+      sa.scores = p.matrix.get();
+      sa.argmax = p.matrix_argmax.get();
     } else if (op == PluginOp::kCandidates) {
       sa.cand_offsets = p.cand_offsets.data();
       sa.candidates = p.candidates.data();
@@ -369,8 +387,10 @@ Status RunSharded(maxsim_context& ctx, PluginOp op, const DeviceCorpus& corpus, 
       p.index.resize(nq * k);
       sa.topk_index = p.index.data();
     }
-    sa.scores = p.scores.data();
-    sa.argmax = p.argmax.empty() ? nullptr : p.argmax.data();
+    if (op != PluginOp::kMatrix) {
+      sa.scores = p.scores.data();
+      sa.argmax = p.argmax.empty() ? nullptr : p.argmax.data();
+    }
     char err[1024] = {};
     const maxsim_status code = CallOp(api, op, ctx.shard_backends[s], &sa, err, sizeof(err));
     err[sizeof(err) - 1] = '\0';
@@ -379,20 +399,22 @@ Status RunSharded(maxsim_context& ctx, PluginOp op, const DeviceCorpus& corpus, 
   });
   MAXSIM_RETURN_IF_ERROR(st);
   const uint64_t nd_all = corpus.first[n];
-  if (op == PluginOp::kMatrix) {
-    for (size_t s = 0; s < n; ++s) {
+  if (op == PluginOp::kMatrix && !in_place) {
+    // Every shard succeeded: each places its columns (disjoint in the outputs) from its own thread.
+    MAXSIM_RETURN_IF_ERROR(ForEachShard(ctx, n, [&](size_t s) -> Status {
       const Part& p = parts[s];
       const uint64_t j0 = corpus.first[s], nd = corpus.first[s + 1] - j0;
-      if (nd == 0) continue;
+      if (nd == 0 || !p.matrix) return Status::Ok();
       for (uint64_t i = 0; i < nq; ++i) {
-        std::memcpy(a.scores + i * nd_all + j0, p.scores.data() + i * nd, nd * sizeof(float));
+        std::memcpy(a.scores + i * nd_all + j0, p.matrix.get() + i * nd, nd * sizeof(float));
         // Matrix argmax: query i's block starts at nd * qpos[i]; document j at + j * lq[i].
         if (a.argmax) {
-          std::memcpy(a.argmax + nd_all * qpos[i] + j0 * lq[i], p.argmax.data() + nd * qpos[i],
+          std::memcpy(a.argmax + nd_all * qpos[i] + j0 * lq[i], p.matrix_argmax.get() + nd * qpos[i],
                       nd * lq[i] * sizeof(int32_t));
         }
       }
-    }
+      return Status::Ok();
+    }));
   } else if (op == PluginOp::kCandidates) {
     // Candidate argmax: candidate e of query i at base_i + (e - cand_offsets[i]) * lq[i].
     std::vector<uint64_t> base(nq, 0);
@@ -411,7 +433,7 @@ Status RunSharded(maxsim_context& ctx, PluginOp op, const DeviceCorpus& corpus, 
         local_base += (p.cand_offsets[i + 1] - p.cand_offsets[i]) * lq[i];
       }
     }
-  } else {
+  } else if (op == PluginOp::kTopK) {
     // Top-k: each shard's k best (local indices), merged by score, ties to the lower document index.
     std::vector<std::pair<float, uint64_t>> all;
     for (uint64_t i = 0; i < nq; ++i) {

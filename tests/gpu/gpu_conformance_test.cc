@@ -1594,6 +1594,58 @@ TEST_F(Gpu, SeveralDeviceBackendsEqualOne) {
   }
 }
 
+// A context on several devices leaves the calling thread's current device as it was (the plugin selects each
+// backend's device for its own work), and device tensors on a device other than the context's first are refused
+// with a status naming both devices instead of faulting. With one GPU only the first half runs (devices "0,0").
+TEST_F(Gpu, CallerDeviceIsKeptAndForeignDeviceTensorsAreRefused) {
+  int n_gpus = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&n_gpus), cudaSuccess);
+  const int other = n_gpus > 1 ? 1 : 0;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  maxsim_options o = Options("cuda");
+  const std::string list = "0," + std::to_string(other);
+  o.devices = list.c_str();
+  Context two(o);
+  int now = -1;
+  ASSERT_EQ(cudaGetDevice(&now), cudaSuccess);
+  EXPECT_EQ(now, 0) << "creating a context on devices " << list << " changed the caller's device";
+  auto rng = Rng(2900);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 2, 1, 20, 64), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 9, 0, 30, 64), MAXSIM_BF16);
+  Packed pd = Packed::Pack(two, d.Dense());
+  const HostSets hq(q, 0, 0);
+  std::vector<uint64_t> off, cand;
+  RandomCandidates(rng, q.n_sets(), d.n_sets(), &off, &cand);
+  const AllOps a = RunOps(two.get(), hq.sets(), q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off, cand,
+                          MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT, 4);
+  ExpectReference(q, d, MAXSIM_METRIC_DOT, a.m, "devices " + list);
+  ASSERT_EQ(cudaGetDevice(&now), cudaSuccess);
+  EXPECT_EQ(now, 0) << "a call on devices " << list << " changed the caller's device";
+  if (n_gpus < 2) {
+    std::printf("gpu tests: one GPU: tensors on a second device not tried\n");
+    return;
+  }
+  // Device tensors on device 1, a context whose first device is 0: refused, nothing written, the device usable.
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  {
+    const DeviceSets dq(q), dd(d);
+    Dev<float> sc(q.n_sets() * d.n_sets());
+    sc.Fill(0);
+    maxsim_options o0 = Options("cuda");
+    o0.devices = "0";
+    Context first(o0);
+    maxsim_sets qs{nullptr, &dq.s}, ds{nullptr, &dd.s};
+    EXPECT_EQ(maxsim_score_matrix(first.get(), &qs, &ds, nullptr, sc.p, nullptr), MAXSIM_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(maxsim_last_error()).find("are on CUDA device 1 but this context computes device tensors "
+                                                    "on device 0"), std::string::npos) << maxsim_last_error();
+    for (float v : sc.Down()) ASSERT_EQ(v, 0.0f) << "a score was written";
+  }
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const AllOps b = RunOps(two.get(), hq.sets(), q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off, cand,
+                          MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT, 4);
+  ExpectSameOps(a, b, "after the refused call");
+}
+
 // ---- real embeddings ----------------------------------------------------------------------------------------
 
 TEST_F(Gpu, RealEmbeddings) {

@@ -23,8 +23,27 @@ void CopyMessage(const std::string& m, char* out, size_t cap) {
   out[n] = '\0';
 }
 
+// The calling thread's current CUDA device, restored when an entry point returns: the plugin selects each
+// backend's device for its own work, and a caller's next CUDA call (a cudaMalloc, say) must not land on another
+// device because a context with several devices ran a call.
+class CallerDevice {
+ public:
+  CallerDevice() : ok_(cudaGetDevice(&device_) == cudaSuccess) {}
+  ~CallerDevice() {
+    int now = -1;
+    if (ok_ && cudaGetDevice(&now) == cudaSuccess && now != device_) cudaSetDevice(device_);
+  }
+  CallerDevice(const CallerDevice&) = delete;
+  CallerDevice& operator=(const CallerDevice&) = delete;
+
+ private:
+  int device_ = 0;
+  bool ok_ = false;
+};
+
 template <typename F>
 maxsim_status Guard(char* err, size_t err_cap, F&& body) {
+  const CallerDevice caller;
   try {
     const Status s = body();
     if (!s.ok()) CopyMessage(s.message, err, err_cap);
@@ -44,6 +63,7 @@ maxsim_status Guard(char* err, size_t err_cap, F&& body) {
 Backend* B(maxsim_plugin_backend* b) { return reinterpret_cast<Backend*>(b); }
 
 maxsim_status Probe(const maxsim_plugin_host* host, char* info, size_t info_cap) {
+  const CallerDevice caller;
   try {
     std::string text;
     const Status s = mscuda::Probe(host, &text);
@@ -78,7 +98,10 @@ uint32_t DeviceCount(const maxsim_plugin_host* host) {
   }
 }
 
-void Destroy(maxsim_plugin_backend* b) { mscuda::DestroyBackend(B(b)); }
+void Destroy(maxsim_plugin_backend* b) {
+  const CallerDevice caller;
+  mscuda::DestroyBackend(B(b));
+}
 
 uint64_t MinAutoOps(maxsim_plugin_backend* b) { return b ? B(b)->min_ops : UINT64_MAX; }
 uint32_t DenseQueryModes(maxsim_plugin_backend* b) { return b ? mscuda::DenseQueryModes(*B(b)) : 0u; }
@@ -95,6 +118,7 @@ maxsim_status CorpusUploadView(maxsim_plugin_backend* b, const maxsim_packed_vie
 }
 
 void CorpusFree(maxsim_plugin_backend* b, maxsim_plugin_corpus* c) {
+  const CallerDevice caller;
   if (b) mscuda::FreeCorpus(*B(b), reinterpret_cast<mscuda::Corpus*>(c));
 }
 
@@ -161,6 +185,21 @@ Status CheckTrainArgs(maxsim_plugin_backend* b, const maxsim_plugin_train_args* 
   if (a->layout == MAXSIM_LAYOUT_CANDIDATES && !a->cand_offsets) {
     return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "CANDIDATES layout needs cand_offsets");
   }
+  // Device tensors must live on the backend's device: a kernel reading another device's memory would fault and
+  // leave the device unusable for the rest of the process.
+  for (const maxsim_dense_sets* s : {a->queries, a->documents}) {
+    if (s->memory != MAXSIM_MEMORY_CUDA || s->data == nullptr) continue;
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, s->data) != cudaSuccess) {
+      cudaGetLastError();  // memory the runtime cannot describe: left to the kernels, as before this check
+      continue;
+    }
+    if (attr.type == cudaMemoryTypeDevice && attr.device != B(b)->device) {
+      return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT,
+                          "%s are on CUDA device %d but this context computes device tensors on device %d (the first "
+                          "of its device list)", s == a->queries ? "queries" : "documents", attr.device, B(b)->device);
+    }
+  }
   return Status::Ok();
 }
 
@@ -192,6 +231,7 @@ maxsim_status MemAlloc(maxsim_plugin_backend* b, uint64_t bytes, void** out, cha
 }
 
 void MemFree(maxsim_plugin_backend* b, void* p) {
+  const CallerDevice caller;
   if (b) mscuda::DeviceFree(*B(b), p);
 }
 
