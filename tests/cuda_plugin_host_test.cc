@@ -14,8 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "half.h"
+#include "host_check.h"
 #include "maxsim/maxsim.hpp"
 #include "maxsim/plugin.h"
+#include "packed.h"
 #include "test_util.h"
 
 namespace maxsim::test {
@@ -213,6 +216,63 @@ TEST(CudaPluginHost, DeviceMemoryWithoutGpuIsRefused) {
   maxsim_sets qs{nullptr, q.get()}, ds{nullptr, q.get()};
   EXPECT_EQ(maxsim_score_matrix(ctx.get(), &qs, &ds, &so, scores.data(), nullptr), MAXSIM_ERR_BACKEND_UNAVAILABLE);
   EXPECT_NE(std::string(maxsim_last_error()).find("CUDA memory"), std::string::npos) << maxsim_last_error();
+}
+
+// The plugin's host-side check of dense host queries (host_check.h; dot metric) makes the packer's decision for
+// every row: f32, bf16 and f16 rows of 1..300 elements with magnitudes from 1e-2 to past the 1e19 norm bound,
+// near-bound rows (where the fast bound is inconclusive and the exact double sum decides), non-finite elements.
+TEST(CudaPluginHost, HostQueryCheckMakesThePackersDecision) {
+  std::mt19937_64 rng(77);
+  std::normal_distribution<double> g;
+  uint64_t rejected = 0, near = 0, n = 0;
+  for (int it = 0; it < 30000; ++it) {
+    const uint32_t dim = 1 + static_cast<uint32_t>(rng() % 300);
+    // Half the rows sit just around the bound: norm 1e19 * (1 +- 1e-6) before rounding to the element type.
+    const bool at_bound = (it & 1) != 0;
+    std::vector<double> x(dim);
+    double sq = 0;
+    for (double& v : x) {
+      v = g(rng);
+      sq += v * v;
+    }
+    const double scale = at_bound ? 1e19 / std::sqrt(sq) * (1.0 + (static_cast<double>(rng() % 2001) - 1000) * 1e-9)
+                                  : std::pow(10.0, static_cast<double>(rng() % 420) / 10.0 - 2.0) / std::sqrt(dim);
+    std::vector<float> f(dim);
+    for (uint32_t k = 0; k < dim; ++k) f[k] = static_cast<float>(x[k] * scale);
+    if (rng() % 40 == 0) f[rng() % dim] = (rng() & 1) ? std::nanf("") : -INFINITY;
+    std::vector<uint16_t> b(dim), h(dim);
+    for (uint32_t k = 0; k < dim; ++k) {
+      b[k] = F32ToBf16(f[k]);
+      h[k] = F32ToF16(f[k]);
+    }
+    auto packer = [&](auto widen) {
+      std::vector<float> w(dim);
+      for (uint32_t k = 0; k < dim; ++k) w[k] = widen(k);
+      const pack::RowStats st = pack::AnalyzeRowRef(w.data(), dim);
+      return st.finite && pack::NormAccepted(st.norm_sq);
+    };
+    const bool want_f32 = packer([&](uint32_t k) { return f[k]; });
+    const bool want_bf16 = packer([&](uint32_t k) { return Bf16ToF32(b[k]); });
+    const bool want_f16 = packer([&](uint32_t k) { return F16ToF32(h[k]); });
+    ASSERT_EQ(mscuda::QueryRowsAccepted(reinterpret_cast<const uint8_t*>(f.data()), dim * 4, MAXSIM_F32, dim, 1),
+              want_f32) << "f32 row " << it << " dim " << dim;
+    ASSERT_EQ(mscuda::QueryRowsAccepted(reinterpret_cast<const uint8_t*>(b.data()), dim * 2, MAXSIM_BF16, dim, 1),
+              want_bf16) << "bf16 row " << it << " dim " << dim;
+    ASSERT_EQ(mscuda::QueryRowsAccepted(reinterpret_cast<const uint8_t*>(h.data()), dim * 2, MAXSIM_F16, dim, 1),
+              want_f16) << "f16 row " << it << " dim " << dim;
+    rejected += !want_f32 + !want_bf16 + !want_f16;
+    near += at_bound;
+    n += 3;
+  }
+  // Both decisions occur often, near the bound too (the test would not notice a check that always says one).
+  EXPECT_GT(rejected, n / 10);
+  EXPECT_LT(rejected, n * 9 / 10);
+  EXPECT_GT(near, 10000u);
+  // Several rows: one bad row anywhere rejects them all.
+  std::vector<uint16_t> rows(5 * 64, F32ToBf16(0.5f));
+  EXPECT_TRUE(mscuda::QueryRowsAccepted(reinterpret_cast<const uint8_t*>(rows.data()), 128, MAXSIM_BF16, 64, 5));
+  rows[3 * 64 + 63] = F32ToBf16(std::nanf(""));
+  EXPECT_FALSE(mscuda::QueryRowsAccepted(reinterpret_cast<const uint8_t*>(rows.data()), 128, MAXSIM_BF16, 64, 5));
 }
 
 }  // namespace

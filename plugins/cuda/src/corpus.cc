@@ -11,7 +11,7 @@
 #include <mutex>
 
 #include "backend.h"
-#include "half.h"
+#include "host_check.h"
 #include "host_util.h"
 #include "maxsim/packed_format.h"
 
@@ -174,53 +174,6 @@ Status QueryStageFree(Backend& b) {
   return Status::Ok();
 }
 
-// The packer's value check of one row (packing/src/quantize_ref.cc): squares summed in double over 8 lanes,
-// lane = k mod 8 in k order, the lanes combined as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)); accepted
-// when the sum is at most 1e38 (a NaN or infinite element makes it NaN or infinite, so this also checks that
-// every element is finite).
-template <typename T, float (*ToF32)(T)>
-bool RowAcceptedExact(const T* v, uint32_t dim) {
-  double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (uint32_t k = 0; k < dim; ++k) {
-    const double d = ToF32(v[k]);
-    l[k % 8] += d * d;
-  }
-  const double sq = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-  return sq <= MAXSIM_PACK_MAX_NORM * MAXSIM_PACK_MAX_NORM;
-}
-
-// The same decision, fast: the largest magnitude from the elements' bits with the sign cleared (an integer
-// maximum, which orders magnitudes and puts infinities and NaNs above every finite value). A row whose elements
-// are all finite and at most m in magnitude has a sum of squares at most dim * m^2, and the packer's double sum
-// of exact squares stays within a factor 1 + dim * 2^-53 of the true one: at most half of the bound means
-// accepted. Only rows between that and a non-finite element take the packer's exact sum.
-template <typename T, typename Bits, Bits kAbs, Bits kInf, float (*ToF32)(T)>
-bool RowAccepted(const uint8_t* row, uint32_t dim) {
-  const Bits* bits = reinterpret_cast<const Bits*>(row);
-  Bits m = 0;
-  for (uint32_t k = 0; k < dim; ++k) m = std::max<Bits>(m, bits[k] & kAbs);
-  if (m >= kInf) return false;
-  T top;
-  std::memcpy(&top, &m, sizeof(top));
-  const double x = ToF32(top);
-  if (x * x * dim <= 0.5 * MAXSIM_PACK_MAX_NORM * MAXSIM_PACK_MAX_NORM) return true;
-  return RowAcceptedExact<T, ToF32>(reinterpret_cast<const T*>(row), dim);
-}
-
-float F32Value(float x) { return x; }
-
-bool RowsAccepted(const uint8_t* rows, uint64_t row_bytes, int dtype, uint32_t dim, uint64_t n_rows) {
-  for (uint64_t r = 0; r < n_rows; ++r) {
-    const uint8_t* row = rows + r * row_bytes;
-    const bool ok = dtype == MAXSIM_F32
-                        ? RowAccepted<float, uint32_t, 0x7fffffffu, 0x7f800000u, F32Value>(row, dim)
-                    : dtype == MAXSIM_BF16 ? RowAccepted<uint16_t, uint16_t, 0x7fff, 0x7f80, maxsim::Bf16ToF32>(row, dim)
-                                           : RowAccepted<uint16_t, uint16_t, 0x7fff, 0x7c00, maxsim::F16ToF32>(row, dim);
-    if (!ok) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 Status UploadQueriesTo(Backend& b, const maxsim_packed_view& view, DeviceBuffer& dst, DeviceQueries* out) {
@@ -346,7 +299,7 @@ Status PrepareQueries(Backend& b, const maxsim_plugin_score_args& a, DeviceQueri
 
 void CheckQueriesOnHost(DeviceQueries& q) {
   if (q.host_checked) return;
-  q.host_bad = !RowsAccepted(q.host_rows, q.view.row_bytes, q.view.dtype, q.view.dim, q.info.n_vectors);
+  q.host_bad = !QueryRowsAccepted(q.host_rows, q.view.row_bytes, q.view.dtype, q.view.dim, q.info.n_vectors);
   q.host_checked = true;
 }
 
