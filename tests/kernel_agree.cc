@@ -47,6 +47,17 @@ std::vector<std::string> KernelConfigs(bool variants) {
   return configs;
 }
 
+TokenSets QueriesOfLengths(std::mt19937_64& rng, const std::vector<uint64_t>& lengths, uint32_t dim,
+                           maxsim_dtype dtype) {
+  TokenSets q;
+  q.dim = dim;
+  q.offsets = {0};
+  for (uint64_t len : lengths) q.offsets.push_back(q.offsets.back() + len);
+  q.values = Generate(rng, Shape::kClustered, 1, q.offsets.back(), q.offsets.back(), dim).values;
+  q.Encode(dtype);
+  return q;
+}
+
 Outcome ScoreMatrixWith(Context& ctx, const TokenSets& q, const TokenSets& d, maxsim_metric metric, maxsim_mode mode,
                         bool packed_documents) {
   Outcome r;

@@ -6,6 +6,7 @@
 #define MAXSIM_TESTS_KERNEL_AGREE_H_
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ Context KernelContext(const std::string& config, int threads);
 // a kernel with KernelOps::variants appears once per variant that runs here ("amx/fma", "amx/vdpbf16ps"),
 // whatever the speed check would choose; without, once, with the context's choice.
 std::vector<std::string> KernelConfigs(bool variants);
+
+// One query set per length, clustered tokens, encoded as dtype.
+TokenSets QueriesOfLengths(std::mt19937_64& rng, const std::vector<uint64_t>& lengths, uint32_t dim,
+                           maxsim_dtype dtype);
 
 struct Outcome {
   std::vector<float> scores;

@@ -273,12 +273,7 @@ TEST(KernelsAgree, EveryModeAndCandidateSetMatchScalarAcrossVectorRemainders) {
   std::mt19937_64 rng(4242);
   const std::vector<uint64_t> lengths = {1, 3, 5, 17, 33, 65, 100};
   for (uint32_t dim : {5u, 130u}) {
-    TokenSets q;
-    q.dim = dim;
-    q.offsets = {0};
-    for (uint64_t len : lengths) q.offsets.push_back(q.offsets.back() + len);
-    q.values = Generate(rng, Shape::kClustered, 1, q.offsets.back(), q.offsets.back(), dim).values;
-    q.Encode(MAXSIM_F32);
+    const TokenSets q = QueriesOfLengths(rng, lengths, dim, MAXSIM_F32);
     std::vector<TokenSets> doc_sets = {Generate(rng, Shape::kClustered, 12, 0, 70, dim)};
     if (dim > 64) doc_sets.push_back(NearTieDocuments(rng, q, 3, 45, 1e-6));
     for (size_t set = 0; set < doc_sets.size(); ++set) {

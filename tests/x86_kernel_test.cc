@@ -39,18 +39,6 @@ bool Has(const std::string& name) {
   return false;
 }
 
-// One query set per length, clustered tokens, encoded as dtype.
-TokenSets QueriesOfLengths(std::mt19937_64& rng, const std::vector<uint64_t>& lengths, uint32_t dim,
-                           maxsim_dtype dtype) {
-  TokenSets q;
-  q.dim = dim;
-  q.offsets = {0};
-  for (uint64_t len : lengths) q.offsets.push_back(q.offsets.back() + len);
-  q.values = Generate(rng, Shape::kClustered, 1, q.offsets.back(), q.offsets.back(), dim).values;
-  q.Encode(dtype);
-  return q;
-}
-
 // Every kernel and every variant of it against scalar (ExpectEveryKernelMatchesScalar), except a bf16 dot
 // variant where it runs the same code as the fma one.
 void ExpectEveryConfigMatchesScalar(const TokenSets& q, const TokenSets& d, const std::string& label,

@@ -441,24 +441,11 @@ float RoundScore(double sum) {
   return static_cast<float>(std::clamp(sum, -kMax, kMax));
 }
 
-// Scores prepared query qs against document d, writes qs.positions argmax values (if argmax) and returns the
-// score: -inf for an empty document, else the double sum over kept tokens in order, rounded once to f32.
-float ScorePair(const QuerySet& qs, const DocRef& d, const uint32_t* doc_map, const KernelOps& ops,
-                const ScoreRequest& req, ThreadState& ts, int32_t* argmax) {
-  ++ts.pairs;
-  ts.query_tokens += qs.q.n_tokens;
-  if (d.n_tokens == 0 || qs.q.n_tokens == 0) {
-    if (argmax) std::fill(argmax, argmax + qs.positions, -1);
-    return d.n_tokens == 0 ? kNegInf : 0.0f;
-  }
-  float* best = KernelScratch::Grow(ts.best, qs.q.n_tokens);
-  int32_t* arg = KernelScratch::Grow(ts.arg, qs.q.n_tokens);
-  if (req.mode == MAXSIM_MODE_EXACT) {
-    ops.exact(qs.q, d, req.metric, best, arg, ts.scratch);
-  } else {
-    ops.screened(qs.q, d, req.metric, req.mode, best, arg, ts.scratch, &ts.counters);
-  }
-  const bool cosine = req.metric == MAXSIM_METRIC_COSINE;
+// The keys -> score step for one query token set and document: the double sum over kept tokens in order (cosine:
+// each key times the query token's 1/norm), rounded once to f32; writes the qs.positions argmax values if asked
+// (doc_map: the compact token -> position map of a document with masked rows, else nullptr).
+float ScoreFromKeys(const QuerySet& qs, bool cosine, const float* best, const int32_t* arg, const uint32_t* doc_map,
+                    int32_t* argmax) {
   double sum = 0.0;
   for (uint32_t s = 0; s < qs.q.n_tokens; ++s) {
     const float value = cosine ? best[s] * qs.inv_norm[s] : best[s];
@@ -475,20 +462,26 @@ float ScorePair(const QuerySet& qs, const DocRef& d, const uint32_t* doc_map, co
   return RoundScore(sum);
 }
 
-// The key -> score sum of ScorePair for one query token set: the double sum over kept tokens in order, rounded
-// once to f32; writes the argmax positions (packed documents: no masked rows) if asked.
-float ScoreFromKeys(const QuerySet& qs, bool cosine, const float* best, const int32_t* arg, int32_t* argmax) {
-  double sum = 0.0;
-  for (uint32_t s = 0; s < qs.q.n_tokens; ++s) {
-    const float value = cosine ? best[s] * qs.inv_norm[s] : best[s];
-    sum += static_cast<double>(value);
+// Scores prepared query qs against document d, writes qs.positions argmax values (if argmax) and returns the
+// score: -inf for an empty document, else ScoreFromKeys of the kernel's keys.
+float ScorePair(const QuerySet& qs, const DocRef& d, const uint32_t* doc_map, const KernelOps& ops,
+                const ScoreRequest& req, ThreadState& ts, int32_t* argmax) {
+  ++ts.pairs;
+  ts.query_tokens += qs.q.n_tokens;
+  if (d.n_tokens == 0 || qs.q.n_tokens == 0) {
+    if (argmax) std::fill(argmax, argmax + qs.positions, -1);
+    return d.n_tokens == 0 ? kNegInf : 0.0f;
   }
-  if (argmax) {
-    if (qs.kept) std::fill(argmax, argmax + qs.positions, -1);
-    for (uint32_t s = 0; s < qs.q.n_tokens; ++s) argmax[qs.kept ? qs.kept[s] : s] = arg[s];
+  float* best = KernelScratch::Grow(ts.best, qs.q.n_tokens);
+  int32_t* arg = KernelScratch::Grow(ts.arg, qs.q.n_tokens);
+  if (req.mode == MAXSIM_MODE_EXACT) {
+    ops.exact(qs.q, d, req.metric, best, arg, ts.scratch);
+  } else {
+    ops.screened(qs.q, d, req.metric, req.mode, best, arg, ts.scratch, &ts.counters);
   }
-  return RoundScore(sum);
+  return ScoreFromKeys(qs, req.metric == MAXSIM_METRIC_COSINE, best, arg, doc_map, argmax);
 }
+
 
 // Materialises document j, hands it to score(d, map) and checks it after (DocMaterializer::Get, then Verify).
 // False, with *rejected set, when one of its rows is not accepted: the caller ends its task.
@@ -560,7 +553,7 @@ void ScoreBatch(const QuerySet& qs, const KernelOps& ops, const ScoreRequest& re
       ++ts.docs_pruned;
       continue;
     }
-    scores[i] = ScoreFromKeys(qs, cosine, best + i * nt, arg + i * nt, argmax ? argmax[i] : nullptr);
+    scores[i] = ScoreFromKeys(qs, cosine, best + i * nt, arg + i * nt, nullptr, argmax ? argmax[i] : nullptr);
   }
 }
 
