@@ -25,7 +25,10 @@ void CopyMessage(const std::string& m, char* out, size_t cap) {
 
 // The calling thread's current CUDA device, restored when an entry point returns: the plugin selects each
 // backend's device for its own work, and a caller's next CUDA call (a cudaMalloc, say) must not land on another
-// device because a context with several devices ran a call.
+// device because a context with several devices ran a call. A thread that never selected a device reads as
+// device 0, so after a call that ran only on other devices (a device list without 0) the restore creates device
+// 0's primary context; saving and restoring the driver's current context instead (cuCtxGetCurrent /
+// cuCtxSetCurrent through cudaGetDriverEntryPointByVersion) would leave such a thread without one (not done).
 class CallerDevice {
  public:
   CallerDevice() : ok_(cudaGetDevice(&device_) == cudaSuccess) {}
