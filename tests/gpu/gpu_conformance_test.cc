@@ -1150,6 +1150,118 @@ TEST_F(Gpu, BackwardMatchesCpuAndIsDeterministic) {
   }
 }
 
+// The deterministic grad_D of every layout, bit for bit: each element is the f32 FMA chain, from 0, over its
+// contributions in (pair, query token) order. Many query tokens on one document token (long runs of the inverse
+// index, over two index chunks), ties from duplicated document tokens, masks, -1 entries, 64 to 160 dims.
+TEST_F(Gpu, DeterministicGradDIsTheOrderedFmaChain) {
+  Context gpu(Options("cuda"));
+  struct Case {
+    maxsim_layout layout;
+    uint64_t nq, nd, lq, ld;
+    uint32_t dim;
+    bool from_forward, masks;
+    uint64_t lead;
+  };
+  const Case cases[] = {
+      {MAXSIM_LAYOUT_MATRIX, 48, 6, 40, 30, 160, false, true, 1},
+      {MAXSIM_LAYOUT_CANDIDATES, 40, 9, 33, 20, 64, false, false, 0},
+      {MAXSIM_LAYOUT_PAIRS, 30, 30, 70, 5, 96, false, true, 0},
+      {MAXSIM_LAYOUT_MATRIX, 20, 12, 32, 24, 128, true, false, 0},
+      // 160 x 128 pairs x 32 tokens: more argmax entries than one index chunk holds (kIndexEntries).
+      {MAXSIM_LAYOUT_MATRIX, 160, 128, 32, 8, 32, false, false, 2},
+  };
+  uint64_t salt = 900;
+  for (const Case& c : cases) {
+    auto rng = Rng(++salt);
+    const bool ragged = !c.from_forward && c.layout != MAXSIM_LAYOUT_MATRIX;
+    TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, c.nq, ragged ? 0 : c.lq, c.lq, c.dim), MAXSIM_BF16);
+    TokenSets d = Encoded(Generate(rng, c.from_forward ? Shape::kDuplicates : Shape::kGaussian, c.nd,
+                                   ragged ? 0 : c.ld, c.ld, c.dim), MAXSIM_BF16);
+    if (c.masks) {
+      RandomMask(rng, q, 0.2);
+      RandomMask(rng, d, 0.2);
+    }
+    std::vector<uint64_t> off = {0}, cand;
+    if (c.layout == MAXSIM_LAYOUT_CANDIDATES) {
+      for (uint64_t i = 0; i < c.nq; ++i) {
+        for (int k = 0; k < 4; ++k) cand.push_back(rng() % 3);  // repeats, few documents: contended rows
+        off.push_back(cand.size());
+      }
+    }
+    // Pairs in pair order: (query, document, argmax base).
+    struct P { uint64_t i, j, base; };
+    std::vector<P> pairs;
+    uint64_t base = 0;
+    for (uint64_t i = 0; i < c.nq; ++i) {
+      if (c.layout == MAXSIM_LAYOUT_MATRIX) {
+        for (uint64_t j = 0; j < c.nd; ++j) pairs.push_back({i, j, c.nd * q.offsets[i] + j * q.length(i)});
+      } else if (c.layout == MAXSIM_LAYOUT_PAIRS) {
+        pairs.push_back({i, i, q.offsets[i]});
+      } else {
+        for (uint64_t e = off[i]; e < off[i + 1]; ++e, base += q.length(i)) pairs.push_back({i, cand[e], base});
+      }
+    }
+    const uint64_t am_size = c.layout == MAXSIM_LAYOUT_MATRIX ? c.nd * q.rows() : c.layout == MAXSIM_LAYOUT_PAIRS ? q.rows() : base;
+    const DeviceSets dq(q, 0, 0), dd(d, c.lead, 0);
+    std::vector<int32_t> argmax(am_size, -1);
+    if (c.from_forward) {
+      argmax = DeviceForward(gpu, dq, dd, c.layout, off, cand, am_size, MAXSIM_METRIC_DOT).argmax;
+    } else {
+      // Most tokens on the document's first kept token, the rest on any kept token or -1.
+      std::uniform_real_distribution<double> u(0.0, 1.0);
+      for (const P& p : pairs) {
+        std::vector<int32_t> kept;
+        for (uint64_t t = 0; t < d.length(p.j); ++t) {
+          if (d.kept(d.offsets[p.j] + t)) kept.push_back(static_cast<int32_t>(t));
+        }
+        for (uint64_t s = 0; s < q.length(p.i); ++s) {
+          const double r = u(rng);
+          argmax[p.base + s] = kept.empty() || r < 0.05 ? -1 : r < 0.7 ? kept[0] : kept[rng() % kept.size()];
+        }
+      }
+    }
+    std::vector<float> grad(pairs.size());
+    std::normal_distribution<float> gn(0.0f, 1.0f);
+    for (float& g : grad) g = gn(rng);
+    // The ordered FMA chain on the host.
+    const uint64_t drows = c.lead + d.rows();
+    std::vector<float> want(drows * c.dim, 0.0f);
+    for (uint64_t p = 0; p < pairs.size(); ++p) {
+      const P& x = pairs[p];
+      for (uint64_t s = 0; s < q.length(x.i); ++s) {
+        const int32_t t = argmax[x.base + s];
+        const uint64_t qr = q.offsets[x.i] + s;
+        if (t < 0 || !q.kept(qr)) continue;
+        float* out = &want[(c.lead + d.offsets[x.j] + t) * c.dim];
+        for (uint32_t k = 0; k < c.dim; ++k) out[k] = std::fmaf(grad[p], q.row(qr)[k], out[k]);
+      }
+    }
+    Dev<int32_t> d_am(am_size);
+    d_am.Up(argmax.data());
+    Dev<float> d_grad(grad.size()), o_d(drows * c.dim);
+    d_grad.Up(grad.data());
+    o_d.Fill(0x7f);
+    maxsim_backward_args a{};
+    a.struct_size = sizeof(a);
+    a.layout = c.layout;
+    a.cand_offsets = c.layout == MAXSIM_LAYOUT_CANDIDATES ? off.data() : nullptr;
+    a.candidates = c.layout == MAXSIM_LAYOUT_CANDIDATES ? cand.data() : nullptr;
+    a.argmax = d_am.p;
+    a.grad_scores = d_grad.p;
+    a.grad_documents = o_d.p;
+    a.deterministic = 1;
+    ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << maxsim_last_error();
+    const std::vector<float> got = o_d.Down();
+    for (uint64_t e = 0; e < want.size(); ++e) {
+      uint32_t w, g;
+      std::memcpy(&w, &want[e], 4);
+      std::memcpy(&g, &got[e], 4);
+      ASSERT_EQ(w, g) << "layout " << c.layout << " dim " << c.dim << ": grad_D row " << e / c.dim << " element "
+                      << e % c.dim << " is " << got[e] << ", the ordered chain gives " << want[e];
+    }
+  }
+}
+
 TEST_F(Gpu, ErrorsAreStatuses) {
   Context gpu(Options("cuda"));
   auto rng = Rng(800);

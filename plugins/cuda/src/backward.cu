@@ -4,11 +4,8 @@
 //                   pairs in order, f32 FMA: deterministic)
 //   grad_D[j, t] += g[i, j] * Q[i, s]  for every (i, s) whose argmax is (j, t)   (scatter), two ways:
 //     atomic:        one warp per pair, f32 atomics (vector atomics on sm_90); fast, order not fixed.
-//     deterministic: destination-owned. One warp owns 32 destination rows x 128 dims of one document in
-//                    shared memory and walks that document's contributions in canonical (pair, token) order
-//                    (pairs of a document in ascending order: the host sorts candidate lists by document),
-//                    so every destination element is one fixed sequence of f32 adds: bit-identical across runs.
-// Extra memory: none beyond the small per-call index arrays of the host (no Nq*Nd*Lq*Ld or Nq*Lq*d scratch).
+//     deterministic: an inverse index of the argmax sorted by destination row (grad_d_sorted.cu), so every
+//                    destination element is one fixed sequence of f32 FMAs in (pair, token) order.
 #include <math.h>
 
 #include "device_common.cuh"
@@ -58,7 +55,7 @@ __global__ void BackwardCheckKernel(const BackwardArgs a) {
   }
 }
 
-// Pairs (grad_Q) or contributions (deterministic grad_D) whose loads are issued together.
+// Pairs whose loads are issued together (grad_Q).
 constexpr int kGatherBatch = 8;
 
 // One warp per query row; lanes own 4 consecutive dims of a 128-dim chunk.
@@ -167,96 +164,6 @@ __global__ void GradDAtomicKernel(const BackwardArgs a, int vec4) {
   }
 }
 
-constexpr int kDetWarps = 2;
-constexpr int kDetRows = 32;
-
-// One warp per (document j, block of 32 destination rows, 128-dim chunk).
-__global__ void __launch_bounds__(kDetWarps * 32) GradDDeterministicKernel(const BackwardArgs a, uint64_t n_row_blocks,
-                                                                          uint64_t n_dim_chunks) {
-  __shared__ float4 acc_all[kDetWarps][kDetRows][32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float4 (*acc)[32] = acc_all[warp];
-  const uint32_t dim = a.q.dim;
-  const uint64_t per_doc = n_row_blocks * n_dim_chunks;
-  const uint64_t total = a.d.n_sets * per_doc;
-  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kDetWarps;
-  for (uint64_t task = static_cast<uint64_t>(blockIdx.x) * kDetWarps + warp; task < total; task += warps) {
-    const uint64_t j = task / per_doc;
-    const uint64_t rb = (task - j * per_doc) / n_dim_chunks;
-    const uint64_t dc = task - j * per_doc - rb * n_dim_chunks;
-    const uint64_t db = a.d.Begin(j), ld = a.d.End(j) - db;
-    const uint64_t t0 = rb * kDetRows;
-    if (t0 >= ld) continue;
-    const uint32_t k0 = static_cast<uint32_t>(dc) * 128 + lane * 4;
-    for (int r = 0; r < kDetRows; ++r) acc[r][lane] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    uint64_t e0, e1;
-    if (a.pairs.layout == kPairsMatrix) {
-      e0 = 0;
-      e1 = a.q.n_sets;
-    } else if (a.pairs.layout == kPairsDiagonal) {
-      e0 = j;
-      e1 = j + 1;
-    } else {
-      e0 = a.d_pair_start[j];
-      e1 = a.d_pair_start[j + 1];
-    }
-    for (uint64_t e = e0; e < e1; ++e) {
-      const uint64_t p = a.pairs.layout == kPairsMatrix ? e * a.pairs.nd + j : a.pairs.layout == kPairsDiagonal ? e : a.d_pairs[e];
-      uint64_t i, jj;
-      a.pairs.Resolve(p, &i, &jj);
-      const uint64_t qb = a.q.Begin(i), lq = a.q.End(i) - qb;
-      const int32_t* am = a.pairs.ArgmaxPtr(p, i, j, qb - a.q.Begin(0), lq);
-      const float g = a.grad[p];
-      for (uint64_t s0 = 0; s0 < lq; s0 += 32) {
-        const uint64_t s = s0 + lane;
-        const int32_t tv = s < lq ? am[s] : -1;
-        const bool hit = tv >= 0 && static_cast<uint64_t>(tv) >= t0 && static_cast<uint64_t>(tv) < t0 + kDetRows &&
-                         static_cast<uint64_t>(tv) < ld && a.d.Kept(db + tv) && a.q.Kept(qb + s);
-        unsigned mask = __ballot_sync(kFull, hit);
-        // The hits in lane order, kGatherBatch at a time: the query elements of a batch are loaded before the
-        // first add (one memory latency per batch), and the adds keep the order.
-        while (mask) {
-          int row[kGatherBatch];
-          float x[kGatherBatch][4];
-#pragma unroll
-          for (int b = 0; b < kGatherBatch; ++b) {
-            row[b] = -1;
-            if (mask) {
-              const int l = __ffs(mask) - 1;
-              mask &= mask - 1;
-              row[b] = __shfl_sync(kFull, tv, l) - static_cast<int>(t0);
-              const uint8_t* qrow = a.q.orig + (qb + s0 + l) * a.q.row_bytes;
-#pragma unroll
-              for (int u = 0; u < 4; ++u) x[b][u] = k0 + u < dim ? LoadElem(qrow, k0 + u, a.q.dtype) : 0.0f;
-            }
-          }
-#pragma unroll
-          for (int b = 0; b < kGatherBatch; ++b) {
-            if (row[b] < 0) continue;
-            float4 v = acc[row[b]][lane];
-            if (k0 + 0 < dim) v.x += g * x[b][0];
-            if (k0 + 1 < dim) v.y += g * x[b][1];
-            if (k0 + 2 < dim) v.z += g * x[b][2];
-            if (k0 + 3 < dim) v.w += g * x[b][3];
-            acc[row[b]][lane] = v;
-          }
-        }
-      }
-    }
-    __syncwarp();
-    const uint64_t rows = ld - t0 < kDetRows ? ld - t0 : kDetRows;
-    for (uint64_t r = 0; r < rows; ++r) {
-      float* out = a.grad_d + (db + t0 + r) * dim;
-      const float4 v = acc[r][lane];
-      if (k0 + 0 < dim) out[k0 + 0] = v.x;
-      if (k0 + 1 < dim) out[k0 + 1] = v.y;
-      if (k0 + 2 < dim) out[k0 + 2] = v.z;
-      if (k0 + 3 < dim) out[k0 + 3] = v.w;
-    }
-    __syncwarp();
-  }
-}
-
 unsigned Grid(uint64_t items, unsigned per_block, unsigned cap) {
   const uint64_t b = (items + per_block - 1) / per_block;
   return static_cast<unsigned>(b == 0 ? 1 : (b > cap ? cap : b));
@@ -280,16 +187,6 @@ cudaError_t LaunchGradDAtomic(const BackwardArgs& a, cudaStream_t stream) {
   if (a.pairs.n_pairs == 0) return cudaSuccess;
   const int vec4 = a.q.dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.grad_d) % 16 == 0;
   GradDAtomicKernel<<<Grid(a.pairs.n_pairs, 8, 1u << 16), 256, 0, stream>>>(a, vec4);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchGradDDeterministic(const BackwardArgs& a, uint64_t max_ld, cudaStream_t stream) {
-  const uint64_t row_blocks = (max_ld + kDetRows - 1) / kDetRows;
-  const uint64_t dim_chunks = (a.q.dim + 127) / 128;
-  const uint64_t tasks = a.d.n_sets * row_blocks * dim_chunks;
-  if (tasks == 0) return cudaSuccess;
-  GradDDeterministicKernel<<<Grid(tasks, kDetWarps, 1u << 20), kDetWarps * 32, 0, stream>>>(a, row_blocks,
-                                                                                            dim_chunks);
   return cudaGetLastError();
 }
 

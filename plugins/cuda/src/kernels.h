@@ -245,8 +245,6 @@ struct BackwardArgs {
   float* grad_q = nullptr;                  // [q rows, dim] or null
   float* grad_d = nullptr;                  // [d rows, dim] or null
   const uint64_t* q_pair_start = nullptr;   // list layout: pairs of query i are [start[i], start[i+1])
-  const uint64_t* d_pair_start = nullptr;   // list layout: CSR by document (deterministic grad_D)
-  const uint64_t* d_pairs = nullptr;        //   pair ids of document j, ascending
   unsigned long long* flag = nullptr;       // [2]: bad argmax (1 + flat index), bad grad (1 + pair)
 };
 
@@ -255,8 +253,27 @@ cudaError_t LaunchBackwardCheck(const BackwardArgs& a, cudaStream_t stream);
 cudaError_t LaunchGradQ(const BackwardArgs& a, uint64_t row_begin, uint64_t row_end, cudaStream_t stream);
 // grad_D must be zeroed first.
 cudaError_t LaunchGradDAtomic(const BackwardArgs& a, cudaStream_t stream);
-// Writes every row of every document set (max_ld: the longest document).
-cudaError_t LaunchGradDDeterministic(const BackwardArgs& a, uint64_t max_ld, cudaStream_t stream);
+
+// The deterministic grad_D's inverse index of one chunk of pairs (grad_d_sorted.cu): sort buffers of at least the
+// chunk's argmax entries each, and CUB's temporary storage.
+struct GradDIndex {
+  uint32_t* keys = nullptr;      // destination row, or `sentinel` (no contribution)
+  uint32_t* keys_alt = nullptr;
+  uint64_t* vals = nullptr;      // query row << 32 | (pair - first pair of the chunk)
+  uint64_t* vals_alt = nullptr;
+  void* temp = nullptr;
+  size_t temp_bytes = 0;
+  uint32_t sentinel = 0;         // the number of document rows (< 2^32 - 1)
+  uint64_t entry0 = 0;           // argmax index of the chunk's first entry
+};
+// Argmax entries a chunk may hold (GradDIndex: 24 bytes each): bounds the index at 12 MiB plus CUB's storage.
+constexpr uint64_t kIndexEntries = 1ull << 19;
+// CUB's temporary storage for chunks of up to max_entries.
+cudaError_t GradDIndexTempBytes(uint64_t max_entries, uint32_t sentinel, size_t* bytes);
+// Adds the contributions of pairs [p0, p1) (argmax entries [x.entry0, x.entry0 + n_entries), fewer than 2^32
+// pairs) into grad_D in canonical (pair, token) order: zero grad_D first, then call it for consecutive chunks.
+cudaError_t LaunchGradDIndexed(const BackwardArgs& a, GradDIndex x, uint64_t p0, uint64_t p1, uint64_t n_entries,
+                               cudaStream_t stream);
 
 // ---- top-k --------------------------------------------------------------------------------------------
 

@@ -244,21 +244,46 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
   const std::vector<uint32_t>& pq = in.pq;
   const std::vector<uint32_t>& pd = in.pd;
   const std::vector<uint64_t>& am = in.am;
-  // List layout: the pairs of each document in ascending pair order (CSR), for the deterministic grad_D.
-  std::vector<uint64_t> by_doc_start, by_doc;
-  if (list) {
-    by_doc_start.assign(nd + 1, 0);
-    for (uint64_t e = 0; e < n_pairs; ++e) ++by_doc_start[pd[e] + 1];
-    for (uint64_t j = 0; j < nd; ++j) by_doc_start[j + 1] += by_doc_start[j];
-    by_doc.resize(n_pairs);
-    std::vector<uint64_t> fill(by_doc_start.begin(), by_doc_start.end() - 1);
-    for (uint64_t e = 0; e < n_pairs; ++e) by_doc[fill[pd[e]]++] = e;
+  // Deterministic grad_D: the argmax entries before pair p (the argmax is pair-major in every layout), and chunks
+  // of consecutive pairs of at most kIndexEntries entries (fewer than 2^32 pairs) for its inverse index.
+  auto entries_before = [&](uint64_t p) -> uint64_t {
+    if (p >= n_pairs) {
+      if (list) return n_pairs ? am[n_pairs - 1] + (q.offsets[pq[n_pairs - 1] + 1] - q.offsets[pq[n_pairs - 1]]) : 0;
+      return (q.offsets[nq] - q.offsets[0]) * (a.layout == MAXSIM_LAYOUT_PAIRS ? 1 : nd);
+    }
+    if (list) return am[p];
+    if (a.layout == MAXSIM_LAYOUT_PAIRS) return q.offsets[p] - q.offsets[0];
+    const uint64_t i = p / nd, j = p % nd;
+    return nd * (q.offsets[i] - q.offsets[0]) + j * (q.offsets[i + 1] - q.offsets[i]);
+  };
+  std::vector<uint64_t> chunk_pairs;  // chunk c is pairs [chunk_pairs[c], chunk_pairs[c + 1])
+  uint64_t chunk_max = 0;
+  if (a.deterministic && a.grad_documents != nullptr && n_pairs > 0) {
+    if (d.n_rows >= 0xffffffffull || q.n_rows >= 0xffffffffull) {
+      return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "the deterministic backward takes fewer than 2^32 - 1 query and "
+                  "document rows (use deterministic = 0)");
+    }
+    chunk_pairs.push_back(0);
+    while (chunk_pairs.back() < n_pairs) {
+      const uint64_t p0 = chunk_pairs.back(), e0 = entries_before(p0);
+      // The last p1 with entries_before(p1) - e0 <= kIndexEntries, at least p0 + 1 (a longer pair is a chunk alone).
+      uint64_t lo = p0 + 1, hi = std::min<uint64_t>(n_pairs, p0 + 0xffffffffull);
+      while (lo < hi) {
+        const uint64_t mid = lo + (hi - lo + 1) / 2;
+        if (entries_before(mid) - e0 <= kIndexEntries) lo = mid; else hi = mid - 1;
+      }
+      chunk_max = std::max(chunk_max, entries_before(lo) - e0);
+      chunk_pairs.push_back(lo);
+    }
   }
+  size_t sort_temp = 0;
+  if (chunk_max) MSC_CUDA(GradDIndexTempBytes(chunk_max, static_cast<uint32_t>(d.n_rows), &sort_temp));
   Carver cv;
   const uint64_t o_qoff = cv.Add((nq + 1) * 8), o_doff = cv.Add((nd + 1) * 8), o_flag = cv.Add(16);
   const uint64_t o_pq = list ? cv.Add(n_pairs * 4) : 0, o_pd = list ? cv.Add(n_pairs * 4) : 0,
-                 o_am = list ? cv.Add(n_pairs * 8) : 0, o_qps = list ? cv.Add((nq + 1) * 8) : 0,
-                 o_dps = list ? cv.Add((nd + 1) * 8) : 0, o_dp = list ? cv.Add(n_pairs * 8) : 0;
+                 o_am = list ? cv.Add(n_pairs * 8) : 0, o_qps = list ? cv.Add((nq + 1) * 8) : 0;
+  const uint64_t o_keys = cv.Add(chunk_max * 4), o_keys_alt = cv.Add(chunk_max * 4), o_vals = cv.Add(chunk_max * 8),
+                 o_vals_alt = cv.Add(chunk_max * 8), o_temp = cv.Add(sort_temp);
   MSC_RETURN(b.scratch.Reserve(cv.size(), "training backward scratch"));
   MSC_RETURN(b.stage.Reserve(2 * (nq + nd + 2) * 8 + n_pairs * 32 + 10 * kAlign, "training staging"));
   if (a.peak_extra_bytes) *a.peak_extra_bytes = cv.size();
@@ -271,8 +296,6 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
     MSC_RETURN(StageUpload(b, used, s + o_pd, pd.data(), n_pairs * 4, stream));
     MSC_RETURN(StageUpload(b, used, s + o_am, am.data(), n_pairs * 8, stream));
     MSC_RETURN(StageUpload(b, used, s + o_qps, a.cand_offsets, (nq + 1) * 8, stream));
-    MSC_RETURN(StageUpload(b, used, s + o_dps, by_doc_start.data(), (nd + 1) * 8, stream));
-    MSC_RETURN(StageUpload(b, used, s + o_dp, by_doc.data(), n_pairs * 8, stream));
   }
   MSC_CUDA(cudaEventRecord(b.staged, stream));
   BackwardArgs ba;
@@ -290,8 +313,6 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
     ba.pairs.pd = reinterpret_cast<const uint32_t*>(s + o_pd);
     ba.pairs.am_base = reinterpret_cast<const uint64_t*>(s + o_am);
     ba.q_pair_start = reinterpret_cast<const uint64_t*>(s + o_qps);
-    ba.d_pair_start = reinterpret_cast<const uint64_t*>(s + o_dps);
-    ba.d_pairs = reinterpret_cast<const uint64_t*>(s + o_dp);
   }
   ba.argmax = a.argmax;
   ba.grad = a.grad_scores;
@@ -307,11 +328,22 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
     if (e != cudaSuccess) return CudaFail(e, "launching grad_Q");
   }
   if (a.grad_documents) {
+    MSC_CUDA(cudaMemsetAsync(a.grad_documents, 0, d.n_rows * dim * 4, stream));
     if (a.deterministic) {
-      if (d.first_row) MSC_CUDA(cudaMemsetAsync(a.grad_documents, 0, d.first_row * dim * 4, stream));
-      e = LaunchGradDDeterministic(ba, d.max_len, stream);
+      GradDIndex x;
+      x.keys = reinterpret_cast<uint32_t*>(s + o_keys);
+      x.keys_alt = reinterpret_cast<uint32_t*>(s + o_keys_alt);
+      x.vals = reinterpret_cast<uint64_t*>(s + o_vals);
+      x.vals_alt = reinterpret_cast<uint64_t*>(s + o_vals_alt);
+      x.temp = s + o_temp;
+      x.temp_bytes = sort_temp;
+      x.sentinel = static_cast<uint32_t>(d.n_rows);
+      for (size_t c = 0; c + 1 < chunk_pairs.size() && e == cudaSuccess; ++c) {
+        x.entry0 = entries_before(chunk_pairs[c]);
+        e = LaunchGradDIndexed(ba, x, chunk_pairs[c], chunk_pairs[c + 1],
+                               entries_before(chunk_pairs[c + 1]) - x.entry0, stream);
+      }
     } else {
-      MSC_CUDA(cudaMemsetAsync(a.grad_documents, 0, d.n_rows * dim * 4, stream));
       e = LaunchGradDAtomic(ba, stream);
     }
     if (e != cudaSuccess) return CudaFail(e, "launching grad_D");
