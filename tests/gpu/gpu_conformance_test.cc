@@ -9,6 +9,7 @@
 //
 // Data are fresh random draws: the seed comes from MAXSIM_TEST_SEED or std::random_device and is printed.
 // Without a usable GPU every test is skipped (or fails, if MAXSIM_GPU_TESTS_REQUIRE=1, as scripts/device/gpu-tests.sh sets it).
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "maxsim/maxsim.hpp"
@@ -1756,6 +1758,35 @@ TEST_F(Gpu, CallerDeviceIsKeptAndForeignDeviceTensorsAreRefused) {
   const AllOps b = RunOps(two.get(), hq.sets(), q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off, cand,
                           MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT, 4);
   ExpectSameOps(a, b, "after the refused call");
+}
+
+// A thread that never used CUDA calls the API (every operation, the corpus uploaded by its first call) and is left
+// with no current CUDA context, as it started: the plugin restores the driver's current context, not a device
+// number (restoring "device 0" would create and keep device 0's primary context current in that thread).
+TEST_F(Gpu, FreshThreadKeepsNoCudaContext) {
+  Context gpu(Options("cuda"));
+  auto rng = Rng(2950);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 1, 20, 64), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 11, 0, 30, 64), MAXSIM_BF16);
+  Packed pd = Packed::Pack(gpu, d.Dense());
+  const HostSets hq(q, 0, 0);
+  std::vector<uint64_t> off, cand;
+  RandomCandidates(rng, q.n_sets(), d.n_sets(), &off, &cand);
+  CUcontext before = reinterpret_cast<CUcontext>(1), after = reinterpret_cast<CUcontext>(1);
+  CUresult r0 = CUDA_ERROR_UNKNOWN, r1 = CUDA_ERROR_UNKNOWN;
+  AllOps a;
+  std::thread t([&] {
+    r0 = cuCtxGetCurrent(&before);
+    a = RunOps(gpu.get(), hq.sets(), q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off, cand,
+               MAXSIM_METRIC_COSINE, MAXSIM_MODE_EXACT, 4);
+    r1 = cuCtxGetCurrent(&after);
+  });
+  t.join();
+  ASSERT_EQ(r0, CUDA_SUCCESS);
+  ASSERT_EQ(r1, CUDA_SUCCESS);
+  EXPECT_EQ(before, nullptr) << "a new thread started with a current CUDA context";
+  EXPECT_EQ(after, nullptr) << "the API left a CUDA context current in a thread that had none";
+  ExpectReference(q, d, MAXSIM_METRIC_COSINE, a.m, "from a fresh thread");
 }
 
 // ---- real embeddings ----------------------------------------------------------------------------------------

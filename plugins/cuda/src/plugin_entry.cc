@@ -8,6 +8,8 @@
 #include <new>
 #include <string>
 
+#include <cuda.h>
+
 #include "backend.h"
 #include "maxsim/plugin.h"
 
@@ -23,30 +25,57 @@ void CopyMessage(const std::string& m, char* out, size_t cap) {
   out[n] = '\0';
 }
 
-// The calling thread's current CUDA device, restored when an entry point returns: the plugin selects each
-// backend's device for its own work, and a caller's next CUDA call (a cudaMalloc, say) must not land on another
-// device because a context with several devices ran a call. A thread that never selected a device reads as
-// device 0, so after a call that ran only on other devices (a device list without 0) the restore creates device
-// 0's primary context; saving and restoring the driver's current context instead (cuCtxGetCurrent /
-// cuCtxSetCurrent through cudaGetDriverEntryPointByVersion) would leave such a thread without one (not done).
-class CallerDevice {
+// The calling thread's current CUDA context (the driver's, which the caller's CUDA runtime follows), restored
+// when an entry point returns: the plugin selects each backend's device for its own work, and a caller's next CUDA
+// call (a cudaMalloc, say) must not land on another device because a context with several devices ran a call. A
+// thread that had no current context is left with none (restoring a device number instead would create that
+// device's primary context in a thread that never used CUDA). The driver's functions come through the runtime's
+// entry-point query, so the plugin does not link libcuda itself.
+class CallerContext {
  public:
-  CallerDevice() : ok_(cudaGetDevice(&device_) == cudaSuccess) {}
-  ~CallerDevice() {
-    int now = -1;
-    if (ok_ && cudaGetDevice(&now) == cudaSuccess && now != device_) cudaSetDevice(device_);
+  CallerContext() {
+    const Api& api = Get();
+    ok_ = api.get && api.set && api.get(&ctx_) == CUDA_SUCCESS;
   }
-  CallerDevice(const CallerDevice&) = delete;
-  CallerDevice& operator=(const CallerDevice&) = delete;
+  ~CallerContext() {
+    const Api& api = Get();
+    CUcontext now = nullptr;
+    if (ok_ && api.get(&now) == CUDA_SUCCESS && now != ctx_) api.set(ctx_);
+  }
+  CallerContext(const CallerContext&) = delete;
+  CallerContext& operator=(const CallerContext&) = delete;
 
  private:
-  int device_ = 0;
+  struct Api {
+    CUresult (*get)(CUcontext*) = nullptr;
+    CUresult (*set)(CUcontext) = nullptr;
+  };
+  static void* Entry(const char* name) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
+#else
+    const cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found);
+#endif
+    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? fn : nullptr;
+  }
+  static const Api& Get() {
+    static const Api api = [] {
+      Api a;
+      a.get = reinterpret_cast<CUresult (*)(CUcontext*)>(Entry("cuCtxGetCurrent"));
+      a.set = reinterpret_cast<CUresult (*)(CUcontext)>(Entry("cuCtxSetCurrent"));
+      return a;
+    }();
+    return api;
+  }
+  CUcontext ctx_ = nullptr;
   bool ok_ = false;
 };
 
 template <typename F>
 maxsim_status Guard(char* err, size_t err_cap, F&& body) {
-  const CallerDevice caller;
+  const CallerContext caller;
   try {
     const Status s = body();
     if (!s.ok()) CopyMessage(s.message, err, err_cap);
@@ -66,7 +95,7 @@ maxsim_status Guard(char* err, size_t err_cap, F&& body) {
 Backend* B(maxsim_plugin_backend* b) { return reinterpret_cast<Backend*>(b); }
 
 maxsim_status Probe(const maxsim_plugin_host* host, char* info, size_t info_cap) {
-  const CallerDevice caller;
+  const CallerContext caller;
   try {
     std::string text;
     const Status s = mscuda::Probe(host, &text);
@@ -102,7 +131,7 @@ uint32_t DeviceCount(const maxsim_plugin_host* host) {
 }
 
 void Destroy(maxsim_plugin_backend* b) {
-  const CallerDevice caller;
+  const CallerContext caller;
   mscuda::DestroyBackend(B(b));
 }
 
@@ -121,7 +150,7 @@ maxsim_status CorpusUploadView(maxsim_plugin_backend* b, const maxsim_packed_vie
 }
 
 void CorpusFree(maxsim_plugin_backend* b, maxsim_plugin_corpus* c) {
-  const CallerDevice caller;
+  const CallerContext caller;
   if (b) mscuda::FreeCorpus(*B(b), reinterpret_cast<mscuda::Corpus*>(c));
 }
 
@@ -234,7 +263,7 @@ maxsim_status MemAlloc(maxsim_plugin_backend* b, uint64_t bytes, void** out, cha
 }
 
 void MemFree(maxsim_plugin_backend* b, void* p) {
-  const CallerDevice caller;
+  const CallerContext caller;
   if (b) mscuda::DeviceFree(*B(b), p);
 }
 
