@@ -5,7 +5,8 @@
 # one synchronisation (kernel-wall), the steps of a resident call, the plugin's call and the public call; with
 # .carry/base-prebuilt.tar.xz (libmaxsim, the plugin and gpu_bench of another revision, packed like make-carry's
 # prebuilt archive, its PREBUILT_REV inside) the same shapes run on that build too, alternating with this one,
-# one process per run (GPU_API_ROUNDS rounds). Prints a table of microseconds over kernel-only per shape.
+# one process per run (GPU_API_ROUNDS rounds); without it, GPU_API_BASE_ENV (e.g. "MAXSIM_CUDA_GRAPH=0") makes
+# the base side this build run under those settings. Prints a table of microseconds over kernel-only per shape.
 set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench || exit 1
@@ -22,21 +23,29 @@ sides=new
 if [ -f .carry/base-prebuilt.tar.xz ]; then
   rm -rf /tmp/maxsim-base && mkdir -p /tmp/maxsim-base && tar -xJf .carry/base-prebuilt.tar.xz -C /tmp/maxsim-base && sides="base new"
   echo "base: $(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null)" >> "$S"
+elif [ -n "${GPU_API_BASE_ENV:-}" ]; then
+  sides="base new"
+  echo "base: this build with $GPU_API_BASE_ENV" >> "$S"
 fi
 for r in $(seq "${GPU_API_ROUNDS:-1}"); do
   for shape in ${GPU_API_SHAPES:-textual-1k textual-10k colpali-rerank q128 visual}; do
     for side in $sides; do
       dir=$BUILD
-      [ "$side" = base ] && dir=/tmp/maxsim-base
-      LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" MAXSIM_PLUGIN_PATH="$dir" timeout 120 \
+      [ "$side" = base ] && [ -d /tmp/maxsim-base ] && dir=/tmp/maxsim-base
+      base_env=()
+      [ "$side" = base ] && [ "$dir" = "$BUILD" ] && read -ra base_env <<< "$GPU_API_BASE_ENV"
+      env "${base_env[@]}" LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" MAXSIM_PLUGIN_PATH="$dir" timeout 120 \
         "$dir/benchmarks/gpu/maxsim_gpu_bench" --only "$shape" --json "$OUT/api-$side-$shape-$r.json" \
         > "$OUT/api-$side-$shape-$r.txt" 2>&1 || { echo "gpu_bench $side $shape: rc $?" >> "$S"; rc=1; }
     done
   done
 done
+base_rev=none
+[ -n "${GPU_API_BASE_ENV:-}" ] && base_rev="this build with $GPU_API_BASE_ENV"
+[ -d /tmp/maxsim-base ] && base_rev=$(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null)
 python3 benchmarks/gpu/api_overhead.py "$OUT" --json "$OUT/gpu-api-result.json" \
   --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-api}" --date "$(date -u +%FT%TZ)" \
   --machine "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) host cores" \
-  --revisions "new: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here); base: $(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null || echo none)" >> "$S"
+  --revisions "new: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here); base: $base_rev" >> "$S"
 cat "$S"
 exit $rc
