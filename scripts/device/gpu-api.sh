@@ -5,7 +5,7 @@
 # one synchronisation (kernel-wall), the steps of a resident call, the plugin's call and the public call; with
 # .carry/base-prebuilt.tar.xz (libmaxsim, the plugin and gpu_bench of another revision, packed like make-carry's
 # prebuilt archive, its PREBUILT_REV inside) the same shapes run on that build too, alternating with this one,
-# one process per run (GPU_API_ROUNDS rounds); without it, GPU_API_BASE_ENV (e.g. "MAXSIM_CUDA_GRAPH=0") makes
+# one process per run (GPU_API_ROUNDS rounds); without it, GPU_API_BASE_ENV (e.g. "MAXSIM_CUDA_MAPPED_RESULTS=0") makes
 # the base side this build run under those settings. Prints a table of microseconds over kernel-only per shape.
 set -uo pipefail
 source scripts/device/env.sh
