@@ -520,18 +520,8 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
   std::vector<float> hg(nq * nd);
   for (auto& v : hg) v = g(rng);
   CHECK_CUDA(cudaMemcpy(grad, hg.data(), hg.size() * 4, cudaMemcpyHostToDevice));
-  auto sets = [&](void* data, uint64_t n, uint64_t len) {
-    maxsim_dense_sets s{};
-    s.struct_size = sizeof(s);
-    s.memory = MAXSIM_MEMORY_CUDA;
-    s.data = data;
-    s.dtype = MAXSIM_BF16;
-    s.dim = dim;
-    s.n_sets = n;
-    s.set_length = len;
-    return s;
-  };
-  const maxsim_dense_sets sq = sets(dq, nq, lq), sd = sets(dd, nd, ld);
+  const maxsim_dense_sets sq = DenseSets(dq, MAXSIM_MEMORY_CUDA, nq, lq, dim);
+  const maxsim_dense_sets sd = DenseSets(dd, MAXSIM_MEMORY_CUDA, nd, ld, dim);
   uint64_t extra_f = 0, extra_b = 0;
   maxsim_plugin_train_args a{};
   a.struct_size = sizeof(a);
