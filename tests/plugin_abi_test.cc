@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Plugin ABI 1.2 on the host side, with the test plugin's ABI variants (test-plugins-abi/, built by
-// plugins/CMakeLists.txt): ABI 1.0 and 1.1 tables keep loading and working; a table that leaves one member NULL is
-// never called through it (a named backend reports MAXSIM_ERR_UNSUPPORTED naming the member, auto runs the call
-// on the CPU); memory kinds a plugin does not accept are refused; several devices shard a corpus and give the
-// CPU's bits.
+// Plugin ABI 1.3 on the host side, with the test plugin's ABI variants (test-plugins-abi/, built by
+// plugins/CMakeLists.txt): ABI 1.0, 1.1 and 1.2 tables keep loading and working; a table that leaves one member
+// NULL is never called through it (a named backend reports MAXSIM_ERR_UNSUPPORTED naming the member, auto runs the
+// call on the CPU); memory kinds a plugin does not accept are refused; several devices shard a corpus and give the
+// CPU's bits, a 1.3 plugin writing its columns of the caller's score matrix itself.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -494,6 +494,69 @@ TEST(PluginAbi, ANonFiniteDenseQueryFailsWithNothingWritten) {
       for (float v : top) ASSERT_EQ(v, poison);
       for (int32_t v : argmax) ASSERT_EQ(v, -7);
       for (uint64_t v : index) ASSERT_EQ(v, 77u);
+    }
+  }
+}
+
+// ABI 1.3 output_layouts: on several devices, a plugin that takes column ranges writes each shard's part of the
+// caller's score matrix itself (one query or many; stats.refined counts the shards that did, in the test plugin),
+// while ABI 1.1 and 1.2 tables get dense per-shard matrices that the host places; every one gives the CPU's bits.
+TEST(PluginAbi, ShardedMatrixGoesIntoTheCallersColumnsWhereThePluginTakesThem) {
+  Data data(90, 40);
+  std::mt19937_64 rng(8);
+  const TokenSets q1 = Generate(rng, Shape::kUnitGaussian, 1, 1, 16, 32);
+  for (const char* variant : {"testcpu-2dev", "testcpu-v12", "testcpu-v11"}) {
+    SCOPED_TRACE(variant);
+    const bool columns = std::strcmp(variant, "testcpu-2dev") == 0;
+    Log log;
+    const std::string path = VariantPath(variant);
+    maxsim_options o = Options(path, variant, &log);
+    o.devices = "0,1";
+    Context two(o);
+    EXPECT_NE(two.Report().find("on 2 devices"), std::string::npos) << two.Report();
+    EXPECT_EQ(two.Report().find("score matrix into columns") != std::string::npos, columns) << two.Report();
+    Packed corpus = Packed::Pack(two, data.d.Dense());
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      ExpectSameBits(OnCpu(data, corpus.get(), metric, 5), RunAll(two.get(), data, corpus.get(), metric, 5), variant);
+    }
+    Context cpu(CpuOptions(&log));
+    for (const TokenSets* q : {static_cast<const TokenSets*>(&data.q), &q1}) {
+      const uint64_t nq = q->n_sets(), nd = data.d.n_sets();
+      std::vector<float> s1(nq * nd), s2(nq * nd, -5.0f);
+      std::vector<int32_t> a1(nd * q->rows()), a2(a1.size(), -7);
+      maxsim_stats st{};
+      maxsim_score_options so;
+      maxsim_score_options_init(&so);
+      so.stats = &st;
+      cpu.ScoreMatrix(q->Dense(), corpus, s1, {}, a1.data());
+      const DenseSets qd = q->Dense();
+      const maxsim_sets qs{nullptr, qd.get()}, ds{corpus.get(), nullptr};
+      ASSERT_EQ(maxsim_score_matrix(two.get(), &qs, &ds, &so, s2.data(), a2.data()), MAXSIM_OK) << maxsim_last_error();
+      EXPECT_EQ(std::memcmp(s1.data(), s2.data(), s1.size() * 4), 0) << nq;
+      EXPECT_EQ(a1, a2) << nq;
+      EXPECT_GE(st.docs_pruned, kMarker);
+      EXPECT_EQ(st.refined, columns ? 2u : 0u) << nq;
+    }
+  }
+}
+
+// The column-range check of the conformance suite fails a plugin that writes one column beyond its range (and
+// passes the same plugin without that write).
+TEST(PluginAbi, AScoreMatrixWrittenOutsideItsColumnsIsCaught) {
+  Data data(93, 17);
+  Log log;
+  for (const char* variant : {"testcpu-spill", "testcpu-2dev"}) {
+    Context ctx(Options(VariantPath(variant), variant, &log));
+    Packed corpus = Packed::Pack(ctx, data.d.Dense());
+    Packed queries = Packed::Pack(ctx, data.q.Dense());
+    bool takes = false;
+    const std::string m =
+        MatrixColumnsMismatch(ctx.get(), queries.get(), corpus.get(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT, &takes);
+    EXPECT_TRUE(takes) << variant;
+    if (std::strcmp(variant, "testcpu-spill") == 0) {
+      EXPECT_NE(m.find("outside columns [3, 20) was written"), std::string::npos) << m;
+    } else {
+      EXPECT_EQ(m, "");
     }
   }
 }

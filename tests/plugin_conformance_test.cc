@@ -8,6 +8,8 @@
 //     data (near ties, empty sets, huge and tiny norms, odd dimensions, f32 / f16 / bf16);
 //   - certified results bit-identical to the plugin's own exact ones; approximate within the reference bound;
 //   - top-k equal to the ranking of the plugin's own score matrix (ties to the lower index);
+//   - a score matrix written into a column range of a wider one (ABI 1.3, how each device of a sharded call
+//     writes the caller's matrix) holds the plugin's own bits there and leaves every other element untouched;
 //   - device tensors: the forward (matrix and candidates) against the reference, and the backward against the
 //     float64 gradients of the forward's argmax.
 // A plugin whose probe fails here (no device) is skipped with its reason.
@@ -22,6 +24,7 @@
 
 #include "maxsim/maxsim.hpp"
 #include "maxsim/plugin.h"
+#include "plugin_test_util.h"
 #include "test_util.h"
 
 namespace maxsim::test {
@@ -203,6 +206,26 @@ TEST_P(PluginConformance, PackedCorporaMatchTheReference) {
             ASSERT_EQ(top.index[i * k + r], UINT64_MAX);
           }
         }
+      }
+    }
+  }
+}
+
+TEST_P(PluginConformance, ScoreMatrixIntoColumnsTouchesOnlyItsColumns) {
+  std::mt19937_64 rng(31);
+  for (const Case& c : kCases) {
+    TokenSets q = Generate(rng, c.shape, c.nq, 0, c.max_lq, c.dim);
+    TokenSets d = Generate(rng, c.shape, c.nd, 0, c.max_ld, c.dim);
+    q.Encode(c.dtype);
+    d.Encode(c.dtype);
+    Packed corpus = Packed::Pack(cpu_, d.Dense());
+    Packed queries = Packed::Pack(cpu_, q.Dense());
+    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+      for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED}) {
+        bool takes = false;
+        const std::string m = MatrixColumnsMismatch(ctx(), queries.get(), corpus.get(), metric, mode, &takes);
+        if (!takes) GTEST_SKIP() << GetParam().name << " does not declare MAXSIM_PLUGIN_OUTPUT_MATRIX_COLUMNS";
+        ASSERT_EQ(m, "") << Describe(c, metric) << " mode " << mode;
       }
     }
   }

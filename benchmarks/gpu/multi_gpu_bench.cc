@@ -5,7 +5,7 @@
 // scaling holds only where the bits are the same.
 //
 //   maxsim_multi_gpu_bench [--devices LIST[;LIST...]] [--docs N] [--doc-len L] [--copies C] [--reps R]
-//                          [--json FILE]
+//                          [--staged] [--json FILE]
 //
 // Default shape: textual-10k (10000 documents of 300 bf16 tokens, d = 128) repeated 8 times (80000 documents,
 // 8 shards' worth), queries of 32 tokens, one query and a batch of 64; device lists "0" and "0,1". Rows: top-10
@@ -13,7 +13,10 @@
 // first list also runs every operation on the first half of the corpus (40000 documents, the first shard of two
 // devices): full / half is the speed-up that splitting the work over two devices can give at most (the bound
 // column), so what two devices miss of it is the cost of running shards, not of the per-call work that does not
-// shrink with the corpus. JSON (one object per line) carries the command, the devices' names and the date.
+// shrink with the corpus. On several devices each shard writes its columns of the caller's score matrix itself
+// (plugin ABI 1.3); --staged runs the last device list once more with MAXSIM_CUDA_MATRIX_COLUMNS=0, the host staging
+// each shard's matrix and copying its columns into place (the path of older plugins), for comparison in the same
+// run. JSON (one object per line) carries the command, the devices' names and the date.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -116,6 +119,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> lists = {"0", "0,1"};
   uint64_t docs = 10000, doc_len = 300, copies = 8, q_len = 32;
   int reps = 20;
+  bool staged = false;
   const uint32_t dim = 128;
   for (int i = 0; i < argc; ++i) g_command += (i ? " " : "") + std::string(argv[i]);
   for (int i = 1; i < argc; ++i) {
@@ -134,6 +138,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--doc-len")) doc_len = std::strtoull(next(), nullptr, 10);
     else if (!std::strcmp(argv[i], "--copies")) copies = std::strtoull(next(), nullptr, 10);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--staged")) staged = true;
     else if (!std::strcmp(argv[i], "--json")) g_json = std::fopen(next(), "w");
     else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
@@ -183,14 +188,24 @@ int main(int argc, char** argv) {
   bool all_same = true;
   std::printf("%-10s %-14s %4s %10s %9s %9s %9s %s\n", "devices", "operation", "Nq", "ms", "half ms", "speed-up",
               "bound", "bits vs first");
-  for (const std::string& list : lists) {
+  // Each run: a device list, and whether the plugin may write the caller's matrix columns itself.
+  std::vector<std::pair<std::string, bool>> runs;
+  for (const std::string& list : lists) runs.push_back({list, false});
+  if (staged && lists.back().find(',') != std::string::npos) runs.push_back({lists.back(), true});
+  for (const auto& run : runs) {
+    const std::string& list = run.first;
+    const bool stage = run.second;
+    const std::string label = list + (stage ? " staged" : "");
     maxsim_options o;
     maxsim_options_init(&o);
     o.backend = "cuda";
     o.devices = list.c_str();
     maxsim_context* ctx = nullptr;
-    if (maxsim_context_create(&o, &ctx) != MAXSIM_OK) {
-      std::printf("%-10s skipped: %s\n", list.c_str(), maxsim_last_error());
+    if (stage) setenv("MAXSIM_CUDA_MATRIX_COLUMNS", "0", 1);  // read when the context loads the plugin
+    const maxsim_status created = maxsim_context_create(&o, &ctx);
+    if (stage) unsetenv("MAXSIM_CUDA_MATRIX_COLUMNS");
+    if (created != MAXSIM_OK) {
+      std::printf("%-10s skipped: %s\n", label.c_str(), maxsim_last_error());
       continue;
     }
     const bool first_list = results.empty();
@@ -220,7 +235,7 @@ int main(int argc, char** argv) {
           const auto u0 = std::chrono::steady_clock::now();
           call(half, nd_half);
           if (nq == 1 && top) {
-            std::printf("%-10s half-corpus upload (first call) %.0f ms\n", list.c_str(),
+            std::printf("%-10s half-corpus upload (first call) %.0f ms\n", label.c_str(),
                         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - u0).count());
           }
           row.half_ms = WallIt(n_reps, [&] { call(half, nd_half); });
@@ -228,7 +243,7 @@ int main(int argc, char** argv) {
         const auto u0 = std::chrono::steady_clock::now();
         call(corpus, nd);
         if (nq == 1 && top) {
-          std::printf("%-10s corpus upload (first call) %.0f ms\n", list.c_str(),
+          std::printf("%-10s corpus upload (first call) %.0f ms\n", label.c_str(),
                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - u0).count());
         }
         row.ms = WallIt(n_reps, [&] { call(corpus, nd); });
@@ -242,15 +257,17 @@ int main(int argc, char** argv) {
       const double bound = first && first->half_ms > 0 ? first->ms / first->half_ms : 0.0;
       const bool same = !first || (x.index == first->index && x.scores.size() == first->scores.size() &&
                                    std::memcmp(x.scores.data(), first->scores.data(), x.scores.size() * 4) == 0);
-      std::printf("%-10s %-14s %4llu %10.4f %9.4f %8.2fx %8.2fx %s\n", list.c_str(), x.op.c_str(),
+      std::printf("%-10s %-14s %4llu %10.4f %9.4f %8.2fx %8.2fx %s\n", label.c_str(), x.op.c_str(),
                   static_cast<unsigned long long>(x.nq), x.ms, x.half_ms, speedup, bound,
                   first ? (same ? "identical" : "DIFFER") : "-");
       if (g_json) {
         std::fprintf(g_json,
-                     "{\"devices\": \"%s\", \"op\": \"%s\", \"nq\": %llu, \"lq\": %llu, \"nd\": %llu, \"ld\": %llu, "
-                     "\"dim\": %u, \"k\": %llu, \"ms\": %.6f, \"half_corpus_ms\": %.6f, \"speedup\": %.4f, "
-                     "\"bound\": %.4f, \"same_bits\": %d, \"command\": \"%s\", \"machine\": \"%s\", \"date\": \"%s\"}\n",
-                     list.c_str(), x.op.c_str(), static_cast<unsigned long long>(x.nq),
+                     "{\"devices\": \"%s\", \"matrix_output\": \"%s\", \"op\": \"%s\", \"nq\": %llu, \"lq\": %llu, "
+                     "\"nd\": %llu, \"ld\": %llu, \"dim\": %u, \"k\": %llu, \"ms\": %.6f, \"half_corpus_ms\": %.6f, "
+                     "\"speedup\": %.4f, \"bound\": %.4f, \"same_bits\": %d, \"command\": \"%s\", \"machine\": \"%s\", "
+                     "\"date\": \"%s\"}\n",
+                     list.c_str(), list.find(',') == std::string::npos ? "one device" : stage ? "staged" : "columns",
+                     x.op.c_str(), static_cast<unsigned long long>(x.nq),
                      static_cast<unsigned long long>(q_len), static_cast<unsigned long long>(nd),
                      static_cast<unsigned long long>(doc_len), dim,
                      static_cast<unsigned long long>(x.op == "topk10" ? k : 0), x.ms, x.half_ms, speedup, bound,
@@ -265,8 +282,8 @@ int main(int argc, char** argv) {
     results.push_back(std::move(rows));
     maxsim_context_destroy(ctx);
   }
-  // In-run bound of the 64-query score matrix on several devices: the host copies each shard's columns into the
-  // caller's matrix (its bytes once, split over the shard threads), which one device's call does not.
+  // The host copy that --staged adds to the 64-query score matrix on several devices: each shard's columns copied
+  // from its staged matrix into the caller's (the bytes once, split over the shard threads).
   {
     std::vector<float> from(64 * nd, 1.0f), to(64 * nd, 0.0f);
     const double ms = WallIt(reps, [&] { std::memcpy(to.data(), from.data(), from.size() * 4); });

@@ -74,6 +74,7 @@ std::string LoadedPlugin::Capabilities() const {
   if (!missing.empty()) r += "; not implemented: " + missing;
   if (device_count) r += "; multi-device (device_count, create_device)";
   if (dense_query_modes) r += "; dense host queries (dense_query_modes)";
+  if (matrix_columns) r += "; score matrix into columns of the caller's (output_layouts)";
   return r;
 }
 
@@ -337,7 +338,11 @@ Status RunSharded(maxsim_context& ctx, PluginOp op, const DeviceCorpus& corpus, 
     maxsim_stats stats{};
   };
   std::vector<Part> parts(n);
-  const bool in_place = op == PluginOp::kMatrix && nq == 1;  // the shards write the caller's outputs themselves
+  // The shards write their columns of the caller's matrix themselves: a plugin that takes a column range (ABI 1.3
+  // output_layouts), or any plugin for one query (its columns are contiguous). Otherwise each shard's matrix is
+  // staged and placed once every shard has succeeded.
+  const bool columns = op == PluginOp::kMatrix && ctx.accel->matrix_columns;
+  const bool in_place = op == PluginOp::kMatrix && (columns || nq == 1);
   if (op == PluginOp::kCandidates) {
     for (Part& p : parts) p.cand_offsets.assign(nq + 1, 0);
     for (uint64_t i = 0; i < nq; ++i) {
@@ -362,10 +367,14 @@ Status RunSharded(maxsim_context& ctx, PluginOp op, const DeviceCorpus& corpus, 
     sa.corpus = corpus.shard[s];
     sa.stats = a.stats ? &p.stats : nullptr;
     const uint64_t cols = op == PluginOp::kMatrix ? nd : 0;
-    if (in_place) {
+    if (columns) {
+      // Columns [j0, j0 + nd) of the caller's matrix (scores and argmax). A bad query fails on every shard before
+      // anything is written.
+      sa.matrix_columns = corpus.first[n];
+      sa.matrix_first_column = corpus.first[s];
+    } else if (in_place) {
       // One query: the shard's columns are contiguous in the caller's outputs (scores from j0, argmax from
-      // j0 * lq), so the plugin writes them there; no merge. A bad query fails on every shard before anything is
-      // written.
+      // j0 * lq), so the plugin writes them there as a dense one-row matrix.
       sa.scores = a.scores + corpus.first[s];
       sa.argmax = a.argmax ? a.argmax + corpus.first[s] * lq[0] : nullptr;
     } else if (op == PluginOp::kMatrix) {

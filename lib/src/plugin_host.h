@@ -53,6 +53,7 @@ struct LoadedPlugin {
   uint32_t (*device_count)(const maxsim_plugin_host*) = nullptr;
   maxsim_status (*create_device)(const maxsim_plugin_host*, uint32_t, maxsim_plugin_backend**, char*, size_t) = nullptr;
   uint32_t (*dense_query_modes)(maxsim_plugin_backend*) = nullptr;  // ABI 1.2
+  bool matrix_columns = false;  // ABI 1.3 output_layouts: score_matrix writes into columns of a wider matrix
   // "what it implements" for maxsim info: "ABI 1.1; no topk, train_backward" style.
   std::string Capabilities() const;
 };

@@ -1664,15 +1664,21 @@ TEST_F(Gpu, NonFiniteInputsFailEveryOperation) {
 // Several device backends on one GPU (maxsim_options.devices = "0,0" / "0,0,0": the corpus sharded over backends
 // with their own streams, results merged on the host) give one backend's bits: every operation, packed and dense
 // queries, exact, certified and approximate, argmax, ties across shards (repeated documents) and k beyond the
-// corpus.
+// corpus; score matrices written into the caller's columns by each backend (ABI 1.3) and staged by the host
+// (MAXSIM_CUDA_MATRIX_COLUMNS=0) alike.
 TEST_F(Gpu, SeveralDeviceBackendsEqualOne) {
   Context one = CudaContext();
   maxsim_options o2 = Options("cuda"), o3 = Options("cuda");
   o2.devices = "0,0";
   o3.devices = "0,0,0";
   Context two(o2), three(o3);
+  setenv("MAXSIM_CUDA_MATRIX_COLUMNS", "0", 1);  // read when the context loads the plugin
+  Context staged(o2);
+  unsetenv("MAXSIM_CUDA_MATRIX_COLUMNS");
   EXPECT_NE(two.Report().find("cuda on 2 devices"), std::string::npos) << two.Report();
   EXPECT_NE(three.Report().find("cuda on 3 devices"), std::string::npos) << three.Report();
+  EXPECT_NE(two.Report().find("score matrix into columns"), std::string::npos) << two.Report();
+  EXPECT_EQ(staged.Report().find("score matrix into columns"), std::string::npos) << staged.Report();
   auto rng = Rng(2800);
   const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 6, 0, 40, 128), MAXSIM_BF16);
   TokenSets base = Encoded(Generate(rng, Shape::kClustered, 25, 0, 70, 128), MAXSIM_BF16);
@@ -1701,6 +1707,8 @@ TEST_F(Gpu, SeveralDeviceBackendsEqualOne) {
                                   metric, mode, k), what + " two backends");
           ExpectSameOps(a, RunOps(three.get(), *qs, q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off, cand,
                                   metric, mode, k), what + " three backends");
+          ExpectSameOps(a, RunOps(staged.get(), *qs, q.n_sets(), q.rows(), Lengths(q), pd.get(), d.n_sets(), off,
+                                  cand, metric, mode, k), what + " two backends, staged matrix");
           if (HasFatalFailure()) return;
         }
       }

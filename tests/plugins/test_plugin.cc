@@ -13,10 +13,14 @@
 //   6 "testcpu-v10"         an ABI 1.0 table (no 1.1 members; parses the packed header itself, as 1.0 plugins do)
 //   7 "testcpu-2dev"        as 0, on two simulated devices (the host shards corpora over them)
 //   8 "testcpu-v11"         an ABI 1.1 table (no dense_query_modes: queries always arrive packed)
-// Every 1.2 variant takes dense host queries in exact and certified modes (dense_query_modes).
+//   9 "testcpu-v12"         an ABI 1.2 table (no output_layouts: the host stages a sharded score matrix)
+//  10 "testcpu-spill"       as 0, but a score matrix written into a column range also writes its last column's
+//                           scores one column too far (an off-by-one the conformance checks must catch)
+// Every variant from 1.2 takes dense host queries in exact and certified modes (dense_query_modes); every 1.3
+// variant writes a score matrix into a column range of a wider one (output_layouts).
 // and with TEST_PLUGIN_NULL = one of the kNull* values below: as 0 with that member left NULL ("testcpu-no-*").
 // It marks every maxsim_stats it fills with docs_pruned = kMarker + (corpora alive) so tests can see where a call
-// ran and that uploaded corpora are freed.
+// ran and that uploaded corpora are freed, and with refined = 1 when a score matrix went into a column range.
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -210,14 +214,31 @@ float ScorePair(const Sets& q, uint64_t i, const Sets& d, uint64_t j, maxsim_met
 }
 
 // Marks a call's stats: docs_pruned = kMarker + (corpora alive); multi_candidate = kDenseMarker when the queries
-// arrived dense (ABI 1.2 query_dense), else 0.
+// arrived dense (ABI 1.2 query_dense), else 0; refined = 1 when a score matrix went into a column range.
 constexpr uint64_t kDenseMarker = 0xD15Eull;
-void Mark(const maxsim_plugin_score_args* a) {
+void Mark(const maxsim_plugin_score_args* a, bool columns = false) {
   if (maxsim_stats* st = a->stats) {
     std::memset(st, 0, sizeof(*st));
     st->docs_pruned = kMarker + static_cast<uint64_t>(g_live_corpora);
     if (TEST_PLUGIN_VARIANT != 6 && a->query_dense) st->multi_candidate = kDenseMarker;
+    st->refined = columns ? 1 : 0;
   }
+}
+
+// ABI 1.3: the column range of a wider matrix that score_matrix writes (a table that declares output_layouts
+// and arguments that carry the fields; the older variants read only what their ABI has).
+constexpr bool kTakesColumns = TEST_PLUGIN_VARIANT != 6 && TEST_PLUGIN_VARIANT != 8 && TEST_PLUGIN_VARIANT != 9;
+bool MatrixColumns(const maxsim_plugin_score_args* a, uint64_t nd, uint64_t* ld, uint64_t* c0) {
+  *ld = nd;
+  *c0 = 0;
+  if (!kTakesColumns ||
+      a->struct_size < offsetof(maxsim_plugin_score_args, matrix_first_column) + sizeof(a->matrix_first_column) ||
+      a->matrix_columns == 0) {
+    return false;
+  }
+  *ld = a->matrix_columns;
+  *c0 = a->matrix_first_column;
+  return true;
 }
 
 struct Backend {
@@ -330,15 +351,26 @@ maxsim_status Matrix(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, 
     return MAXSIM_ERR_NON_FINITE;
   }
   const Sets& d = *reinterpret_cast<const Sets*>(a->corpus);
+  uint64_t ld, c0;
+  const bool columns = MatrixColumns(a, d.n_sets, &ld, &c0);
+  if (c0 > ld || d.n_sets > ld - c0) {
+    std::snprintf(err, cap, "columns [%llu, +%llu) of a %llu-column matrix", static_cast<unsigned long long>(c0),
+                  static_cast<unsigned long long>(d.n_sets), static_cast<unsigned long long>(ld));
+    return MAXSIM_ERR_INVALID_ARGUMENT;
+  }
   uint64_t o = 0;
   for (uint64_t i = 0; i < q.n_sets; ++i) {
     const uint64_t lq = q.offsets[i + 1] - q.offsets[i];
     for (uint64_t j = 0; j < d.n_sets; ++j) {
-      a->scores[i * d.n_sets + j] = ScorePair(q, i, d, j, a->metric, a->argmax ? a->argmax + d.n_sets * o + j * lq : nullptr);
+      a->scores[i * ld + c0 + j] =
+          ScorePair(q, i, d, j, a->metric, a->argmax ? a->argmax + ld * o + (c0 + j) * lq : nullptr);
+    }
+    if (TEST_PLUGIN_VARIANT == 10 && columns && d.n_sets > 0 && c0 + d.n_sets < ld) {
+      a->scores[i * ld + c0 + d.n_sets] = a->scores[i * ld + c0 + d.n_sets - 1];
     }
     o += lq;
   }
-  Mark(a);
+  Mark(a, columns);
   return MAXSIM_OK;
 }
 
@@ -458,6 +490,8 @@ constexpr const char* Name() {
     case 6: return "testcpu-v10";
     case 7: return "testcpu-2dev";
     case 8: return "testcpu-v11";
+    case 9: return "testcpu-v12";
+    case 10: return "testcpu-spill";
     default: break;
   }
   switch (TEST_PLUGIN_NULL) {
@@ -476,18 +510,21 @@ constexpr const char* Name() {
   }
 }
 
-// The ABI 1.0 and 1.1 table sizes: what plugins built against those plugin.h versions report.
+// The ABI 1.0, 1.1 and 1.2 table sizes: what plugins built against those plugin.h versions report.
 constexpr uint32_t kAbi10Size = offsetof(maxsim_plugin_api, train_backward) + sizeof(void*);
 constexpr uint32_t kAbi11Size = offsetof(maxsim_plugin_api, create_device) + sizeof(void*);
+constexpr uint32_t kAbi12Size = offsetof(maxsim_plugin_api, dense_query_modes) + sizeof(void*);
 
 const maxsim_plugin_api kApi = {
     TEST_PLUGIN_VARIANT == 1 ? 99u : MAXSIM_PLUGIN_ABI_MAJOR,
     TEST_PLUGIN_VARIANT == 1 || TEST_PLUGIN_VARIANT == 6 ? 0u
     : TEST_PLUGIN_VARIANT == 8                           ? 1u
+    : TEST_PLUGIN_VARIANT == 9                           ? 2u
                                                          : MAXSIM_PLUGIN_ABI_MINOR,
     TEST_PLUGIN_VARIANT == 5   ? 16u
     : TEST_PLUGIN_VARIANT == 6 ? kAbi10Size
     : TEST_PLUGIN_VARIANT == 8 ? kAbi11Size
+    : TEST_PLUGIN_VARIANT == 9 ? kAbi12Size
                                : static_cast<uint32_t>(sizeof(maxsim_plugin_api)),
     Name(),
     "CPU test plugin",
@@ -514,6 +551,8 @@ const maxsim_plugin_api kApi = {
     &CreateDevice,
     // ---- ABI 1.2 (beyond struct_size for the 1.0 and 1.1 variants) ----
     &DenseQueryModes,
+    // ---- ABI 1.3 (beyond struct_size for the 1.0, 1.1 and 1.2 variants) ----
+    kTakesColumns ? MAXSIM_PLUGIN_OUTPUT_MATRIX_COLUMNS : 0ull,
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * libmaxsim plugin ABI 1.2 (GPU and other accelerator backends loaded at run time).
+ * libmaxsim plugin ABI 1.3 (GPU and other accelerator backends loaded at run time).
  *
  * A plugin is a shared library (libmaxsim-plugin-NAME.so / .dylib / .dll) that exports exactly one symbol,
  * MAXSIM_PLUGIN_ENTRY_SYMBOL, a function taking no argument and returning a pointer to a static
@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define MAXSIM_PLUGIN_ABI_MAJOR 1u
-#define MAXSIM_PLUGIN_ABI_MINOR 2u
+#define MAXSIM_PLUGIN_ABI_MINOR 3u
 #define MAXSIM_PLUGIN_ENTRY_SYMBOL "maxsim_plugin_entry"
 
 /* True if the plugin's table (of size api->struct_size) holds the data member `member`. */
@@ -123,7 +123,19 @@ typedef struct maxsim_plugin_score_args {
    * MAXSIM_ERR_NON_FINITE, writing no output, when a row has a non-finite element or an L2 norm above 1e19 (the
    * host then names the row as the CPU would). */
   const maxsim_dense_sets* query_dense;
+  /* ABI 1.3: score_matrix into columns of a wider matrix, set only for a plugin whose output_layouts has
+   * MAXSIM_PLUGIN_OUTPUT_MATRIX_COLUMNS (0 otherwise, and for every other operation). The caller's matrix has
+   * matrix_columns columns (0: the corpus's n_docs) and the corpus's document j is its column
+   * matrix_first_column + j: scores[i * matrix_columns + matrix_first_column + j], argmax
+   * [matrix_columns * o_i + (matrix_first_column + j) * Lq_i + s] (o_i: the query tokens before set i). The host
+   * guarantees matrix_first_column + n_docs <= matrix_columns; the plugin writes nothing outside its columns (other
+   * devices write theirs at the same time), and nothing when the call fails. */
+  uint64_t matrix_columns;
+  uint64_t matrix_first_column;
 } maxsim_plugin_score_args;
+
+/* Bits of maxsim_plugin_api.output_layouts (ABI 1.3). */
+#define MAXSIM_PLUGIN_OUTPUT_MATRIX_COLUMNS (1ull << 0) /* score_matrix honours matrix_columns / _first_column */
 
 /* Training on dense tensors in device memory (a memory kind in the plugin's accepted_memory). */
 typedef struct maxsim_plugin_train_args {
@@ -213,6 +225,14 @@ typedef struct maxsim_plugin_api {
    * as they are (maxsim_plugin_score_args.query_dense) instead of a packed buffer the host builds on every call:
    * a backend whose kernels for that mode read only the originals lists it. NULL or 0: always packed. */
   uint32_t (*dense_query_modes)(maxsim_plugin_backend* backend);
+
+  /* ---- ABI 1.3 (appended; optional) ---- */
+
+  /* MAXSIM_PLUGIN_OUTPUT_* bits: output layouts the operations write besides the dense ones. With
+   * MAXSIM_PLUGIN_OUTPUT_MATRIX_COLUMNS, a sharded score matrix is written by each device straight into its
+   * columns of the caller's matrix; without it (0, or a 1.0-1.2 table) the host stages each shard's matrix and
+   * copies its columns into place. */
+  uint64_t output_layouts;
 } maxsim_plugin_api;
 
 typedef const maxsim_plugin_api* (*maxsim_plugin_entry_fn)(void);

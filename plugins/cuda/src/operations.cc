@@ -3,6 +3,7 @@
 // and top-k, with resident corpora scored in one pass and streamed ones chunk by chunk (the next chunk copied
 // while the current one is scored).
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -136,6 +137,18 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
   MSC_RETURN(CheckPair(q.info, c));
   const uint64_t nq = q.info.n_sets, nd = c.info.n_sets;
   const uint64_t qpos = nq ? q.host_offsets[nq] : 0;
+  // ABI 1.3: the corpus's documents may be columns [c0, c0 + nd) of a wider matrix of ld columns (a shard's
+  // part of a sharded call): the results go straight there, and nowhere else.
+  uint64_t ld = nd, c0 = 0;
+  if (a.struct_size >= offsetof(maxsim_plugin_score_args, matrix_first_column) + sizeof(a.matrix_first_column) &&
+      a.matrix_columns != 0) {
+    ld = a.matrix_columns;
+    c0 = a.matrix_first_column;
+    if (c0 > ld || nd > ld - c0) {
+      return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "score matrix columns [%llu, +%llu) lie outside its %llu columns",
+                  static_cast<ull>(c0), static_cast<ull>(nd), static_cast<ull>(ld));
+    }
+  }
   if (nq == 0 || nd == 0) {
     MSC_RETURN(SyncedQueryValues(b, q));
     FillStats(a.stats, 0, 0, nullptr);
@@ -200,15 +213,16 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
     }
     MSC_CUDA(cudaStreamSynchronize(b.stream));
     MSC_RETURN(QueryValues(b, q));  // nothing reaches the caller's outputs from bad queries
-    if (single) {
+    if (single && ld == nd) {
       std::memcpy(a.scores, hs, nq * n * 4);
       if (a.argmax) std::memcpy(a.argmax, ha, qpos * n * 4);
     } else {
+      const uint64_t j0 = c0 + ch.j0;  // the chunk's first column in the caller's matrix
       for (uint64_t i = 0; i < nq; ++i) {
-        std::memcpy(a.scores + i * nd + ch.j0, hs + i * n * 4, n * 4);
+        std::memcpy(a.scores + i * ld + j0, hs + i * n * 4, n * 4);
         if (a.argmax) {
           const uint64_t oi = q.host_offsets[i], lq = q.host_offsets[i + 1] - oi;
-          std::memcpy(a.argmax + nd * oi + ch.j0 * lq, ha + (n * oi) * 4, n * lq * 4);
+          std::memcpy(a.argmax + ld * oi + j0 * lq, ha + (n * oi) * 4, n * lq * 4);
         }
       }
     }

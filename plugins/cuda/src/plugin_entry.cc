@@ -4,6 +4,7 @@
 // also hides the statically linked CUDA runtime). No function here throws, prints or aborts: C++ exceptions
 // (std::bad_alloc from host vectors) become status codes with messages.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -313,8 +314,20 @@ const maxsim_plugin_api kApi = {
     &DeviceCount,
     &CreateDevice,
     &DenseQueryModes,
+    MAXSIM_PLUGIN_OUTPUT_MATRIX_COLUMNS,
 };
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const maxsim_plugin_api* maxsim_plugin_entry(void) { return &kApi; }
+// MAXSIM_CUDA_MATRIX_COLUMNS=0 (read when the host loads the plugin, i.e. at each context's creation) hides the
+// column-range layout from the host, which then stages each shard's score matrix and places its columns itself:
+// the path of plugins older than ABI 1.3, kept reachable so that benchmarks can measure one against the other.
+extern "C" __attribute__((visibility("default"))) const maxsim_plugin_api* maxsim_plugin_entry(void) {
+  static const maxsim_plugin_api kStaged = [] {
+    maxsim_plugin_api a = kApi;
+    a.output_layouts = 0;
+    return a;
+  }();
+  const char* e = std::getenv("MAXSIM_CUDA_MATRIX_COLUMNS");
+  return e && std::strcmp(e, "0") == 0 ? &kStaged : &kApi;
+}
