@@ -17,6 +17,8 @@
 #   gpu-api     the public API's overhead: the GPU suite, then gpu_bench's kernel, step and API rows of the
 #               one-query shapes, against .carry/base-prebuilt.tar.xz (another build's binaries) when present
 #   gpu-ab      the GPU benchmark of .carry/base-src (MAXSIM_BASE_REV=<rev> make-carry.sh) against this tree
+#   gpu-train   the training step: backward tests, gpu_bench's train rows against .carry/base-prebuilt.tar.xz
+#               and variants (GPU_TRAIN_VARIANTS), alternated, and each kernel's duration (Nsight Compute)
 #   x86-kernels the x86 kernel developers' section: kernel_bench per kernel, top-k pruning, pinned thread scaling
 #   py-cuda     the Python package on CUDA tensors: offline `pip install .` from .whl/ (scripts/make-py-wheels.sh;
 #               carry .whl too), python/tests/test_cuda.py against the plugin (and PyLate's CUDA path)

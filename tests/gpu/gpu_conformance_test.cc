@@ -1153,32 +1153,48 @@ TEST_F(Gpu, BackwardMatchesCpuAndIsDeterministic) {
 }
 
 // The deterministic grad_D of every layout, bit for bit: each element is the f32 FMA chain, from 0, over its
-// contributions in (pair, query token) order. Many query tokens on one document token (long runs of the inverse
-// index, over two index chunks), ties from duplicated document tokens, masks, -1 entries, 64 to 160 dims.
+// contributions in (pair, query token) order; and grad_Q, whose rows are the chain over their pairs in order. Many
+// query tokens on one document token (long runs, over several sort chunks of the one-launch backward and two index
+// chunks of the sorted index), ties from duplicated document tokens, masks, -1 entries, ragged sets with empty and
+// one-token sets, documents over several row blocks, uniform sets (no offsets), rows before the first set, 8 to 160
+// dims (30: not a multiple of 4). Each case runs on the default route (the one-launch backward for the matrix and
+// pairs layouts, the sorted index for candidates) and on the separate kernels (MAXSIM_CUDA_NO_DOC_BACKWARD=1: the
+// sorted index everywhere); with deterministic = 0 (grad_D by atomics) grad_Q keeps its bits.
 TEST_F(Gpu, DeterministicGradDIsTheOrderedFmaChain) {
   Context gpu(Options("cuda"));
+  Context separate = WithEnv("MAXSIM_CUDA_NO_DOC_BACKWARD", "1", [](Context& g) { return std::move(g); });
   struct Case {
     maxsim_layout layout;
     uint64_t nq, nd, lq, ld;
     uint32_t dim;
     bool from_forward, masks;
     uint64_t lead;
+    bool ragged, uniform;
   };
   const Case cases[] = {
-      {MAXSIM_LAYOUT_MATRIX, 48, 6, 40, 30, 160, false, true, 1},
-      {MAXSIM_LAYOUT_CANDIDATES, 40, 9, 33, 20, 64, false, false, 0},
-      {MAXSIM_LAYOUT_PAIRS, 30, 30, 70, 5, 96, false, true, 0},
-      {MAXSIM_LAYOUT_MATRIX, 20, 12, 32, 24, 128, true, false, 0},
-      // 160 x 128 pairs x 32 tokens: more argmax entries than one index chunk holds (kIndexEntries).
-      {MAXSIM_LAYOUT_MATRIX, 160, 128, 32, 8, 32, false, false, 2},
+      {MAXSIM_LAYOUT_MATRIX, 48, 6, 40, 30, 160, false, true, 1, false, false},
+      {MAXSIM_LAYOUT_CANDIDATES, 40, 9, 33, 20, 64, false, false, 0, true, false},
+      {MAXSIM_LAYOUT_PAIRS, 30, 30, 70, 5, 96, false, true, 0, true, false},
+      {MAXSIM_LAYOUT_MATRIX, 20, 12, 32, 24, 128, true, false, 0, false, false},
+      // 160 x 128 pairs x 32 tokens: more argmax entries than one index chunk holds (kIndexEntries), and 5120
+      // entries per document (several sort chunks of the one-launch backward).
+      {MAXSIM_LAYOUT_MATRIX, 160, 128, 32, 8, 32, false, false, 2, false, false},
+      // Ragged queries (empty and one-token sets) and documents of up to 150 tokens (several row blocks), masks.
+      {MAXSIM_LAYOUT_MATRIX, 37, 7, 45, 150, 96, false, true, 3, true, false},
+      // Queries of 0 or 1 token against documents of up to 200 tokens.
+      {MAXSIM_LAYOUT_PAIRS, 50, 50, 1, 200, 128, false, false, 0, true, false},
+      // The training benchmark's sets (uniform, no offsets), argmax from the forward on duplicated tokens (ties).
+      {MAXSIM_LAYOUT_MATRIX, 64, 16, 32, 300, 128, true, false, 0, false, true},
+      {MAXSIM_LAYOUT_MATRIX, 1, 3, 1, 1, 8, false, false, 0, false, true},
+      // 30 dims: rows read element by element (no 8-byte loads), documents over two row blocks.
+      {MAXSIM_LAYOUT_MATRIX, 12, 5, 9, 70, 30, false, true, 0, true, false},
   };
   uint64_t salt = 900;
   for (const Case& c : cases) {
     auto rng = Rng(++salt);
-    const bool ragged = !c.from_forward && c.layout != MAXSIM_LAYOUT_MATRIX;
-    TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, c.nq, ragged ? 0 : c.lq, c.lq, c.dim), MAXSIM_BF16);
+    TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, c.nq, c.ragged ? 0 : c.lq, c.lq, c.dim), MAXSIM_BF16);
     TokenSets d = Encoded(Generate(rng, c.from_forward ? Shape::kDuplicates : Shape::kGaussian, c.nd,
-                                   ragged ? 0 : c.ld, c.ld, c.dim), MAXSIM_BF16);
+                                   c.ragged ? 0 : c.ld, c.ld, c.dim), MAXSIM_BF16);
     if (c.masks) {
       RandomMask(rng, q, 0.2);
       RandomMask(rng, d, 0.2);
@@ -1204,7 +1220,13 @@ TEST_F(Gpu, DeterministicGradDIsTheOrderedFmaChain) {
       }
     }
     const uint64_t am_size = c.layout == MAXSIM_LAYOUT_MATRIX ? c.nd * q.rows() : c.layout == MAXSIM_LAYOUT_PAIRS ? q.rows() : base;
-    const DeviceSets dq(q, 0, 0), dd(d, c.lead, 0);
+    DeviceSets dq(q, 0, 0), dd(d, c.lead, 0);
+    if (c.uniform) {  // the same sets addressed by their length
+      dq.s.offsets = nullptr;
+      dq.s.set_length = c.lq;
+      dd.s.offsets = nullptr;
+      dd.s.set_length = c.ld;
+    }
     std::vector<int32_t> argmax(am_size, -1);
     if (c.from_forward) {
       argmax = DeviceForward(gpu, dq, dd, c.layout, off, cand, am_size, MAXSIM_METRIC_DOT).argmax;
@@ -1225,9 +1247,9 @@ TEST_F(Gpu, DeterministicGradDIsTheOrderedFmaChain) {
     std::vector<float> grad(pairs.size());
     std::normal_distribution<float> gn(0.0f, 1.0f);
     for (float& g : grad) g = gn(rng);
-    // The ordered FMA chain on the host.
+    // The ordered FMA chains on the host: grad_D over (pair, token), grad_Q over each row's pairs.
     const uint64_t drows = c.lead + d.rows();
-    std::vector<float> want(drows * c.dim, 0.0f);
+    std::vector<float> want(drows * c.dim, 0.0f), want_q(q.rows() * c.dim, 0.0f);
     for (uint64_t p = 0; p < pairs.size(); ++p) {
       const P& x = pairs[p];
       for (uint64_t s = 0; s < q.length(x.i); ++s) {
@@ -1235,31 +1257,104 @@ TEST_F(Gpu, DeterministicGradDIsTheOrderedFmaChain) {
         const uint64_t qr = q.offsets[x.i] + s;
         if (t < 0 || !q.kept(qr)) continue;
         float* out = &want[(c.lead + d.offsets[x.j] + t) * c.dim];
-        for (uint32_t k = 0; k < c.dim; ++k) out[k] = std::fmaf(grad[p], q.row(qr)[k], out[k]);
+        float* out_q = &want_q[qr * c.dim];
+        const float* drow = d.row(d.offsets[x.j] + t);
+        for (uint32_t k = 0; k < c.dim; ++k) {
+          out[k] = std::fmaf(grad[p], q.row(qr)[k], out[k]);
+          out_q[k] = std::fmaf(grad[p], drow[k], out_q[k]);
+        }
       }
     }
     Dev<int32_t> d_am(am_size);
     d_am.Up(argmax.data());
-    Dev<float> d_grad(grad.size()), o_d(drows * c.dim);
+    Dev<float> d_grad(grad.size());
     d_grad.Up(grad.data());
-    o_d.Fill(0x7f);
-    maxsim_backward_args a{};
-    a.struct_size = sizeof(a);
-    a.layout = c.layout;
-    a.cand_offsets = c.layout == MAXSIM_LAYOUT_CANDIDATES ? off.data() : nullptr;
-    a.candidates = c.layout == MAXSIM_LAYOUT_CANDIDATES ? cand.data() : nullptr;
-    a.argmax = d_am.p;
-    a.grad_scores = d_grad.p;
-    a.grad_documents = o_d.p;
-    a.deterministic = 1;
-    ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << maxsim_last_error();
-    const std::vector<float> got = o_d.Down();
-    for (uint64_t e = 0; e < want.size(); ++e) {
-      uint32_t w, g;
-      std::memcpy(&w, &want[e], 4);
-      std::memcpy(&g, &got[e], 4);
-      ASSERT_EQ(w, g) << "layout " << c.layout << " dim " << c.dim << ": grad_D row " << e / c.dim << " element "
-                      << e % c.dim << " is " << got[e] << ", the ordered chain gives " << want[e];
+    auto check = [&](Context& ctx, int deterministic, bool exact_d, const std::string& what) {
+      Dev<float> o_d(drows * c.dim), o_q(q.rows() * c.dim);
+      o_d.Fill(0x7f);
+      o_q.Fill(0x7f);
+      maxsim_backward_args a{};
+      a.struct_size = sizeof(a);
+      a.layout = c.layout;
+      a.cand_offsets = c.layout == MAXSIM_LAYOUT_CANDIDATES ? off.data() : nullptr;
+      a.candidates = c.layout == MAXSIM_LAYOUT_CANDIDATES ? cand.data() : nullptr;
+      a.argmax = d_am.p;
+      a.grad_scores = d_grad.p;
+      a.grad_documents = o_d.p;
+      a.grad_queries = o_q.p;
+      a.deterministic = deterministic;
+      ASSERT_EQ(maxsim_backward(ctx.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << maxsim_last_error();
+      const std::string where = what + ", layout " + std::to_string(c.layout) + " dim " + std::to_string(c.dim) +
+                                " nq " + std::to_string(c.nq) + " ld " + std::to_string(c.ld);
+      for (int side = exact_d ? 0 : 1; side < 2; ++side) {
+        const std::vector<float> got = side == 0 ? o_d.Down() : o_q.Down();
+        const std::vector<float>& ref = side == 0 ? want : want_q;
+        for (uint64_t e = 0; e < ref.size(); ++e) {
+          uint32_t w, g;
+          std::memcpy(&w, &ref[e], 4);
+          std::memcpy(&g, &got[e], 4);
+          ASSERT_EQ(w, g) << where << ": " << (side == 0 ? "grad_D" : "grad_Q") << " row " << e / c.dim << " element "
+                          << e % c.dim << " is " << got[e] << ", the ordered chain gives " << ref[e];
+        }
+      }
+    };
+    check(gpu, 1, true, "deterministic");
+    check(gpu, 0, false, "deterministic = 0 (grad_D by atomics)");
+    check(separate, 1, true, "separate kernels, deterministic");
+  }
+}
+
+// The backward's check names the first bad argmax entry and the first non-finite gradient, the same on the
+// one-launch backward (where each document's first block checks its entries) and on the separate check kernel.
+TEST_F(Gpu, BackwardCheckNamesTheFirstBadEntry) {
+  Context gpu(Options("cuda"));
+  Context separate = WithEnv("MAXSIM_CUDA_NO_DOC_BACKWARD", "1", [](Context& g) { return std::move(g); });
+  auto rng = Rng(950);
+  TokenSets q = Encoded(Generate(rng, Shape::kGaussian, 9, 0, 20, 64), MAXSIM_BF16);
+  TokenSets d = Encoded(Generate(rng, Shape::kGaussian, 9, 0, 90, 64), MAXSIM_BF16);
+  RandomMask(rng, d, 0.2);
+  const DeviceSets dq(q), dd(d);
+  for (maxsim_layout layout : {MAXSIM_LAYOUT_MATRIX, MAXSIM_LAYOUT_PAIRS}) {
+    const uint64_t nd = layout == MAXSIM_LAYOUT_MATRIX ? d.n_sets() : 1;
+    const uint64_t am_size = nd * q.rows(), n_scores = layout == MAXSIM_LAYOUT_MATRIX ? q.n_sets() * d.n_sets() : q.n_sets();
+    const std::vector<int32_t> good = DeviceForward(gpu, dq, dd, layout, {}, {}, am_size, MAXSIM_METRIC_DOT).argmax;
+    std::vector<float> grad(n_scores, 0.5f);
+    struct Bad {
+      std::vector<uint64_t> entries;  // argmax entries set to a token that is not a kept token
+      int64_t grad_pair;              // -1: none
+      maxsim_status want;
+      std::string names;
+    };
+    // An out-of-range token late in the array and an earlier one: the earlier is named.
+    const uint64_t late = am_size - 1, early = am_size / 3;
+    const Bad bads[] = {{{late, early}, -1, MAXSIM_ERR_INVALID_ARGUMENT, "argmax[" + std::to_string(early) + "]"},
+                        {{}, static_cast<int64_t>(n_scores / 2), MAXSIM_ERR_NON_FINITE,
+                         "grad_scores[" + std::to_string(n_scores / 2) + "]"}};
+    for (const Bad& b : bads) {
+      std::vector<int32_t> am = good;
+      for (uint64_t e : b.entries) am[e] = 100000;
+      std::vector<float> g = grad;
+      if (b.grad_pair >= 0) g[b.grad_pair] = std::nanf("");
+      Dev<int32_t> d_am(am.size());
+      d_am.Up(am.data());
+      Dev<float> d_grad(g.size()), o_q(q.rows() * 64), o_d(d.rows() * 64);
+      d_grad.Up(g.data());
+      for (Context* ctx : {&gpu, &separate}) {
+        maxsim_backward_args a{};
+        a.struct_size = sizeof(a);
+        a.layout = layout;
+        a.argmax = d_am.p;
+        a.grad_scores = d_grad.p;
+        a.grad_queries = o_q.p;
+        a.grad_documents = o_d.p;
+        a.deterministic = 1;
+        const maxsim_status st = maxsim_backward(ctx->get(), &dq.s, &dd.s, &a);
+        const std::string msg = st == MAXSIM_OK ? "" : maxsim_last_error();
+        const std::string what = std::string(ctx == &gpu ? "one launch" : "separate kernels") + ", layout " +
+                                 std::to_string(layout);
+        EXPECT_EQ(st, b.want) << what << ": " << msg;
+        EXPECT_NE(msg.find(b.names), std::string::npos) << what << ": '" << msg << "' does not name " << b.names;
+      }
     }
   }
 }

@@ -190,6 +190,7 @@ Tuning ReadTuning() {
   t.kernels.screen_wgmma = !EnvIs("MAXSIM_CUDA_SCREEN_WGMMA", "0");
   t.kernels.screen_wgmma_cap =
       static_cast<uint32_t>(std::min<uint64_t>(64, std::max<uint64_t>(1, EnvU64("MAXSIM_CUDA_SCREEN_WGMMA_CAP", 12))));
+  t.doc_backward = !EnvFlag("MAXSIM_CUDA_NO_DOC_BACKWARD");
   t.smem_kernel = !EnvFlag("MAXSIM_CUDA_NO_SMEM_KERNEL");
   t.screen_wgmma_min_lq = EnvU64("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", 256);
   if (const char* e = std::getenv("MAXSIM_CUDA_EXPERIMENTAL")) {

@@ -117,6 +117,9 @@ struct Tuning {
   // wgmma screening kernel's candidate records per row, MAXSIM_CUDA_SCREEN_WGMMA_CAP (1..64, default 12).
   KernelSwitches kernels;
   bool smem_kernel = true;  // MAXSIM_CUDA_NO_SMEM_KERNEL=1: long queries on the register kernel instead
+  // The deterministic training backward of the matrix and pairs layouts in one launch (LaunchBackwardDoc);
+  // MAXSIM_CUDA_NO_DOC_BACKWARD=1: the separate check, grad_Q and sorted-index grad_D kernels, as for candidates.
+  bool doc_backward = true;
   // MAXSIM_CUDA_EXPERIMENTAL: a comma-separated list of default-off kernels to use. "screen-wgmma": certified
   // requests of long queries screen with wgmma on the default route (else only when MAXSIM_CUDA_CERTIFIED=screen).
   bool experimental_screen_wgmma = false;

@@ -215,6 +215,34 @@ __device__ __forceinline__ float LoadElem(const uint8_t* row, uint32_t k, int dt
   return __half2float(__ushort_as_half(bits));
 }
 
+// Elements k0 .. k0 + 3 of a row as floats (0 past dim). With vec (dim % 4 == 0 and every row 8-byte aligned for
+// 16-bit types, 16-byte aligned for f32: RowsVec4), one 8- or 16-byte load: a warp whose lanes take consecutive
+// groups of 4 reads each row in whole lines, where four 2-byte loads per lane would each request the row's
+// sectors again.
+__device__ __forceinline__ bool RowsVec4(const uint8_t* base, uint64_t row_bytes, uint32_t dim, int dtype) {
+  const uint64_t a = dtype == kF32 ? 15 : 7;
+  return dim % 4 == 0 && (row_bytes & a) == 0 && (reinterpret_cast<uintptr_t>(base) & a) == 0;
+}
+__device__ __forceinline__ void LoadElems4(const uint8_t* row, uint32_t k0, uint32_t dim, int dtype, bool vec,
+                                           float v[4]) {
+  if (vec && k0 < dim) {
+    if (dtype == kF32) {
+      const float4 x = __ldg(reinterpret_cast<const float4*>(row) + k0 / 4);
+      v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+      return;
+    }
+    const uint2 x = __ldg(reinterpret_cast<const uint2*>(row) + k0 / 4);
+    const uint32_t w[4] = {x.x & 0xffffu, x.x >> 16, x.y & 0xffffu, x.y >> 16};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      v[u] = dtype == kBF16 ? __uint_as_float(w[u] << 16) : __half2float(__ushort_as_half(static_cast<unsigned short>(w[u])));
+    }
+    return;
+  }
+#pragma unroll
+  for (int u = 0; u < 4; ++u) v[u] = k0 + u < dim ? LoadElem(row, k0 + u, dtype) : 0.0f;
+}
+
 // ---- (value, index) keys: larger = higher value, then lower index ----------------------------------------
 
 __device__ __forceinline__ uint32_t OrderedBits(float v) {

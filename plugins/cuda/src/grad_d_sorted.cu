@@ -44,6 +44,7 @@ __global__ void IndexGatherKernel(const BackwardArgs a, const uint32_t* keys, co
                                   uint32_t sentinel, uint64_t p0) {
   const int lane = threadIdx.x & 31;
   const uint32_t dim = a.q.dim;
+  const bool qvec = RowsVec4(a.q.orig, a.q.row_bytes, dim, a.q.dtype);
   const uint64_t windows = (n + 31) / 32;
   const uint64_t warps = static_cast<uint64_t>(gridDim.x) * (blockDim.x >> 5);
   for (uint64_t w = static_cast<uint64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); w < windows;
@@ -72,14 +73,14 @@ __global__ void IndexGatherKernel(const BackwardArgs a, const uint32_t* keys, co
           for (int b = 0; b < kRunBatch; ++b) {
             in_run[b] = e + b < n && keys[e + b] == row;
             g[b] = 0.0f;
-            const uint8_t* qrow = nullptr;
             if (in_run[b]) {
               const uint64_t val = vals[e + b];
               g[b] = a.grad[p0 + (val & 0xffffffffu)];
-              qrow = a.q.orig + (val >> 32) * a.q.row_bytes;
-            }
+              LoadElems4(a.q.orig + (val >> 32) * a.q.row_bytes, k0, dim, a.q.dtype, qvec, v[b]);
+            } else {
 #pragma unroll
-            for (int u = 0; u < 4; ++u) v[b][u] = qrow != nullptr && k0 + u < dim ? LoadElem(qrow, k0 + u, a.q.dtype) : 0.0f;
+              for (int u = 0; u < 4; ++u) v[b][u] = 0.0f;
+            }
           }
 #pragma unroll
           for (int b = 0; b < kRunBatch; ++b) {

@@ -251,6 +251,11 @@ struct BackwardArgs {
 cudaError_t LaunchBackwardCheck(const BackwardArgs& a, cudaStream_t stream);
 // grad_Q rows [row_begin, row_end) (every kept row written, masked rows zeroed).
 cudaError_t LaunchGradQ(const BackwardArgs& a, uint64_t row_begin, uint64_t row_end, cudaStream_t stream);
+// Matrix and diagonal layouts with grad_D: grad_Q rows [q_row_begin, q_row_end) (when a.grad_q is set), every
+// document row of grad_D (rows before the first document are not written) and the check of LaunchBackwardCheck,
+// in one launch; grad_D has the bits of LaunchGradDIndexed (the ordered FMA chain). max_doc_len: the longest document.
+cudaError_t LaunchBackwardDoc(const BackwardArgs& a, uint64_t q_row_begin, uint64_t q_row_end, uint64_t max_doc_len,
+                              cudaStream_t stream);
 // grad_D must be zeroed first.
 cudaError_t LaunchGradDAtomic(const BackwardArgs& a, cudaStream_t stream);
 
