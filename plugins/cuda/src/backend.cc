@@ -345,6 +345,9 @@ std::string SettingsText(const Backend& b) {
                 static_cast<ull>(k.screen_wgmma_min_lq), source("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ").c_str(),
                 k.kernels.screen_wgmma_cap, source("MAXSIM_CUDA_SCREEN_WGMMA_CAP").c_str());
   t += line;
+  std::snprintf(line, sizeof(line), "deterministic training backward (matrix, pairs): %s%s\n",
+                k.doc_backward ? "one launch" : "sorted index", source("MAXSIM_CUDA_NO_DOC_BACKWARD").c_str());
+  t += line;
   std::snprintf(line, sizeof(line), "experimental: %s%s%s%s\n",
                 k.experimental_screen_wgmma ? "screen-wgmma (wgmma screening on the default certified route)" : "none",
                 source("MAXSIM_CUDA_EXPERIMENTAL").c_str(), k.unknown_experimental.empty() ? "" : "; unknown, ignored: ",
