@@ -1055,6 +1055,25 @@ TEST_F(Gpu, ManyPairsPipelineKernelUnmaskedDeviceTensors) {
   }
 }
 
+// maxsim_backward's arguments; the candidate lists are passed for the candidates layout only.
+maxsim_backward_args BackwardCall(maxsim_layout layout, const int32_t* argmax, const float* grad, float* grad_q,
+                                  float* grad_d, int deterministic, const std::vector<uint64_t>* off = nullptr,
+                                  const std::vector<uint64_t>* cand = nullptr) {
+  maxsim_backward_args a{};
+  a.struct_size = sizeof(a);
+  a.layout = layout;
+  if (layout == MAXSIM_LAYOUT_CANDIDATES) {
+    a.cand_offsets = off->data();
+    a.candidates = cand->data();
+  }
+  a.argmax = argmax;
+  a.grad_scores = grad;
+  a.grad_queries = grad_q;
+  a.grad_documents = grad_d;
+  a.deterministic = deterministic;
+  return a;
+}
+
 // Element-wise bound for an f32 accumulation of `terms` products against a double reference.
 void ExpectGrad(const GradRef& ref, const std::vector<float>& got, uint64_t lead_rows, uint32_t dim,
                 const std::string& what) {
@@ -1105,16 +1124,7 @@ TEST_F(Gpu, BackwardMatchesCpuAndIsDeterministic) {
         Dev<float> o_q(qrows * c.dim), o_d(drows * c.dim);
         o_q.Fill(0x7f);
         o_d.Fill(0x7f);
-        maxsim_backward_args a{};
-        a.struct_size = sizeof(a);
-        a.layout = layout;
-        a.cand_offsets = layout == MAXSIM_LAYOUT_CANDIDATES ? off.data() : nullptr;
-        a.candidates = layout == MAXSIM_LAYOUT_CANDIDATES ? cand.data() : nullptr;
-        a.argmax = d_am.p;
-        a.grad_scores = d_grad.p;
-        a.grad_queries = o_q.p;
-        a.grad_documents = o_d.p;
-        a.deterministic = deterministic;
+        const maxsim_backward_args a = BackwardCall(layout, d_am.p, d_grad.p, o_q.p, o_d.p, deterministic, &off, &cand);
         ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << maxsim_last_error();
         *gq = o_q.Down();
         *gd = o_d.Down();
@@ -1134,16 +1144,8 @@ TEST_F(Gpu, BackwardMatchesCpuAndIsDeterministic) {
       ExpectGrad(rd, gda, c.lead, c.dim, what + " grad_D atomic");
       // The CPU backward on host copies agrees within the same bounds.
       std::vector<float> cq(q.rows() * c.dim), cd(d.rows() * c.dim);
-      maxsim_backward_args ca{};
-      ca.struct_size = sizeof(ca);
-      ca.layout = layout;
-      ca.cand_offsets = layout == MAXSIM_LAYOUT_CANDIDATES ? off.data() : nullptr;
-      ca.candidates = layout == MAXSIM_LAYOUT_CANDIDATES ? cand.data() : nullptr;
-      ca.argmax = fwd.argmax.data();
-      ca.grad_scores = grad.data();
-      ca.grad_queries = cq.data();
-      ca.grad_documents = cd.data();
-      ca.deterministic = 1;
+      const maxsim_backward_args ca =
+          BackwardCall(layout, fwd.argmax.data(), grad.data(), cq.data(), cd.data(), 1, &off, &cand);
       const DenseSets hq = q.Dense(), hd = d.Dense();
       ASSERT_EQ(maxsim_backward(cpu.get(), hq.get(), hd.get(), &ca), MAXSIM_OK) << maxsim_last_error();
       ExpectGrad(rq, cq, 0, c.dim, what + " CPU grad_Q");
@@ -1273,16 +1275,7 @@ TEST_F(Gpu, DeterministicGradDIsTheOrderedFmaChain) {
       Dev<float> o_d(drows * c.dim), o_q(q.rows() * c.dim);
       o_d.Fill(0x7f);
       o_q.Fill(0x7f);
-      maxsim_backward_args a{};
-      a.struct_size = sizeof(a);
-      a.layout = c.layout;
-      a.cand_offsets = c.layout == MAXSIM_LAYOUT_CANDIDATES ? off.data() : nullptr;
-      a.candidates = c.layout == MAXSIM_LAYOUT_CANDIDATES ? cand.data() : nullptr;
-      a.argmax = d_am.p;
-      a.grad_scores = d_grad.p;
-      a.grad_documents = o_d.p;
-      a.grad_queries = o_q.p;
-      a.deterministic = deterministic;
+      const maxsim_backward_args a = BackwardCall(c.layout, d_am.p, d_grad.p, o_q.p, o_d.p, deterministic, &off, &cand);
       ASSERT_EQ(maxsim_backward(ctx.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << maxsim_last_error();
       const std::string where = what + ", layout " + std::to_string(c.layout) + " dim " + std::to_string(c.dim) +
                                 " nq " + std::to_string(c.nq) + " ld " + std::to_string(c.ld);
@@ -1340,14 +1333,7 @@ TEST_F(Gpu, BackwardCheckNamesTheFirstBadEntry) {
       Dev<float> d_grad(g.size()), o_q(q.rows() * 64), o_d(d.rows() * 64);
       d_grad.Up(g.data());
       for (Context* ctx : {&gpu, &separate}) {
-        maxsim_backward_args a{};
-        a.struct_size = sizeof(a);
-        a.layout = layout;
-        a.argmax = d_am.p;
-        a.grad_scores = d_grad.p;
-        a.grad_queries = o_q.p;
-        a.grad_documents = o_d.p;
-        a.deterministic = 1;
+        const maxsim_backward_args a = BackwardCall(layout, d_am.p, d_grad.p, o_q.p, o_d.p, 1);
         const maxsim_status st = maxsim_backward(ctx->get(), &dq.s, &dd.s, &a);
         const std::string msg = st == MAXSIM_OK ? "" : maxsim_last_error();
         const std::string what = std::string(ctx == &gpu ? "one launch" : "separate kernels") + ", layout " +
@@ -1391,13 +1377,7 @@ TEST_F(Gpu, ErrorsAreStatuses) {
   std::vector<float> grad(q.n_sets() * d.n_sets(), 1.0f);
   Dev<float> d_grad(grad.size()), o_q(q.rows() * 64), o_d(d.rows() * 64);
   d_grad.Up(grad.data());
-  maxsim_backward_args a{};
-  a.struct_size = sizeof(a);
-  a.layout = MAXSIM_LAYOUT_MATRIX;
-  a.argmax = d_am.p;
-  a.grad_scores = d_grad.p;
-  a.grad_queries = o_q.p;
-  a.grad_documents = o_d.p;
+  const maxsim_backward_args a = BackwardCall(MAXSIM_LAYOUT_MATRIX, d_am.p, d_grad.p, o_q.p, o_d.p, 0);
   EXPECT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), MAXSIM_ERR_INVALID_ARGUMENT) << maxsim_last_error();
   // The context still works after the errors.
   const Matrix again = DeviceForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, d.n_sets() * q.rows(), MAXSIM_METRIC_DOT);
