@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """The public API's overhead table of a gpu-api run (scripts/device/gpu-api.sh): reads the gpu_bench JSON files
-api-<side>-<shape>-<round>.json in a folder (side "new" = the tree run, "base" = the base build), prints per
-one-query shape the microseconds of kernel-only, kernel-wall, plugin and public calls and the overhead over
-kernel-only, then the steps of a resident call; --json writes the medians with the run's context."""
+api-<side>-<shape>-<round>.json in a folder (side "new" = the tree run, "base" = the base build, any other name a
+variant: the tree run under other settings), prints per one-query shape the microseconds of kernel-only,
+kernel-wall, plugin and public calls and the overhead over kernel-only (per side), then the steps of a resident
+call and the batch shapes' matrix against candidate lists; --json writes the medians with the run's context."""
 import argparse, collections, glob, json, os, statistics
 
 ORDER = ["textual-1k", "textual-10k", "colpali-rerank", "q128", "visual"]
-STEPS = ["step-sync", "step-query-stage", "step-query-check", "step-query-h2d", "step-query-h2d-pageable",
-         "step-scores-d2h"]
+STEPS = ["step-sync", "step-query-stage", "step-query-check", "step-query-h2d", "step-query-launch",
+         "step-query-h2d-pageable", "step-scores-d2h"]
+SERVE = ["serve-textual-10k-64q", "serve-colpali-16q"]
 
 
 def main():
@@ -35,19 +37,32 @@ def main():
         return statistics.median(v) * 1000 if v else float("nan")
 
     shapes = [s for s in ORDER if runs[("new", s)].get("exact")]
-    print("microseconds (medians over runs); over = api-resident - exact (kernel-only, calls back to back); "
-          "floor = kernel-wall - exact (one synchronisation)")
-    print(f"{'shape':15} {'exact':>8} {'k-wall':>8} {'k-wall-map':>10} {'plugin':>8} {'api new':>8} {'api base':>8} "
-          f"{'over new':>9} {'over base':>9} {'floor':>6}")
+    sides = ["new"] + sorted({side for side, _ in runs if side != "new"}, key=lambda x: (x != "base", x))
+    print("microseconds (medians over runs); over = api-resident - exact (kernel-only, calls back to back, each side's "
+          "own); floor = kernel-wall - exact (one synchronisation)")
+    print(f"{'shape':15} {'exact':>8} {'k-wall':>8} {'k-wall-map':>10} {'plugin':>8} {'floor':>6} " +
+          " ".join(f"{'api ' + x:>10} {'over ' + x:>10}" for x in sides))
     for s in shapes:
         e = us("new", s, "exact")
+        cols = " ".join(f"{us(x, s, 'api-resident'):10.1f} {us(x, s, 'api-resident') - us(x, s, 'exact'):10.1f}"
+                        for x in sides)
         print(f"{s:15} {e:8.1f} {us('new', s, 'kernel-wall'):8.1f} {us('new', s, 'kernel-wall-mapped'):10.1f} "
-              f"{us('new', s, 'plugin-resident'):8.1f} {us('new', s, 'api-resident'):8.1f} "
-              f"{us('base', s, 'api-resident'):8.1f} {us('new', s, 'api-resident') - e:9.1f} "
-              f"{us('base', s, 'api-resident') - us('base', s, 'exact'):9.1f} {us('new', s, 'kernel-wall') - e:6.1f}")
-    print("steps (us, synchronous round trips):")
+              f"{us('new', s, 'plugin-resident'):8.1f} {us('new', s, 'kernel-wall') - e:6.1f} {cols}")
+    print("dense GPU tensors (us): api-dense over dense-kernels per side")
+    for s in shapes:
+        print(f"  {s:15} " + "  ".join(f"{x} {us(x, s, 'api-dense'):.1f} - {us(x, s, 'dense-kernels'):.1f} = "
+                                       f"{us(x, s, 'api-dense') - us(x, s, 'dense-kernels'):.1f}" for x in sides))
+    print("steps (us, synchronous round trips, new):")
     for s in shapes:
         print(f"  {s:15} " + "  ".join(f"{m[5:]} {us('new', s, m):.1f}" for m in STEPS))
+    serve = [s for s in SERVE if runs[("new", s)].get("plugin-matrix")]
+    if serve:
+        print("batch shapes (us, the plugin's calls, packed queries in, host scores out): matrix (batch kernel) vs "
+              "every document as a candidate list (pair by pair)")
+        for s in serve:
+            print(f"  {s:22} exact {us('new', s, 'exact'):.1f}  plugin-matrix {us('new', s, 'plugin-matrix'):.1f}  "
+                  f"plugin-candidates-all {us('new', s, 'plugin-candidates-all'):.1f}")
+    shapes += serve
     if a.json:
         rows = []
         for (side, shape), modes in sorted(runs.items()):

@@ -42,6 +42,9 @@ using gpu_bench_util::ToBf16;
 FILE* g_json = nullptr;
 maxsim_context* g_cpu = nullptr;  // packs the benchmark's data (CPU, all threads)
 maxsim_context* g_api = nullptr;  // the public API's context (backend "cuda"); NULL when it cannot be created
+// MAXSIM_GPU_BENCH_ROWS=api: per shape only the rows of the public path (exact, steps, plugin and API calls, the
+// candidate-list comparison), for scripts/device/gpu-api.sh.
+bool g_api_rows_only = false;
 
 #define CHECK_CUDA(x)                                                                     \
   do {                                                                                    \
@@ -292,6 +295,11 @@ void RunSteps(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, co
     CHECK_CUDA(cudaMemcpyAsync(dev, b.stage.data(), q_bytes, cudaMemcpyHostToDevice, b.stream));
     sync();
   });
+  step("step-query-launch", [&](int) {  // the same bytes inside kernel launches (what calls do up to 64 KiB)
+    std::memcpy(b.stage.data(), qdata.data(), q_bytes);
+    CHECK_CUDA(mscuda::LaunchParamCopy(b.param_words, dev, b.stage.data(), (q_bytes + 15) / 16 * 16, b.stream));
+    sync();
+  });
   step("step-query-h2d-pageable", [&](int) {  // straight from the caller's memory (the driver stages it)
     CHECK_CUDA(cudaMemcpyAsync(dev, qdata.data(), q_bytes, cudaMemcpyHostToDevice, b.stream));
     sync();
@@ -323,6 +331,30 @@ void RunSteps(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, co
     CHECK_ST(mscuda::ScoreMatrix(b, a));
   });
   cudaFree(dev);
+}
+
+// Candidate lists score pair by pair (docs/cuda.md, Operations): the same work as the matrix when every query lists
+// every document. "plugin-matrix" and "plugin-candidates-all" are the plugin's two calls on it (packed queries in,
+// host scores out, wall clock), and "same_bits" says whether the candidate scores equal the matrix's.
+void RunCandidatesAll(Backend& b, const Shape& s, const maxsim_packed_view& qview, const Corpus& c,
+                      const std::vector<float>& kernel_scores, double flops, double bytes) {
+  maxsim_plugin_score_args a{};
+  a.struct_size = sizeof(a);
+  a.metric = MAXSIM_METRIC_DOT;
+  a.mode = MAXSIM_MODE_EXACT;
+  a.query_view = &qview;
+  a.corpus = reinterpret_cast<const maxsim_plugin_corpus*>(&c);
+  std::vector<float> out(s.nq * s.nd);
+  a.scores = out.data();
+  Emit(s.name, "plugin-matrix", WallIt(2, 10, [&](int) { CHECK_ST(mscuda::ScoreMatrix(b, a)); }), flops, bytes);
+  std::vector<uint64_t> offsets(s.nq + 1), cands(s.nq * s.nd);
+  for (uint64_t i = 0; i <= s.nq; ++i) offsets[i] = i * s.nd;
+  for (uint64_t e = 0; e < cands.size(); ++e) cands[e] = e % s.nd;
+  a.cand_offsets = offsets.data();
+  a.candidates = cands.data();
+  std::fill(out.begin(), out.end(), 0.0f);
+  const double ms = WallIt(2, 10, [&](int) { CHECK_ST(mscuda::ScoreCandidates(b, a)); });
+  Emit(s.name, "plugin-candidates-all", ms, flops, bytes, "\"same_bits\": " + std::to_string(BitsDiffer(out, kernel_scores) == 0 ? 1 : 0));
 }
 
 void RunShape(Backend& b, const Shape& s, const std::string& only) {
@@ -364,14 +396,14 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   std::vector<float> kernel_scores(s.nq * s.nd);
   CHECK_CUDA(cudaMemcpy(kernel_scores.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
   // The same calls one at a time on an idle device: adds the host's enqueue work and the first launch's latency.
-  Emit(s.name, "exact-synced", run(MAXSIM_MODE_EXACT, true), flops, exact_bytes);
-  if (s.lq > 64 && s.dim > 96 && s.dim <= 128) {
+  if (!g_api_rows_only) Emit(s.name, "exact-synced", run(MAXSIM_MODE_EXACT, true), flops, exact_bytes);
+  if (!g_api_rows_only && s.lq > 64 && s.dim > 96 && s.dim <= 128) {
     // The long-query mma.sync kernel, for comparison with the wgmma kernel that "exact" runs on sm_90.
     b.tuning.kernels.wgmma = false;
     Emit(s.name, "exact-mma", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
     b.tuning = tuning_set;
   }
-  if (s.nq > 1) {
+  if (!g_api_rows_only && s.nq > 1) {
     // Without the batch kernel (each (query, document) pair on its own, a document read once per query), and
     // whether its scores have the batch kernel's bits.
     b.tuning.kernels.batch = false;
@@ -384,13 +416,13 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     std::snprintf(extra, sizeof(extra), "\"scores_with_other_bits\": %llu", static_cast<unsigned long long>(differ));
     Emit(s.name, "exact-nobatch", ms, flops, exact_bytes, extra);
   }
-  if (std::string(s.name) == "textual-1k" || std::string(s.name) == "colpali-rerank") {
+  if (!g_api_rows_only && (std::string(s.name) == "textual-1k" || std::string(s.name) == "colpali-rerank")) {
     // The one-pair-per-warp kernel (register double buffering) for comparison with the pipeline kernel.
     b.tuning.kernels.pipe = false;
     Emit(s.name, "exact-nopipe", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
     b.tuning = tuning_set;
   }
-  if (s.certified) {
+  if (!g_api_rows_only && s.certified) {
     // "certified" / "approximate" are what a request gets by default (certified: the exact kernel, same bits;
     // approximate: the screening kernel where its per-warp ring applies, else the exact kernel; see docs/cuda.md);
     // "certified-screen" / "approximate-screen" always run the int8 screening kernel (MAXSIM_CUDA_CERTIFIED=screen).
@@ -442,7 +474,7 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     }
     b.screen_route = route_before;
   }
-  if (s.topk && copies == 1) {
+  if (!g_api_rows_only && s.topk && copies == 1) {
     // Public-call top-k (host queries in, host results out), wall clock: what an application sees.
     for (int mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED}) {
       maxsim_plugin_score_args a{};
@@ -468,7 +500,7 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
       Emit(s.name, mode == MAXSIM_MODE_EXACT ? "topk10-e2e" : "topk10c-e2e", Median(ms), flops, exact_bytes);
     }
   }
-  if (std::string(s.name) == "textual-1k") {
+  if (!g_api_rows_only && std::string(s.name) == "textual-1k") {
     // End-to-end public-call latency of the score matrix (host queries in, host scores out).
     maxsim_plugin_score_args a{};
     a.struct_size = sizeof(a);
@@ -490,6 +522,7 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     Emit(s.name, "exact-e2e", Median(ms), flops, exact_bytes);
   }
   if (s.nq == 1) RunSteps(b, s, qdata, corpora, flops, exact_bytes);
+  if (s.nq > 1) RunCandidatesAll(b, s, qbuf.view, *corpora[0], kernel_scores, flops, exact_bytes);
   for (Corpus* c : corpora) mscuda::FreeCorpus(b, c);
   cudaFree(scores);
   cudaFree(counters);
@@ -631,6 +664,8 @@ void CopyBandwidth(Backend& b) {
 
 int main(int argc, char** argv) {
   std::string only;
+  const char* rows = std::getenv("MAXSIM_GPU_BENCH_ROWS");
+  g_api_rows_only = rows != nullptr && std::strcmp(rows, "api") == 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) g_json = std::fopen(argv[++i], "w");
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];

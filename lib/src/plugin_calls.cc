@@ -513,15 +513,11 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
                             (1u << static_cast<unsigned>(call.req.mode))) != 0;
   AlignedBuffer qtemp, dtemp;
   pack::PackedView qpacked;
-  std::vector<uint64_t> lq(q.n_sets());
   if (q.is_packed) {
     qpacked = q.packed;
   } else if (!dense_query) {
     uint64_t qsize = 0;
     MAXSIM_RETURN_IF_ERROR(PackTemporary(q, "queries", ctx, &qtemp, &qsize, &qpacked));
-  }
-  for (uint64_t i = 0; i < lq.size(); ++i) {
-    lq[i] = dense_query ? q.dense.length(i) : qpacked.offsets[i + 1] - qpacked.offsets[i];
   }
   const maxsim_packed_view qview = dense_query ? maxsim_packed_view{} : ViewOf(qpacked, 0, qpacked.n_sets);
   DeviceCorpus temporary;
@@ -574,6 +570,10 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
     err[sizeof(err) - 1] = '\0';
     if (code != MAXSIM_OK) st = PluginError(ctx, code, err);
   } else {
+    std::vector<uint64_t> lq(q.n_sets());  // the query sets' lengths in the plugin's layout
+    for (uint64_t i = 0; i < lq.size(); ++i) {
+      lq[i] = dense_query ? q.dense.length(i) : qpacked.offsets[i + 1] - qpacked.offsets[i];
+    }
     st = RunSharded(ctx, call.op, *corpus, lq, a);
   }
   if (!temporary.shard.empty()) FreeDeviceCorpus(ctx, temporary);

@@ -6,7 +6,10 @@
 # .carry/base-prebuilt.tar.xz (libmaxsim, the plugin and gpu_bench of another revision, packed like make-carry's
 # prebuilt archive, its PREBUILT_REV inside) the same shapes run on that build too, alternating with this one,
 # one process per run (GPU_API_ROUNDS rounds); without it, GPU_API_BASE_ENV (e.g. "MAXSIM_CUDA_MAPPED_RESULTS=0") makes
-# the base side this build run under those settings. Prints a table of microseconds over kernel-only per shape.
+# the base side this build run under those settings. GPU_API_VARIANTS ("name:VAR=value[,VAR=value] ...") adds sides
+# that run this build under other settings, on GPU_API_VARIANT_SHAPES (default: every shape), alternating with the
+# others. GPU_API_SERVE_SHAPES (default serve-colpali-16q) runs this build once on those batch shapes: the plugin's
+# matrix against the same work as candidate lists. Prints a table of microseconds over kernel-only per shape.
 set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench || exit 1
@@ -27,6 +30,16 @@ elif [ -n "${GPU_API_BASE_ENV:-}" ]; then
   sides="base new"
   echo "base: this build with $GPU_API_BASE_ENV" >> "$S"
 fi
+# gpu_bench with only the public path's rows (MAXSIM_GPU_BENCH_ROWS; a build without it runs every row).
+run_bench() {  # side dir shape round [VAR=value ...]
+  local side=$1 dir=$2 shape=$3 r=$4
+  shift 4
+  env "$@" MAXSIM_GPU_BENCH_ROWS=api LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" MAXSIM_PLUGIN_PATH="$dir" timeout 120 \
+    "$dir/benchmarks/gpu/maxsim_gpu_bench" --only "$shape" --json "$OUT/api-$side-$shape-$r.json" \
+    > "$OUT/api-$side-$shape-$r.txt" 2>&1 || { echo "gpu_bench $side $shape: rc $?" >> "$S"; rc=1; }
+}
+read -ra variants <<< "${GPU_API_VARIANTS:-}"
+for v in "${variants[@]}"; do echo "variant ${v%%:*}: this build with ${v#*:}" >> "$S"; done
 for r in $(seq "${GPU_API_ROUNDS:-1}"); do
   for shape in ${GPU_API_SHAPES:-textual-1k textual-10k colpali-rerank q128 visual}; do
     for side in $sides; do
@@ -34,17 +47,22 @@ for r in $(seq "${GPU_API_ROUNDS:-1}"); do
       [ "$side" = base ] && [ -d /tmp/maxsim-base ] && dir=/tmp/maxsim-base
       base_env=()
       [ "$side" = base ] && [ "$dir" = "$BUILD" ] && read -ra base_env <<< "$GPU_API_BASE_ENV"
-      env "${base_env[@]}" LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" MAXSIM_PLUGIN_PATH="$dir" timeout 120 \
-        "$dir/benchmarks/gpu/maxsim_gpu_bench" --only "$shape" --json "$OUT/api-$side-$shape-$r.json" \
-        > "$OUT/api-$side-$shape-$r.txt" 2>&1 || { echo "gpu_bench $side $shape: rc $?" >> "$S"; rc=1; }
+      run_bench "$side" "$dir" "$shape" "$r" "${base_env[@]}"
+    done
+    for v in "${variants[@]}"; do
+      case " ${GPU_API_VARIANT_SHAPES:-$shape} " in *" $shape "*) ;; *) continue ;; esac
+      IFS=, read -ra venv <<< "${v#*:}"
+      run_bench "${v%%:*}" "$BUILD" "$shape" "$r" "${venv[@]}"
     done
   done
 done
+for shape in ${GPU_API_SERVE_SHAPES-serve-colpali-16q}; do run_bench new "$BUILD" "$shape" 1; done
 base_rev=none
 [ -n "${GPU_API_BASE_ENV:-}" ] && base_rev="this build with $GPU_API_BASE_ENV"
 [ -d /tmp/maxsim-base ] && base_rev=$(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null)
 python3 benchmarks/gpu/api_overhead.py "$OUT" --json "$OUT/gpu-api-result.json" \
-  --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-api}" --date "$(date -u +%FT%TZ)" \
+  --command "$(env | grep -E '^(GPU_API_[A-Z_]+|MAXSIM_CUDA_ARCHS)=' | sort | tr '\n' ' ')bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-api}" \
+  --date "$(date -u +%FT%TZ)" \
   --machine "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) host cores" \
   --revisions "new: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here); base: $base_rev" >> "$S"
 cat "$S"

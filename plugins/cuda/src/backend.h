@@ -141,6 +141,11 @@ struct Backend {
   PinnedBuffer stage;               // host staging for uploads and results
   PinnedBuffer qstage;              // host staging of the queries, copied to the device on `stream`
   bool qstage_busy = false;         // a copy may still read qstage (the host has not synchronised since)
+  // Query images of at most this many bytes reach the device inside kernel launches (LaunchParamCopy) instead of
+  // a copy-engine transfer, whose latency sat between the call and its scoring kernel
+  // (MAXSIM_CUDA_QUERY_LAUNCH_BYTES, default 64 KiB; 0: always copy).
+  uint64_t query_launch_bytes = 0;
+  std::vector<uint4> param_words;   // the parameters of those launches (grow-only)
   PinnedBuffer flags_host;
   cudaEvent_t staged = nullptr;     // recorded after a call's staged uploads: the stage is free once it fires
   uint64_t min_ops = 0;
@@ -180,6 +185,14 @@ uint32_t DeviceCount(const maxsim_plugin_host* host);
 Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t index = 0);
 void DestroyBackend(Backend* b);
 
+// A driver function through the runtime's entry-point query (the plugin does not link libcuda), or NULL.
+void* DriverEntry(const char* name);
+// The device memory of a training or device-tensor call (caller_memory.cc): every MAXSIM_MEMORY_CUDA pointer must be
+// memory CUDA knows that the backend's device can use (its own device memory, managed or pinned host memory), and
+// the rows of each dense set, its mask and the scores must lie inside their allocations. MAXSIM_ERR_INVALID_ARGUMENT
+// naming the argument otherwise, before any work.
+Status CheckCallerTensors(const Backend& b, const maxsim_plugin_train_args& a);
+
 // Device memory on the backend's device (the plugin's mem_alloc / mem_free / mem_copy hooks; copies synchronous).
 Status DeviceAlloc(Backend& b, uint64_t bytes, void** out);
 void DeviceFree(Backend& b, void* p);
@@ -211,6 +224,13 @@ uint32_t DenseQueryModes(const Backend& b);
 // (device memory); sets *bad (device-visible pinned host memory) to 1 on a bad row; norms: per-row L2 norms.
 cudaError_t LaunchQueryCheck(const uint8_t* rows, uint64_t row_bytes, int dtype, uint32_t dim, uint64_t n_rows,
                              float* norms, unsigned int* bad, cudaStream_t stream);
+
+// Copies `bytes` (a multiple of 16; dst 16-byte aligned) from host memory at src to device memory at dst inside
+// the parameters of copy kernels on `stream`, at most ParamCopyPieceBytes() per launch: no copy engine, and src
+// may be reused as soon as it returns. `buffer` holds the parameters (grow-only). query_check.cu.
+cudaError_t LaunchParamCopy(std::vector<uint4>& buffer, uint8_t* dst, const uint8_t* src, uint64_t bytes,
+                            cudaStream_t stream);
+uint64_t ParamCopyPieceBytes();
 
 // Scores device queries against a corpus: the matrix (d_scores [Nq, Nd] and d_argmax in maxsim.h's layout,
 // device memory, argmax optional). Resident corpora only (streamed corpora go through ScoreMatrix).
