@@ -1843,6 +1843,77 @@ TEST_F(Gpu, CallerDeviceIsKeptAndForeignDeviceTensorsAreRefused) {
   ExpectSameOps(a, b, "after the refused call");
 }
 
+// A C caller's device pointers are checked where they enter the plugin (one GPU; the two-device case is
+// CallerDeviceIsKeptAndForeignDeviceTensorsAreRefused): pageable host memory or a freed allocation passed as CUDA
+// memory, and a scores buffer that ends before the matrix does, are refused with a message naming the argument,
+// nothing is written, and the device stays usable. Pinned host memory, which the device reaches through its
+// mapping, is CUDA memory and gives the same bits.
+TEST_F(Gpu, CallerPointersAreChecked) {
+  Context gpu(Options("cuda"));
+  auto rng = Rng(2970);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 2, 1, 20, 64), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 9, 0, 30, 64), MAXSIM_BF16);
+  const DeviceSets dq(q), dd(d);
+  const uint64_t n = q.n_sets() * d.n_sets();
+  Dev<float> sc(n);
+  Dev<int32_t> am(d.n_sets() * q.rows());
+  maxsim_sets qs{nullptr, &dq.s}, ds{nullptr, &dd.s};
+  ASSERT_EQ(maxsim_score_matrix(gpu.get(), &qs, &ds, nullptr, sc.p, am.p), MAXSIM_OK) << maxsim_last_error();
+  const Matrix good{sc.Down(), am.Down()};
+  ExpectReference(q, d, MAXSIM_METRIC_DOT, good, "device tensors");
+  auto refused = [&](const maxsim_dense_sets& qset, const maxsim_dense_sets& dset, float* scores, const std::string& part,
+                     const std::string& what) {
+    sc.Fill(0);
+    maxsim_sets a{nullptr, &qset}, b{nullptr, &dset};
+    EXPECT_EQ(maxsim_score_matrix(gpu.get(), &a, &b, nullptr, scores, nullptr), MAXSIM_ERR_INVALID_ARGUMENT) << what;
+    EXPECT_NE(std::string(maxsim_last_error()).find(part), std::string::npos) << what << ": " << maxsim_last_error();
+    for (float v : sc.Down()) ASSERT_EQ(v, 0.0f) << what << ": a score was written";
+  };
+  // Queries in pageable host memory.
+  std::vector<uint8_t> pageable(q.rows() * q.dim * 2);
+  std::memcpy(pageable.data(), q.encoded.data(), pageable.size());
+  maxsim_dense_sets host_q = dq.s;
+  host_q.data = pageable.data();
+  refused(host_q, dd.s, sc.p, "queries at ", "pageable queries");
+  EXPECT_NE(std::string(maxsim_last_error()).find("not CUDA memory"), std::string::npos) << maxsim_last_error();
+  // Documents in a freed allocation (checked first to be unknown to CUDA: a kernel reading it would fault).
+  void* stale = nullptr;
+  {
+    Dev<uint8_t> gone(dd.data.n);
+    gone.Fill(0);
+    stale = gone.p;
+  }
+  cudaPointerAttributes attr{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attr, stale), cudaSuccess);
+  ASSERT_EQ(attr.type, cudaMemoryTypeUnregistered) << "a freed allocation is still described by the runtime";
+  maxsim_dense_sets freed_d = dd.s;
+  freed_d.data = stale;
+  refused(dq.s, freed_d, sc.p, "documents at ", "freed documents");
+  // Scores that would run 4 bytes past the end of their allocation (2 MiB, a multiple of any allocation granule).
+  Dev<float> big((2u << 20) / sizeof(float));
+  big.Fill(0);
+  refused(dq.s, dd.s, big.p + big.n - (n - 1), "the scores: ", "short scores");
+  for (float v : big.Down()) ASSERT_EQ(v, 0.0f) << "short scores: a score was written";
+  // Pinned host memory is CUDA memory: queries read and scores written through the mapping, the same bits.
+  uint8_t* pinned_q = nullptr;
+  float* pinned_s = nullptr;
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned_q), pageable.size()), cudaSuccess);
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned_s), n * sizeof(float)), cudaSuccess);
+  std::memcpy(pinned_q, pageable.data(), pageable.size());
+  maxsim_dense_sets pq = dq.s;
+  pq.data = pinned_q;
+  maxsim_sets pqs{nullptr, &pq};
+  EXPECT_EQ(maxsim_score_matrix(gpu.get(), &pqs, &ds, nullptr, pinned_s, nullptr), MAXSIM_OK) << maxsim_last_error();
+  EXPECT_EQ(std::memcmp(pinned_s, good.scores.data(), n * sizeof(float)), 0) << "pinned tensors: other bits";
+  cudaFreeHost(pinned_q);
+  cudaFreeHost(pinned_s);
+  // The device is still usable.
+  ASSERT_EQ(maxsim_score_matrix(gpu.get(), &qs, &ds, nullptr, sc.p, am.p), MAXSIM_OK) << maxsim_last_error();
+  const Matrix again{sc.Down(), am.Down()};
+  EXPECT_EQ(again.scores, good.scores);
+  EXPECT_EQ(again.argmax, good.argmax);
+}
+
 // A thread that never used CUDA calls the API (every operation, the corpus uploaded by its first call) and is left
 // with no current CUDA context, as it started: the plugin restores the driver's current context, not a device
 // number (restoring "device 0" would create and keep device 0's primary context current in that thread).

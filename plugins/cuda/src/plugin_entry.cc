@@ -31,7 +31,7 @@ void CopyMessage(const std::string& m, char* out, size_t cap) {
 // call (a cudaMalloc, say) must not land on another device because a context with several devices ran a call. A
 // thread that had no current context is left with none (restoring a device number instead would create that
 // device's primary context in a thread that never used CUDA). The driver's functions come through the runtime's
-// entry-point query, so the plugin does not link libcuda itself.
+// entry-point query (DriverEntry), so the plugin does not link libcuda itself.
 class CallerContext {
  public:
   CallerContext() {
@@ -51,21 +51,11 @@ class CallerContext {
     CUresult (*get)(CUcontext*) = nullptr;
     CUresult (*set)(CUcontext) = nullptr;
   };
-  static void* Entry(const char* name) {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
-#else
-    const cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found);
-#endif
-    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? fn : nullptr;
-  }
   static const Api& Get() {
     static const Api api = [] {
       Api a;
-      a.get = reinterpret_cast<CUresult (*)(CUcontext*)>(Entry("cuCtxGetCurrent"));
-      a.set = reinterpret_cast<CUresult (*)(CUcontext)>(Entry("cuCtxSetCurrent"));
+      a.get = reinterpret_cast<CUresult (*)(CUcontext*)>(mscuda::DriverEntry("cuCtxGetCurrent"));
+      a.set = reinterpret_cast<CUresult (*)(CUcontext)>(mscuda::DriverEntry("cuCtxSetCurrent"));
       return a;
     }();
     return api;
@@ -218,22 +208,9 @@ Status CheckTrainArgs(maxsim_plugin_backend* b, const maxsim_plugin_train_args* 
   if (a->layout == MAXSIM_LAYOUT_CANDIDATES && !a->cand_offsets) {
     return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "CANDIDATES layout needs cand_offsets");
   }
-  // Device tensors must live on the backend's device: a kernel reading another device's memory would fault and
-  // leave the device unusable for the rest of the process.
-  for (const maxsim_dense_sets* s : {a->queries, a->documents}) {
-    if (s->memory != MAXSIM_MEMORY_CUDA || s->data == nullptr) continue;
-    cudaPointerAttributes attr{};
-    if (cudaPointerGetAttributes(&attr, s->data) != cudaSuccess) {
-      cudaGetLastError();  // memory the runtime cannot describe: left to the kernels, as before this check
-      continue;
-    }
-    if (attr.type == cudaMemoryTypeDevice && attr.device != B(b)->device) {
-      return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT,
-                          "%s are on CUDA device %d but this context computes device tensors on device %d (the first "
-                          "of its device list)", s == a->queries ? "queries" : "documents", attr.device, B(b)->device);
-    }
-  }
-  return Status::Ok();
+  // Device tensors must be memory the backend's device can use: a kernel touching another device's memory, or
+  // memory CUDA does not know, would fault and leave the device unusable for the rest of the process.
+  return mscuda::CheckCallerTensors(*B(b), *a);
 }
 
 maxsim_status TrainForward(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a, char* err, size_t err_cap) {
