@@ -8,8 +8,7 @@ call and the batch shapes' matrix against candidate lists; --json writes the med
 import argparse, collections, glob, json, os, statistics
 
 ORDER = ["textual-1k", "textual-10k", "colpali-rerank", "q128", "visual"]
-STEPS = ["step-sync", "step-query-stage", "step-query-check", "step-query-h2d", "step-query-launch",
-         "step-query-h2d-pageable", "step-scores-d2h"]
+STEPS = ["step-sync", "step-query-stage", "step-query-check", "step-query-h2d", "step-query-h2d-pageable", "step-scores-d2h"]
 SERVE = ["serve-textual-10k-64q", "serve-colpali-16q"]
 
 

@@ -295,11 +295,6 @@ void RunSteps(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, co
     CHECK_CUDA(cudaMemcpyAsync(dev, b.stage.data(), q_bytes, cudaMemcpyHostToDevice, b.stream));
     sync();
   });
-  step("step-query-launch", [&](int) {  // the same bytes inside kernel launches (what calls do up to 64 KiB)
-    std::memcpy(b.stage.data(), qdata.data(), q_bytes);
-    CHECK_CUDA(mscuda::LaunchParamCopy(b.param_words, dev, b.stage.data(), (q_bytes + 15) / 16 * 16, b.stream));
-    sync();
-  });
   step("step-query-h2d-pageable", [&](int) {  // straight from the caller's memory (the driver stages it)
     CHECK_CUDA(cudaMemcpyAsync(dev, qdata.data(), q_bytes, cudaMemcpyHostToDevice, b.stream));
     sync();

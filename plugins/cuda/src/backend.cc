@@ -319,9 +319,6 @@ std::string SettingsText(const Backend& b) {
   std::snprintf(line, sizeof(line), "results written into mapped host memory: up to %llu bytes per chunk%s\n",
                 static_cast<ull>(b.mapped_results_max), source("MAXSIM_CUDA_MAPPED_RESULTS").c_str());
   t += line;
-  std::snprintf(line, sizeof(line), "host queries sent inside kernel launches: up to %llu bytes%s\n",
-                static_cast<ull>(b.query_launch_bytes), source("MAXSIM_CUDA_QUERY_LAUNCH_BYTES").c_str());
-  t += line;
   const char* route = b.screen_route == Backend::ScreenRoute::kScreen  ? "int8 screening (both modes)"
                       : b.screen_route == Backend::ScreenRoute::kExact ? "exact kernel (both modes)"
                                                                         : "auto";
@@ -418,7 +415,6 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t ind
   b->force_stream = EnvU64("MAXSIM_CUDA_STREAM", 0) != 0;
   b->chunk_bytes = std::max<uint64_t>(4096, EnvU64("MAXSIM_CUDA_STREAM_CHUNK_BYTES", 256ull << 20));
   b->mapped_results_max = EnvU64("MAXSIM_CUDA_MAPPED_RESULTS", 256ull << 10);
-  b->query_launch_bytes = EnvU64("MAXSIM_CUDA_QUERY_LAUNCH_BYTES", 64ull << 10);
   b->screen_route = ScreenRouteFromEnv();
   b->tuning = ReadTuning();
   b->settings = SettingsText(*b);

@@ -141,11 +141,6 @@ struct Backend {
   PinnedBuffer stage;               // host staging for uploads and results
   PinnedBuffer qstage;              // host staging of the queries, copied to the device on `stream`
   bool qstage_busy = false;         // a copy may still read qstage (the host has not synchronised since)
-  // Query images of at most this many bytes reach the device inside kernel launches (LaunchParamCopy) instead of
-  // a copy-engine transfer, whose latency sat between the call and its scoring kernel
-  // (MAXSIM_CUDA_QUERY_LAUNCH_BYTES, default 64 KiB; 0: always copy).
-  uint64_t query_launch_bytes = 0;
-  std::vector<uint4> param_words;   // the parameters of those launches (grow-only)
   PinnedBuffer flags_host;
   cudaEvent_t staged = nullptr;     // recorded after a call's staged uploads: the stage is free once it fires
   uint64_t min_ops = 0;
@@ -209,7 +204,8 @@ Status UploadQueriesTo(Backend& b, const maxsim_packed_view& view, DeviceBuffer&
 // enqueues their check and norms (computed as the packer computes them) on b.stream; dot: leaves the check to
 // the host (CheckQueriesOnHost, QueryValues).
 Status UploadDenseQueries(Backend& b, const maxsim_dense_sets& s, bool cosine, DeviceBuffer& dst, DeviceQueries* out);
-// The call's queries on the device: its dense host queries when it passes them, else its packed view.
+// The call's queries on the device (the caller has selected b.device): its dense host queries when it passes them,
+// else its packed view.
 Status PrepareQueries(Backend& b, const maxsim_plugin_score_args& a, DeviceQueries* out);
 // Checks dense queries' staged rows on the host as the packer does (once; a no-op for other queries). The
 // scoring calls run it right after launching their first kernel, so that it overlaps the device's work.
@@ -224,13 +220,6 @@ uint32_t DenseQueryModes(const Backend& b);
 // (device memory); sets *bad (device-visible pinned host memory) to 1 on a bad row; norms: per-row L2 norms.
 cudaError_t LaunchQueryCheck(const uint8_t* rows, uint64_t row_bytes, int dtype, uint32_t dim, uint64_t n_rows,
                              float* norms, unsigned int* bad, cudaStream_t stream);
-
-// Copies `bytes` (a multiple of 16; dst 16-byte aligned) from host memory at src to device memory at dst inside
-// the parameters of copy kernels on `stream`, at most ParamCopyPieceBytes() per launch: no copy engine, and src
-// may be reused as soon as it returns. `buffer` holds the parameters (grow-only). query_check.cu.
-cudaError_t LaunchParamCopy(std::vector<uint4>& buffer, uint8_t* dst, const uint8_t* src, uint64_t bytes,
-                            cudaStream_t stream);
-uint64_t ParamCopyPieceBytes();
 
 // Scores device queries against a corpus: the matrix (d_scores [Nq, Nd] and d_argmax in maxsim.h's layout,
 // device memory, argmax optional). Resident corpora only (streamed corpora go through ScoreMatrix).

@@ -174,21 +174,6 @@ Status QueryStageFree(Backend& b) {
   return Status::Ok();
 }
 
-// Sends the staged query image [0, bytes) of b.qstage to dst on b.stream inside kernel launches (the stage is free
-// again at once). If the launch fails (a driver that takes no large kernel parameters), the image is copied instead
-// and later calls copy too.
-Status SendStagedQueries(Backend& b, uint8_t* dst, uint64_t bytes) {
-  const cudaError_t e = LaunchParamCopy(b.param_words, dst, b.qstage.data(), RoundUp(bytes, 16), b.stream);
-  if (e == cudaSuccess) return Status::Ok();
-  cudaGetLastError();
-  b.query_launch_bytes = 0;
-  b.Log(MAXSIM_LOG_WARNING, std::string("cuda: queries are copied: sending them inside kernel launches failed (") +
-                                cudaGetErrorName(e) + ")");
-  MSC_CUDA(cudaMemcpyAsync(dst, b.qstage.data(), bytes, cudaMemcpyHostToDevice, b.stream));
-  b.qstage_busy = true;
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status UploadQueriesTo(Backend& b, const maxsim_packed_view& view, DeviceBuffer& dst, DeviceQueries* out) {
@@ -202,12 +187,8 @@ Status UploadQueriesTo(Backend& b, const maxsim_packed_view& view, DeviceBuffer&
   MSC_RETURN(dst.Reserve(q.info.total_size, "the queries"));
   MSC_RETURN(b.qstage.Reserve(q.info.total_size, "staging the queries"));
   WriteImage(view, q.info, b.qstage.data());
-  if (q.info.total_size <= b.query_launch_bytes) {
-    MSC_RETURN(SendStagedQueries(b, dst.data(), q.info.total_size));
-  } else {
-    MSC_CUDA(cudaMemcpyAsync(dst.data(), b.qstage.data(), q.info.total_size, cudaMemcpyHostToDevice, b.stream));
-    b.qstage_busy = true;
-  }
+  MSC_CUDA(cudaMemcpyAsync(dst.data(), b.qstage.data(), q.info.total_size, cudaMemcpyHostToDevice, b.stream));
+  b.qstage_busy = true;
   q.view = PackedView(q.info, dst.data());
   *out = std::move(q);
   return Status::Ok();
@@ -255,14 +236,10 @@ Status UploadDenseQueries(Backend& b, const maxsim_dense_sets& s, bool cosine, D
   in.total_size = cv.size();
   MSC_RETURN(QueryStageFree(b));
   MSC_RETURN(dst.Reserve(cv.size(), "the queries"));
-  MSC_RETURN(b.qstage.Reserve(cv.size() + kAlign, "staging the queries"));
+  MSC_RETURN(b.qstage.Reserve(o_rows + rows * row_bytes + (s.offsets ? (n + 1) * 8 : 0) + kAlign, "staging the queries"));
   uint8_t* h = b.qstage.data();
   const uint8_t* src = static_cast<const uint8_t*>(s.data) + first * stride;
-  // The image laid out as on the device: rows, then the offsets. Small images go inside kernel launches once
-  // staged; larger ones are copied piece by piece while the next piece is staged (one memcpy and one copy for a
-  // query that fits one piece).
-  const uint64_t image_bytes = s.offsets ? o_off + (n + 1) * 8 : rows * row_bytes;
-  const bool by_launch = image_bytes <= b.query_launch_bytes;
+  // Rows into the stage and onto the device, piece by piece: one memcpy and one copy for a small query.
   const uint64_t piece = std::max<uint64_t>(1, kStagePiece / row_bytes);
   for (uint64_t r0 = 0; r0 < rows; r0 += piece) {
     const uint64_t r1 = std::min(rows, r0 + piece);
@@ -275,20 +252,14 @@ Status UploadDenseQueries(Backend& b, const maxsim_dense_sets& s, bool cosine, D
         std::memset(h + o_rows + r * row_bytes + used, 0, row_bytes - used);
       }
     }
-    if (!by_launch) {
-      MSC_CUDA(cudaMemcpyAsync(dst.data() + o_rows + r0 * row_bytes, to, (r1 - r0) * row_bytes, cudaMemcpyHostToDevice,
-                               b.stream));
-    }
+    MSC_CUDA(cudaMemcpyAsync(dst.data() + o_rows + r0 * row_bytes, to, (r1 - r0) * row_bytes, cudaMemcpyHostToDevice,
+                             b.stream));
   }
   if (s.offsets) {
     std::memcpy(h + o_off, q.host_offsets.data(), (n + 1) * 8);
-    if (!by_launch) MSC_CUDA(cudaMemcpyAsync(dst.data() + o_off, h + o_off, (n + 1) * 8, cudaMemcpyHostToDevice, b.stream));
+    MSC_CUDA(cudaMemcpyAsync(dst.data() + o_off, h + o_off, (n + 1) * 8, cudaMemcpyHostToDevice, b.stream));
   }
-  if (by_launch) {
-    MSC_RETURN(SendStagedQueries(b, dst.data(), image_bytes));
-  } else {
-    b.qstage_busy = true;
-  }
+  b.qstage_busy = true;
   float* norms = cosine ? reinterpret_cast<float*>(dst.data() + o_norms) : nullptr;
   if (cosine) {
     // The norms are the scoring kernels' input: the device computes them (and checks the rows on the way)
