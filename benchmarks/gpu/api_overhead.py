@@ -8,7 +8,8 @@ call and the batch shapes' matrix against candidate lists; --json writes the med
 import argparse, collections, glob, json, os, statistics
 
 ORDER = ["textual-1k", "textual-10k", "colpali-rerank", "q128", "visual"]
-STEPS = ["step-sync", "step-query-stage", "step-query-check", "step-query-h2d", "step-query-h2d-pageable", "step-scores-d2h"]
+STEPS = ["step-sync", "step-query-stage", "step-query-check", "step-query-h2d", "step-query-h2d-pageable",
+         "step-scores-d2h", "step-pointer-check"]
 SERVE = ["serve-textual-10k-64q", "serve-colpali-16q"]
 
 
@@ -60,7 +61,10 @@ def main():
               "every document as a candidate list (pair by pair)")
         for s in serve:
             print(f"  {s:22} exact {us('new', s, 'exact'):.1f}  plugin-matrix {us('new', s, 'plugin-matrix'):.1f}  "
-                  f"plugin-candidates-all {us('new', s, 'plugin-candidates-all'):.1f}")
+                  f"plugin-candidates-all {us('new', s, 'plugin-candidates-all'):.1f}  "
+                  f"pointer-check {us('new', s, 'step-pointer-check'):.2f}  " +
+                  "  ".join(f"api {x} {us(x, s, 'api-resident'):.1f} (over {us(x, s, 'api-resident') - us(x, s, 'exact'):.1f})"
+                            for x in sides if runs[(x, s)].get("api-resident")))
     shapes += serve
     if a.json:
         rows = []

@@ -241,6 +241,13 @@ void RunApi(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, cons
     });
     b.sync_calls = true;
     Emit(s.name, "dense-kernels", ms, flops, bytes);
+    // What the plugin's check of the caller's device pointers adds to a dense call (caller_memory.cc).
+    const maxsim_dense_sets qs = DenseSets(qd[0], MAXSIM_MEMORY_CUDA, nq, s.lq, s.dim);
+    const maxsim_dense_sets ds = DenseSets(dd[0], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
+    ta.queries = &qs;
+    ta.documents = &ds;
+    Emit(s.name, "step-pointer-check", WallIt(5, 200, [&](int) { CHECK_ST(mscuda::CheckCallerTensors(b, ta)); }), flops,
+         bytes);
   }
   // Resident corpora: one handle per copy (each uploaded once, by the warm-up calls).
   std::vector<maxsim_packed*> handles{dpacked};

@@ -1914,6 +1914,85 @@ TEST_F(Gpu, CallerPointersAreChecked) {
   EXPECT_EQ(again.argmax, good.argmax);
 }
 
+// Copied results (MAXSIM_CUDA_MAPPED_RESULTS=0) scored in pieces (MAXSIM_CUDA_RESULT_PIECE_BYTES), each copied out
+// while the next is scored, equal one copy bit for bit: scores with and without argmax, dense host and packed
+// queries, dot and cosine, exact and certified (screening here, with its counters), resident and streamed corpora.
+// A bad dense query fails the call with every output untouched.
+TEST_F(Gpu, ResultPiecesEqualOneCopy) {
+  auto rng = Rng(2990);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 7, 0, 40, 128), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 500, 0, 60, 128), MAXSIM_BF16);
+  auto make = [](const char* piece, bool stream) {
+    setenv("MAXSIM_CUDA_MAPPED_RESULTS", "0", 1);
+    setenv("MAXSIM_CUDA_RESULT_PIECE_BYTES", piece, 1);
+    if (stream) {
+      setenv("MAXSIM_CUDA_STREAM", "1", 1);
+      setenv("MAXSIM_CUDA_STREAM_CHUNK_BYTES", "65536", 1);
+    }
+    Context ctx = CudaContext();
+    for (const char* v : {"MAXSIM_CUDA_MAPPED_RESULTS", "MAXSIM_CUDA_RESULT_PIECE_BYTES", "MAXSIM_CUDA_STREAM",
+                          "MAXSIM_CUDA_STREAM_CHUNK_BYTES"}) {
+      unsetenv(v);
+    }
+    return ctx;
+  };
+  Context one = make("0", false), pieces = make("4096", false), streamed = make("4096", true);
+  Packed pq = Packed::Pack(one, q.Dense());
+  Packed pd = Packed::Pack(one, d.Dense());
+  const HostSets hq(q, 2, 0);
+  const maxsim_sets packed_q{pq.get(), nullptr}, ds{pd.get(), nullptr};
+  const uint64_t nq = q.n_sets(), nd = d.n_sets();
+  for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+    for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED}) {
+      for (bool dense : {true, false}) {
+        for (bool with_argmax : {true, false}) {
+          const maxsim_sets qs = dense ? hq.sets() : packed_q;
+          const std::string what = std::string(metric == MAXSIM_METRIC_DOT ? "dot" : "cosine") + " mode " +
+                                   std::to_string(mode) + (dense ? " dense" : " packed") +
+                                   (with_argmax ? " argmax" : " scores");
+          maxsim_score_options o;
+          maxsim_score_options_init(&o);
+          o.metric = metric;
+          o.mode = mode;
+          Matrix want;
+          for (Context* ctx : {&one, &pieces, &streamed}) {
+            Matrix got;
+            got.scores.assign(nq * nd, std::nanf(""));
+            got.argmax.assign(with_argmax ? nd * q.rows() : 0, -7);
+            ASSERT_EQ(maxsim_score_matrix(ctx->get(), &qs, &ds, &o, got.scores.data(),
+                                          with_argmax ? got.argmax.data() : nullptr), MAXSIM_OK)
+                << what << ": " << maxsim_last_error();
+            if (ctx == &one) {
+              want = got;
+              if (mode == MAXSIM_MODE_EXACT && with_argmax) ExpectReference(q, d, metric, want, what);
+            } else {
+              ExpectIdentical(want, got, what + (ctx == &pieces ? " pieces" : " streamed pieces"));
+            }
+          }
+        }
+      }
+    }
+  }
+  // A non-finite element in a dense query: nothing written, on either piece path.
+  TokenSets bq = q;
+  uint64_t row = UINT64_MAX;  // the last token of the last non-empty set
+  for (uint64_t i = nq; i-- > 0 && row == UINT64_MAX;) {
+    if (bq.length(i) > 0) row = bq.offsets[i + 1] - 1;
+  }
+  ASSERT_NE(row, UINT64_MAX);
+  bq.values[row * bq.dim + 3] = std::nanf("");
+  bq.Encode(MAXSIM_BF16);
+  const HostSets bad(bq, 0, 0);
+  const maxsim_sets bs = bad.sets();
+  for (Context* ctx : {&pieces, &streamed}) {
+    std::vector<float> scores(nq * nd, -5.0f);
+    std::vector<int32_t> argmax(nd * q.rows(), -9);
+    EXPECT_EQ(maxsim_score_matrix(ctx->get(), &bs, &ds, nullptr, scores.data(), argmax.data()), MAXSIM_ERR_NON_FINITE);
+    for (float v : scores) ASSERT_EQ(v, -5.0f) << "a score was written";
+    for (int32_t v : argmax) ASSERT_EQ(v, -9) << "an argmax was written";
+  }
+}
+
 // A thread that never used CUDA calls the API (every operation, the corpus uploaded by its first call) and is left
 // with no current CUDA context, as it started: the plugin restores the driver's current context, not a device
 // number (restoring "device 0" would create and keep device 0's primary context current in that thread).
