@@ -319,9 +319,6 @@ std::string SettingsText(const Backend& b) {
   std::snprintf(line, sizeof(line), "results written into mapped host memory: up to %llu bytes per chunk%s\n",
                 static_cast<ull>(b.mapped_results_max), source("MAXSIM_CUDA_MAPPED_RESULTS").c_str());
   t += line;
-  std::snprintf(line, sizeof(line), "larger results scored and copied out in pieces of %llu bytes%s\n",
-                static_cast<ull>(b.result_piece_bytes), source("MAXSIM_CUDA_RESULT_PIECE_BYTES").c_str());
-  t += line;
   const char* route = b.screen_route == Backend::ScreenRoute::kScreen  ? "int8 screening (both modes)"
                       : b.screen_route == Backend::ScreenRoute::kExact ? "exact kernel (both modes)"
                                                                         : "auto";
@@ -411,7 +408,6 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t ind
   for (int i = 0; i < 2 && e == cudaSuccess; ++i) {
     e = cudaEventCreateWithFlags(&b->copied[i], cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->done[i], cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->results_ready[i], cudaEventDisableTiming);
   }
   if (e != cudaSuccess) return fail(CudaFail(e, "creating the CUDA streams and events"));
   b->min_ops = EnvU64("MAXSIM_CUDA_MIN_AUTO_OPS", 200000000ull);
@@ -419,7 +415,6 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t ind
   b->force_stream = EnvU64("MAXSIM_CUDA_STREAM", 0) != 0;
   b->chunk_bytes = std::max<uint64_t>(4096, EnvU64("MAXSIM_CUDA_STREAM_CHUNK_BYTES", 256ull << 20));
   b->mapped_results_max = EnvU64("MAXSIM_CUDA_MAPPED_RESULTS", 256ull << 10);
-  b->result_piece_bytes = EnvU64("MAXSIM_CUDA_RESULT_PIECE_BYTES", 1ull << 20);
   b->screen_route = ScreenRouteFromEnv();
   b->tuning = ReadTuning();
   b->settings = SettingsText(*b);
@@ -448,7 +443,6 @@ void DestroyBackend(Backend* b) {
   for (int i = 0; i < 2; ++i) {
     if (b->copied[i]) cudaEventDestroy(b->copied[i]);
     if (b->done[i]) cudaEventDestroy(b->done[i]);
-    if (b->results_ready[i]) cudaEventDestroy(b->results_ready[i]);
   }
   if (b->stream) cudaStreamDestroy(b->stream);
   if (b->copy) cudaStreamDestroy(b->copy);

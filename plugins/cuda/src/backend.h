@@ -151,10 +151,6 @@ struct Backend {
   // into the mapped pinned stage instead of device scratch + a copy (MAXSIM_CUDA_MAPPED_RESULTS, default 256 KiB;
   // 0: never). Above it the copy engine moves them faster than scattered 4-byte writes over the bus would.
   uint64_t mapped_results_max = 0;
-  // Copied results (above mapped_results_max) of more than this many bytes are scored in pieces of about this
-  // size, each copied out while the next is scored (MAXSIM_CUDA_RESULT_PIECE_BYTES, default 1 MiB; 0: one piece).
-  uint64_t result_piece_bytes = 0;
-  cudaEvent_t results_ready[2] = {nullptr, nullptr};  // a piece's results are in the stage
   bool sync_calls = true;           // training calls wait for their stream (false: benchmarks only)
   // Where certified and approximate requests run (MAXSIM_CUDA_CERTIFIED, read when the backend is created).
   // kAuto: certified requests run the exact kernel (on the GPU the two give identical bits, and screening with

@@ -168,32 +168,17 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
   }
   const Plan plan = wg ? MakeScreenWgmmaPlan(b, q.max_len) : MakePlan(b, q.view, probe_d, q.max_len, mode);
   // Per-document-column device bytes of one chunk: scores, argmax, partials.
-  const uint64_t out_col = nq * 4 + (a.argmax ? qpos * 4 : 0);
-  const uint64_t col_bytes = out_col + plan.PartialBytes(nq);
+  const uint64_t col_bytes = nq * 4 + (a.argmax ? qpos * 4 : 0) + plan.PartialBytes(nq);
   const uint64_t max_docs = std::max<uint64_t>(1, kOutputBudget / std::max<uint64_t>(1, col_bytes));
-  std::vector<DocChunk> chunks = MakeChunks(c, max_docs, StreamedRowBytes(c, need_codes), b.chunk_bytes);
-  auto widest = [&] {
-    uint64_t m = 0;
-    for (const DocChunk& ch : chunks) m = std::max(m, ch.j1 - ch.j0);
-    return m;
-  };
-  uint64_t cn = widest();
-  // Small results are written by the kernels themselves into the pinned stage, through its device mapping. Larger
-  // ones are copied from device scratch into the stage, in pieces of about b.result_piece_bytes: piece k is copied
-  // out (to the stage, then into the caller's memory) while piece k + 1 is scored.
-  const bool mapped = RoundUp(nq * cn * 4, kAlign) + RoundUp(a.argmax ? qpos * cn * 4 : 0, kAlign) <= b.mapped_results_max;
-  if (!mapped && b.result_piece_bytes > 0 && b.result_piece_bytes / out_col < cn) {
-    chunks = MakeChunks(c, std::max<uint64_t>(1, b.result_piece_bytes / out_col), StreamedRowBytes(c, need_codes),
-                        b.chunk_bytes);
-    cn = widest();
-  }
-  const bool single = chunks.size() == 1;
-  const bool overlap = !mapped && !single;
-  // Host staging: a slot per chunk in flight (two when pieces overlap) holding its scores and argmax, then the
-  // screening counters (read back with the last chunk's results).
+  const std::vector<DocChunk> chunks = MakeChunks(c, max_docs, StreamedRowBytes(c, need_codes), b.chunk_bytes);
+  uint64_t cn = 0;
+  for (const DocChunk& ch : chunks) cn = std::max(cn, ch.j1 - ch.j0);
+  // Host staging: the chunk's scores, its argmax, and the screening counters (read back with the last chunk's
+  // results, so the call waits for the device once per chunk). Small results are written there by the kernels
+  // themselves, through the stage's device mapping; larger ones are copied from device scratch.
   const uint64_t o_hargmax = RoundUp(nq * cn * 4, kAlign);
-  const uint64_t slot = o_hargmax + RoundUp(a.argmax ? qpos * cn * 4 : 0, kAlign);
-  const uint64_t h_cnt = slot * (overlap ? 2 : 1);
+  const uint64_t h_cnt = o_hargmax + RoundUp(a.argmax ? qpos * cn * 4 : 0, kAlign);
+  const bool mapped = h_cnt <= b.mapped_results_max;
   Carver cv;
   const uint64_t o_scores = mapped ? 0 : cv.Add(nq * cn * 4);
   const uint64_t o_argmax = a.argmax && !mapped ? cv.Add(qpos * cn * 4) : 0;
@@ -202,75 +187,48 @@ Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a) {
   MSC_RETURN(b.scratch.Reserve(cv.size(), "scores and partial results"));
   MSC_RETURN(b.stage.Reserve(h_cnt + 16, "result staging"));
   uint8_t* s = b.scratch.data();
+  uint8_t* hs = b.stage.data();
+  uint8_t* ha = hs + o_hargmax;
   float* out_scores = reinterpret_cast<float*>(mapped ? b.stage.device_data() : s + o_scores);
   int32_t* out_argmax = !a.argmax ? nullptr
                         : reinterpret_cast<int32_t*>(mapped ? b.stage.device_data() + o_hargmax : s + o_argmax);
   // Only screening counts (refined tokens, multi-candidate tokens); exact kernels take no counters.
   ull* counters = need_codes ? reinterpret_cast<ull*>(s + o_cnt) : nullptr;
   if (counters) MSC_CUDA(cudaMemsetAsync(counters, 0, 16, b.stream));
-  // Writes chunk `ch`'s results from stage slot k into the caller's outputs (dense queries' check passed first:
-  // nothing reaches the outputs from bad queries).
-  bool checked = false;
-  auto place = [&](const DocChunk& ch, size_t k) -> Status {
-    if (!checked) MSC_RETURN(QueryValues(b, q));
-    checked = true;
-    const uint8_t* hs = b.stage.data() + (overlap ? (k & 1) * slot : 0);
-    const uint8_t* ha = hs + o_hargmax;
-    const uint64_t n = ch.j1 - ch.j0;
-    if (single && ld == nd) {
-      std::memcpy(a.scores, hs, nq * n * 4);
-      if (a.argmax) std::memcpy(a.argmax, ha, qpos * n * 4);
-      return Status::Ok();
-    }
-    const uint64_t j0 = c0 + ch.j0;  // the chunk's first column in the caller's matrix
-    for (uint64_t i = 0; i < nq; ++i) {
-      std::memcpy(a.scores + i * ld + j0, hs + i * n * 4, n * 4);
-      if (a.argmax) {
-        const uint64_t oi = q.host_offsets[i], lq = q.host_offsets[i + 1] - oi;
-        std::memcpy(a.argmax + ld * oi + j0 * lq, ha + (n * oi) * 4, n * lq * 4);
-      }
-    }
-    return Status::Ok();
-  };
+  const bool single = chunks.size() == 1;
   Status st = ForEachChunk(b, c, chunks, need_codes, [&](const DocChunk& ch, const SetsView& d) -> Status {
-    const size_t k = static_cast<size_t>(&ch - chunks.data());
     const uint64_t n = ch.j1 - ch.j0;
     const ForwardArgs fa =
         MatrixForwardArgs(q.view, d, nq, n, a.metric, mode, counters, out_scores, out_argmax, s + o_part, plan);
     MSC_RETURN(LaunchForward(b, plan, fa, b.stream));
     CheckQueriesOnHost(q);  // while the device works
-    // Copied results come back through the pinned stage (a copy into the caller's pageable memory would be staged
-    // by the driver, synchronously, and costs more than the memcpy in `place`).
-    uint8_t* hs = b.stage.data() + (overlap ? (k & 1) * slot : 0);
+    // Copied results come back through the pinned stage too (a copy into the caller's pageable memory would be
+    // staged by the driver, synchronously, and costs more than the memcpy below).
     if (!mapped) {
       MSC_CUDA(cudaMemcpyAsync(hs, out_scores, nq * n * 4, cudaMemcpyDeviceToHost, b.stream));
-      if (a.argmax) MSC_CUDA(cudaMemcpyAsync(hs + o_hargmax, out_argmax, qpos * n * 4, cudaMemcpyDeviceToHost, b.stream));
+      if (a.argmax) MSC_CUDA(cudaMemcpyAsync(ha, out_argmax, qpos * n * 4, cudaMemcpyDeviceToHost, b.stream));
     }
     if (counters && ch.j1 == nd) {
       MSC_CUDA(cudaMemcpyAsync(b.stage.data() + h_cnt, counters, 16, cudaMemcpyDeviceToHost, b.stream));
     }
-    if (!overlap) {
-      MSC_CUDA(cudaStreamSynchronize(b.stream));
-      return place(ch, k);
+    MSC_CUDA(cudaStreamSynchronize(b.stream));
+    MSC_RETURN(QueryValues(b, q));  // nothing reaches the caller's outputs from bad queries
+    if (single && ld == nd) {
+      std::memcpy(a.scores, hs, nq * n * 4);
+      if (a.argmax) std::memcpy(a.argmax, ha, qpos * n * 4);
+    } else {
+      const uint64_t j0 = c0 + ch.j0;  // the chunk's first column in the caller's matrix
+      for (uint64_t i = 0; i < nq; ++i) {
+        std::memcpy(a.scores + i * ld + j0, hs + i * n * 4, n * 4);
+        if (a.argmax) {
+          const uint64_t oi = q.host_offsets[i], lq = q.host_offsets[i + 1] - oi;
+          std::memcpy(a.argmax + ld * oi + j0 * lq, ha + (n * oi) * 4, n * lq * 4);
+        }
+      }
     }
-    // The previous piece is placed while this one is scored.
-    MSC_CUDA(cudaEventRecord(b.results_ready[k & 1], b.stream));
-    if (k == 0) return Status::Ok();
-    MSC_CUDA(cudaEventSynchronize(b.results_ready[(k - 1) & 1]));
-    return place(chunks[k - 1], k - 1);
+    return Status::Ok();
   });
-  if (st.ok() && overlap) {
-    st = [&]() -> Status {
-      MSC_CUDA(cudaStreamSynchronize(b.stream));
-      return place(chunks.back(), chunks.size() - 1);
-    }();
-  }
-  if (!st.ok()) {
-    // Nothing may still write the stage once the call returns (the next call stages its uploads there).
-    if (cudaStreamSynchronize(b.stream) == cudaSuccess) b.qstage_busy = false;
-    cudaGetLastError();
-    return st;
-  }
+  MSC_RETURN(st);
   ull hc[2] = {0, 0};
   if (counters) std::memcpy(hc, b.stage.data() + h_cnt, 16);
   FillStats(a.stats, nq * nd, qpos * nd, counters ? hc : nullptr);
