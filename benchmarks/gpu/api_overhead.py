@@ -21,6 +21,7 @@ def main():
     ap.add_argument("--machine", default="")
     ap.add_argument("--revisions", default="")
     ap.add_argument("--date", default="")
+    ap.add_argument("--note", default="", help="what the sides are, written into the context as revision_note")
     a = ap.parse_args()
     runs = collections.defaultdict(lambda: collections.defaultdict(list))  # (side, shape) -> mode -> [ms]
     for f in sorted(glob.glob(os.path.join(a.folder, "api-*-*.json"))):
@@ -63,7 +64,9 @@ def main():
             print(f"  {s:22} exact {us('new', s, 'exact'):.1f}  plugin-matrix {us('new', s, 'plugin-matrix'):.1f}  "
                   f"plugin-candidates-all {us('new', s, 'plugin-candidates-all'):.1f}  "
                   f"pointer-check {us('new', s, 'step-pointer-check'):.2f}  " +
-                  "  ".join(f"api {x} {us(x, s, 'api-resident'):.1f} (over {us(x, s, 'api-resident') - us(x, s, 'exact'):.1f})"
+                  "  ".join(f"{x}: api {us(x, s, 'api-resident'):.1f} (over {us(x, s, 'api-resident') - us(x, s, 'exact'):.1f}),"
+                            f" certified {us(x, s, 'api-resident-certified'):.1f} "
+                            f"(over {us(x, s, 'api-resident-certified') - us(x, s, 'exact'):.1f})"
                             for x in sides if runs[(x, s)].get("api-resident")))
     shapes += serve
     if a.json:
@@ -75,6 +78,8 @@ def main():
                 rows.append({"side": side, "shape": shape, "mode": mode, "ms": statistics.median(v),
                              "runs": len(v)})
         ctx = {"command": a.command, "date": a.date, "machine": a.machine, "revisions": a.revisions}
+        if a.note:
+            ctx["revision_note"] = a.note
         with open(a.json, "w") as f:
             json.dump({"context": ctx, "rows": rows}, f, indent=1)
             f.write("\n")

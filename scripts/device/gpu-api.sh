@@ -9,7 +9,8 @@
 # the base side this build run under those settings. GPU_API_VARIANTS ("name:VAR=value[,VAR=value] ...") adds sides
 # that run this build under other settings, on GPU_API_VARIANT_SHAPES (default: every shape), alternating with the
 # others. GPU_API_SERVE_SHAPES (default serve-colpali-16q) runs this build once on those batch shapes: the plugin's
-# matrix against the same work as candidate lists. Prints a table of microseconds over kernel-only per shape.
+# matrix against the same work as candidate lists. GPU_API_NOTE is written into the result's context (what the
+# sides are). Prints a table of microseconds over kernel-only per shape.
 set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench || exit 1
@@ -61,7 +62,8 @@ base_rev=none
 [ -n "${GPU_API_BASE_ENV:-}" ] && base_rev="this build with $GPU_API_BASE_ENV"
 [ -d /tmp/maxsim-base ] && base_rev=$(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null)
 python3 benchmarks/gpu/api_overhead.py "$OUT" --json "$OUT/gpu-api-result.json" \
-  --command "$(env | grep -E '^(GPU_API_[A-Z_]+|MAXSIM_CUDA_ARCHS)=' | sort | tr '\n' ' ')bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-api}" \
+  --command "$(env | grep -E '^(GPU_API_[A-Z_]+|MAXSIM_CUDA_ARCHS)=' | sort | sed -E "s/=(.*)/='\1'/" | tr '\n' ' ')bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-api}" \
+  --note "${GPU_API_NOTE:-}" \
   --date "$(date -u +%FT%TZ)" \
   --machine "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) host cores" \
   --revisions "new: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here); base: $base_rev" >> "$S"
