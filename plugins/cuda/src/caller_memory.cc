@@ -72,7 +72,12 @@ Status CheckRange(const Backend& b, const void* p, uint64_t bytes, const char* w
 // The rows of a dense device set and its mask.
 Status CheckSet(const Backend& b, const maxsim_dense_sets& s, const char* data_what, const char* mask_what) {
   const uint64_t first = s.offsets ? s.offsets[0] : 0;
-  const uint64_t last = s.offsets ? s.offsets[s.n_sets] : s.n_sets * s.set_length;
+  uint64_t last = 0;
+  if (s.offsets) {
+    last = s.offsets[s.n_sets];
+  } else if (__builtin_mul_overflow(s.n_sets, s.set_length, &last)) {
+    return Status::Ok();  // the operations refuse such shapes
+  }
   if (last <= first || s.data == nullptr) return Status::Ok();
   const uint64_t elem = s.dtype == MAXSIM_F32 ? 4 : 2, stride = s.row_stride ? s.row_stride : s.dim;
   uint64_t span = 0, skip = 0;
