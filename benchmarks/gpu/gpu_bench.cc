@@ -30,6 +30,10 @@
 #include "read_bw.h"
 #include "maxsim/maxsim.h"
 
+namespace mscuda {
+void SetRingExperiment(int v);  // exact.cu (experiment)
+}
+
 namespace {
 
 using mscuda::Backend;
@@ -40,6 +44,7 @@ using gpu_bench_util::Median;
 using gpu_bench_util::ToBf16;
 
 FILE* g_json = nullptr;
+bool g_kernel_only = false;  // --kernel-only: per shape the "exact" row and the read ceiling, no other rows
 maxsim_context* g_cpu = nullptr;  // packs the benchmark's data (CPU, all threads)
 maxsim_context* g_api = nullptr;  // the public API's context (backend "cuda"); NULL when it cannot be created
 // MAXSIM_GPU_BENCH_ROWS=api: per shape only the rows of the public path (exact, steps, plugin and API calls, the
@@ -359,8 +364,15 @@ void RunCandidatesAll(Backend& b, const Shape& s, const maxsim_packed_view& qvie
   Emit(s.name, "plugin-candidates-all", ms, flops, bytes, "\"same_bits\": " + std::to_string(BitsDiffer(out, kernel_scores) == 0 ? 1 : 0));
 }
 
+void ReadSameBytes(Backend& b, const Shape& s, uint64_t copies, double flops);
+
+// Whether `name` is selected by --only (empty: every shape; else a comma-separated list of names).
+bool Selected(const std::string& only, const std::string& name) {
+  return only.empty() || ("," + only + ",").find("," + name + ",") != std::string::npos;
+}
+
 void RunShape(Backend& b, const Shape& s, const std::string& only) {
-  if (!only.empty() && only != s.name) return;
+  if (!Selected(only, s.name)) return;
   std::printf("-- %s: Nq=%llu Lq=%llu Nd=%llu Ld=%llu d=%u\n", s.name, (unsigned long long)s.nq,
               (unsigned long long)s.lq, (unsigned long long)s.nd, (unsigned long long)s.ld, s.dim);
   const std::vector<uint16_t> qdata = RandomBf16(s.nq, s.lq, s.dim, 1);
@@ -397,6 +409,27 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   Emit(s.name, "exact", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
   std::vector<float> kernel_scores(s.nq * s.nd);
   CHECK_CUDA(cudaMemcpy(kernel_scores.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
+  if (s.nq == 1) ReadSameBytes(b, s, copies, flops);
+  if (s.nq == 1 && s.lq <= 32) {
+    // Ring kernel experiment variants (exact.cu), two alternating rounds; same_bits against the "exact" row.
+    for (int round = 0; round < 2; ++round) {
+      for (int v = 0; v < 7; ++v) {
+        mscuda::SetRingExperiment(v);
+        const double ms = run(MAXSIM_MODE_EXACT);
+        std::vector<float> got(s.nq * s.nd);
+        CHECK_CUDA(cudaMemcpy(got.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
+        Emit(s.name, "ring-" + std::to_string(v) + (round ? "b" : "a"), ms, flops, exact_bytes,
+             "\"same_bits\": " + std::to_string(BitsDiffer(got, kernel_scores) == 0 ? 1 : 0));
+      }
+    }
+    mscuda::SetRingExperiment(0);
+  }
+  if (g_kernel_only) {
+    for (Corpus* c : corpora) mscuda::FreeCorpus(b, c);
+    cudaFree(scores);
+    cudaFree(counters);
+    return;
+  }
   // The same calls one at a time on an idle device: adds the host's enqueue work and the first launch's latency.
   if (!g_api_rows_only) Emit(s.name, "exact-synced", run(MAXSIM_MODE_EXACT, true), flops, exact_bytes);
   if (!g_api_rows_only && s.lq > 64 && s.dim > 96 && s.dim <= 128) {
@@ -626,7 +659,20 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
   cudaFree(gd);
 }
 
-// The read bandwidth of a plain read kernel (read_bw.cu) over 2 GiB: the best of a few grid sizes.
+// The read ceiling (read_bw.cu): every read variant at a few grid sizes over 2 GiB, each as a "read-variant" row;
+// the fastest is the "read" row and the kernel that the per-shape ceilings (ReadSameBytes) run.
+struct ReadBest {
+  int variant = 0, blocks = 0;
+};
+ReadBest g_read;
+
+std::vector<int> ReadGrids(const Backend& b, int v) {
+  const int sms = b.prop.multiProcessorCount;
+  if (!ReadVariantPersistent(v)) return {0};
+  if (ReadVariantOneBlockPerSm(v)) return {sms};
+  return {2 * sms, 4 * sms, 8 * sms};
+}
+
 void ReadBandwidth(Backend& b) {
   const uint64_t bytes = 2ull << 30;
   void* x;
@@ -634,16 +680,58 @@ void ReadBandwidth(Backend& b) {
   CHECK_CUDA(cudaMalloc(&x, bytes));
   CHECK_CUDA(cudaMalloc(&sink, 4));
   CHECK_CUDA(cudaMemset(x, 1, bytes));
-  double best = 1e30;
-  int best_blocks = 0;
-  for (int per_sm : {4, 8, 16}) {
-    const int blocks = per_sm * b.prop.multiProcessorCount;
-    const double ms = TimeIt(b.stream, 3, 10, [&](int) { CHECK_CUDA(LaunchReadBandwidth(x, bytes, blocks, sink, b.stream)); });
-    if (ms < best) best = ms, best_blocks = blocks;
+  double best = 0;  // GB/s
+  for (int v = 0; v < ReadVariantCount(); ++v) {
+    for (int blocks : ReadGrids(b, v)) {
+      const double ms = TimeIt(b.stream, 3, 10, [&](int) { CHECK_CUDA(LaunchReadBandwidth(v, x, bytes, blocks, sink, b.stream)); });
+      const double read = static_cast<double>(ReadVariantBytes(v, bytes)), gbs = read / ms / 1e6;
+      std::printf("read variant %-12s blocks %5d: %.1f GB/s\n", ReadVariantName(v), blocks, gbs);
+      if (g_json) {
+        std::fprintf(g_json, "{\"shape\": \"read-variant\", \"mode\": \"%s\", \"ms\": %.6f, \"bytes\": %.6e, \"blocks\": %d}\n",
+                     ReadVariantName(v), ms, read, blocks);
+      }
+      if (gbs > best) best = gbs, g_read = {v, blocks};
+    }
   }
-  std::printf("device read: %.1f GB/s (%d blocks of 256)\n", bytes / best / 1e6, best_blocks);
-  if (g_json) std::fprintf(g_json, "{\"shape\": \"read\", \"mode\": \"read\", \"ms\": %.6f, \"bytes\": %.6e}\n", best, 1.0 * bytes);
+  std::printf("device read: %.1f GB/s (%s, %d blocks)\n", best, ReadVariantName(g_read.variant), g_read.blocks);
+  if (g_json) {
+    std::fprintf(g_json, "{\"shape\": \"read\", \"mode\": \"read\", \"ms\": %.6f, \"bytes\": %.6e, \"variant\": \"%s\", \"blocks\": %d}\n",
+                 bytes / best / 1e6, 1.0 * bytes, ReadVariantName(g_read.variant), g_read.blocks);
+  }
   cudaFree(x);
+  cudaFree(sink);
+}
+
+// The shape's own ceiling: the fastest read variant (every variant and grid, as for the "read" row) over the
+// shape's document bytes, rotating among as many copies as the kernel rows do, timed the same way (CUDA events
+// around launches enqueued back to back), so that the launch, ramp-up and tail of a read of that size are in it
+// as they are in the kernel rows.
+void ReadSameBytes(Backend& b, const Shape& s, uint64_t copies, double flops) {
+  const uint64_t bytes = s.nd * s.ld * s.dim * 2ull / 16 * 16;
+  std::vector<void*> bufs(copies);
+  uint32_t* sink;
+  CHECK_CUDA(cudaMalloc(&sink, 4));
+  for (void*& p : bufs) {
+    CHECK_CUDA(cudaMalloc(&p, bytes));
+    CHECK_CUDA(cudaMemset(p, 1, bytes));
+  }
+  double best = 0;  // bytes per ms
+  double best_ms = 0, best_bytes = 0;
+  int best_v = 0;
+  for (int v = 0; v < ReadVariantCount(); ++v) {
+    for (int blocks : ReadGrids(b, v)) {
+      const double ms = TimeIt(b.stream, 5, 30, [&](int i) {
+        CHECK_CUDA(LaunchReadBandwidth(v, bufs[static_cast<size_t>(i) % copies], bytes, blocks, sink, b.stream));
+      });
+      const double read = static_cast<double>(ReadVariantBytes(v, bytes));
+      if (read / ms > best) best = read / ms, best_ms = ms, best_bytes = read, best_v = v;
+    }
+  }
+  // The time to read all of the shape's bytes at that rate (bulk variants leave out a partial 32 KB chunk).
+  const double ms = best_ms * static_cast<double>(bytes) / best_bytes;
+  Emit(s.name, "read-same-bytes", ms, flops, static_cast<double>(bytes),
+       std::string("\"variant\": \"") + ReadVariantName(best_v) + "\"");
+  for (void* p : bufs) cudaFree(p);
   cudaFree(sink);
 }
 
@@ -671,6 +759,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) g_json = std::fopen(argv[++i], "w");
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--kernel-only")) g_kernel_only = true;
   }
   maxsim_plugin_host host{};
   host.struct_size = sizeof(host);
@@ -703,7 +792,7 @@ int main(int argc, char** argv) {
       {"serve-colpali-16q", 16, 32, 1000, 1030, 128, false, false},
   };
   for (const Shape& s : shapes) RunShape(*b, s, only);
-  if (only.empty() || only == "train") RunTrain(*b, 64, 64, 32, 300, 128);
+  if (Selected(only, "train")) RunTrain(*b, 64, 64, 32, 300, 128);
   mscuda::DestroyBackend(b);
   if (g_api) maxsim_context_destroy(g_api);
   maxsim_context_destroy(g_cpu);

@@ -5,6 +5,9 @@
     python3 benchmarks/gpu/peers.py --lib build/libmaxsim.so --json out.json           # every shape, each in
                                                                                       # a fresh child process
     python3 benchmarks/gpu/peers.py --lib build/libmaxsim.so --shape visual --json -   # one shape, here
+    ncu --nvtx --nvtx-include "profiled/" python3 benchmarks/gpu/peers.py --lib ... --profile-once textual-10k
+                                                  # one call of each implementation inside an NVTX range, after
+                                                  # warm-up (Triton autotuning), for a profiler to select
 
 Implementations (each on the same bf16 torch tensors, d = 128, unit-norm Gaussian tokens):
   libmaxsim             maxsim_score_matrix through ctypes (the public C API) with MAXSIM_MEMORY_CUDA dense sets,
@@ -14,6 +17,8 @@ Implementations (each on the same bf16 torch tensors, d = 128, unit-norm Gaussia
   flash                 flash-maxsim: flash_maxsim_batched(Q, D) (Nq = 1: also flash_maxsim(Q[0], D));
                         training: flash_maxsim_batched_train(Q, D) + autograd backward
 Whichever peer package is not importable is reported as missing, not skipped silently.
+MAXSIM_PEERS_IMPLS (a comma-separated subset of libmaxsim,lik,flash; default all) limits the implementations run,
+and MAXSIM_PEERS_LIB_TAG is appended to libmaxsim's row names (a build variant selected by the environment).
 
 Per implementation and shape:
   e2e_ms        median wall time of one call from Python, host clock, the device synchronised after it (what a
@@ -223,6 +228,8 @@ def run_shape(name, lib_path, out):
     dev = torch.cuda.get_device_name()
 
     def emit(impl, **kw):
+        if impl.startswith("libmaxsim"):
+            impl += os.environ.get("MAXSIM_PEERS_LIB_TAG", "")
         rec = {"shape": name, "impl": impl, "nq": nq, "lq": lq, "nd": nd, "ld": ld, "dim": DIM, "device": dev}
         rec.update(kw)
         out.write(json.dumps(rec) + "\n")
@@ -249,11 +256,13 @@ def run_shape(name, lib_path, out):
             emit(impl, error=f"{type(e).__name__}: {str(e)[:300]}")
 
     stream = torch.cuda.current_stream().cuda_stream
+    impls = set(os.environ.get("MAXSIM_PEERS_IMPLS", "libmaxsim,lik,flash").split(","))
     # libmaxsim, public C API.
+    lib = None
     try:
-        lib = LibMaxsim(lib_path)
+        if "libmaxsim" in impls:
+            lib = LibMaxsim(lib_path)
     except Exception as e:
-        lib = None
         emit("libmaxsim", error=f"{type(e).__name__}: {str(e)[:300]}")
     if lib is not None:
         if lib.backend != "cuda":
@@ -274,13 +283,20 @@ def run_shape(name, lib_path, out):
                     lib.backward(Qs[i], Ds[i], argmax, grad, gq, gd, det, stream=stream)
                 measure("libmaxsim-" + ("det" if det else "atomic"), step)
             measure("libmaxsim-fwd", lambda i: lib.score_matrix(Qs[i], Ds[i], scores, argmax, stream=stream))
+
+    def peer(impl, module):
+        """The peer's module, or None (not asked for, or not importable: reported as a row)."""
+        if impl not in impls:
+            return None, None
+        try:
+            m = __import__(module)
+            return m, getattr(m, "__version__", "?")
+        except Exception as e:
+            emit(impl, error=f"not importable: {type(e).__name__}: {str(e)[:200]}")
+            return None, None
+
     # late-interaction-kernels.
-    try:
-        import late_interaction_kernels as lik
-        ver = getattr(lik, "__version__", "?")
-    except Exception as e:
-        lik = None
-        emit("lik", error=f"not importable: {type(e).__name__}: {str(e)[:200]}")
+    lik, ver = peer("lik", "late_interaction_kernels")
     if lik is not None:
         if not train:
             res = {}
@@ -298,12 +314,7 @@ def run_shape(name, lib_path, out):
             with torch.no_grad():
                 measure("lik-fwd", lambda i: lik.maxsim(Qs[i], Ds[i]), extra={"version": ver})
     # flash-maxsim.
-    try:
-        import flash_maxsim as fm
-        ver = getattr(fm, "__version__", "?")
-    except Exception as e:
-        fm = None
-        emit("flash", error=f"not importable: {type(e).__name__}: {str(e)[:200]}")
+    fm, ver = peer("flash", "flash_maxsim")
     if fm is not None:
         if not train:
             res = {}
@@ -324,14 +335,50 @@ def run_shape(name, lib_path, out):
             measure("flash", step, extra={"version": ver, "entry": "flash_maxsim_batched_train"})
 
 
+def profile_once(name, lib_path):
+    """Warms every implementation up on the shape, then calls each once inside the NVTX range "profiled"."""
+    import torch
+    nq, lq, nd, ld = SHAPES[name]
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(11)
+    q, d = unit(torch, (nq, lq, DIM), gen), unit(torch, (nd, ld, DIM), gen)
+    calls = []
+    lib = LibMaxsim(lib_path)
+    scores = torch.empty(nq, nd, device="cuda", dtype=torch.float32)
+    stream = torch.cuda.current_stream().cuda_stream
+    calls.append(("libmaxsim", lambda: lib.score_matrix(q, d, scores, stream=stream)))
+    for mod, fn in (("late_interaction_kernels", "maxsim"), ("flash_maxsim", "flash_maxsim_batched")):
+        try:
+            m = __import__(mod)
+            calls.append((mod, lambda m=m, fn=fn: getattr(m, fn)(q, d)))
+        except Exception as e:
+            print(f"{mod}: not importable: {e}")
+    for impl, f in calls:
+        for _ in range(3):
+            f()
+    torch.cuda.synchronize()
+    for impl, f in calls:
+        torch.cuda.nvtx.range_push("profiled")
+        f()
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+        print("profiled", impl, flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True, help="path to libmaxsim.so (its folder holds the CUDA plugin)")
-    ap.add_argument("--json", required=True, help="output file (one JSON object per line), '-' for stdout")
+    ap.add_argument("--json", help="output file (one JSON object per line), '-' for stdout")
     ap.add_argument("--shape", help="one shape, in this process; default: every shape, each in a child process")
     ap.add_argument("--shapes", default=" ".join(SHAPES), help="shapes for the child processes")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per shape (Triton autotuning included)")
+    ap.add_argument("--profile-once", metavar="SHAPE", help="one call of each implementation in an NVTX range")
     args = ap.parse_args()
+    if args.profile_once:
+        profile_once(args.profile_once, args.lib)
+        return 0
+    if not args.json:
+        ap.error("--json is required")
     if args.shape:
         out = sys.stdout if args.json == "-" else open(args.json, "a")
         run_shape(args.shape, args.lib, out)

@@ -25,7 +25,12 @@ Table 1, side by side per shape (ms; ratios > 1 mean libmaxsim is faster):
   k ratio        peer kernel / lib kernel;  e2e ratio: peer e2e / lib e2e
   overhead       API gpu - the device work of the same call timed with CUDA events in the same process
                  (gpu_bench dense-kernels / fwd+bwd-atomic), in us and as % of it
-  %read          libmaxsim's kernel-only GB/s (the fewest bytes: bf16 corpus once) over the in-run read kernel
+  %read          libmaxsim's kernel-only GB/s (the fewest bytes: bf16 corpus once) over the in-run read rate
+                 (the fastest of read_bw.cu's read variants over 2 GiB, gpu_bench's "read" row, which names it)
+  %ceil          the memory-bound ceiling of the shape: that fastest read variant reading the shape's own
+                 document bytes, rotating among the same copies, over libmaxsim's exact kernel row, both timed
+                 by gpu_bench with CUDA events around launches enqueued back to back (read-same-bytes / exact);
+                 the launch, ramp-up and tail of a read of that size are in both
   %GEMM          libmaxsim's kernel-only TFLOP/s over the in-run cuBLAS bf16 rate
 Table 2: every gpu_bench row with TFLOP/s, GB/s, % of the in-run rates and the speed-up over naive PyTorch.
 """
@@ -65,15 +70,19 @@ def side_by_side(bench, base, peers):
     copy_bw = next((r["gbps"] for r in base if r.get("baseline") == "copy_d2d"), None)
     if copy_bw is None:
         copy_bw = next((r["bytes"] / r["ms"] / 1e6 for r in bench if r.get("shape") == "copy"), None)
-    out = ["in-run ceilings: read kernel %s GB/s, device copy %s GB/s (read + write), cuBLAS bf16 %s TFLOP/s" % (
-        fmt(read_bw, "%.0f"), fmt(copy_bw, "%.0f"), fmt(cublas, "%.0f"))]
+    rrow = next((r for r in bench if r.get("shape") == "read"), None)
+    nvar = len({r.get("mode") for r in bench if r.get("shape") == "read-variant"})
+    how = " (%s, %s blocks: the fastest of %d read variants)" % (rrow["variant"], rrow.get("blocks"), nvar) if (
+        rrow and "variant" in rrow) else ""
+    out = ["in-run ceilings: read kernel %s GB/s%s, device copy %s GB/s (read + write), cuBLAS bf16 %s TFLOP/s" % (
+        fmt(read_bw, "%.0f"), how, fmt(copy_bw, "%.0f"), fmt(cublas, "%.0f"))]
     dev = next((r.get("device") for r in peers if r.get("device")), None)
     versions = sorted({"%s %s" % (r["impl"], r["version"]) for r in peers if r.get("version")})
     if dev or versions:
         out.append("peers.py on %s: %s" % (dev or "?", ", ".join(versions) or "no peer rows"))
     hdr = ("| shape | peer kernel | lib kernel | check | API gpu | API resident | lib e2e | peer e2e | k ratio "
-           "| e2e ratio | overhead us (%) | %read | %GEMM |")
-    out += [hdr, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| e2e ratio | overhead us (%) | %read | %ceil | %GEMM |")
+    out += [hdr, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     bmap = {(r.get("shape"), r.get("mode")): r for r in bench}
     for shape in ORDER:
         prs = [r for r in peers if r.get("shape") == shape and "error" not in r]
@@ -105,10 +114,13 @@ def side_by_side(bench, base, peers):
                 pread = 100 * ref["bytes"] / lk / 1e6 / read_bw
             if cublas:
                 pgemm = 100 * ref["flops"] / lk / 1e9 / cublas
-        out.append("| %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        same = bmap.get((shape, "read-same-bytes"))
+        pceil = 100 * same["ms"] / kernel_row["ms"] if same and kernel_row and not is_train else None
+        out.append("| %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             shape, fmt(pk["kernel_ms"] if pk else None), " (%s)" % pk["impl"] if pk else "", fmt(lk), fmt(chk),
             fmt(api_gpu), fmt(res["ms"] if res else None), fmt(lib_e2e), fmt(pe["e2e_ms"] if pe else None),
-            fmt(kratio, "%.2f"), fmt(eratio, "%.2f"), over, fmt(pread, "%.0f"), fmt(pgemm, "%.0f")))
+            fmt(kratio, "%.2f"), fmt(eratio, "%.2f"), over, fmt(pread, "%.0f"), fmt(pceil, "%.0f"),
+            fmt(pgemm, "%.0f")))
     errs = [r for r in peers if "error" in r]
     for r in errs:
         out.append("- %s %s: %s" % (r.get("shape"), r.get("impl"), r["error"]))
@@ -134,7 +146,7 @@ def detail(bench, base, read_bw, cublas):
     out = ["| shape | mode | ms | TFLOP/s | GB/s | %GEMM | %read | naive ms | x naive | |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in bench:
-        if r.get("shape") in ("copy", "read") or "ms" not in r:
+        if r.get("shape") in ("copy", "read", "read-variant") or "ms" not in r:
             continue
         ms = r["ms"]
         tf = r.get("flops", 0) / ms / 1e9
@@ -170,6 +182,11 @@ def tables(bench, base, peers, ctx, brief):
     out += t1
     if not brief:
         out += [""] + detail(bench, base, read_bw, cublas)
+        var = [r for r in bench if r.get("shape") == "read-variant"]
+        if var:
+            out += ["", "Read variants over 2 GiB (read_bw.cu): " + ", ".join(
+                "%s/%s %.0f" % (r["mode"], r.get("blocks"), r["bytes"] / r["ms"] / 1e6)
+                for r in sorted(var, key=lambda r: r["ms"] / r["bytes"])) + " GB/s"]
     return "\n".join(out)
 
 

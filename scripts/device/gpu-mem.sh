@@ -1,0 +1,73 @@
+# SPDX-License-Identifier: Apache-2.0
+# The memory-bound shapes (a machine with an NVIDIA GPU): the ring kernel's GPU tests (GPU_TEST_FILTER, default
+# the ring and input-check tests), maxsim_gpu_bench on GPU_SHAPES (default textual-1k, textual-10k,
+# colpali-rerank, q128; "none" skips it) with the read ceiling (every read_bw.cu variant over 2 GiB, and the fastest one over
+# each shape's own bytes), the peers on GPU_PEER_SHAPES (one process each, .whl carried), the peers' compiled
+# Triton kernels (their PTX: load widths, cache hints, warps), and with NCU_PEERS=1 Nsight Compute's memory
+# sections for one call of each peer and of libmaxsim on textual-10k. One result file (report.py).
+set -uo pipefail
+source scripts/device/env.sh
+gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench maxsim || exit 1
+S="$OUT/summary-gpu-mem.txt"
+: > "$S"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader > "$OUT/gpu-machine.txt" 2>&1
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >> "$OUT/gpu-machine.txt" 2>&1
+export MAXSIM_GPU_TESTS_REQUIRE=1
+filter=${GPU_TEST_FILTER:-Gpu.ManyPairs*:Gpu.FoldedInputCheck*:Gpu.NonFinite*:Gpu.AdversarialNearTies:Gpu.RealEmbeddings}
+trc=0
+if [ "$filter" != none ]; then
+  timeout 300 "$BUILD/tests/gpu/maxsim_gpu_tests" --gtest_filter="$filter" > "$OUT/gpu-mem-tests.txt" 2>&1
+  trc=$?
+fi
+{ grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|tests ran" "$OUT/gpu-mem-tests.txt"; echo "gpu tests ($filter): rc $trc"; } >> "$S"
+B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
+shapes=${GPU_SHAPES:-textual-1k textual-10k colpali-rerank q128}
+brc=0
+if [ "$shapes" != none ]; then
+  timeout 300 "$B" --kernel-only --only "${shapes// /,}" --json "$OUT/gpu-bench.json" > "$OUT/gpu-bench.txt" 2>&1
+  brc=$?
+fi
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/maxsim-peers .whl/*.whl \
+    > "$OUT/peers-install.txt" 2>&1 && export PYTHONPATH=/tmp/maxsim-peers${PYTHONPATH:+:$PYTHONPATH}
+fi
+LIB=$(ls "$BUILD"/libmaxsim.so 2> /dev/null || ls "$BUILD"/libmaxsim.so.* | head -1)
+peer_shapes=${GPU_PEER_SHAPES:-textual-1k textual-10k colpali-rerank}
+prc=0
+if [ "$peer_shapes" != none ]; then
+  PYTHONUNBUFFERED=1 timeout 400 python3 benchmarks/gpu/peers.py --lib "$LIB" --json "$OUT/peers.json" \
+    --shapes "$peer_shapes" > "$OUT/peers.txt" 2>&1
+  prc=$?
+fi
+# The peers' Triton kernels as compiled in this run (Triton's cache): PTX and launch metadata.
+tc=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
+if [ -d "$tc" ]; then
+  (cd "$tc" && find . \( -name '*.ptx' -o -name '*.json' \) -print0 | tar --null -T - -czf "$OUT/triton-kernels.tar.gz")
+  for f in $(find "$tc" -name '*.ptx'); do
+    echo "$(basename "$f"): $(grep -c 'ld.global' "$f") ld.global ($(grep -o 'ld\.global[.a-zA-Z0-9:_]*' "$f" | sort | uniq -c | tr '\n' ' ')), $(grep -c 'cp.async' "$f") cp.async, maxntid $(grep -o 'maxntid [0-9, ]*' "$f" | head -1)"
+  done > "$OUT/triton-ptx.txt"
+fi
+if [ "${NCU_PEERS:-0}" = 1 ] && command -v ncu > /dev/null; then
+  PYTHONUNBUFFERED=1 timeout 240 ncu --clock-control none --nvtx --nvtx-include "profiled/" \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+    python3 benchmarks/gpu/peers.py --lib "$LIB" --profile-once textual-10k > "$OUT/ncu-peers.txt" 2>&1
+fi
+# Local memory in the ring kernels' SASS (spilled or dynamically indexed arrays): listed, not fatal.
+if command -v cuobjdump > /dev/null && [ -f "$BUILD/libmaxsim-plugin-cuda.so" ]; then
+  cuobjdump -sass "$BUILD/libmaxsim-plugin-cuda.so" 2> /dev/null |
+    awk '/Function :/{f=$3} /LDL|STL/{n[f]++} END{for (k in n) print n[k], k}' | sort -rn > "$OUT/sass-local.txt"
+fi
+python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --peers "$OUT/peers.json" --machine "$OUT/gpu-machine.txt" \
+  --combine "$OUT/gpu-mem-result.json" \
+  --revision "$(cat REVISION 2> /dev/null || git describe --always --dirty 2> /dev/null || echo unknown)" \
+  --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-mem}" > "$OUT/gpu-mem-report.md" 2>&1
+{
+  grep -E "^device read|^read variant" "$OUT/gpu-bench.txt"
+  grep -E " (exact|read-same-bytes|ring-[0-9][ab]) " "$OUT/gpu-bench.txt"
+  grep -E "'kernel_ms'|error" "$OUT/peers.txt" | cut -c1-220
+  [ -f "$OUT/triton-ptx.txt" ] && head -n 12 "$OUT/triton-ptx.txt"
+  [ -f "$OUT/ncu-peers.txt" ] && grep -E "^  [A-Za-z_].*\(|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Block Size|Grid Size|Registers Per|Achieved Occupancy|Waves Per SM|Mem Busy|Max Bandwidth" "$OUT/ncu-peers.txt" | head -60
+  [ -f "$OUT/sass-local.txt" ] && echo "kernels with local memory in SASS: $(wc -l < "$OUT/sass-local.txt") $(grep -c Pipe "$OUT/sass-local.txt") of them ring kernels"
+  echo "bench rc $brc, peers rc $prc"
+} >> "$S"
+[ $trc -eq 0 ] && [ $brc -eq 0 ]
