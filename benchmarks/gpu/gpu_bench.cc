@@ -5,8 +5,11 @@
 // corpus, and scored by queries already on the device; every call is timed with CUDA events around exactly
 // the plugin's device work (the same code the plugin runs, linked directly), after a warm-up, and the median
 // is reported. Shapes whose corpus fits in L2 several times over rotate among copies so that repeated calls
-// do not measure the cache. Also measured in the same run: device-to-device copy bandwidth (bytes read +
-// written), and the end-to-end latency of the public call (host queries in, host scores out) for one shape.
+// do not measure the cache. Also measured in the same run: the read ceiling (read_bw.cu: the fastest of several
+// read kernels, over 2 GiB and, per one-query shape, over the shape's own document bytes), device-to-device copy
+// bandwidth (bytes read + written), and the end-to-end latency of the public call (host queries in, host scores
+// out) for one shape. --only a,b,... runs the named shapes (and "train"); --kernel-only keeps per shape the
+// "exact" row and its read ceiling.
 // cuBLAS and the naive PyTorch baseline are measured by baselines.py in the same run; report.py
 // joins everything into one table.
 //
@@ -29,10 +32,6 @@
 #include "bench_util.h"
 #include "read_bw.h"
 #include "maxsim/maxsim.h"
-
-namespace mscuda {
-void SetRingExperiment(int v);  // exact.cu (experiment)
-}
 
 namespace {
 
@@ -410,20 +409,6 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   std::vector<float> kernel_scores(s.nq * s.nd);
   CHECK_CUDA(cudaMemcpy(kernel_scores.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
   if (s.nq == 1) ReadSameBytes(b, s, copies, flops);
-  if (s.nq == 1 && s.lq <= 32) {
-    // Ring kernel experiment variants (exact.cu), two alternating rounds; same_bits against the "exact" row.
-    for (int round = 0; round < 2; ++round) {
-      for (int v = 0; v < 7; ++v) {
-        mscuda::SetRingExperiment(v);
-        const double ms = run(MAXSIM_MODE_EXACT);
-        std::vector<float> got(s.nq * s.nd);
-        CHECK_CUDA(cudaMemcpy(got.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
-        Emit(s.name, "ring-" + std::to_string(v) + (round ? "b" : "a"), ms, flops, exact_bytes,
-             "\"same_bits\": " + std::to_string(BitsDiffer(got, kernel_scores) == 0 ? 1 : 0));
-      }
-    }
-    mscuda::SetRingExperiment(0);
-  }
   if (g_kernel_only) {
     for (Corpus* c : corpora) mscuda::FreeCorpus(b, c);
     cudaFree(scores);
@@ -659,13 +644,8 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
   cudaFree(gd);
 }
 
-// The read ceiling (read_bw.cu): every read variant at a few grid sizes over 2 GiB, each as a "read-variant" row;
-// the fastest is the "read" row and the kernel that the per-shape ceilings (ReadSameBytes) run.
-struct ReadBest {
-  int variant = 0, blocks = 0;
-};
-ReadBest g_read;
-
+// The grids a read variant is timed with (read_bw.h): persistent variants at 2, 4 and 8 blocks per SM (bulk
+// variants one per SM); the others size their own grid.
 std::vector<int> ReadGrids(const Backend& b, int v) {
   const int sms = b.prop.multiProcessorCount;
   if (!ReadVariantPersistent(v)) return {0};
@@ -673,6 +653,8 @@ std::vector<int> ReadGrids(const Backend& b, int v) {
   return {2 * sms, 4 * sms, 8 * sms};
 }
 
+// The device's read ceiling (read_bw.cu): every read variant at its grids over 2 GiB, each as a "read-variant" row;
+// the fastest is the "read" row, which names it.
 void ReadBandwidth(Backend& b) {
   const uint64_t bytes = 2ull << 30;
   void* x;
@@ -681,6 +663,7 @@ void ReadBandwidth(Backend& b) {
   CHECK_CUDA(cudaMalloc(&sink, 4));
   CHECK_CUDA(cudaMemset(x, 1, bytes));
   double best = 0;  // GB/s
+  int best_v = 0, best_blocks = 0;
   for (int v = 0; v < ReadVariantCount(); ++v) {
     for (int blocks : ReadGrids(b, v)) {
       const double ms = TimeIt(b.stream, 3, 10, [&](int) { CHECK_CUDA(LaunchReadBandwidth(v, x, bytes, blocks, sink, b.stream)); });
@@ -690,13 +673,13 @@ void ReadBandwidth(Backend& b) {
         std::fprintf(g_json, "{\"shape\": \"read-variant\", \"mode\": \"%s\", \"ms\": %.6f, \"bytes\": %.6e, \"blocks\": %d}\n",
                      ReadVariantName(v), ms, read, blocks);
       }
-      if (gbs > best) best = gbs, g_read = {v, blocks};
+      if (gbs > best) best = gbs, best_v = v, best_blocks = blocks;
     }
   }
-  std::printf("device read: %.1f GB/s (%s, %d blocks)\n", best, ReadVariantName(g_read.variant), g_read.blocks);
+  std::printf("device read: %.1f GB/s (%s, %d blocks)\n", best, ReadVariantName(best_v), best_blocks);
   if (g_json) {
     std::fprintf(g_json, "{\"shape\": \"read\", \"mode\": \"read\", \"ms\": %.6f, \"bytes\": %.6e, \"variant\": \"%s\", \"blocks\": %d}\n",
-                 bytes / best / 1e6, 1.0 * bytes, ReadVariantName(g_read.variant), g_read.blocks);
+                 bytes / best / 1e6, 1.0 * bytes, ReadVariantName(best_v), best_blocks);
   }
   cudaFree(x);
   cudaFree(sink);

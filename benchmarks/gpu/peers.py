@@ -5,9 +5,6 @@
     python3 benchmarks/gpu/peers.py --lib build/libmaxsim.so --json out.json           # every shape, each in
                                                                                       # a fresh child process
     python3 benchmarks/gpu/peers.py --lib build/libmaxsim.so --shape visual --json -   # one shape, here
-    ncu --nvtx --nvtx-include "profiled/" python3 benchmarks/gpu/peers.py --lib ... --profile-once textual-10k
-                                                  # one call of each implementation inside an NVTX range, after
-                                                  # warm-up (Triton autotuning), for a profiler to select
 
 Implementations (each on the same bf16 torch tensors, d = 128, unit-norm Gaussian tokens):
   libmaxsim             maxsim_score_matrix through ctypes (the public C API) with MAXSIM_MEMORY_CUDA dense sets,
@@ -335,50 +332,14 @@ def run_shape(name, lib_path, out):
             measure("flash", step, extra={"version": ver, "entry": "flash_maxsim_batched_train"})
 
 
-def profile_once(name, lib_path):
-    """Warms every implementation up on the shape, then calls each once inside the NVTX range "profiled"."""
-    import torch
-    nq, lq, nd, ld = SHAPES[name]
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(11)
-    q, d = unit(torch, (nq, lq, DIM), gen), unit(torch, (nd, ld, DIM), gen)
-    calls = []
-    lib = LibMaxsim(lib_path)
-    scores = torch.empty(nq, nd, device="cuda", dtype=torch.float32)
-    stream = torch.cuda.current_stream().cuda_stream
-    calls.append(("libmaxsim", lambda: lib.score_matrix(q, d, scores, stream=stream)))
-    for mod, fn in (("late_interaction_kernels", "maxsim"), ("flash_maxsim", "flash_maxsim_batched")):
-        try:
-            m = __import__(mod)
-            calls.append((mod, lambda m=m, fn=fn: getattr(m, fn)(q, d)))
-        except Exception as e:
-            print(f"{mod}: not importable: {e}")
-    for impl, f in calls:
-        for _ in range(3):
-            f()
-    torch.cuda.synchronize()
-    for impl, f in calls:
-        torch.cuda.nvtx.range_push("profiled")
-        f()
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_pop()
-        print("profiled", impl, flush=True)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True, help="path to libmaxsim.so (its folder holds the CUDA plugin)")
-    ap.add_argument("--json", help="output file (one JSON object per line), '-' for stdout")
+    ap.add_argument("--json", required=True, help="output file (one JSON object per line), '-' for stdout")
     ap.add_argument("--shape", help="one shape, in this process; default: every shape, each in a child process")
     ap.add_argument("--shapes", default=" ".join(SHAPES), help="shapes for the child processes")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per shape (Triton autotuning included)")
-    ap.add_argument("--profile-once", metavar="SHAPE", help="one call of each implementation in an NVTX range")
     args = ap.parse_args()
-    if args.profile_once:
-        profile_once(args.profile_once, args.lib)
-        return 0
-    if not args.json:
-        ap.error("--json is required")
     if args.shape:
         out = sys.stdout if args.json == "-" else open(args.json, "a")
         run_shape(args.shape, args.lib, out)

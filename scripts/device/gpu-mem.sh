@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # The memory-bound shapes (a machine with an NVIDIA GPU): the ring kernel's GPU tests (GPU_TEST_FILTER, default
-# the ring and input-check tests), maxsim_gpu_bench on GPU_SHAPES (default textual-1k, textual-10k,
-# colpali-rerank, q128; "none" skips it) with the read ceiling (every read_bw.cu variant over 2 GiB, and the fastest one over
-# each shape's own bytes), the peers on GPU_PEER_SHAPES (one process each, .whl carried), the peers' compiled
-# Triton kernels (their PTX: load widths, cache hints, warps), and with NCU_PEERS=1 Nsight Compute's memory
-# sections for one call of each peer and of libmaxsim on textual-10k. One result file (report.py).
+# the ring and input-check tests), maxsim_gpu_bench --kernel-only on GPU_SHAPES (default textual-1k, textual-10k,
+# colpali-rerank, q128) with the read ceiling (every read_bw.cu variant over 2 GiB, and the fastest over each
+# shape's own bytes), the peers on GPU_PEER_SHAPES (default the three ring shapes; one process each, .whl
+# carried), and the peers' Triton kernels as compiled in the run (PTX and launch metadata: load widths, cache
+# hints, warps, stages). "none" skips the tests, the shapes or the peers. One result file and its tables
+# (report.py).
 set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench maxsim || exit 1
@@ -19,7 +20,8 @@ if [ "$filter" != none ]; then
   timeout 300 "$BUILD/tests/gpu/maxsim_gpu_tests" --gtest_filter="$filter" > "$OUT/gpu-mem-tests.txt" 2>&1
   trc=$?
 fi
-{ grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|tests ran" "$OUT/gpu-mem-tests.txt"; echo "gpu tests ($filter): rc $trc"; } >> "$S"
+{ [ -f "$OUT/gpu-mem-tests.txt" ] && grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|tests ran" "$OUT/gpu-mem-tests.txt"
+  echo "gpu tests ($filter): rc $trc"; } >> "$S"
 B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
 shapes=${GPU_SHAPES:-textual-1k textual-10k colpali-rerank q128}
 brc=0
@@ -44,13 +46,9 @@ tc=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
 if [ -d "$tc" ]; then
   (cd "$tc" && find . \( -name '*.ptx' -o -name '*.json' \) -print0 | tar --null -T - -czf "$OUT/triton-kernels.tar.gz")
   for f in $(find "$tc" -name '*.ptx'); do
-    echo "$(basename "$f"): $(grep -c 'ld.global' "$f") ld.global ($(grep -o 'ld\.global[.a-zA-Z0-9:_]*' "$f" | sort | uniq -c | tr '\n' ' ')), $(grep -c 'cp.async' "$f") cp.async, maxntid $(grep -o 'maxntid [0-9, ]*' "$f" | head -1)"
+    meta=$(cat "${f%.ptx}.json" 2> /dev/null | grep -o '"num_\(warps\|stages\)": [0-9]*' | tr '\n' ' ')
+    echo "$(basename "$f"): $(grep -c 'ld.global' "$f") ld.global ($(grep -o 'ld\.global[.a-zA-Z0-9:_]*' "$f" | sort | uniq -c | tr '\n' ' ')), $(grep -c 'cp.async' "$f") cp.async ($(grep -o 'cp\.async\.[a-z]*\.shared\.global[.a-zA-Z0-9:_]*' "$f" | sort -u | tr '\n' ' ')) $meta"
   done > "$OUT/triton-ptx.txt"
-fi
-if [ "${NCU_PEERS:-0}" = 1 ] && command -v ncu > /dev/null; then
-  PYTHONUNBUFFERED=1 timeout 240 ncu --clock-control none --nvtx --nvtx-include "profiled/" \
-    --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
-    python3 benchmarks/gpu/peers.py --lib "$LIB" --profile-once textual-10k > "$OUT/ncu-peers.txt" 2>&1
 fi
 # Local memory in the ring kernels' SASS (spilled or dynamically indexed arrays): listed, not fatal.
 if command -v cuobjdump > /dev/null && [ -f "$BUILD/libmaxsim-plugin-cuda.so" ]; then
@@ -63,10 +61,9 @@ python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --peers "$OUT/pee
   --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-mem}" > "$OUT/gpu-mem-report.md" 2>&1
 {
   grep -E "^device read|^read variant" "$OUT/gpu-bench.txt"
-  grep -E " (exact|read-same-bytes|ring-[0-9][ab]) " "$OUT/gpu-bench.txt"
+  grep -E " (exact|read-same-bytes) " "$OUT/gpu-bench.txt"
   grep -E "'kernel_ms'|error" "$OUT/peers.txt" | cut -c1-220
   [ -f "$OUT/triton-ptx.txt" ] && head -n 12 "$OUT/triton-ptx.txt"
-  [ -f "$OUT/ncu-peers.txt" ] && grep -E "^  [A-Za-z_].*\(|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Block Size|Grid Size|Registers Per|Achieved Occupancy|Waves Per SM|Mem Busy|Max Bandwidth" "$OUT/ncu-peers.txt" | head -60
   [ -f "$OUT/sass-local.txt" ] && echo "kernels with local memory in SASS: $(wc -l < "$OUT/sass-local.txt") $(grep -c Pipe "$OUT/sass-local.txt") of them ring kernels"
   echo "bench rc $brc, peers rc $prc"
 } >> "$S"

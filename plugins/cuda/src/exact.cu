@@ -425,23 +425,20 @@ cudaError_t LaunchSmemT(const ForwardArgs& a, cudaStream_t stream) {
 // work, across document boundaries; B fragments are read back with the same swizzle as the tiled kernel
 // (RingSlot16).
 // No block-level barrier: the ring is private to the warp (cp.async.wait_group + __syncwarp). Per element it is
-// exactly ExactTcKernel's arithmetic.
+// exactly ExactTcKernel's arithmetic. Whole steps are copied under an L2 evict-first policy.
 
 constexpr int kPipeStep = 32;  // tokens per step
 constexpr int kPipeStageBytes = kPipeStep * kRowBytes;
 
-// A 16-byte cp.async of a whole ring step, with an L2 eviction policy (createpolicy) when EF: evict-first, so
-// that the streamed corpus, read once, is the first to leave L2.
-template <bool EF>
-__device__ __forceinline__ void CpAsync16Stream(uint32_t smem, const void* gmem, uint64_t policy) {
-  if constexpr (EF) {
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "l"(policy));
-  } else {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
-  }
+// A 16-byte cp.async of a whole ring step under an L2 evict-first policy (createpolicy; `policy`): the corpus is
+// streamed once, so its lines are the first L2 replaces. Measured on the H100 against the same copies without the
+// policy, in one run: textual-10k 0.2611 -> 0.2554 ms, textual-1k 0.0343 -> 0.0336, colpali-rerank 0.0953 ->
+// 0.0947 (docs/cuda.md, "Memory-bound shapes"). The .L2::256B prefetch size added nothing.
+__device__ __forceinline__ void CpAsync16EvictFirst(uint32_t smem, const void* gmem, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "l"(policy));
 }
 
-template <typename T, int MT, int kPipeWarps, int kPipeStages, bool EF>
+template <typename T, int MT, int kPipeWarps, int kPipeStages>
 __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const ForwardArgs a, uint64_t n_warps) {
   extern __shared__ __align__(128) uint8_t ring_all[];
   __shared__ float s_term[kPipeWarps][MT * 16];
@@ -452,8 +449,8 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   if (wid >= n_warps) return;
   const PairRange range(a.pairs.n_pairs, wid, n_warps);
   if (range.begin >= range.end) return;
-  uint64_t policy = 0;
-  if constexpr (EF) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   const uint32_t dim = a.q.dim;
   const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) +
@@ -474,7 +471,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
         // A whole step of whole rows: no predicates, no per-copy 64-bit multiplies.
 #pragma unroll
         for (int i = 0; i < kPipeStep / 2; ++i) {
-          CpAsync16Stream<EF>(dst + 2 * i * kRowBytes + (RingSlot16(slot16, 2 * i + half) << 4), src + 2 * i * drb,
+          CpAsync16EvictFirst(dst + 2 * i * kRowBytes + (RingSlot16(slot16, 2 * i + half) << 4), src + 2 * i * drb,
                               policy);
         }
       } else {
@@ -614,52 +611,24 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   CpAsyncWait<0>();
 }
 
-// Experiment (read at the first launch from MAXSIM_CUDA_RING_EXP, or set by SetRingExperiment):
-//   0  persistent 8 x 3 ring, evict-first copies      1  the same without the eviction policy
-//   2, 3, 4  one pair per warp, blocks of 1, 2, 4 warps (3 stages each) scheduled by the hardware, evict-first
-//   5, 6     the same with blocks of 1, 2 warps of 4 stages each
-int g_ring_exp = -1;
-
-// Persistent: one block of W warps per SM, each warp a contiguous range of pairs.
-template <typename T, int MT, int W, int S, bool EF>
+template <typename T, int MT, int W, int S>
 cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
   const int smem = W * S * kPipeStageBytes;
-  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S, EF>>(smem);
+  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S>>(smem);
   if (e != cudaSuccess) return e;
   const uint64_t n_warps = static_cast<uint64_t>(sms) * W;
-  ExactTcPipeKernel<T, MT, W, S, EF><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
-  return cudaGetLastError();
-}
-
-// One pair per warp: ceil(pairs / W) blocks, as many resident per SM as the shared memory allows.
-template <typename T, int MT, int W, int S>
-cudaError_t LaunchPipePerPair(const ForwardArgs& a, cudaStream_t stream) {
-  const int smem = W * S * kPipeStageBytes;
-  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S, true>>(smem);
-  if (e != cudaSuccess) return e;
-  const uint64_t blocks = (a.pairs.n_pairs + W - 1) / W;
-  if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
-  ExactTcPipeKernel<T, MT, W, S, true><<<static_cast<unsigned>(blocks), W * 32, smem, stream>>>(a, a.pairs.n_pairs);
+  ExactTcPipeKernel<T, MT, W, S><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
   return cudaGetLastError();
 }
 
 // Ring shape (warps per block x stages of 8 KB, one block per SM): 8x3, the fastest of 8x3, 6x4, 4x7 and 5x5 on
-// textual-10k on the H100 (git history keeps the others).
+// textual-10k on the H100 (git history keeps the others). One pair per warp in blocks of 1, 2 or 4 warps scheduled
+// by the hardware instead (the peers' kind of grid) measured 0.6% faster on textual-10k at best and the same on
+// textual-1k and colpali-rerank (docs/cuda.md); the persistent ring is kept because it streams across document
+// boundaries, where a warp per pair waits for its ring to fill at every pair (short documents).
 template <typename T, int MT>
 cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
-  if (g_ring_exp < 0) {
-    const char* v = std::getenv("MAXSIM_CUDA_RING_EXP");
-    g_ring_exp = v ? std::atoi(v) : 0;
-  }
-  switch (g_ring_exp) {
-    case 1: return LaunchPipeWS<T, MT, 8, 3, false>(a, sms, stream);
-    case 2: return LaunchPipePerPair<T, MT, 1, 3>(a, stream);
-    case 3: return LaunchPipePerPair<T, MT, 2, 3>(a, stream);
-    case 4: return LaunchPipePerPair<T, MT, 4, 3>(a, stream);
-    case 5: return LaunchPipePerPair<T, MT, 1, 4>(a, stream);
-    case 6: return LaunchPipePerPair<T, MT, 2, 4>(a, stream);
-    default: return LaunchPipeWS<T, MT, 8, 3, true>(a, sms, stream);
-  }
+  return LaunchPipeWS<T, MT, 8, 3>(a, sms, stream);
 }
 
 // ---- FFMA ---------------------------------------------------------------------------------------------
@@ -821,8 +790,6 @@ unsigned GridFor(uint64_t items, unsigned per_block, unsigned cap = 65535u * 4) 
 }
 
 }  // namespace
-
-void SetRingExperiment(int v) { g_ring_exp = v; }
 
 bool TcSupported(const SetsView& q, const SetsView& d) {
   if (q.dtype != d.dtype || q.dtype == kF32 || q.dim != d.dim || q.dim % 8 != 0) return false;
