@@ -8,8 +8,8 @@
 // do not measure the cache. Also measured in the same run: the read ceiling (read_bw.cu: the fastest of several
 // read kernels, over 2 GiB and, per one-query shape, over the shape's own document bytes), device-to-device copy
 // bandwidth (bytes read + written), and the end-to-end latency of the public call (host queries in, host scores
-// out) for one shape. --only a,b,... runs the named shapes (and "train"); --kernel-only keeps per shape the
-// "exact" row and its read ceiling.
+// out) for one shape. --only a,b,... runs the named shapes (and "train"); MAXSIM_GPU_BENCH_ROWS (below) keeps
+// some rows only.
 // cuBLAS and the naive PyTorch baseline are measured by baselines.py in the same run; report.py
 // joins everything into one table.
 //
@@ -43,12 +43,13 @@ using gpu_bench_util::Median;
 using gpu_bench_util::ToBf16;
 
 FILE* g_json = nullptr;
-bool g_kernel_only = false;  // --kernel-only: per shape the "exact" row and the read ceiling, no other rows
 maxsim_context* g_cpu = nullptr;  // packs the benchmark's data (CPU, all threads)
 maxsim_context* g_api = nullptr;  // the public API's context (backend "cuda"); NULL when it cannot be created
 // MAXSIM_GPU_BENCH_ROWS=api: per shape only the rows of the public path (exact, steps, plugin and API calls, the
-// candidate-list comparison), for scripts/device/gpu-api.sh.
+// candidate-list comparison), for scripts/device/gpu-api.sh. =kernel: per shape the "exact" row and its read
+// ceiling (read-same-bytes), for scripts/device/gpu-mem.sh.
 bool g_api_rows_only = false;
+bool g_kernel_only = false;
 
 #define CHECK_CUDA(x)                                                                     \
   do {                                                                                    \
@@ -408,7 +409,7 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   Emit(s.name, "exact", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
   std::vector<float> kernel_scores(s.nq * s.nd);
   CHECK_CUDA(cudaMemcpy(kernel_scores.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
-  if (s.nq == 1) ReadSameBytes(b, s, copies, flops);
+  if (s.nq == 1 && !g_api_rows_only) ReadSameBytes(b, s, copies, flops);
   if (g_kernel_only) {
     for (Corpus* c : corpora) mscuda::FreeCorpus(b, c);
     cudaFree(scores);
@@ -739,10 +740,10 @@ int main(int argc, char** argv) {
   std::string only;
   const char* rows = std::getenv("MAXSIM_GPU_BENCH_ROWS");
   g_api_rows_only = rows != nullptr && std::strcmp(rows, "api") == 0;
+  g_kernel_only = rows != nullptr && std::strcmp(rows, "kernel") == 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) g_json = std::fopen(argv[++i], "w");
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else if (!std::strcmp(argv[i], "--kernel-only")) g_kernel_only = true;
   }
   maxsim_plugin_host host{};
   host.struct_size = sizeof(host);

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # The memory-bound shapes (a machine with an NVIDIA GPU): the ring kernel's GPU tests (GPU_TEST_FILTER, default
-# the ring and input-check tests), maxsim_gpu_bench --kernel-only on GPU_SHAPES (default textual-1k, textual-10k,
+# the ring and input-check tests), maxsim_gpu_bench (kernel rows) on GPU_SHAPES (default textual-1k, textual-10k,
 # colpali-rerank, q128) with the read ceiling (every read_bw.cu variant over 2 GiB, and the fastest over each
 # shape's own bytes), the peers on GPU_PEER_SHAPES (default the three ring shapes; one process each, .whl
 # carried), and the peers' Triton kernels as compiled in the run (PTX and launch metadata: load widths, cache
@@ -26,7 +26,7 @@ B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
 shapes=${GPU_SHAPES:-textual-1k textual-10k colpali-rerank q128}
 brc=0
 if [ "$shapes" != none ]; then
-  timeout 300 "$B" --kernel-only --only "${shapes// /,}" --json "$OUT/gpu-bench.json" > "$OUT/gpu-bench.txt" 2>&1
+  MAXSIM_GPU_BENCH_ROWS=kernel timeout 300 "$B" --only "${shapes// /,}" --json "$OUT/gpu-bench.json" > "$OUT/gpu-bench.txt" 2>&1
   brc=$?
 fi
 if ls .whl/*.whl > /dev/null 2>&1; then
