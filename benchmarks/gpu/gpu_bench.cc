@@ -666,6 +666,7 @@ void ReadBandwidth(Backend& b) {
   double best = 0;  // GB/s
   int best_v = 0, best_blocks = 0;
   for (int v = 0; v < ReadVariantCount(); ++v) {
+    if (!ReadVariantSupported(v) || ReadVariantBytes(v, bytes) == 0) continue;
     for (int blocks : ReadGrids(b, v)) {
       const double ms = TimeIt(b.stream, 3, 10, [&](int) { CHECK_CUDA(LaunchReadBandwidth(v, x, bytes, blocks, sink, b.stream)); });
       const double read = static_cast<double>(ReadVariantBytes(v, bytes)), gbs = read / ms / 1e6;
@@ -703,6 +704,7 @@ void ReadSameBytes(Backend& b, const Shape& s, uint64_t copies, double flops) {
   double best_ms = 0, best_bytes = 0;
   int best_v = 0;
   for (int v = 0; v < ReadVariantCount(); ++v) {
+    if (!ReadVariantSupported(v) || ReadVariantBytes(v, bytes) == 0) continue;
     for (int blocks : ReadGrids(b, v)) {
       const double ms = TimeIt(b.stream, 5, 30, [&](int i) {
         CHECK_CUDA(LaunchReadBandwidth(v, bufs[static_cast<size_t>(i) % copies], bytes, blocks, sink, b.stream));

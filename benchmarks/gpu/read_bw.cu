@@ -57,8 +57,8 @@ __device__ __forceinline__ void Sink(uint32_t acc, uint32_t* sink) {
   if (acc == 0x9E3779B9u) *sink = acc;  // data-dependent: keeps the loads
 }
 
-// Reads elements [i0, i1) of p with `stride` between a thread's consecutive elements (the caller's threads
-// cover the stride), L loads in flight per thread.
+// This thread's share of elements [.., i1) of p: elements i, i + stride, ... (the caller's threads cover the
+// stride), L loads in flight.
 template <int L, int H>
 __device__ __forceinline__ uint32_t ReadSpan(const uint4* __restrict__ p, uint64_t i, uint64_t i1, uint64_t stride) {
   uint32_t acc = 0;
@@ -201,6 +201,15 @@ cudaError_t LaunchReadBandwidth(int v, const void* data, uint64_t bytes, int blo
 uint64_t ReadVariantBytes(int v, uint64_t bytes) {
   if (v >= 0 && v < ReadVariantCount() && kVariants[v].kind == Variant::kBulk) return bytes / kBulkBytes * kBulkBytes;
   return bytes / 16 * 16;
+}
+
+bool ReadVariantSupported(int v) {
+  if (v < 0 || v >= ReadVariantCount()) return false;
+  if (kVariants[v].kind != Variant::kBulk) return true;
+  // The bulk kernel's body exists only where it was compiled for sm_90 or later (ptxVersion: the virtual
+  // architecture the running code came from; a compute_80 image JIT-compiled for an H100 has an empty body).
+  cudaFuncAttributes fa{};
+  return cudaFuncGetAttributes(&fa, kVariants[v].bulk) == cudaSuccess && fa.ptxVersion >= 90;
 }
 
 bool ReadVariantOneBlockPerSm(int v) {

@@ -8,6 +8,8 @@
 
 int ReadVariantCount();
 const char* ReadVariantName(int variant);
+// Whether the variant runs on the current device (the bulk-copy ones need code compiled for sm_90 or later).
+bool ReadVariantSupported(int variant);
 // Whether the variant's grid is the caller's `blocks` (persistent), rather than one block per 64 KB chunk.
 bool ReadVariantPersistent(int variant);
 // Bulk-copy variants (one warp per block, up to 192 KB of shared memory): one block per SM.
