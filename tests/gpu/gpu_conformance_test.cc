@@ -562,8 +562,10 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
   // be the per-pair kernels' bits (MAXSIM_CUDA_NO_BATCH=1; the same request with argmax, which the pair kernels
   // serve and which is checked against the float64 reference; certified screening's refinement) and top-k over a
   // resident corpus must rank by them. Ragged and empty queries and documents, slots of 16..128 rows (full and
-  // partial groups, unused rows), documents around the 64- and 128-token tile widths, dot and cosine, bf16 and
-  // f16, dims 104..128, masked device tensors.
+  // partial groups, unused rows), documents around the 64- and 128-token tile widths (1-token documents, lengths
+  // either side of 128 and of 128 + 64: the batch kernel's tile halves), queries of different lengths in one batch,
+  // dot and cosine, bf16 and f16, dims 104..128, masked device tensors; and the batch kernel's schedules
+  // (MAXSIM_CUDA_BATCH_AHEAD=1 and 3) against its default, bit for bit.
   Context gpu(Options("cuda"));
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
@@ -589,6 +591,9 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
       {MAXSIM_BF16, 128, 3, 100, 128, 12, 60, 140, Shape::kLargeNorm},  // 128-row slots
       {MAXSIM_BF16, 112, 17, 20, 48, 30, 63, 65, Shape::kGaussian},     // 48-row slots: 16 unused rows a group
       {MAXSIM_F16, 128, 16, 32, 32, 20, 1000, 1030, Shape::kUnitGaussian},
+      {MAXSIM_BF16, 128, 12, 1, 32, 40, 1, 1, Shape::kGaussian},        // 1-token documents
+      {MAXSIM_BF16, 128, 20, 5, 64, 60, 120, 136, Shape::kNearTies},    // ending just before or after a whole tile
+      {MAXSIM_F16, 128, 8, 32, 32, 50, 188, 196, Shape::kUnitGaussian},  // ending around a tile's 64-token half
   };
   uint64_t salt = 900;
   for (const BatchCase& c : cases) {
@@ -611,6 +616,13 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
         return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       });
       ExpectSameBits(values, pairs, what + " batch vs MAXSIM_CUDA_NO_BATCH=1");
+      // The batch kernel's other schedules: 1 or 3 stages copied ahead.
+      for (const char* ahead : {"1", "3"}) {
+        const std::vector<float> other = WithEnv("MAXSIM_CUDA_BATCH_AHEAD", ahead, [&](Context& gpu) {
+          return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+        });
+        ExpectSameBits(values, other, what + " batch vs MAXSIM_CUDA_BATCH_AHEAD=" + ahead);
+      }
       ExpectSameBits(values, with_argmax.scores, what + " batch vs with argmax");
       const std::vector<float> cert =
           ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);

@@ -146,13 +146,16 @@ template <typename T, int N, int V>
 __device__ __forceinline__ void IssueTile(float (&d)[V], const uint4 (&qa)[4], const uint4 (&qc)[4],
                                           uint32_t stage) {
   constexpr uint32_t kRegion = kWgRegionBytes;
+  // The descriptor's address field is addr >> 4 (SmemDesc); stage + offset stays below 2^18, so step s's
+  // descriptor is the stage's plus offset >> 4: one add per step instead of the address arithmetic.
+  const uint64_t desc0 = SmemDesc(stage);
   WgFence();
 #pragma unroll
   for (int s = 0; s < 8; ++s) {
     const int c = s >> 1;
     const uint32_t a0 = (s & 1) ? qa[c].z : qa[c].x, a1 = (s & 1) ? qc[c].z : qc[c].x;
     const uint32_t a2 = (s & 1) ? qa[c].w : qa[c].y, a3 = (s & 1) ? qc[c].w : qc[c].y;
-    const uint64_t desc = SmemDesc(stage + (s >> 2) * kRegion + (s & 3) * 32);
+    const uint64_t desc = desc0 + (((s >> 2) * kRegion + (s & 3) * 32) >> 4);
     if (s == 0) {
       WgmmaFirst<T, N>(d, a0, a1, a2, a3, desc);
     } else {
@@ -202,12 +205,31 @@ __device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&
                                             uint64_t base, bool plain, float& ra, float& rb, bool& saw_kept,
                                             bool check, float& chk) {
   const int t = threadIdx.x & 3;
-  if (plain && base + N <= ld) {
+  if (plain) {
+    // Without a mask or weights every column below ld is kept. The check may see the columns past ld too: their
+    // stage rows were zero-filled (CopyStagePieces), so their similarities are +-0.
     if (check) {
 #pragma unroll
       for (int j = 0; j < N / 2; ++j) chk = MaxNaN(chk, fabsf(d[j]));
     }
-    TreeMax<N>(d, ra, rb);
+    if (base + N <= ld) {
+      TreeMax<N>(d, ra, rb);
+    } else {
+      // A document's last, partial tile: the columns at or past ld as -inf, then the same tree (a maximum is the
+      // same value in any order, so this is the per-column fold's value without its per-column branches).
+      const uint32_t rem = static_cast<uint32_t>(ld - base);
+      float m[N / 2];
+#pragma unroll
+      for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const bool keep = static_cast<uint32_t>(8 * j + 2 * t + e) < rem;
+          m[4 * j + e] = keep ? d[4 * j + e] : -INFINITY;
+          m[4 * j + 2 + e] = keep ? d[4 * j + 2 + e] : -INFINITY;
+        }
+      }
+      TreeMax<N>(m, ra, rb);
+    }
     saw_kept = true;
     return;
   }
@@ -348,21 +370,29 @@ struct BatchRows {
 // FinalizeKernel sums each (query, document) in token order after the kernel (the same ordered double sum as
 // every other kernel's, and the document's emptiness from its mask). No block barrier: the warpgroups run on
 // into the next document.
-__device__ __forceinline__ void FinishDocBatch(const ForwardArgs& a, float (&run)[1][2], uint32_t wrow,
-                                               uint32_t grp, uint64_t dj, float chk) {
+// A batch warp's rows as FinishDocBatch needs them, worked out once per block (BatchRows) and kept in shared
+// memory: the query's first partial-result slot for document 0 (qi * nd * slot), its first row qb, its length lq
+// (0: the warp has no query) and the warp's first token tok.
+struct BatchWarpRows {
+  uint64_t out0, qb;
+  uint32_t lq, tok;
+};
+
+__device__ __forceinline__ void FinishDocBatch(const ForwardArgs& a, float (&run)[1][2], const BatchWarpRows& wr,
+                                               uint64_t dj, float chk) {
   QuadMaxRows<1>(a, run, chk);
   if ((threadIdx.x & 3) == 0) {
-    const BatchRows br(a, grp, wrow);
-    if (!br.has_query) return;
-    const uint64_t qi = static_cast<uint64_t>(grp) * a.batch.per_group + wrow / a.batch.slot;
-    float* out = a.part.term + (qi * a.pairs.nd + dj) * a.batch.slot;
+    const uint32_t lq = wr.lq, tok = wr.tok;
     const uint32_t g = (threadIdx.x & 31) >> 2;
+    if (tok + g >= lq) return;
+    const uint64_t qb = wr.qb;
+    float* out = a.part.term + wr.out0 + dj * a.batch.slot;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint64_t r = br.tok + g + 8 * h;
-      if (r >= br.lq) continue;
+      const uint32_t r = tok + g + 8 * h;
+      if (r >= lq) continue;
       float term = 0.0f;
-      if (a.q.Kept(br.qb + r)) term = a.cosine ? run[0][h] * InvNorm(RowNorm(a.q, br.qb + r)) : run[0][h];
+      if (a.q.Kept(qb + r)) term = a.cosine ? run[0][h] * InvNorm(RowNorm(a.q, qb + r)) : run[0][h];
       out[r] = term;
     }
   }
@@ -376,14 +406,15 @@ __device__ __forceinline__ void FinishDocBatch(const ForwardArgs& a, float (&run
 // The warpgroups are not kept in step: the stage ring is guarded by mbarriers (full: every thread's copies
 // of the tile landed; empty: every thread's wgmma reading it finished), so one warpgroup's folds overlap the
 // other's tensor-core work. Every thread copies its share of each tile `ahead` tiles ahead, across units.
-// A document's last tile runs as the narrowest wgmma (N = 16, 32, 64 or 128) that covers its tokens.
+// In batch launches a document's last tile of at most 64 tokens runs as a 64-token wgmma.
 template <typename T, int WGS, int QS, int S, int BPS, bool kBatch>
 __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const ForwardArgs a, uint32_t cpg, int ahead) {
 #if defined(MAXSIM_HAVE_WGMMA)
   static_assert(!kBatch || QS == 1, "a batch launch holds one 64-row set per warpgroup");
   extern __shared__ uint8_t smem_raw[];
   constexpr int kThreads = WGS * 128, kRows = WGS * QS * 64;
-  __shared__ float s_term[kRows];
+  __shared__ float s_term[kBatch ? 1 : kRows];
+  __shared__ BatchWarpRows s_rows[kBatch ? kThreads / 32 : 1];
   __shared__ __align__(8) uint64_t s_full[S], s_empty[S];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wq = warp & 3;
@@ -404,6 +435,14 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
       MbarInit(empty0 + 8 * s, kThreads);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if constexpr (kBatch) {
+    if (lane == 0) {
+      const BatchRows br(a, grp, wg * 64 + wq * 16);
+      const uint64_t qi = static_cast<uint64_t>(grp) * a.batch.per_group + (wg * 64 + wq * 16) / a.batch.slot;
+      const uint32_t lq = br.has_query ? static_cast<uint32_t>(br.lq) : 0u;
+      s_rows[warp] = BatchWarpRows{qi * a.pairs.nd * a.batch.slot, br.qb, lq, br.tok};
+    }
   }
   __syncthreads();
 
@@ -501,8 +540,10 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
           FoldTileMax<N>(a, acc0, db, ld, base, plain, run[0][0], run[0][1], saw_kept, check, chk);
         };
         // Batch launches: a document's last tile of at most 64 tokens runs as a 64-token wgmma (documents of 300
-        // tokens: 320 columns computed instead of 384). Narrower widths, or this one in pair launches, exceed
-        // the register budget (ptxas then serialises the wgmma pipeline: C7511).
+        // tokens: 320 columns computed instead of 384). This width in pair launches exceeds the register budget
+        // (ptxas then serialises the wgmma pipeline: C7511). The narrowest multiple of 16 instead (16 .. 112 columns)
+        // compiled without spills but made the batch kernel 11-21% slower on both serving shapes in gpu_bench
+        // (more code in the loop; not profiled).
         if (!kBatch || ld - base > 64) {
           run_tile(std::integral_constant<int, 128>{});
         } else {
@@ -511,7 +552,7 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
       }
     }
     if constexpr (kBatch) {
-      FinishDocBatch(a, run, wg * 64 + wq * 16, grp, dj, chk);
+      FinishDocBatch(a, run, s_rows[warp], dj, chk);
     } else {
       FinishPair<QS>(a, BlockBarrier{}, tid == 0, s_term, run, wg * QS * 64 + wq * 16 + g, grp, r0b, p, qi, dj,
                      qb, lq, ld, saw_kept, chk);
@@ -521,13 +562,14 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
 }
 
 template <typename T, int WGS, int QS, int S, int BPS, bool kBatch>
-cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
+cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream, int ahead = S - 1) {
   const int smem = S * kWgStageBytes + 1024;  // + alignment slack for the 1024-byte swizzle period
   const cudaError_t e = AllowDynamicSmemOnce<ExactWgmmaKernel<T, WGS, QS, S, BPS, kBatch>>(smem);
   if (e != cudaSuccess) return e;
-  // Stages copied ahead: S - 1 (all but the one being read; producing waits for the stage of the tile before),
-  // faster than S - 2 on both q128 and visual on the H100.
-  const int ahead = S - 1;
+  // Stages copied ahead: S - 1 by default (all but the one being read; producing waits for the stage of the tile
+  // before), faster than S - 2 on both q128 and visual on the H100. Fewer (the batch kernel's
+  // KernelSwitches::batch_ahead) let a warpgroup run S - ahead - 1 tiles ahead of the slowest one.
+  if (ahead < 1 || ahead > S - 1) ahead = S - 1;
   uint64_t cpg = 0, blocks = 0;
   if (!PersistentGrid(a, BPS, &cpg, &blocks)) return cudaErrorInvalidConfiguration;
   ExactWgmmaKernel<T, WGS, QS, S, BPS, kBatch>
@@ -541,8 +583,12 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream) {
 // producer/consumer kernel, two sets per warpgroup; git history keeps them).
 template <typename T, bool kBatch>
 cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {
-  if (a.part.group_rows == 128) return LaunchWgmmaShape<T, 2, 1, 3, 2, kBatch>(a, stream);
-  return LaunchWgmmaShape<T, 4, 1, 4, 1, kBatch>(a, stream);
+  // Batch launches copy 2 stages ahead (KernelSwitches::batch_ahead: 1..S - 1): a warpgroup may then start a tile
+  // before the slowest one has finished the tile before it, where S - 1 ahead keeps every warpgroup within one
+  // tile of the slowest.
+  const int ahead = !kBatch ? 0 : a.sw.batch_ahead ? static_cast<int>(a.sw.batch_ahead) : 2;
+  if (a.part.group_rows == 128) return LaunchWgmmaShape<T, 2, 1, 3, 2, kBatch>(a, stream, ahead);
+  return LaunchWgmmaShape<T, 4, 1, 4, 1, kBatch>(a, stream, ahead);
 }
 
 // The inputs every wgmma kernel takes: 16-bit originals of one dtype, 96 < dim <= 128 (8 k16 steps), an sm_90
@@ -610,7 +656,7 @@ cudaError_t LaunchExactWgmmaBatch(const ForwardArgs& in, uint64_t max_lq, cudaSt
   const uint64_t nq = a.pairs.nd ? a.pairs.n_pairs / a.pairs.nd : 0;
   if (nq == 0) return cudaSuccess;
   const uint32_t slot = static_cast<uint32_t>(std::max<uint64_t>(16, (max_lq + 15) / 16 * 16));
-  const uint32_t rows = nq * slot <= 128 ? 128 : 256;
+  const uint32_t rows = a.sw.batch_rows ? a.sw.batch_rows : nq * slot <= 128 ? 128 : 256;
   a.batch.slot = slot;
   a.batch.per_group = rows / slot;
   a.batch.nq = nq;

@@ -136,6 +136,10 @@ struct KernelSwitches {
   bool batch = true;               // exact: Hopper wgmma for query batches (needs wgmma too)
   bool screen_wgmma = true;        // screening of long queries with wgmma, where screening runs
   uint32_t screen_wgmma_cap = 12;  // the wgmma screening kernel's candidate records per row (1..64)
+  // The query-batch kernel's shape (exact_wgmma.cu): stages copied ahead (1..stages - 1; 0: 2), and its row groups
+  // (128 or 256; 0: 128 when the whole batch fits one, else 256).
+  uint32_t batch_ahead = 0;
+  uint32_t batch_rows = 0;
 };
 
 // A query batch scored by the wgmma batch kernel (exact_wgmma.cu): the matrix layout's nq queries, each in a slot

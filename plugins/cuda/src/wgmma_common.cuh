@@ -79,26 +79,25 @@ __device__ __forceinline__ uint32_t PieceOffset(int pc, int tok) {
 // as zeros. A whole stage (the common case) takes a path without predicates: kStep is a multiple of 8, so the
 // swizzle phase tok % 8 is the same for all of a thread's tokens and token tok0 + kStep * i lands
 // 128 * kStep * i bytes after token tok0: each copy is one cp.async with an immediate shared-memory offset and a
-// strided source. Used by the producers of exact_wgmma.cu (16-bit document rows, two k regions) and
-// screen_wgmma.cu (128-byte int8 code rows: pieces 0..7 of one region). (The general path's per-copy index,
-// predicate and swizzle arithmetic made the producer warpgroup issue ~1000 instructions per 64 KB stage, and the
-// visual shape several percent slower in gpu_bench.)
+// strided source (the predicated path of a partial stage too). Used by the producers of exact_wgmma.cu (16-bit
+// document rows, two k regions) and screen_wgmma.cu (128-byte int8 code rows: pieces 0..7 of one region). (The
+// general path's per-copy index, predicate and swizzle arithmetic made the producer warpgroup issue ~1000
+// instructions per 64 KB stage, and the visual shape several percent slower in gpu_bench.)
 template <uint32_t kRegion, int kCount, int kStep>
 __device__ __forceinline__ void CopyStagePieces(uint32_t st, int pc, int tok0, bool pc_in_dim, const uint8_t* dbase,
                                                 uint64_t drb, uint64_t n0, uint64_t ld) {
   static_assert(kStep % 8 == 0, "a thread's tokens must share the swizzle phase");
+  const uint32_t dst = st + PieceOffset<kRegion>(pc, tok0);
   if (pc_in_dim && n0 + kCount * kStep <= ld) {
-    const uint32_t dst = st + PieceOffset<kRegion>(pc, tok0);
     const uint8_t* src = dbase + (n0 + tok0) * drb + pc * 16;
 #pragma unroll 8
     for (int i = 0; i < kCount; ++i) CpAsync16(dst + 128u * kStep * i, src + i * kStep * drb, true);
   } else {
 #pragma unroll 8
     for (int i = 0; i < kCount; ++i) {
-      const int tok = tok0 + kStep * i;
-      const uint64_t n = n0 + tok;
+      const uint64_t n = n0 + tok0 + kStep * i;
       const bool pred = pc_in_dim && n < ld;
-      CpAsync16(st + PieceOffset<kRegion>(pc, tok), dbase + (pred ? n * drb + pc * 16 : 0), pred);
+      CpAsync16(dst + 128u * kStep * i, dbase + (pred ? n * drb + pc * 16 : 0), pred);
     }
   }
 }
