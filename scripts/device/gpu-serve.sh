@@ -3,6 +3,14 @@
 # its time: builds the plugin, the GPU suite and the benchmark; runs the batch kernel's GPU tests (and the other
 # wgmma and folded-check tests); times the serving shapes (gpu_bench), the in-run cuBLAS rate (baselines.py) and
 # the peers on the same shapes (peers.py, wheels from .whl/); one result file (report.py) like gpu-bench's.
+# GPU_SERVE_VARIANTS (optional): a space-separated list of batch-kernel settings, each a comma-separated list of
+# VAR=VALUE (e.g. "MAXSIM_CUDA_BATCH_AHEAD=3 MAXSIM_CUDA_BATCH_AHEAD=1,MAXSIM_CUDA_BATCH_ROWS=128"): each one's
+# batch tests and serving rows run after the default's, in the same call, and a table of them is printed last
+# (GPU_SERVE_VARIANT_TESTS=0: without the tests; GPU_SERVE_VARIANT_SHAPES: fewer shapes). GPU_SERVE_PEERS=0
+# skips the peers. With .carry/base-prebuilt.tar.xz (another build's binaries, packed like make-carry's prebuilt
+# archive) the serving rows also run on that build (under GPU_SERVE_BASE_ENV, e.g. a setting it needs to match a
+# schedule), alternating with this one, GPU_SERVE_AB_ROUNDS rounds (default 1) on GPU_SERVE_AB_SHAPES (default
+# serve-textual-10k-64q).
 set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench maxsim || exit 1
@@ -22,18 +30,60 @@ for s in $SHAPES; do
   timeout 120 "$BUILD/benchmarks/gpu/maxsim_gpu_bench" --only "$s" --json "$OUT/bench-$s.json" > "$OUT/bench-$s.txt" 2>&1 || brc=1
   cat "$OUT/bench-$s.json" >> "$OUT/gpu-bench.json"
 done
+# Each variant in a fresh process (the settings are read when the backend is created): its batch tests, then its
+# serving rows (exact, kernel-only on a packed corpus).
+V="$OUT/gpu-serve-variants.txt"
+: > "$V"
+i=0
+for v in ${GPU_SERVE_VARIANTS:-}; do
+  i=$((i + 1))
+  env_args=(${v//,/ })
+  vt=skipped
+  if [ "${GPU_SERVE_VARIANT_TESTS:-1}" != 0 ]; then
+    env "${env_args[@]}" MAXSIM_GPU_TESTS_REQUIRE=1 timeout 200 "$BUILD/tests/gpu/maxsim_gpu_tests" \
+      --gtest_filter='Gpu.QueryBatch*' > "$OUT/gpu-serve-tests-v$i.txt" 2>&1
+    vt=$?
+    [ $vt -eq 0 ] || trc=$vt
+  fi
+  for s in ${GPU_SERVE_VARIANT_SHAPES:-$SHAPES}; do
+    env "${env_args[@]}" timeout 120 "$BUILD/benchmarks/gpu/maxsim_gpu_bench" --only "$s" \
+      > "$OUT/bench-$s-v$i.txt" 2>&1 || brc=1
+    grep -E "^$s +exact " "$OUT/bench-$s-v$i.txt" | sed "s|^|$v tests-rc=$vt  |" >> "$V"
+  done
+done
+A="$OUT/gpu-serve-ab.txt"
+: > "$A"
+if [ -f .carry/base-prebuilt.tar.xz ]; then
+  rm -rf /tmp/maxsim-base && mkdir -p /tmp/maxsim-base && tar -xJf .carry/base-prebuilt.tar.xz -C /tmp/maxsim-base
+  new_rev=$(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here)
+  echo "base: $(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null) ${GPU_SERVE_BASE_ENV:-}; new: $new_rev" >> "$A"
+  read -ra base_env <<< "${GPU_SERVE_BASE_ENV:-}"
+  for r in $(seq "${GPU_SERVE_AB_ROUNDS:-1}"); do
+    for s in ${GPU_SERVE_AB_SHAPES:-serve-textual-10k-64q}; do
+      for side in base new; do
+        dir=$BUILD; e=()
+        [ "$side" = base ] && dir=/tmp/maxsim-base && e=("${base_env[@]}")
+        env "${e[@]}" LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" MAXSIM_PLUGIN_PATH="$dir" timeout 120 \
+          "$dir/benchmarks/gpu/maxsim_gpu_bench" --only "$s" > "$OUT/ab-$side-$s-$r.txt" 2>&1 || brc=1
+        grep -E "^$s +exact " "$OUT/ab-$side-$s-$r.txt" | sed "s|^|round $r $side  |" >> "$A"
+      done
+    done
+  done
+fi
 PYTHONUNBUFFERED=1 timeout 150 python3 benchmarks/gpu/baselines.py --json "$OUT/gpu-baselines.json" > "$OUT/gpu-baselines.txt" 2>&1
-if ls .whl/*.whl > /dev/null 2>&1; then
+if [ "${GPU_SERVE_PEERS:-1}" != 0 ] && ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/maxsim-peers .whl/*.whl \
     > "$OUT/peers-install.txt" 2>&1 && export PYTHONPATH=/tmp/maxsim-peers${PYTHONPATH:+:$PYTHONPATH}
 fi
 LIB=$(ls "$BUILD"/libmaxsim.so 2> /dev/null || ls "$BUILD"/libmaxsim.so.* | head -1)
-PYTHONUNBUFFERED=1 timeout 300 python3 benchmarks/gpu/peers.py --lib "$LIB" --json "$OUT/peers.json" --shapes "$SHAPES" \
-  > "$OUT/peers.txt" 2>&1
+[ "${GPU_SERVE_PEERS:-1}" != 0 ] && PYTHONUNBUFFERED=1 timeout 300 python3 benchmarks/gpu/peers.py --lib "$LIB" \
+  --json "$OUT/peers.json" --shapes "$SHAPES" > "$OUT/peers.txt" 2>&1
 python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --baselines "$OUT/gpu-baselines.json" \
   --peers "$OUT/peers.json" --machine "$OUT/gpu-machine.txt" --combine "$OUT/gpu-result-serve.json" \
   --revision "$(cat REVISION 2> /dev/null || git describe --always --dirty 2> /dev/null || echo unknown)" \
   --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-serve}" > "$OUT/gpu-report-serve.md"
 { cat "$OUT"/bench-*.txt | grep -E "^serve"; python3 benchmarks/gpu/report.py --result "$OUT/gpu-result-serve.json" --brief
+  [ -s "$V" ] && { echo "variants (exact rows):"; cat "$V"; }
+  [ -s "$A" ] && { echo "A/B (exact rows):"; cat "$A"; }
   echo "tests rc $trc, bench rc $brc"; } >> "$S"
 [ $trc -eq 0 ] && [ $brc -eq 0 ]
