@@ -21,6 +21,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "maxsim/maxsim.hpp"
@@ -563,9 +564,9 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
   // serve and which is checked against the float64 reference; certified screening's refinement) and top-k over a
   // resident corpus must rank by them. Ragged and empty queries and documents, slots of 16..128 rows (full and
   // partial groups, unused rows), documents around the 64- and 128-token tile widths (1-token documents, lengths
-  // either side of 128 and of 128 + 64: the batch kernel's tile halves), queries of different lengths in one batch,
-  // dot and cosine, bf16 and f16, dims 104..128, masked device tensors; and the batch kernel's schedules
-  // (MAXSIM_CUDA_BATCH_AHEAD=1 and 3) against its default, bit for bit.
+  // either side of 128, last tiles either side of 64 tokens), queries of different lengths in one batch, dot and
+  // cosine, bf16 and f16, dims 104..128, masked device tensors; and the batch kernel's other schedules
+  // (MAXSIM_CUDA_BATCH_AHEAD=1 and 3, MAXSIM_CUDA_BATCH_ROWS=128) against its default, bit for bit.
   Context gpu(Options("cuda"));
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
@@ -593,7 +594,7 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
       {MAXSIM_F16, 128, 16, 32, 32, 20, 1000, 1030, Shape::kUnitGaussian},
       {MAXSIM_BF16, 128, 12, 1, 32, 40, 1, 1, Shape::kGaussian},        // 1-token documents
       {MAXSIM_BF16, 128, 20, 5, 64, 60, 120, 136, Shape::kNearTies},    // ending just before or after a whole tile
-      {MAXSIM_F16, 128, 8, 32, 32, 50, 188, 196, Shape::kUnitGaussian},  // ending around a tile's 64-token half
+      {MAXSIM_F16, 128, 8, 32, 32, 50, 188, 196, Shape::kUnitGaussian},  // last tiles of 60..68 tokens
   };
   uint64_t salt = 900;
   for (const BatchCase& c : cases) {
@@ -616,12 +617,14 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
         return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       });
       ExpectSameBits(values, pairs, what + " batch vs MAXSIM_CUDA_NO_BATCH=1");
-      // The batch kernel's other schedules: 1 or 3 stages copied ahead.
-      for (const char* ahead : {"1", "3"}) {
-        const std::vector<float> other = WithEnv("MAXSIM_CUDA_BATCH_AHEAD", ahead, [&](Context& gpu) {
+      // The batch kernel's other schedules: 1 or 3 stages copied ahead, 128-row groups.
+      const std::pair<const char*, const char*> schedules[] = {
+          {"MAXSIM_CUDA_BATCH_AHEAD", "1"}, {"MAXSIM_CUDA_BATCH_AHEAD", "3"}, {"MAXSIM_CUDA_BATCH_ROWS", "128"}};
+      for (const auto& [name, value] : schedules) {
+        const std::vector<float> other = WithEnv(name, value, [&](Context& gpu) {
           return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
         });
-        ExpectSameBits(values, other, what + " batch vs MAXSIM_CUDA_BATCH_AHEAD=" + ahead);
+        ExpectSameBits(values, other, what + " batch vs " + name + "=" + value);
       }
       ExpectSameBits(values, with_argmax.scores, what + " batch vs with argmax");
       const std::vector<float> cert =
