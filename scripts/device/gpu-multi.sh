@@ -5,8 +5,10 @@
 # (benchmarks/gpu/multi_gpu_bench.cc: textual-10k x 8 = 80000 documents of 300 tokens, one query and a 64-query
 # batch, top-10 and the score matrix; one device against the corpus sharded over all of them, with the results
 # compared bit for bit, and one device on the first half of the corpus, which bounds the speed-up two devices can
-# give). Writes $OUT/multi-gpu.json (one JSON object per row, with the command, the GPUs and the date),
-# multi-gpu.txt and summary-gpu-multi.txt.
+# give; --staged runs the sharded list again with each shard's score matrix staged by the host,
+# MAXSIM_CUDA_MATRIX_COLUMNS=0, against each shard writing its columns of the caller's matrix itself). Writes
+# $OUT/multi-gpu.json (one JSON object per row, with the command, the GPUs and the date), multi-gpu.txt and
+# summary-gpu-multi.txt.
 set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_multi_gpu_bench || exit 1
@@ -22,7 +24,7 @@ trc=$?
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$OUT/gpu-multi-tests.txt" >> "$S"
 grep -B2 -A12 "Failure" "$OUT/gpu-multi-tests.txt" | head -40 >> "$S"
 echo "GPU tests with MAXSIM_CUDA_DEVICES=$all: rc $trc" >> "$S"
-timeout 400 "$BUILD/benchmarks/gpu/maxsim_multi_gpu_bench" --devices "0;$all" --json "$OUT/multi-gpu.json" \
+timeout 400 "$BUILD/benchmarks/gpu/maxsim_multi_gpu_bench" --devices "0;$all" --staged --json "$OUT/multi-gpu.json" \
   > "$OUT/multi-gpu.txt" 2>&1
 brc=$?
 cat "$OUT/multi-gpu.txt" >> "$S"

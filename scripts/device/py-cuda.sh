@@ -9,6 +9,7 @@
 #   3. python/tests/test_cuda.py with MAXSIM_PLUGIN_PATH at the plugin and MAXSIM_PY_CUDA_REQUIRE=1 (a missing
 #      GPU or plugin fails instead of skipping); its PyLate test runs if pylate.scores and pylate.rank import;
 #   4. for information (not the section's result): test_torch.py, test_core.py and test_errors.py there.
+# PY_CUDA_TESTS (a pytest -k expression) runs only the matching tests of test_cuda.py, and skips step 4.
 set -uo pipefail
 source scripts/device/env.sh
 S="$OUT/summary-py-cuda.txt"
@@ -114,7 +115,7 @@ export MAXSIM_PLUGIN_PATH="$PLUGIN_DIR" MAXSIM_PY_CUDA_REQUIRE=1 PYTHONUNBUFFERE
   > "$OUT/py-cuda-info.txt" 2>&1
 grep -E "^  cuda|^Backend" "$OUT/py-cuda-info.txt" | head -5 >> "$S" || tail -n 3 "$OUT/py-cuda-info.txt" >> "$S"
 (cd python/tests && timeout 420 $PY -m pytest -p no:cacheprovider -ra -v test_cuda.py \
-  --junitxml="$OUT/py-cuda-tests.xml") > "$OUT/py-cuda-tests.txt" 2>&1
+  ${PY_CUDA_TESTS:+-k "$PY_CUDA_TESTS"} --junitxml="$OUT/py-cuda-tests.xml") > "$OUT/py-cuda-tests.txt" 2>&1
 rc=$?
 grep -E "^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped|error)" "$OUT/py-cuda-tests.txt" | tail -n 30 >> "$S"
 grep -E "^E  " "$OUT/py-cuda-tests.txt" | head -n 15 >> "$S"
@@ -122,6 +123,7 @@ grep -B2 -A25 -E "^_{5,} test" "$OUT/py-cuda-tests.txt" | head -80 >> "$S"
 say "test_cuda.py: rc $rc"
 
 # 4. For information: the CPU-side Python tests on this machine's CPU (AVX-512/AMX kernels) with torch there.
+[ -n "${PY_CUDA_TESTS:-}" ] && exit $rc
 (cd python/tests && timeout 240 $PY -m pytest -p no:cacheprovider -q test_torch.py test_core.py test_errors.py) \
   > "$OUT/py-cuda-cpu-tests.txt" 2>&1
 say "for information, test_torch/test_core/test_errors there: rc $? ($(grep -E '[0-9]+ (passed|failed)' "$OUT/py-cuda-cpu-tests.txt" | tail -n 1))"

@@ -495,6 +495,75 @@ void ExpectMaskedDeviceValues(Context& gpu, uint64_t& salt, uint64_t nq, uint64_
   }
 }
 
+// Whether device 0 is the sm_90 GPU that the Hopper-only (wgmma) kernels need; elsewhere prints that `what` does
+// not run here, so that a run on another GPU says which comparisons it made.
+bool Sm90(const char* what) {
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  if (major == 9 && minor == 0) return true;
+  std::printf("gpu tests: compute capability %d.%d: %s\n", major, minor, what);
+  return false;
+}
+
+// One case of the kernel-agreement tests below: nq queries of lq_min..lq_max tokens and nd documents of
+// ld_min..ld_max tokens drawn with `shape`, encoded as dtype; zero_rows sets every 7th query row and all of document
+// 1 to zero first (int8 scale 0: every token a screening candidate).
+struct KernelCase {
+  maxsim_dtype dtype;
+  uint32_t dim;
+  uint64_t nq, lq_min, lq_max, nd, ld_min, ld_max;
+  Shape shape;
+  bool zero_rows = false;
+};
+
+// fn(q, d, pq, pd, metric, what) for every case and metric: each case's data drawn afresh (Rng(++*salt)) and packed;
+// `what` names the case and the metric. Stops at the first fatal failure.
+template <typename F>
+void ForEachKernelCase(Context& gpu, const std::vector<KernelCase>& cases, std::initializer_list<maxsim_metric> metrics,
+                       uint64_t* salt, F&& fn) {
+  for (const KernelCase& c : cases) {
+    auto rng = Rng(++*salt);
+    TokenSets q0 = Generate(rng, c.shape, c.nq, c.lq_min, c.lq_max, c.dim);
+    TokenSets d0 = Generate(rng, c.shape, c.nd, c.ld_min, c.ld_max, c.dim);
+    if (c.zero_rows) {
+      for (uint64_t r = 0; r < q0.rows(); r += 7) std::fill_n(q0.values.begin() + r * c.dim, c.dim, 0.0);
+      for (uint64_t r = d0.offsets[1]; r < d0.offsets[2]; ++r) std::fill_n(d0.values.begin() + r * c.dim, c.dim, 0.0);
+    }
+    const TokenSets q = Encoded(q0, c.dtype), d = Encoded(d0, c.dtype);
+    Packed pq = Packed::Pack(gpu, q.Dense());
+    Packed pd = Packed::Pack(gpu, d.Dense());
+    for (maxsim_metric metric : metrics) {
+      const std::string what = "dtype " + std::to_string(c.dtype) + " dim " + std::to_string(c.dim) + " Nq " +
+                               std::to_string(c.nq) + " Lq " + std::to_string(c.lq_min) + ".." +
+                               std::to_string(c.lq_max) + " Nd " + std::to_string(c.nd) + " Ld " +
+                               std::to_string(c.ld_min) + ".." + std::to_string(c.ld_max) + " " + ShapeName(c.shape) +
+                               (c.zero_rows ? " zero rows" : "") + (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+      fn(q, d, pq, pd, metric, what);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// Scores only (the request the kernel under test serves) must have the bits of the same request with the
+// environment variable name=value (the kernels it replaces), of the request with argmax (served by the pair
+// kernels, checked against the float64 reference) and of certified mode (screening's refinement). Returns them.
+std::vector<float> ExpectKernelAgreement(Context& gpu, const TokenSets& q, const TokenSets& d, const Packed& pq,
+                                         const Packed& pd, maxsim_metric metric, const char* name, const char* value,
+                                         const std::string& what) {
+  const Matrix with_argmax = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+  ExpectReference(q, d, metric, with_argmax, what + " (with argmax)");
+  const std::vector<float> values = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+  const std::vector<float> other = WithEnv(name, value, [&](Context& gpu) {
+    return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+  });
+  ExpectSameBits(values, other, what + " scores only vs " + name + "=" + value);
+  ExpectSameBits(values, with_argmax.scores, what + " scores only vs with argmax");
+  const std::vector<float> cert = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);
+  ExpectSameBits(cert, values, what + " certified vs exact");
+  return values;
+}
+
 TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
   // Long queries (more than 64 rows, 96 < dim <= 128) asked for scores only run the wgmma kernel on an sm_90
   // device. Its scores must be the mma.sync kernels' bits: the long-query mma.sync kernel (MAXSIM_CUDA_WGMMA=0),
@@ -502,57 +571,29 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
   // screening's refinement. Ragged and empty documents, lengths off the 128-token stage, partial row blocks,
   // dot and cosine, bf16 and f16, masked device tensors.
   Context gpu(Options("cuda"));
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
   const std::string report = gpu.Report();
   // The suite forces screening (kScreenCertified), and the report says so.
   EXPECT_NE(report.find("certified and approximate: int8 screening (forced, set by MAXSIM_CUDA_CERTIFIED=screen)"),
             std::string::npos)
       << report;
-  if (major == 9 && minor == 0) {
+  if (Sm90("the wgmma kernel does not run here; comparing mma.sync paths")) {
     EXPECT_NE(report.find("long queries: wgmma kernel"), std::string::npos) << report;
-  } else {
-    std::printf("gpu tests: compute capability %d.%d: the wgmma kernel does not run here; comparing mma.sync paths\n",
-                major, minor);
   }
-  struct LongCase {
-    maxsim_dtype dtype;
-    uint32_t dim;
-    uint64_t lq_min, lq_max;
-    Shape shape;
-  };
-  const LongCase cases[] = {
-      {MAXSIM_BF16, 128, 65, 128, Shape::kUnitGaussian},  {MAXSIM_BF16, 128, 129, 256, Shape::kClustered},
-      {MAXSIM_F16, 104, 129, 300, Shape::kGaussian},      {MAXSIM_BF16, 128, 1000, 1024, Shape::kClustered},
-      {MAXSIM_BF16, 120, 300, 520, Shape::kNearTies},     {MAXSIM_BF16, 128, 90, 128, Shape::kLargeNorm},
-      {MAXSIM_BF16, 112, 257, 700, Shape::kDuplicates},
+  const std::vector<KernelCase> cases = {
+      {MAXSIM_BF16, 128, 3, 65, 128, 14, 0, 700, Shape::kUnitGaussian},
+      {MAXSIM_BF16, 128, 3, 129, 256, 14, 0, 700, Shape::kClustered},
+      {MAXSIM_F16, 104, 3, 129, 300, 14, 0, 700, Shape::kGaussian},
+      {MAXSIM_BF16, 128, 3, 1000, 1024, 14, 0, 700, Shape::kClustered},
+      {MAXSIM_BF16, 120, 3, 300, 520, 14, 0, 700, Shape::kNearTies},
+      {MAXSIM_BF16, 128, 3, 90, 128, 14, 0, 700, Shape::kLargeNorm},
+      {MAXSIM_BF16, 112, 3, 257, 700, 14, 0, 700, Shape::kDuplicates},
   };
   uint64_t salt = 700;
-  for (const LongCase& c : cases) {
-    auto rng = Rng(++salt);
-    const TokenSets q = Encoded(Generate(rng, c.shape, 3, c.lq_min, c.lq_max, c.dim), c.dtype);
-    const TokenSets d = Encoded(Generate(rng, c.shape, 14, 0, 700, c.dim), c.dtype);
-    Packed pq = Packed::Pack(gpu, q.Dense());
-    Packed pd = Packed::Pack(gpu, d.Dense());
-    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
-      const std::string what = "dtype " + std::to_string(c.dtype) + " dim " + std::to_string(c.dim) + " Lq " +
-                               std::to_string(c.lq_min) + ".." + std::to_string(c.lq_max) + " " +
-                               ShapeName(c.shape) + (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
-      const Matrix with_argmax =
-          ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      ExpectReference(q, d, metric, with_argmax, what + " (with argmax)");
-      const std::vector<float> values = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      const std::vector<float> mma = WithEnv("MAXSIM_CUDA_WGMMA", "0", [&](Context& gpu) {
-        return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      });
-      ExpectSameBits(values, mma, what + " values vs MAXSIM_CUDA_WGMMA=0");
-      ExpectSameBits(values, with_argmax.scores, what + " values vs with argmax");
-      const std::vector<float> cert =
-          ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);
-      ExpectSameBits(cert, values, what + " certified vs exact");
-    }
-  }
+  ForEachKernelCase(gpu, cases, {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}, &salt,
+                    [&](const TokenSets& q, const TokenSets& d, const Packed& pq, const Packed& pd,
+                        maxsim_metric metric, const std::string& what) {
+    ExpectKernelAgreement(gpu, q, d, pq, pd, metric, "MAXSIM_CUDA_WGMMA", "0", what);
+  });
   // Masked dense device tensors: the document mask and query mask reach the kernel.
   ExpectMaskedDeviceValues(gpu, salt, 3, 100, 400, 10, 500, "MAXSIM_CUDA_WGMMA", "0", "masked device tensors");
 }
@@ -568,23 +609,11 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
   // cosine, bf16 and f16, dims 104..128, masked device tensors; and the batch kernel's other schedules
   // (MAXSIM_CUDA_BATCH_AHEAD=1 and 3, MAXSIM_CUDA_BATCH_ROWS=128) against its default, bit for bit.
   Context gpu(Options("cuda"));
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  if (major == 9 && minor == 0) {
+  if (Sm90("the batch kernel does not run here; comparing pair kernels")) {
     const std::string report = gpu.Report();
     EXPECT_NE(report.find("query batches: wgmma batch kernel"), std::string::npos) << report;
-  } else {
-    std::printf("gpu tests: compute capability %d.%d: the batch kernel does not run here; comparing pair kernels\n",
-                major, minor);
   }
-  struct BatchCase {
-    maxsim_dtype dtype;
-    uint32_t dim;
-    uint64_t nq, lq_min, lq_max, nd, ld_min, ld_max;
-    Shape shape;
-  };
-  const BatchCase cases[] = {
+  const std::vector<KernelCase> cases = {
       {MAXSIM_BF16, 128, 64, 32, 32, 40, 0, 300, Shape::kUnitGaussian},  // 8 full groups of 8 queries
       {MAXSIM_F16, 104, 9, 0, 16, 30, 1, 200, Shape::kClustered},        // 16-row slots, empty queries
       {MAXSIM_BF16, 120, 2, 1, 32, 50, 100, 160, Shape::kNearTies},     // one 128-row group
@@ -597,56 +626,36 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
       {MAXSIM_F16, 128, 8, 32, 32, 50, 188, 196, Shape::kUnitGaussian},  // last tiles of 60..68 tokens
   };
   uint64_t salt = 900;
-  for (const BatchCase& c : cases) {
-    auto rng = Rng(++salt);
-    const TokenSets q = Encoded(Generate(rng, c.shape, c.nq, c.lq_min, c.lq_max, c.dim), c.dtype);
-    const TokenSets d = Encoded(Generate(rng, c.shape, c.nd, c.ld_min, c.ld_max, c.dim), c.dtype);
-    Packed pq = Packed::Pack(gpu, q.Dense());
-    Packed pd = Packed::Pack(gpu, d.Dense());
-    for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
-      const std::string what = "dtype " + std::to_string(c.dtype) + " dim " + std::to_string(c.dim) + " Nq " +
-                               std::to_string(c.nq) + " Lq " + std::to_string(c.lq_min) + ".." +
-                               std::to_string(c.lq_max) + " Ld " + std::to_string(c.ld_min) + ".." +
-                               std::to_string(c.ld_max) + " " + ShapeName(c.shape) +
-                               (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
-      const Matrix with_argmax =
-          ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      ExpectReference(q, d, metric, with_argmax, what + " (with argmax)");
-      const std::vector<float> values = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-      const std::vector<float> pairs = WithEnv("MAXSIM_CUDA_NO_BATCH", "1", [&](Context& gpu) {
+  ForEachKernelCase(gpu, cases, {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}, &salt,
+                    [&](const TokenSets& q, const TokenSets& d, const Packed& pq, const Packed& pd,
+                        maxsim_metric metric, const std::string& what) {
+    const std::vector<float> values =
+        ExpectKernelAgreement(gpu, q, d, pq, pd, metric, "MAXSIM_CUDA_NO_BATCH", "1", what);
+    // The batch kernel's other schedules: 1 or 3 stages copied ahead, 128-row groups.
+    const std::pair<const char*, const char*> schedules[] = {
+        {"MAXSIM_CUDA_BATCH_AHEAD", "1"}, {"MAXSIM_CUDA_BATCH_AHEAD", "3"}, {"MAXSIM_CUDA_BATCH_ROWS", "128"}};
+    for (const auto& [name, value] : schedules) {
+      const std::vector<float> other = WithEnv(name, value, [&](Context& gpu) {
         return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       });
-      ExpectSameBits(values, pairs, what + " batch vs MAXSIM_CUDA_NO_BATCH=1");
-      // The batch kernel's other schedules: 1 or 3 stages copied ahead, 128-row groups.
-      const std::pair<const char*, const char*> schedules[] = {
-          {"MAXSIM_CUDA_BATCH_AHEAD", "1"}, {"MAXSIM_CUDA_BATCH_AHEAD", "3"}, {"MAXSIM_CUDA_BATCH_ROWS", "128"}};
-      for (const auto& [name, value] : schedules) {
-        const std::vector<float> other = WithEnv(name, value, [&](Context& gpu) {
-          return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
-        });
-        ExpectSameBits(values, other, what + " batch vs " + name + "=" + value);
-      }
-      ExpectSameBits(values, with_argmax.scores, what + " batch vs with argmax");
-      const std::vector<float> cert =
-          ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);
-      ExpectSameBits(cert, values, what + " certified (screening) vs batch");
-      if (::testing::Test::HasFatalFailure()) return;
-      // Top-k over the resident corpus for the whole batch: the batch scores' k best, same bits.
-      const uint64_t k = 7;
-      ScoreOptions o;
-      o.metric = metric;
-      o.mode = MAXSIM_MODE_EXACT;
-      TopKResult top = gpu.TopK(pq, q.n_sets(), pd, k, o);
-      const uint64_t kk = std::min<uint64_t>(k, d.n_sets());
-      for (uint64_t i = 0; i < q.n_sets(); ++i) {
-        const std::vector<uint64_t> order = RankDescending(values.data() + i * d.n_sets(), d.n_sets());
-        for (uint64_t r = 0; r < kk; ++r) {
-          ASSERT_EQ(top.index[i * k + r], order[r]) << what << " top-k query " << i << " rank " << r;
-          ASSERT_EQ(0, std::memcmp(&top.scores[i * k + r], &values[i * d.n_sets() + order[r]], 4)) << what;
-        }
+      ExpectSameBits(values, other, what + " batch vs " + name + "=" + value);
+    }
+    if (::testing::Test::HasFatalFailure()) return;
+    // Top-k over the resident corpus for the whole batch: the batch scores' k best, same bits.
+    const uint64_t k = 7;
+    ScoreOptions o;
+    o.metric = metric;
+    o.mode = MAXSIM_MODE_EXACT;
+    TopKResult top = gpu.TopK(pq, q.n_sets(), pd, k, o);
+    const uint64_t kk = std::min<uint64_t>(k, d.n_sets());
+    for (uint64_t i = 0; i < q.n_sets(); ++i) {
+      const std::vector<uint64_t> order = RankDescending(values.data() + i * d.n_sets(), d.n_sets());
+      for (uint64_t r = 0; r < kk; ++r) {
+        ASSERT_EQ(top.index[i * k + r], order[r]) << what << " top-k query " << i << " rank " << r;
+        ASSERT_EQ(0, std::memcmp(&top.scores[i * k + r], &values[i * d.n_sets() + order[r]], 4)) << what;
       }
     }
-  }
+  });
   // Masked dense device tensors: the query and document masks reach the batch kernel.
   ExpectMaskedDeviceValues(gpu, salt, 6, 0, 32, 15, 260, "MAXSIM_CUDA_NO_BATCH", "1", "batch, masked device tensors");
 }
@@ -659,60 +668,40 @@ TEST_F(Gpu, CertifiedWgmmaScreeningEqualsExact) {
   // and are refined over every token), short queries forced onto the kernel (MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ=1),
   // the kernel switched off (MAXSIM_CUDA_SCREEN_WGMMA=0: the mma.sync screening kernel) and certified top-k.
   Context gpu(Options("cuda"));
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  if (!(major == 9 && minor == 0)) {
-    std::printf("gpu tests: compute capability %d.%d: the wgmma screening kernel does not run here\n", major, minor);
-  }
-  struct WgCase {
-    maxsim_dtype dtype;
-    uint32_t dim;
-    uint64_t lq_min, lq_max;
-    Shape shape;
-    bool zero_rows;
-  };
-  const WgCase cases[] = {
-      {MAXSIM_BF16, 128, 256, 1100, Shape::kUnitGaussian, false}, {MAXSIM_BF16, 128, 300, 600, Shape::kClustered, false},
-      {MAXSIM_F16, 104, 256, 520, Shape::kGaussian, false},       {MAXSIM_BF16, 120, 256, 400, Shape::kNearTies, false},
-      {MAXSIM_BF16, 112, 257, 700, Shape::kDuplicates, false},    {MAXSIM_BF16, 128, 256, 300, Shape::kLargeNorm, true},
+  Sm90("the wgmma screening kernel does not run here");
+  const std::vector<KernelCase> cases = {
+      {MAXSIM_BF16, 128, 3, 256, 1100, 12, 0, 600, Shape::kUnitGaussian},
+      {MAXSIM_BF16, 128, 3, 300, 600, 12, 0, 600, Shape::kClustered},
+      {MAXSIM_F16, 104, 3, 256, 520, 12, 0, 600, Shape::kGaussian},
+      {MAXSIM_BF16, 120, 3, 256, 400, 12, 0, 600, Shape::kNearTies},
+      {MAXSIM_BF16, 112, 3, 257, 700, 12, 0, 600, Shape::kDuplicates},
+      {MAXSIM_BF16, 128, 3, 256, 300, 12, 0, 600, Shape::kLargeNorm, true},
   };
   uint64_t salt = 900;
-  for (const WgCase& c : cases) {
-    auto rng = Rng(++salt);
-    TokenSets q0 = Generate(rng, c.shape, 3, c.lq_min, c.lq_max, c.dim);
-    TokenSets d0 = Generate(rng, c.shape, 12, 0, 600, c.dim);
-    if (c.zero_rows) {
-      // Zero query rows (scale 0: every token a candidate) and an all-zero document.
-      for (uint64_t r = 0; r < q0.rows(); r += 7) std::fill_n(q0.values.begin() + r * c.dim, c.dim, 0.0);
-      for (uint64_t r = d0.offsets[1]; r < d0.offsets[2]; ++r) std::fill_n(d0.values.begin() + r * c.dim, c.dim, 0.0);
-    }
-    const TokenSets q = Encoded(q0, c.dtype), d = Encoded(d0, c.dtype);
-    Packed pq = Packed::Pack(gpu, q.Dense());
-    Packed pd = Packed::Pack(gpu, d.Dense());
-    const std::string what = std::string(ShapeName(c.shape)) + " dtype " + std::to_string(c.dtype) + " dim " +
-                             std::to_string(c.dim);
-    const std::vector<float> exact = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+  ForEachKernelCase(gpu, cases, {MAXSIM_METRIC_DOT}, &salt,
+                    [&](const TokenSets& q, const TokenSets& d, const Packed& pq, const Packed& pd,
+                        maxsim_metric metric, const std::string& what) {
+    const std::vector<float> exact = ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
     for (uint64_t i = 0; i < q.n_sets(); ++i) {
       for (uint64_t j = 0; j < d.n_sets(); ++j) {
-        const std::string err = CheckPair(q, i, d, j, MAXSIM_METRIC_DOT, exact[i * d.n_sets() + j], nullptr);
+        const std::string err = CheckPair(q, i, d, j, metric, exact[i * d.n_sets() + j], nullptr);
         ASSERT_TRUE(err.empty()) << what << " exact query " << i << " doc " << j << ": " << err;
       }
     }
     maxsim_stats st{};
     ScoreOptions o;
-    o.metric = MAXSIM_METRIC_DOT;
+    o.metric = metric;
     o.mode = MAXSIM_MODE_CERTIFIED;
     o.stats = &st;
     const std::vector<float> cert = gpu.ScoreMatrix(pq, q.n_sets(), pd, d.n_sets(), o);
     ExpectSameBits(cert, exact, what + " certified vs exact");
     EXPECT_GT(st.refined, 0u) << what;
     const std::vector<float> tiny = WithEnv("MAXSIM_CUDA_SCREEN_WGMMA_CAP", "1", [&](Context& gpu) {
-      return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
+      return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);
     });
     ExpectSameBits(tiny, exact, what + " certified with 1-record-per-row candidate lists vs exact");
     const std::vector<float> old = WithEnv("MAXSIM_CUDA_SCREEN_WGMMA", "0", [&](Context& gpu) {
-      return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_CERTIFIED);
+      return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED);
     });
     ExpectSameBits(old, exact, what + " certified (mma.sync screening) vs exact");
     if (::testing::Test::HasFatalFailure()) return;
@@ -726,7 +715,7 @@ TEST_F(Gpu, CertifiedWgmmaScreeningEqualsExact) {
         ASSERT_EQ(0, std::memcmp(&top.scores[i * 5 + r], &exact[i * d.n_sets() + order[r]], 4)) << what;
       }
     }
-  }
+  });
   // Short queries forced onto the kernel: most of each 256-row group is past the query.
   setenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", "1", 1);
   Context short_gpu = CudaContext();
