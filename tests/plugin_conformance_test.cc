@@ -20,6 +20,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "maxsim/maxsim.hpp"
@@ -147,15 +148,28 @@ const Case kCases[] = {
     {Shape::kClustered, MAXSIM_F16, 100, 3, 12, 40, 70},
 };
 
+// A case's queries and documents, drawn with rng, encoded, and packed by the CPU context.
+struct CaseData {
+  TokenSets q, d;
+  Packed queries, corpus;
+};
+
+CaseData Draw(std::mt19937_64& rng, const Case& c, Context& cpu) {
+  TokenSets q = Generate(rng, c.shape, c.nq, 0, c.max_lq, c.dim);
+  TokenSets d = Generate(rng, c.shape, c.nd, 0, c.max_ld, c.dim);
+  q.Encode(c.dtype);
+  d.Encode(c.dtype);
+  Packed corpus = Packed::Pack(cpu, d.Dense());
+  Packed queries = Packed::Pack(cpu, q.Dense());
+  return {std::move(q), std::move(d), std::move(queries), std::move(corpus)};
+}
+
 TEST_P(PluginConformance, PackedCorporaMatchTheReference) {
   std::mt19937_64 rng(2024);
   for (const Case& c : kCases) {
-    TokenSets q = Generate(rng, c.shape, c.nq, 0, c.max_lq, c.dim);
-    TokenSets d = Generate(rng, c.shape, c.nd, 0, c.max_ld, c.dim);
-    q.Encode(c.dtype);
-    d.Encode(c.dtype);
-    Packed corpus = Packed::Pack(cpu_, d.Dense());
-    Packed queries = Packed::Pack(cpu_, q.Dense());
+    const CaseData data = Draw(rng, c, cpu_);
+    const TokenSets &q = data.q, &d = data.d;
+    const Packed &queries = data.queries, &corpus = data.corpus;
     const uint64_t nq = q.n_sets(), nd = d.n_sets();
     for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
       const std::string what = Describe(c, metric);
@@ -214,16 +228,12 @@ TEST_P(PluginConformance, PackedCorporaMatchTheReference) {
 TEST_P(PluginConformance, ScoreMatrixIntoColumnsTouchesOnlyItsColumns) {
   std::mt19937_64 rng(31);
   for (const Case& c : kCases) {
-    TokenSets q = Generate(rng, c.shape, c.nq, 0, c.max_lq, c.dim);
-    TokenSets d = Generate(rng, c.shape, c.nd, 0, c.max_ld, c.dim);
-    q.Encode(c.dtype);
-    d.Encode(c.dtype);
-    Packed corpus = Packed::Pack(cpu_, d.Dense());
-    Packed queries = Packed::Pack(cpu_, q.Dense());
+    const CaseData data = Draw(rng, c, cpu_);
     for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
       for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED}) {
         bool takes = false;
-        const std::string m = MatrixColumnsMismatch(ctx(), queries.get(), corpus.get(), metric, mode, &takes);
+        const std::string m =
+            MatrixColumnsMismatch(ctx(), data.queries.get(), data.corpus.get(), metric, mode, &takes);
         if (!takes) GTEST_SKIP() << GetParam().name << " does not declare MAXSIM_PLUGIN_OUTPUT_MATRIX_COLUMNS";
         ASSERT_EQ(m, "") << Describe(c, metric) << " mode " << mode;
       }
