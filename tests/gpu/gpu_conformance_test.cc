@@ -1400,28 +1400,34 @@ TEST_F(Gpu, FoldedInputCheckOnDeviceTensors) {
     maxsim_dtype dtype;
     uint64_t lq;
     bool argmax, uniform;
+    uint64_t nd = 5;
   };
-  const Case cases[] = {{MAXSIM_BF16, 32, false, true}, {MAXSIM_BF16, 32, true, false}, {MAXSIM_F16, 20, false, false},
+  // The last case has more documents than an H100 runs blocks, so that a block of the batch kernel computes
+  // several: its warps check their query rows on their first tile only, and the warp that checks a document's
+  // every similarity takes turns (exact_wgmma.cu).
+  const Case cases[] = {{MAXSIM_BF16, 32, false, true},  {MAXSIM_BF16, 32, true, false}, {MAXSIM_F16, 20, false, false},
                         {MAXSIM_BF16, 300, false, true}, {MAXSIM_BF16, 300, true, true}, {MAXSIM_F16, 130, false, false},
-                        {MAXSIM_F32, 24, true, true}};
+                        {MAXSIM_F32, 24, true, true},    {MAXSIM_BF16, 32, false, false, 600}};
   struct Bad {
     bool query;
     uint64_t set, token;
     uint32_t k;
     float value;
   };
-  // Tokens past a set's end are clamped to its last token. Long queries: query token 100 is in no warp that
-  // checks every similarity (the wgmma kernel checks a sample, exact_wgmma.cu), document token 299 in no pair's
-  // first tile.
-  const Bad bads[] = {{true, 1, 5, 3, std::nanf("")}, {false, 2, 7, 0, INFINITY}, {false, 4, 0, 127, -INFINITY},
-                      {true, 2, 100, 64, -INFINITY}, {false, 1, 299, 9, std::nanf("")}};
+  // Sets past the last and tokens past a set's end are clamped to the last. Long queries: query token 100 is in
+  // no warp that checks every similarity (the wgmma kernel checks a sample, exact_wgmma.cu), document token 299
+  // in no pair's first tile; the last document's last token: in a block's third document with 600 of them.
+  const Bad bads[] = {{true, 1, 5, 3, std::nanf("")},  {false, 2, 7, 0, INFINITY},
+                      {false, 4, 0, 127, -INFINITY},   {true, 2, 100, 64, -INFINITY},
+                      {false, 1, 299, 9, std::nanf("")}, {false, 599, 299, 77, INFINITY}};
   uint64_t salt = 1800;
   for (const Case& c : cases) {
     auto rng = Rng(++salt);
     const std::string what = "dtype " + std::to_string(c.dtype) + " lq " + std::to_string(c.lq) +
-                             (c.argmax ? " argmax" : " values") + (c.uniform ? " uniform" : " offsets");
+                             (c.argmax ? " argmax" : " values") + (c.uniform ? " uniform" : " offsets") + " nd " +
+                             std::to_string(c.nd);
     const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, c.lq, c.lq, 128), c.dtype);
-    const TokenSets d = Encoded(Generate(rng, Shape::kUnitGaussian, 5, c.uniform ? 300 : 40, 300, 128), c.dtype);
+    const TokenSets d = Encoded(Generate(rng, Shape::kUnitGaussian, c.nd, c.uniform ? 300 : 40, 300, 128), c.dtype);
     auto run = [&](const TokenSets& tq, const TokenSets& td, maxsim_status* st, Matrix* m) {
       DeviceSets dq(tq), dd(td);
       if (c.uniform) {  // uniform sets are passed without offsets
@@ -1444,13 +1450,14 @@ TEST_F(Gpu, FoldedInputCheckOnDeviceTensors) {
     for (const Bad& b : bads) {
       TokenSets bq = q, bd = d;
       TokenSets& t = b.query ? bq : bd;
-      const uint64_t token = std::min<uint64_t>(b.token, t.length(b.set) - 1);
-      t.values[(t.offsets[b.set] + token) * t.dim + b.k] = b.value;
+      const uint64_t set = std::min<uint64_t>(b.set, t.n_sets() - 1);
+      const uint64_t token = std::min<uint64_t>(b.token, t.length(set) - 1);
+      t.values[(t.offsets[set] + token) * t.dim + b.k] = b.value;
       t.Encode(c.dtype);
       maxsim_status st = MAXSIM_OK;
       Matrix m;
       run(bq, bd, &st, &m);
-      const std::string want = std::string(b.query ? "queries" : "documents") + ": set " + std::to_string(b.set) +
+      const std::string want = std::string(b.query ? "queries" : "documents") + ": set " + std::to_string(set) +
                                " token " + std::to_string(token) + " ";
       const std::string msg = st == MAXSIM_OK ? "" : maxsim_last_error();
       EXPECT_EQ(st, MAXSIM_ERR_NON_FINITE) << what << ": " << want;

@@ -206,30 +206,15 @@ __device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&
                                             bool check, float& chk) {
   const int t = threadIdx.x & 3;
   if (plain) {
-    // Without a mask or weights every column below ld is kept. The check may see the columns past ld too: their
-    // stage rows were zero-filled (CopyStagePieces), so their similarities are +-0.
+    // Without a mask or weights every column below ld is kept, and the columns at or past ld (a document's last,
+    // partial tile) repeat column ld - 1 (their stage rows are copies of row ld - 1: CopyStagePieces with
+    // kRepeatLast), so the maximum over all N columns is the maximum over the document's: one tree, no
+    // per-column test. The check sees the same values.
     if (check) {
 #pragma unroll
       for (int j = 0; j < N / 2; ++j) chk = MaxNaN(chk, fabsf(d[j]));
     }
-    if (base + N <= ld) {
-      TreeMax<N>(d, ra, rb);
-    } else {
-      // A document's last, partial tile: the columns at or past ld as -inf, then the same tree (a maximum is the
-      // same value in any order, so this is the per-column fold's value without its per-column branches).
-      const uint32_t rem = static_cast<uint32_t>(ld - base);
-      float m[N / 2];
-#pragma unroll
-      for (int j = 0; j < N / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const bool keep = static_cast<uint32_t>(8 * j + 2 * t + e) < rem;
-          m[4 * j + e] = keep ? d[4 * j + e] : -INFINITY;
-          m[4 * j + 2 + e] = keep ? d[4 * j + 2 + e] : -INFINITY;
-        }
-      }
-      TreeMax<N>(m, ra, rb);
-    }
+    TreeMax<N>(d, ra, rb);
     saw_kept = true;
     return;
   }
@@ -418,7 +403,6 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
   __shared__ __align__(8) uint64_t s_full[S], s_empty[S];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wq = warp & 3;
-  const bool checker = warp == 0;  // checks every similarity it computes (the folded input check, below)
   const int g = lane >> 2;
   const uint32_t G = a.part.groups;
   const uint32_t grp = blockIdx.x % G;
@@ -459,7 +443,7 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
     const uint32_t s = produced.slot;
     if (produced.lapped) MbarWait(empty0 + 8 * s, produced.phase ^ 1);
     const uint32_t st = sbase + s * kWgStageBytes;
-    CopyStagePieces<kWgRegionBytes, kWgTokens * 16 / kThreads, kThreads / 16>(
+    CopyStagePieces<kWgRegionBytes, kWgTokens * 16 / kThreads, kThreads / 16, true>(
         st, pc, tok0, pc_in_dim, a.d.orig + cur.db * drb, drb, cur.tile * kWgTokens, cur.ld);
     MbarArriveCopies(full0 + 8 * s);
     produced.Advance(S);
@@ -479,7 +463,14 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
     LoadQueryFragments<QS>(a.q.orig + br.qb * qrb, qrb, br.lq, dim, br.tok + g, qa, qc);  // for every document
   }
   RingPos consumed;
+  // The folded input check (below): the warp that checks every similarity it computes of a unit, the block's
+  // warps in turn (the extra folds spread over the SM's schedulers instead of all on warp 0's), and in batch
+  // launches whether this warp has yet to check its query rows.
+  int check_warp = 0;
+  bool rows_unchecked = true;
   for (uint64_t p = c0; p < units; p += cpg) {
+    const bool checker = warp == check_warp;
+    check_warp = check_warp + 1 == kThreads / 32 ? 0 : check_warp + 1;
     uint64_t qi = 0, dj = p, qb = 0, lq = 0;
     if constexpr (!kBatch) {
       a.pairs.Resolve(p, &qi, &dj);
@@ -511,9 +502,11 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
       // document row: a non-finite element makes every similarity of its row non-finite, whatever the other row
       // (NaN * x = NaN, Inf * 0 = NaN), so one warp checking all its similarities covers every document row, and
       // every warp checking a pair's first tile covers every query row (without a mask every column of it below
-      // ld is kept; masked documents are checked on every tile). The condition is uniform across the warp: a
+      // ld is kept; masked documents are checked on every tile). A batch warp's query rows are the same for every
+      // document: it checks them on the first tile it computes. The condition is uniform across the warp: a
       // per-thread one (divergent control flow around the accumulators) slowed the kernel down.
-      const bool check = a.bad != nullptr && (checker || tile == 0 || !plain);
+      const bool check = a.bad != nullptr && (checker || (kBatch ? rows_unchecked : tile == 0) || !plain);
+      if constexpr (kBatch) rows_unchecked = false;
       const uint64_t base = tile * kWgTokens;
       // Both row sets are issued, the next copies go out while they run, then set 0 is folded during set 1.
       // (Folding set 1 of the previous tile during set 0 of this one, across iterations, makes ptxas

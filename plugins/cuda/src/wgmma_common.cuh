@@ -76,14 +76,16 @@ __device__ __forceinline__ uint32_t PieceOffset(int pc, int tok) {
 // Copies this thread's share of one stage: 16-byte piece pc of stage tokens tok0, tok0 + kStep, ...
 // (kCount of them, kCount * kStep tokens in the stage), i.e. of document rows n0 + tok (drb bytes apart from
 // dbase), to PieceOffset<kRegion>(pc, tok) of the stage at st; rows at or past ld and pieces past the dimension
-// as zeros. A whole stage (the common case) takes a path without predicates: kStep is a multiple of 8, so the
-// swizzle phase tok % 8 is the same for all of a thread's tokens and token tok0 + kStep * i lands
-// 128 * kStep * i bytes after token tok0: each copy is one cp.async with an immediate shared-memory offset and a
-// strided source (the predicated path of a partial stage too). Used by the producers of exact_wgmma.cu (16-bit
-// document rows, two k regions) and screen_wgmma.cu (128-byte int8 code rows: pieces 0..7 of one region). (The
-// general path's per-copy index, predicate and swizzle arithmetic made the producer warpgroup issue ~1000
-// instructions per 64 KB stage, and the visual shape several percent slower in gpu_bench.)
-template <uint32_t kRegion, int kCount, int kStep>
+// as zeros, or with kRepeatLast, rows at or past ld as copies of row ld - 1 (ld > n0: a stage starts inside the
+// document), so that a fold of maxima over the stage's columns needs no per-column test (exact_wgmma.cu's batch
+// and pair kernels; screening keeps zeros). A whole stage (the common case) takes a path without predicates:
+// kStep is a multiple of 8, so the swizzle phase tok % 8 is the same for all of a thread's tokens and token
+// tok0 + kStep * i lands 128 * kStep * i bytes after token tok0: each copy is one cp.async with an immediate
+// shared-memory offset and a strided source (the predicated path of a partial stage too). Used by the producers
+// of exact_wgmma.cu (16-bit document rows, two k regions) and screen_wgmma.cu (128-byte int8 code rows: pieces
+// 0..7 of one region). (The general path's per-copy index, predicate and swizzle arithmetic made the producer
+// warpgroup issue ~1000 instructions per 64 KB stage, and the visual shape several percent slower in gpu_bench.)
+template <uint32_t kRegion, int kCount, int kStep, bool kRepeatLast = false>
 __device__ __forceinline__ void CopyStagePieces(uint32_t st, int pc, int tok0, bool pc_in_dim, const uint8_t* dbase,
                                                 uint64_t drb, uint64_t n0, uint64_t ld) {
   static_assert(kStep % 8 == 0, "a thread's tokens must share the swizzle phase");
@@ -95,7 +97,8 @@ __device__ __forceinline__ void CopyStagePieces(uint32_t st, int pc, int tok0, b
   } else {
 #pragma unroll 8
     for (int i = 0; i < kCount; ++i) {
-      const uint64_t n = n0 + tok0 + kStep * i;
+      uint64_t n = n0 + tok0 + kStep * i;
+      if constexpr (kRepeatLast) n = n < ld ? n : ld - 1;
       const bool pred = pc_in_dim && n < ld;
       CpAsync16(dst + 128u * kStep * i, dbase + (pred ? n * drb + pc * 16 : 0), pred);
     }
