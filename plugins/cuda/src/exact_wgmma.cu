@@ -52,9 +52,9 @@ constexpr int kWgStageBytes = 2 * kWgRegionBytes;   // 128 logical k positions
 
 #if defined(MAXSIM_HAVE_WGMMA)  // the device helpers exist only in the sm_90a pass
 
-// D (64 x N f32: this thread's N/2 values) = A (registers, 4 x 32 bits) x B (shared-memory descriptor) + D,
-// or A x B when sd == 0. TY: the 16-bit input type's PTX name. The operand lists are spelled out because inline
-// asm takes no arrays.
+// D (64 x N f32: this thread's N/2 values) = A (registers, 4 x 32 bits) x B (shared-memory descriptor: its low
+// word dlo, its high word kSmemDescHi) + D, or A x B when sd == 0. TY: the 16-bit input type's PTX name. The
+// operand lists are spelled out because inline asm takes no arrays.
 #define MAXSIM_D8(i) MAXSIM_ACC(d[i]), MAXSIM_ACC(d[i + 1]), MAXSIM_ACC(d[i + 2]), MAXSIM_ACC(d[i + 3]), \
                      MAXSIM_ACC(d[i + 4]), MAXSIM_ACC(d[i + 5]), MAXSIM_ACC(d[i + 6]), MAXSIM_ACC(d[i + 7])
 #define MAXSIM_D64(i) MAXSIM_D8(i), MAXSIM_D8(i + 8), MAXSIM_D8(i + 16), MAXSIM_D8(i + 24), MAXSIM_D8(i + 32), \
@@ -63,35 +63,35 @@ constexpr int kWgStageBytes = 2 * kWgRegionBytes;   // 128 logical k positions
                       "%" #b "8, %" #b "9, "
 #define MAXSIM_WGMMA_M64N128K16(TY) \
   asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
+      "{\n.reg .pred p;\n.reg .b64 dsc;\nsetp.ne.b32 p, %69, 0;\nmov.b64 dsc, {%68, %70};\n" \
       "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
       "{" \
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n" \
+      "}, {%64, %65, %66, %67}, dsc, p, 1, 1, 0;\n}\n" \
       : MAXSIM_D64(0) \
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(sd))
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(dlo), "r"(sd), "r"(kSmemDescHi))
 #define MAXSIM_WGMMA_M64N256K16(TY) \
   asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n" \
+      "{\n.reg .pred p;\n.reg .b64 dsc;\nsetp.ne.b32 p, %133, 0;\nmov.b64 dsc, {%132, %134};\n" \
       "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " \
       "{" \
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, " MAXSIM_R10(1) MAXSIM_R10(2) MAXSIM_R10(3) MAXSIM_R10(4) \
       MAXSIM_R10(5) MAXSIM_R10(6) MAXSIM_R10(7) MAXSIM_R10(8) MAXSIM_R10(9) MAXSIM_R10(10) MAXSIM_R10(11) \
       "%120, %121, %122, %123, %124, %125, %126, %127" \
-      "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n" \
+      "}, {%128, %129, %130, %131}, dsc, p, 1, 1, 0;\n}\n" \
       : MAXSIM_D64(0), MAXSIM_D64(64) \
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(sd))
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(dlo), "r"(sd), "r"(kSmemDescHi))
 
 #define MAXSIM_WGMMA_M64N64K16(TY) \
   asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
+      "{\n.reg .pred p;\n.reg .b64 dsc;\nsetp.ne.b32 p, %37, 0;\nmov.b64 dsc, {%36, %38};\n" \
       "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n" \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, dsc, p, 1, 1, 0;\n}\n" \
       : MAXSIM_D8(0), MAXSIM_D8(8), MAXSIM_D8(16), MAXSIM_D8(24) \
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(sd))
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(dlo), "r"(sd), "r"(kSmemDescHi))
 
 // N = 64 (a document's last, partial tile) writes the first N / 2 of the V accumulator registers; each output
 // element depends only on its own A row, B column and accumulator, so the tile width changes no value.
@@ -116,14 +116,14 @@ constexpr int kWgStageBytes = 2 * kWgRegionBytes;   // 128 logical k positions
 #define MAXSIM_ACC(x) "+f"(x)
 template <typename T, int N, int V>
 __device__ __forceinline__ void Wgmma(float (&d)[V], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                      uint64_t desc, int sd) {
+                                      uint32_t dlo, int sd) {
   MAXSIM_WGMMA_BODY
 }
 #undef MAXSIM_ACC
 #define MAXSIM_ACC(x) "=f"(x)
 template <typename T, int N, int V>
 __device__ __forceinline__ void WgmmaFirst(float (&d)[V], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                           uint64_t desc) {
+                                           uint32_t dlo) {
   const int sd = 0;
   MAXSIM_WGMMA_BODY
 }
@@ -147,15 +147,16 @@ __device__ __forceinline__ void IssueTile(float (&d)[V], const uint4 (&qa)[4], c
                                           uint32_t stage) {
   constexpr uint32_t kRegion = kWgRegionBytes;
   // The descriptor's address field is addr >> 4 (SmemDesc); stage + offset stays below 2^18, so step s's
-  // descriptor is the stage's plus offset >> 4: one add per step instead of the address arithmetic.
-  const uint64_t desc0 = SmemDesc(stage);
+  // descriptor is the stage's plus offset >> 4: one 32-bit add to the low word per step (no carry reaches the
+  // high word) instead of the address arithmetic.
+  const uint32_t desc0 = SmemDescLo(stage);
   WgFence();
 #pragma unroll
   for (int s = 0; s < 8; ++s) {
     const int c = s >> 1;
     const uint32_t a0 = (s & 1) ? qa[c].z : qa[c].x, a1 = (s & 1) ? qc[c].z : qc[c].x;
     const uint32_t a2 = (s & 1) ? qa[c].w : qa[c].y, a3 = (s & 1) ? qc[c].w : qc[c].y;
-    const uint64_t desc = desc0 + (((s >> 2) * kRegion + (s & 3) * 32) >> 4);
+    const uint32_t desc = desc0 + (((s >> 2) * kRegion + (s & 3) * 32) >> 4);
     if (s == 0) {
       WgmmaFirst<T, N>(d, a0, a1, a2, a3, desc);
     } else {
@@ -464,8 +465,9 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
   }
   RingPos consumed;
   // The folded input check (below): the warp that checks every similarity it computes of a unit, the block's
-  // warps in turn (the extra folds spread over the SM's schedulers instead of all on warp 0's), and in batch
-  // launches whether this warp has yet to check its query rows.
+  // warps in turn (the extra folds spread over the SM's schedulers instead of all on warp 0's), and whether this
+  // warp has yet to check its query rows (pair launches: on every unit's first tile, the rows being the pair's;
+  // batch launches: on the first tile the warp computes).
   int check_warp = 0;
   bool rows_unchecked = true;
   for (uint64_t p = c0; p < units; p += cpg) {
@@ -492,8 +494,12 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
     for (int qs = 0; qs < QS; ++qs) run[qs][0] = run[qs][1] = -INFINITY;
     bool saw_kept = false;
     float chk = 0.0f;
-    const uint64_t ntiles = (ld + kWgTokens - 1) / kWgTokens;
-    for (uint64_t tile = 0; tile < ntiles; ++tile, consumed.Advance(S)) {
+    // The folded input check's share of this unit's tiles (below), worked out once per unit.
+    const bool check_unit = a.bad != nullptr && (checker || !plain);
+    bool check_rows = a.bad != nullptr && rows_unchecked;
+    // Tile numbers in 32 bits: a document of 2^32 tiles would be 2^46 bytes of 16-bit rows.
+    const uint32_t ntiles = static_cast<uint32_t>((ld + kWgTokens - 1) / kWgTokens);
+    for (uint32_t tile = 0; tile < ntiles; ++tile, consumed.Advance(S)) {
       const uint32_t s = consumed.slot;
       MbarWait(full0 + 8 * s, consumed.phase);
       FenceProxyAsync();  // the copies (generic proxy) before this thread's wgmma reads (async proxy)
@@ -503,11 +509,12 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
       // (NaN * x = NaN, Inf * 0 = NaN), so one warp checking all its similarities covers every document row, and
       // every warp checking a pair's first tile covers every query row (without a mask every column of it below
       // ld is kept; masked documents are checked on every tile). A batch warp's query rows are the same for every
-      // document: it checks them on the first tile it computes. The condition is uniform across the warp: a
-      // per-thread one (divergent control flow around the accumulators) slowed the kernel down.
-      const bool check = a.bad != nullptr && (checker || (kBatch ? rows_unchecked : tile == 0) || !plain);
+      // document: it checks them on the first tile it computes (rows_unchecked). The condition is uniform across
+      // the warp: a per-thread one (divergent control flow around the accumulators) slowed the kernel down.
+      const bool check = check_unit || check_rows;
+      check_rows = false;
       if constexpr (kBatch) rows_unchecked = false;
-      const uint64_t base = tile * kWgTokens;
+      const uint64_t base = static_cast<uint64_t>(tile) * kWgTokens;
       // Both row sets are issued, the next copies go out while they run, then set 0 is folded during set 1.
       // (Folding set 1 of the previous tile during set 0 of this one, across iterations, makes ptxas
       // serialise every wgmma: ptxas report C7514.)

@@ -20,9 +20,13 @@ namespace mscuda {
 
 #if defined(MAXSIM_HAVE_WGMMA)
 
-// Shared-memory matrix descriptor: 128-byte swizzle, K-major, 8-row groups 1024 bytes apart.
+// Shared-memory matrix descriptor: 128-byte swizzle, K-major, 8-row groups 1024 bytes apart. Its low word holds
+// the address field (addr >> 4) and the leading byte offset, its high word (stride byte offset, swizzle mode) is
+// the same for every address: a kernel that steps through a stage adds to the low word alone (exact_wgmma.cu).
+constexpr uint32_t kSmemDescHi = 64u | (1u << 30);
+__device__ __forceinline__ uint32_t SmemDescLo(uint32_t addr) { return ((addr & 0x3FFFFu) >> 4) | (1u << 16); }
 __device__ __forceinline__ uint64_t SmemDesc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+  return (static_cast<uint64_t>(kSmemDescHi) << 32) | SmemDescLo(addr);
 }
 
 // cp.async writes through the generic proxy; wgmma reads through the async proxy.
@@ -94,11 +98,22 @@ __device__ __forceinline__ void CopyStagePieces(uint32_t st, int pc, int tok0, b
     const uint8_t* src = dbase + (n0 + tok0) * drb + pc * 16;
 #pragma unroll 8
     for (int i = 0; i < kCount; ++i) CpAsync16(dst + 128u * kStep * i, src + i * kStep * drb, true);
+  } else if constexpr (kRepeatLast) {
+    // A partial stage (or pieces past the dimension): rows last + 1.. of the stage copy row last.
+    // Stage-relative row numbers in 32 bits: one minimum and one multiply-add per copy (the empty asm keeps the
+    // compiler from folding row0 back into a 64-bit row number and multiplying that per copy).
+    const uint32_t last = static_cast<uint32_t>(std::min<uint64_t>(ld - n0, kCount * kStep)) - 1;
+    const uint8_t* row0 = dbase + n0 * drb + pc * 16;
+    asm("" : "+l"(row0));
+#pragma unroll 8
+    for (int i = 0; i < kCount; ++i) {
+      const uint32_t r = std::min(static_cast<uint32_t>(tok0 + kStep * i), last);
+      CpAsync16(dst + 128u * kStep * i, row0 + r * drb, pc_in_dim);
+    }
   } else {
 #pragma unroll 8
     for (int i = 0; i < kCount; ++i) {
-      uint64_t n = n0 + tok0 + kStep * i;
-      if constexpr (kRepeatLast) n = n < ld ? n : ld - 1;
+      const uint64_t n = n0 + tok0 + kStep * i;
       const bool pred = pc_in_dim && n < ld;
       CpAsync16(dst + 128u * kStep * i, dbase + (pred ? n * drb + pc * 16 : 0), pred);
     }
