@@ -10,6 +10,8 @@
 #      GPU or plugin fails instead of skipping); its PyLate test runs if pylate.scores and pylate.rank import;
 #   4. for information (not the section's result): test_torch.py, test_core.py and test_errors.py there.
 # PY_CUDA_TESTS (a pytest -k expression) runs only the matching tests of test_cuda.py, and skips step 4.
+# PY_CUDA_INSTALL=prebuilt installs .whl/'s prebuilt maxsim wheel without trying `pip install .` first (a machine
+# where building the extension is known to fail; the summary names the wheel's revision).
 set -uo pipefail
 source scripts/device/env.sh
 S="$OUT/summary-py-cuda.txt"
@@ -90,7 +92,10 @@ if [ -n "$cxx_lib" ] && [ -f "$cxx_lib/libstdc++.so.6" ] && [ "$cxx_lib" != . ];
 fi
 start=$(date +%s)
 include=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-if [ ! -f "$include/Python.h" ]; then
+if [ "${PY_CUDA_INSTALL:-source}" = prebuilt ]; then
+  say "note: PY_CUDA_INSTALL=prebuilt: this checkout is not built here"
+  use_prebuilt
+elif [ ! -f "$include/Python.h" ]; then
   say "note: $PY has no Python.h (in $include): the extension cannot be built here"
   use_prebuilt
 elif CMAKE_BUILD_PARALLEL_LEVEL=$NPROC "${PIP[@]}" --no-build-isolation --no-deps --target "$PKG" . \
