@@ -10,7 +10,7 @@
 # skips the peers. With .carry/base-prebuilt.tar.xz (another build's binaries, packed like make-carry's prebuilt
 # archive) the serving rows also run on that build (under GPU_SERVE_BASE_ENV, e.g. a setting it needs to match a
 # schedule), alternating with this one, GPU_SERVE_AB_ROUNDS rounds (default 1) on GPU_SERVE_AB_SHAPES (default
-# serve-textual-10k-64q).
+# serve-textual-10k-64q; GPU_SERVE_AB_ROWS=kernel: their kernel rows only, MAXSIM_GPU_BENCH_ROWS).
 set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench maxsim || exit 1
@@ -63,7 +63,8 @@ if [ -f .carry/base-prebuilt.tar.xz ]; then
       for side in base new; do
         dir=$BUILD; e=()
         [ "$side" = base ] && dir=/tmp/maxsim-base && e=("${base_env[@]}")
-        env "${e[@]}" LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" MAXSIM_PLUGIN_PATH="$dir" timeout 120 \
+        env "${e[@]}" ${GPU_SERVE_AB_ROWS:+MAXSIM_GPU_BENCH_ROWS=$GPU_SERVE_AB_ROWS} \
+          LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" MAXSIM_PLUGIN_PATH="$dir" timeout 120 \
           "$dir/benchmarks/gpu/maxsim_gpu_bench" --only "$s" > "$OUT/ab-$side-$s-$r.txt" 2>&1 || brc=1
         grep -E "^$s +exact " "$OUT/ab-$side-$s-$r.txt" | sed "s|^|round $r $side  |" >> "$A"
       done

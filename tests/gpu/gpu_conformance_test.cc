@@ -606,8 +606,11 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
   // resident corpus must rank by them. Ragged and empty queries and documents, slots of 16..128 rows (full and
   // partial groups, unused rows), documents around the 64- and 128-token tile widths (1-token documents, lengths
   // either side of 128, last tiles either side of 64 tokens), queries of different lengths in one batch, dot and
-  // cosine, bf16 and f16, dims 104..128, masked device tensors; and the batch kernel's other schedules
-  // (MAXSIM_CUDA_BATCH_AHEAD=1 and 3, MAXSIM_CUDA_BATCH_ROWS=128) against its default, bit for bit.
+  // cosine, bf16 and f16, dims 104..128, masked device tensors; blocks whose items (row group, document) start or
+  // end inside a group's document range and cross into the next group or range, ranges of unequal length, fewer
+  // items than blocks; and the batch kernel's other schedules (MAXSIM_CUDA_BATCH_AHEAD=1 and 3,
+  // MAXSIM_CUDA_BATCH_ROWS=128, MAXSIM_CUDA_BATCH_SPREAD=1: one row group per block) against its default, bit for
+  // bit.
   Context gpu(Options("cuda"));
   if (Sm90("the batch kernel does not run here; comparing pair kernels")) {
     const std::string report = gpu.Report();
@@ -624,6 +627,9 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
       {MAXSIM_BF16, 128, 12, 1, 32, 40, 1, 1, Shape::kGaussian},        // 1-token documents
       {MAXSIM_BF16, 128, 20, 5, 64, 60, 120, 136, Shape::kNearTies},    // ending just before or after a whole tile
       {MAXSIM_F16, 128, 8, 32, 32, 50, 188, 196, Shape::kUnitGaussian},  // last tiles of 60..68 tokens
+      // 8 groups over 200 documents on 132 SMs: 132 blocks of 12 or 13 items across ranges of 7 documents (the
+      // last of 4), two groups per range and block, empty documents among them.
+      {MAXSIM_BF16, 128, 64, 1, 32, 200, 0, 24, Shape::kGaussian},
   };
   uint64_t salt = 900;
   ForEachKernelCase(gpu, cases, {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}, &salt,
@@ -631,9 +637,10 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
                         maxsim_metric metric, const std::string& what) {
     const std::vector<float> values =
         ExpectKernelAgreement(gpu, q, d, pq, pd, metric, "MAXSIM_CUDA_NO_BATCH", "1", what);
-    // The batch kernel's other schedules: 1 or 3 stages copied ahead, 128-row groups.
+    // The batch kernel's other schedules: 1 or 3 stages copied ahead, 128-row groups, one row group per block.
     const std::pair<const char*, const char*> schedules[] = {
-        {"MAXSIM_CUDA_BATCH_AHEAD", "1"}, {"MAXSIM_CUDA_BATCH_AHEAD", "3"}, {"MAXSIM_CUDA_BATCH_ROWS", "128"}};
+        {"MAXSIM_CUDA_BATCH_AHEAD", "1"}, {"MAXSIM_CUDA_BATCH_AHEAD", "3"}, {"MAXSIM_CUDA_BATCH_ROWS", "128"},
+        {"MAXSIM_CUDA_BATCH_SPREAD", "1"}};
     for (const auto& [name, value] : schedules) {
       const std::vector<float> other = WithEnv(name, value, [&](Context& gpu) {
         return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);

@@ -386,9 +386,11 @@ __device__ __forceinline__ void FinishDocBatch(const ForwardArgs& a, float (&run
 
 #endif  // MAXSIM_HAVE_WGMMA
 
-// Persistent: grid = G x CPG blocks; block (c, grp) serves row group grp of units c, c + CPG, c + 2 CPG, ...
-// (ForwardArgs::Units: pairs, or with kBatch the documents, grp then being a group of whole queries); the G
-// blocks of a unit run at about the same time, so a document is read from memory once and then from L2.
+// Persistent. Pair launches: grid = G x CPG blocks; block (c, grp) serves row group grp of pairs c, c + CPG,
+// c + 2 CPG, ...; the G blocks of a pair run at about the same time, so a document is read from memory once and
+// then from L2. Batch launches (kBatch): grp is a group of whole queries and the units are documents; block b serves
+// the (row group, document) items of BatchItems (BatchGrid: every SM busy where the groups allow), the blocks of a
+// document range walking it at about the same time.
 // The warpgroups are not kept in step: the stage ring is guarded by mbarriers (full: every thread's copies
 // of the tile landed; empty: every thread's wgmma reading it finished), so one warpgroup's folds overlap the
 // other's tensor-core work. Every thread copies its share of each tile `ahead` tiles ahead, across units.
@@ -405,6 +407,7 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wq = warp & 3;
   const int g = lane >> 2;
+  // Pair launches: the block's row group and first pair (batch launches: BatchItems, a row group per item).
   const uint32_t G = a.part.groups;
   const uint32_t grp = blockIdx.x % G;
   const uint64_t c0 = blockIdx.x / G;
@@ -421,14 +424,6 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if constexpr (kBatch) {
-    if (lane == 0) {
-      const BatchRows br(a, grp, wg * 64 + wq * 16);
-      const uint64_t qi = static_cast<uint64_t>(grp) * a.batch.per_group + (wg * 64 + wq * 16) / a.batch.slot;
-      const uint32_t lq = br.has_query ? static_cast<uint32_t>(br.lq) : 0u;
-      s_rows[warp] = BatchWarpRows{qi * a.pairs.nd * a.batch.slot, br.qb, lq, br.tok};
-    }
-  }
   __syncthreads();
 
   const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -437,7 +432,13 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
   // of tokens tok0, tok0 + kThreads / 16, ... (a warp copies two whole 256-byte rows per instruction).
   const int pc = tid & 15, tok0 = tid >> 4;
   const bool pc_in_dim = static_cast<uint32_t>(8 * pc) < dim;
-  StageCursor<kWgTokens> cur(a, c0, cpg, grp, r0b);
+  auto cur = [&] {
+    if constexpr (kBatch) {
+      return BatchStageCursor<kWgTokens>(a);
+    } else {
+      return StageCursor<kWgTokens>(a, c0, cpg, grp, r0b);
+    }
+  }();
   RingPos produced;
   auto produce = [&]() {
     if (!cur.Active(a)) return;
@@ -458,11 +459,8 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc0[i] = acc1[i] = 0.0f;  // never read (WgmmaFirst), but defined
   uint4 qa[QS][4], qc[QS][4];
-  uint64_t loaded_q = ~0ull;
-  if constexpr (kBatch) {
-    const BatchRows br(a, grp, wg * 64 + wq * 16);
-    LoadQueryFragments<QS>(a.q.orig + br.qb * qrb, qrb, br.lq, dim, br.tok + g, qa, qc);  // for every document
-  }
+  uint64_t loaded_q = ~0ull;      // pair launches: the query in the fragments
+  uint32_t loaded_grp = ~0u;      // batch launches: the row group in them
   RingPos consumed;
   // The folded input check (below): the warp that checks every similarity it computes of a unit, the block's
   // warps in turn (the extra folds spread over the SM's schedulers instead of all on warp 0's), and whether this
@@ -470,10 +468,37 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
   // batch launches: on the first tile the warp computes).
   int check_warp = 0;
   bool rows_unchecked = true;
-  for (uint64_t p = c0; p < units; p += cpg) {
+  using Walk = std::conditional_t<kBatch, BatchItems, PairWalk>;
+  for (Walk w = [&] {
+         if constexpr (kBatch) {
+           return BatchItems(a);
+         } else {
+           return PairWalk{c0, cpg, units};
+         }
+       }();
+       w.Active(); w.Next(a)) {
+    const uint64_t p = w.Unit();
     const bool checker = warp == check_warp;
     check_warp = check_warp + 1 == kThreads / 32 ? 0 : check_warp + 1;
     uint64_t qi = 0, dj = p, qb = 0, lq = 0;
+    if constexpr (kBatch) {
+      if (w.grp != loaded_grp) {
+        // A new row group (once, or a few times, per block): this warp's rows (BatchRows, kept in s_rows for
+        // FinishDocBatch) and query fragments, loaded after every wgmma that read the previous ones has completed
+        // (each tile ends with wait_group 0); the warp checks its new query rows on its next tile.
+        const BatchRows br(a, w.grp, wg * 64 + wq * 16);
+        __syncwarp();  // the warp's reads of s_rows[warp] for the previous document are done
+        if (lane == 0) {
+          const uint64_t qw = static_cast<uint64_t>(w.grp) * a.batch.per_group + (wg * 64 + wq * 16) / a.batch.slot;
+          const uint32_t wlq = br.has_query ? static_cast<uint32_t>(br.lq) : 0u;
+          s_rows[warp] = BatchWarpRows{qw * a.pairs.nd * a.batch.slot, br.qb, wlq, br.tok};
+        }
+        __syncwarp();
+        LoadQueryFragments<QS>(a.q.orig + br.qb * qrb, qrb, br.lq, dim, br.tok + g, qa, qc);
+        loaded_grp = w.grp;
+        rows_unchecked = true;
+      }
+    }
     if constexpr (!kBatch) {
       a.pairs.Resolve(p, &qi, &dj);
       qb = a.q.Begin(qi);
@@ -570,10 +595,17 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream, int ahea
   // before), faster than S - 2 on both q128 and visual on the H100. Fewer (the batch kernel's
   // KernelSwitches::batch_ahead) let a warpgroup run S - ahead - 1 tiles ahead of the slowest one.
   if (ahead < 1 || ahead > S - 1) ahead = S - 1;
+  ForwardArgs la = a;
   uint64_t cpg = 0, blocks = 0;
-  if (!PersistentGrid(a, BPS, &cpg, &blocks)) return cudaErrorInvalidConfiguration;
+  if (kBatch) {
+    if (!BatchGrid(a, BPS, a.sw.batch_spread ? a.sw.batch_spread : 2, &blocks, &la.batch.range)) {
+      return cudaErrorInvalidConfiguration;
+    }
+  } else if (!PersistentGrid(a, BPS, &cpg, &blocks)) {
+    return cudaErrorInvalidConfiguration;
+  }
   ExactWgmmaKernel<T, WGS, QS, S, BPS, kBatch>
-      <<<static_cast<unsigned>(blocks), WGS * 128, smem, stream>>>(a, static_cast<uint32_t>(cpg), ahead);
+      <<<static_cast<unsigned>(blocks), WGS * 128, smem, stream>>>(la, static_cast<uint32_t>(cpg), ahead);
   return cudaGetLastError();
 }
 
@@ -646,6 +678,7 @@ bool WgmmaBatchUsable(const ForwardArgs& a, uint64_t max_lq) {
   if (a.pairs.layout != kPairsMatrix || a.pairs.argmax != nullptr || a.pairs.nd == 0) return false;
   if (a.part.term == nullptr) return false;  // the per-row terms go through the partial results (BatchPartialBytes)
   if (a.pairs.n_pairs / a.pairs.nd < 2 || max_lq > 128) return false;
+  if (a.pairs.nd > 0xffffffffull) return false;  // BatchItems counts documents in 32 bits
   return WgmmaInputsFit(a);
 }
 

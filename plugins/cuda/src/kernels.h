@@ -136,19 +136,25 @@ struct KernelSwitches {
   bool batch = true;               // exact: Hopper wgmma for query batches (needs wgmma too)
   bool screen_wgmma = true;        // screening of long queries with wgmma, where screening runs
   uint32_t screen_wgmma_cap = 12;  // the wgmma screening kernel's candidate records per row (1..64)
-  // The query-batch kernel's shape (exact_wgmma.cu): stages copied ahead (1..stages - 1; 0: 2), and its row groups
-  // (128 or 256; 0: 128 when the whole batch fits one, else 256).
+  // The query-batch kernel's shape (exact_wgmma.cu): stages copied ahead (1..stages - 1; 0: 2), its row groups
+  // (128 or 256; 0: 128 when the whole batch fits one, else 256), and how many row groups one block may serve
+  // (1 or 2; 0: 2): more blocks when the row groups do not divide the resident blocks (LaunchExactWgmmaBatch).
   uint32_t batch_ahead = 0;
   uint32_t batch_rows = 0;
+  uint32_t batch_spread = 0;
 };
 
 // A query batch scored by the wgmma batch kernel (exact_wgmma.cu): the matrix layout's nq queries, each in a slot
 // of `slot` rows (a multiple of 16, at least its length), `per_group` slots per block row group, the block groups
-// (Partials::groups) covering all queries. slot == 0: not a batch launch.
+// (Partials::groups) covering all queries. slot == 0: not a batch launch. The work items, (row group, document),
+// run in document ranges of `range` documents (the last one shorter): range by range, in each range group by
+// group, and in each group document by document; block b of B serves items [b W / B, (b + 1) W / B) of that
+// order (W = groups x documents; BatchItems in wgmma_common.cuh).
 struct QueryBatch {
   uint32_t slot = 0;
   uint32_t per_group = 0;
   uint64_t nq = 0;
+  uint64_t range = 0;
 };
 
 struct ForwardArgs {

@@ -138,10 +138,10 @@ struct RingPos {
   }
 };
 
-// Where the producer of a persistent block stands in its stream of stages: stage `tile` of unit `pair` (document
-// rows from db, ld tokens), over units c0, c0 + cpg, ... (ForwardArgs::Units: pairs, with rows in the block's row
-// group grp (r0b: its first row); or the documents of a batch launch), kTokens document tokens per stage. Pairs
-// without rows here and empty documents have no stages and are skipped, as the consumers skip them.
+// Where the producer of a persistent pair-launch block stands in its stream of stages: stage `tile` of pair `pair`
+// (document rows from db, ld tokens), over pairs c0, c0 + cpg, ... with rows in the block's row group grp (r0b: its
+// first row), kTokens document tokens per stage. Pairs without rows here and empty documents have no stages and
+// are skipped, as the consumers skip them.
 template <int kTokens>
 struct StageCursor {
   uint64_t pair, tile = 0, tiles = 0, db = 0, ld = 0;
@@ -163,13 +163,11 @@ struct StageCursor {
  private:
   __device__ uint64_t PairTiles(const ForwardArgs& a) {
     uint64_t qi = 0, dj = pair;
-    if (!a.batch.slot) a.pairs.Resolve(pair, &qi, &dj);
+    a.pairs.Resolve(pair, &qi, &dj);
     db = a.d.Begin(dj);
     ld = a.d.End(dj) - db;
-    if (!a.batch.slot) {
-      const uint64_t lq = a.q.End(qi) - a.q.Begin(qi);
-      if (grp > 0 && r0b >= lq) return 0;
-    }
+    const uint64_t lq = a.q.End(qi) - a.q.Begin(qi);
+    if (grp > 0 && r0b >= lq) return 0;
     return (ld + kTokens - 1) / kTokens;
   }
   __device__ void Skip(const ForwardArgs& a) {
@@ -181,15 +179,126 @@ struct StageCursor {
   }
 };
 
-// The persistent grid of the wgmma kernels: bps resident blocks per SM, the G row-group blocks of a unit (a pair,
-// or a batch launch's document) at a time (so a document is read from memory once and then from L2); block
-// (c, grp) serves row group grp of units c, c + cpg, c + 2 cpg, ... False when the grid is too large to launch.
+// The pairs a persistent pair-launch block serves: c0, c0 + cpg, ... below units (BatchItems' interface).
+struct PairWalk {
+  uint64_t unit, step, units;
+  __device__ bool Active() const { return unit < units; }
+  __device__ uint64_t Unit() const { return unit; }
+  __device__ void Next(const ForwardArgs&) { unit += step; }
+};
+
+// The work items of this block in a batch launch (QueryBatch): (row group grp, document Unit()), items
+// [b W / B, (b + 1) W / B) of the order range, group, document (W = G x nd items, B = gridDim.x, b = blockIdx.x),
+// so the block counts differ by at most one item. The divisions run once, at the block's start; 32-bit state
+// (BatchGrid and WgmmaBatchUsable keep the documents and a block's items below 2^32), which keeps the kernel
+// within its 128 registers.
+struct BatchItems {
+  uint32_t doc = 0;    // the current document
+  uint32_t start = 0;  // the current range's first document (its end: End)
+  uint32_t left = 0;   // items left, the current one included
+  uint32_t grp = 0;
+
+  __device__ explicit BatchItems(const ForwardArgs& a) {
+    const uint64_t G = a.part.groups, nd = a.pairs.nd, R = a.batch.range;
+    if (R == 0) return;  // not a batch launch
+    const uint64_t W = G * nd, B = gridDim.x, b = blockIdx.x;
+    const uint64_t per = W / B, extra = W % B;
+    left = static_cast<uint32_t>(per + (b < extra ? 1 : 0));
+    if (left == 0) return;
+    const uint64_t w0 = b * per + (b < extra ? b : extra);
+    const uint64_t k = w0 / (G * R);
+    const uint64_t first = k * R, size = nd - first < R ? nd - first : R;
+    const uint64_t rem = w0 - k * G * R;
+    grp = static_cast<uint32_t>(rem / size);
+    start = static_cast<uint32_t>(first);
+    doc = static_cast<uint32_t>(first + (rem - grp * size));
+  }
+  __device__ bool Active() const { return left > 0; }
+  __device__ uint64_t Unit() const { return doc; }  // the document
+  __device__ void Next(const ForwardArgs& a) {
+    --left;
+    const uint32_t nd = static_cast<uint32_t>(a.pairs.nd), r = static_cast<uint32_t>(a.batch.range);
+    const uint32_t end = nd - start < r ? nd : start + r;
+    if (++doc < end) return;
+    if (++grp < a.part.groups) {
+      doc = start;
+      return;
+    }
+    grp = 0;
+    start = end;
+  }
+};
+
+// The producer's stream of stages in a batch launch: stage `tile` of the document of the current item (BatchItems;
+// the stages of a document do not depend on the row group), empty documents skipped, as the consumers skip them.
+template <int kTokens>
+struct BatchStageCursor {
+  BatchItems items;
+  uint64_t db = 0;
+  uint32_t tile = 0, ld = 0;
+
+  __device__ explicit BatchStageCursor(const ForwardArgs& a) : items(a) {
+    Load(a);
+    Skip(a);
+  }
+  __device__ bool Active(const ForwardArgs&) const { return items.Active(); }
+  __device__ void Advance(const ForwardArgs& a) {
+    ++tile;
+    Skip(a);
+  }
+
+ private:
+  __device__ void Load(const ForwardArgs& a) {
+    tile = 0;
+    if (!items.Active()) return;
+    db = a.d.Begin(items.Unit());
+    ld = static_cast<uint32_t>(a.d.End(items.Unit()) - db);  // a set has fewer than 2^31 tokens (corpus.cc)
+  }
+  // Past the document's stages (an empty document has none).
+  __device__ void Skip(const ForwardArgs& a) {
+    while (items.Active() && tile * kTokens >= ld) {
+      items.Next(a);
+      Load(a);
+    }
+  }
+};
+
+// The persistent grid of the wgmma pair kernels: bps resident blocks per SM, the G row-group blocks of a pair at a
+// time (so a document is read from memory once and then from L2); block (c, grp) serves row group grp of pairs c,
+// c + cpg, c + 2 cpg, ... False when the grid is too large to launch.
 inline bool PersistentGrid(const ForwardArgs& a, int bps, uint64_t* cpg, uint64_t* blocks) {
   const uint64_t G = a.part.groups;
   const uint64_t per_group = std::max<uint64_t>(1, static_cast<uint64_t>(bps) * SmCount() / G);
   *cpg = std::min<uint64_t>(per_group, a.Units());
   *blocks = G * *cpg;
   return *blocks <= 0x7fffffffull;
+}
+
+// The grid of a batch launch (QueryBatch, BatchItems): the most blocks, up to bps per SM, that is a multiple of G / q
+// for some q <= spread dividing G. Then gcd(B, G) >= G / spread blocks walk each document range at the same time
+// (reading a document from memory once and from L2 for the others), each block serving at most about `spread` row
+// groups of its range in turn (spread 1: every block one group of one range; the G groups' blocks read each
+// document together). 8 groups on 132 SMs: 128 blocks with spread 1, all 132 with spread 2. The ranges: K =
+// B / gcd(B, G) of ceil(nd / K) documents, so that the G x K (range, group) runs fall G / gcd(B, G) to a block.
+// Without such a multiple (G > bps x SMs): one block per group. Fewer blocks than items: one item a block.
+inline bool BatchGrid(const ForwardArgs& a, int bps, uint32_t spread, uint64_t* blocks, uint64_t* range) {
+  const uint64_t G = a.part.groups, nd = a.pairs.nd, most = static_cast<uint64_t>(bps) * SmCount();
+  uint64_t b = 0;
+  for (uint64_t q = 1; q <= std::max<uint32_t>(spread, 1); ++q) {
+    if (G % q == 0) b = std::max(b, most / (G / q) * (G / q));
+  }
+  if (b == 0) b = G;
+  b = std::min(b, G * nd);
+  uint64_t x = b, y = G;  // gcd(b, G)
+  while (y != 0) {
+    const uint64_t t = x % y;
+    x = y;
+    y = t;
+  }
+  const uint64_t k = b / x;
+  *blocks = b;
+  *range = std::max<uint64_t>(1, (nd + k - 1) / k);
+  return b >= 1 && b <= 0x7fffffffull && nd <= 0xffffffffull && (G * nd + b - 1) / b <= 0xffffffffull;
 }
 
 }  // namespace mscuda
