@@ -356,9 +356,9 @@ struct BatchRows {
 // FinalizeKernel sums each (query, document) in token order after the kernel (the same ordered double sum as
 // every other kernel's, and the document's emptiness from its mask). No block barrier: the warpgroups run on
 // into the next document.
-// A batch warp's rows as FinishDocBatch needs them, worked out once per block (BatchRows) and kept in shared
-// memory: the query's first partial-result slot for document 0 (qi * nd * slot), its first row qb, its length lq
-// (0: the warp has no query) and the warp's first token tok.
+// A batch warp's rows as FinishDocBatch needs them, worked out when the block takes up a row group (BatchRows) and
+// kept in shared memory: the query's first partial-result slot for document 0 (qi * nd * slot), its first row qb,
+// its length lq (0: the warp has no query) and the warp's first token tok.
 struct BatchWarpRows {
   uint64_t out0, qb;
   uint32_t lq, tok;
