@@ -12,6 +12,20 @@ export MAXSIM_BLAS_DIR=/tmp/maxsim-blas MAXSIM_BLAS_INCLUDE="$C/include-blas"
 export LD_LIBRARY_PATH="/tmp/maxsim-blas:$C/prefix/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 export MAXSIM_SHARED_DIR="$C/shared"
 export BUILD=${BUILD:-$PWD/build-device}
+
+# The revision a result file names: a REVISION file beside the checkout if one was carried; else, when the
+# binaries came prebuilt (.carry/prebuilt.tar.xz), the revision they were built from (PREBUILT_REV), since that
+# is what ran; else the checkout's own git description (a GPU machine's copy of the tree may carry stale git
+# metadata, so prefer the first two).
+tree_revision() {
+  if [ -f REVISION ]; then
+    cat REVISION
+  elif [ -f "$BUILD/.prebuilt" ] && [ -f "$BUILD/PREBUILT_REV" ]; then
+    echo "$(cut -d' ' -f1 "$BUILD/PREBUILT_REV") (prebuilt binaries)"
+  else
+    git describe --always --dirty 2> /dev/null || echo unknown
+  fi
+}
 export NPROC=$(nproc)
 
 # Configures $BUILD for the GPU sections (Release, CUDA required) unless a configured tree is already there.

@@ -52,7 +52,7 @@ if command -v cuobjdump > /dev/null && [ -f "$BUILD/libmaxsim-plugin-cuda.so" ];
 fi
 python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --baselines "$OUT/gpu-baselines.json" \
   --peers "$OUT/peers.json" --machine "$OUT/gpu-machine.txt" --combine "$OUT/gpu-result.json" \
-  --revision "$(cat REVISION 2> /dev/null || git describe --always --dirty 2> /dev/null || echo unknown)" \
+  --revision "$(tree_revision)" \
   --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-bench}" > "$OUT/gpu-report.md"
 {
   python3 benchmarks/gpu/report.py --result "$OUT/gpu-result.json" --brief

@@ -57,7 +57,7 @@ if command -v cuobjdump > /dev/null && [ -f "$BUILD/libmaxsim-plugin-cuda.so" ];
 fi
 python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --peers "$OUT/peers.json" --machine "$OUT/gpu-machine.txt" \
   --combine "$OUT/gpu-mem-result.json" \
-  --revision "$(cat REVISION 2> /dev/null || git describe --always --dirty 2> /dev/null || echo unknown)" \
+  --revision "$(tree_revision)" \
   --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-mem}" > "$OUT/gpu-mem-report.md" 2>&1
 {
   grep -E "^device read|^read variant" "$OUT/gpu-bench.txt"

@@ -81,7 +81,7 @@ LIB=$(ls "$BUILD"/libmaxsim.so 2> /dev/null || ls "$BUILD"/libmaxsim.so.* | head
   --json "$OUT/peers.json" --shapes "$SHAPES" > "$OUT/peers.txt" 2>&1
 python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --baselines "$OUT/gpu-baselines.json" \
   --peers "$OUT/peers.json" --machine "$OUT/gpu-machine.txt" --combine "$OUT/gpu-result-serve.json" \
-  --revision "$(cat REVISION 2> /dev/null || git describe --always --dirty 2> /dev/null || echo unknown)" \
+  --revision "$(tree_revision)" \
   --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-serve}" > "$OUT/gpu-report-serve.md"
 { cat "$OUT"/bench-*.txt | grep -E "^serve"; python3 benchmarks/gpu/report.py --result "$OUT/gpu-result-serve.json" --brief
   [ -s "$V" ] && { echo "variants (exact rows):"; cat "$V"; }
