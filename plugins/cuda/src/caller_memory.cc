@@ -82,7 +82,8 @@ Status CheckSet(const Backend& b, const maxsim_dense_sets& s, const char* data_w
   const uint64_t elem = s.dtype == MAXSIM_F32 ? 4 : 2, stride = s.row_stride ? s.row_stride : s.dim;
   uint64_t span = 0, skip = 0;
   const bool fits = !__builtin_mul_overflow(last - 1 - first, stride, &span) && !__builtin_add_overflow(span, s.dim, &span) &&
-                    !__builtin_mul_overflow(span, elem, &span) && !__builtin_mul_overflow(first, stride * elem, &skip);
+                    !__builtin_mul_overflow(span, elem, &span) && !__builtin_mul_overflow(first, stride, &skip) &&
+                    !__builtin_mul_overflow(skip, elem, &skip);
   if (!fits) return Status::Ok();  // the operations refuse such shapes
   MSC_RETURN(CheckRange(b, static_cast<const uint8_t*>(s.data) + skip, span, data_what));
   if (s.mask) MSC_RETURN(CheckRange(b, s.mask + first, last - first, mask_what));
