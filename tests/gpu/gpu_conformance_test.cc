@@ -1474,6 +1474,26 @@ TEST_F(Gpu, FoldedInputCheckOnDeviceTensors) {
         for (int32_t v : m.argmax) ASSERT_EQ(v, -1) << what << ": an argmax survived a failed call";
       }
     }
+    // Finite rows above the 1e19 norm limit whose one similarity overflows to +inf: query token 100 (no warp of
+    // the wgmma kernel's sample checks it) against a document's last token (in no pair's first tile). The kernels
+    // that check a sample also check their row maxima, which the overflow reaches (f16 holds no 1e20: there the
+    // elements are infinite).
+    {
+      TokenSets oq = q, od = d;
+      const uint64_t qt = std::min<uint64_t>(100, oq.length(2) - 1), dt = od.length(1) - 1;
+      oq.values[(oq.offsets[2] + qt) * oq.dim + 64] = 1e20f;
+      od.values[(od.offsets[1] + dt) * od.dim + 64] = 1e20f;
+      oq.Encode(c.dtype);
+      od.Encode(c.dtype);
+      maxsim_status st = MAXSIM_OK;
+      Matrix m;
+      run(oq, od, &st, &m);
+      const std::string want = "queries: set 2 token " + std::to_string(qt) + " ";
+      const std::string msg = st == MAXSIM_OK ? "" : maxsim_last_error();
+      EXPECT_EQ(st, MAXSIM_ERR_NON_FINITE) << what << ": overflow";
+      EXPECT_NE(msg.find(want), std::string::npos) << what << ": message '" << msg << "' does not name " << want;
+      for (float v : m.scores) ASSERT_TRUE(std::isnan(v)) << what << ": a score survived an overflow: " << v;
+    }
     // Non-finite values in masked rows (one query token, one document token) are not errors.
     TokenSets mq = q, md = d;
     mq.mask.assign(mq.rows(), 1);

@@ -275,6 +275,9 @@ __device__ __forceinline__ void QuadMaxRows(const ForwardArgs& a, float (&run)[Q
       float v = run[qs][h];
       v = fmaxf(v, __shfl_xor_sync(kFull, v, 1));
       v = fmaxf(v, __shfl_xor_sync(kFull, v, 2));
+      // A maximum of +inf is an overflow (finite rows above the norm limit) or an infinite element, wherever the
+      // sample did not look: the call is checked as when the sample fires.
+      if (a.bad != nullptr && v == INFINITY) *a.bad = 1u;
       // A dot-product maximum of -0 is the mma.sync chain's +0 (IssueTile); cosine keys were fixed per element.
       run[qs][h] = a.cosine ? v : v + 0.0f;
     }

@@ -169,8 +169,8 @@ struct ForwardArgs {
   KernelSwitches sw;         // read by the launchers only
   // Dense inputs: the input check folded into the exact kernels. When set, every kernel that computes kept
   // similarities keeps the NaN-propagating maximum of their magnitudes (the wgmma kernel: of a sample that meets
-  // every kept row, exact_wgmma.cu; the ring kernel on whole steps without a document mask: of such a sample and
-  // of the row maxima, which an overflow to +inf reaches, exact.cu) and writes 1 here if one was NaN or infinite
+  // every kept row and of the row maxima, which an overflow to +inf reaches, exact_wgmma.cu; the ring kernel on
+  // whole steps without a document mask: of such a sample and of the row maxima, exact.cu) and writes 1 here if one was NaN or infinite
   // (a non-finite input element in a kept row, or an overflow); the host then locates the offending token
   // (LaunchRowCheck) and fails the call.
   // Null: no check (packed buffers are validated when loaded).
