@@ -13,6 +13,14 @@ export LD_LIBRARY_PATH="/tmp/maxsim-blas:$C/prefix/lib/x86_64-linux-gnu:${LD_LIB
 export MAXSIM_SHARED_DIR="$C/shared"
 export BUILD=${BUILD:-$PWD/build-device}
 
+# The command a result file names: this call's sections, after the settings that shaped it (the given
+# variable-name pattern, plus MAXSIM_CUDA_ARCHS, MAXSIM_GPU_* and GPU_* knobs) as they were set.
+run_command() {
+  local pattern=$1 default=$2
+  echo "$(env | grep -E "^(${pattern}|MAXSIM_CUDA_ARCHS|MAXSIM_GPU_[A-Z_]+|GPU_[A-Z_]+)=" | sort -u |
+    sed -E "s/=(.*)/='\1'/" | tr '\n' ' ')bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-$default}"
+}
+
 # The revision a result file names: a REVISION file beside the checkout if one was carried; else, when the
 # binaries came prebuilt (.carry/prebuilt.tar.xz), the revision they were built from (PREBUILT_REV), since that
 # is what ran; else the checkout's own git description (a GPU machine's copy of the tree may carry stale git

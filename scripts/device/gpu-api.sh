@@ -62,7 +62,7 @@ base_rev=none
 [ -n "${GPU_API_BASE_ENV:-}" ] && base_rev="this build with $GPU_API_BASE_ENV"
 [ -d /tmp/maxsim-base ] && base_rev=$(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null)
 python3 benchmarks/gpu/api_overhead.py "$OUT" --json "$OUT/gpu-api-result.json" \
-  --command "$(env | grep -E '^(GPU_API_[A-Z_]+|MAXSIM_CUDA_ARCHS)=' | sort | sed -E "s/=(.*)/='\1'/" | tr '\n' ' ')bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-api}" \
+  --command "$(run_command 'GPU_API_[A-Z_]+' gpu-api)" \
   --note "${GPU_API_NOTE:-}" \
   --date "$(date -u +%FT%TZ)" \
   --machine "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) host cores" \

@@ -53,7 +53,7 @@ fi
 python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --baselines "$OUT/gpu-baselines.json" \
   --peers "$OUT/peers.json" --machine "$OUT/gpu-machine.txt" --combine "$OUT/gpu-result.json" \
   --revision "$(tree_revision)" \
-  --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-bench}" > "$OUT/gpu-report.md"
+  --command "$(run_command 'PY_CUDA_[A-Z_]+' gpu-bench)" > "$OUT/gpu-report.md"
 {
   python3 benchmarks/gpu/report.py --result "$OUT/gpu-result.json" --brief
   echo "bench rc $brc, baselines rc $prc, peers rc $pprc"

@@ -58,7 +58,7 @@ fi
 python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --peers "$OUT/peers.json" --machine "$OUT/gpu-machine.txt" \
   --combine "$OUT/gpu-mem-result.json" \
   --revision "$(tree_revision)" \
-  --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-mem}" > "$OUT/gpu-mem-report.md" 2>&1
+  --command "$(run_command 'MAXSIM_PEERS_[A-Z_]+' gpu-mem)" > "$OUT/gpu-mem-report.md" 2>&1
 {
   grep -E "^device read|^read variant" "$OUT/gpu-bench.txt"
   grep -E " (exact|read-same-bytes) " "$OUT/gpu-bench.txt"

@@ -82,7 +82,7 @@ LIB=$(ls "$BUILD"/libmaxsim.so 2> /dev/null || ls "$BUILD"/libmaxsim.so.* | head
 python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --baselines "$OUT/gpu-baselines.json" \
   --peers "$OUT/peers.json" --machine "$OUT/gpu-machine.txt" --combine "$OUT/gpu-result-serve.json" \
   --revision "$(tree_revision)" \
-  --command "bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-gpu-serve}" > "$OUT/gpu-report-serve.md"
+  --command "$(run_command 'NCU_[A-Z_]+' gpu-serve)" > "$OUT/gpu-report-serve.md"
 { cat "$OUT"/bench-*.txt | grep -E "^serve"; python3 benchmarks/gpu/report.py --result "$OUT/gpu-result-serve.json" --brief
   [ -s "$V" ] && { echo "variants (exact rows):"; cat "$V"; }
   [ -s "$A" ] && { echo "A/B (exact rows):"; cat "$A"; }
