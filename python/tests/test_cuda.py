@@ -332,6 +332,38 @@ def test_no_host_round_trip():
     _same_bits(after[:, keep], s[:, keep], "unchanged documents")
 
 
+def test_tensors_from_the_expandable_segments_allocator():
+    """The plugin checks that a device tensor ends inside its CUDA allocation (caller_memory.cc). PyTorch's
+    expandable segments map memory in chunks into one reserved address range; a corpus spanning several chunks
+    must still be accepted and score as on the CPU. The allocator setting only takes effect before CUDA starts,
+    so this runs in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    script = """
+import torch, maxsim
+def rand(*shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g)
+keep = [torch.empty(3 << 20, dtype=torch.uint8, device="cuda") for _ in range(5)]  # chunks in use before D's
+Q, D = rand(2, 32, 128, seed=22), rand(600, 300, 128, seed=23)  # D: 92 MB of float32
+Dd = D.to("cuda")
+segments = torch.cuda.memory_snapshot()
+expandable = any(s.get("is_expandable", False) for s in segments)
+got = maxsim.scores(Q.to("cuda"), Dd).cpu()
+want = maxsim.scores(Q, D)
+same = torch.equal(got.view(torch.int32), want.view(torch.int32))
+print("expandable" if expandable else "not-expandable", "same" if same else "differ")
+"""
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"the scoring call failed under expandable segments:\n{r.stderr[-2000:]}"
+    words = r.stdout.split()
+    assert words[-1] == "same", f"scores differ from the CPU's under expandable segments: {r.stdout}"
+    if words[-2] != "expandable":
+        pytest.skip("this torch did not report expandable segments (memory_snapshot has no is_expandable)")
+
+
 def test_non_default_stream():
     Q, D = _rand(3, 16, 64, seed=20), _rand(12, 40, 64, seed=21)
     stream = torch.cuda.Stream()
