@@ -181,6 +181,8 @@ Backend::ScreenRoute ScreenRouteFromEnv() {
 
 }  // namespace
 
+bool MatrixColumnsHidden() { return EnvIs("MAXSIM_CUDA_MATRIX_COLUMNS", "0"); }
+
 Tuning ReadTuning() {
   Tuning t;
   t.kernels.pipe = !EnvFlag("MAXSIM_CUDA_NO_PIPE");
@@ -359,10 +361,9 @@ std::string SettingsText(const Backend& b) {
   std::snprintf(line, sizeof(line), "deterministic training backward (matrix, pairs): %s%s\n",
                 k.doc_backward ? "one launch" : "sorted index", source("MAXSIM_CUDA_NO_DOC_BACKWARD").c_str());
   t += line;
-  // Read by maxsim_plugin_entry when a context loads the plugin (plugin_entry.cc), not by CreateBackend.
   std::snprintf(line, sizeof(line), "sharded score matrices: %s%s\n",
-                EnvIs("MAXSIM_CUDA_MATRIX_COLUMNS", "0") ? "staged by the host, then placed"
-                                                         : "written into the caller's columns by each device",
+                MatrixColumnsHidden() ? "staged by the host, then placed"
+                                      : "written into the caller's columns by each device",
                 source("MAXSIM_CUDA_MATRIX_COLUMNS").c_str());
   t += line;
   std::snprintf(line, sizeof(line), "experimental: %s%s%s%s\n",

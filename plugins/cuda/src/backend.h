@@ -127,6 +127,10 @@ struct Tuning {
   std::string unknown_experimental;    // names in MAXSIM_CUDA_EXPERIMENTAL this build does not know
 };
 Tuning ReadTuning();
+// MAXSIM_CUDA_MATRIX_COLUMNS=0: the plugin hides its column-range score matrix (ABI 1.3 output_layouts) from the
+// host, which then stages sharded matrices itself. Read by maxsim_plugin_entry when a context loads the plugin
+// and by the settings list of `maxsim info`.
+bool MatrixColumnsHidden();
 
 struct Backend {
   const maxsim_plugin_host* host = nullptr;

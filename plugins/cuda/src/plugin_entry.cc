@@ -4,7 +4,6 @@
 // also hides the statically linked CUDA runtime). No function here throws, prints or aborts: C++ exceptions
 // (std::bad_alloc from host vectors) become status codes with messages.
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -305,6 +304,5 @@ extern "C" __attribute__((visibility("default"))) const maxsim_plugin_api* maxsi
     a.output_layouts = 0;
     return a;
   }();
-  const char* e = std::getenv("MAXSIM_CUDA_MATRIX_COLUMNS");
-  return e && std::strcmp(e, "0") == 0 ? &kStaged : &kApi;
+  return mscuda::MatrixColumnsHidden() ? &kStaged : &kApi;
 }
