@@ -32,6 +32,8 @@ def main():
             except ValueError:
                 continue
             runs[(side, r["shape"])][r["mode"]].append(r["ms"])
+            if "fwd_ms" in r:  # the training rows' forward alone
+                runs[(side, r["shape"])][r["mode"].replace("fwd+bwd", "fwd")].append(r["fwd_ms"])
 
     def us(side, shape, mode):
         v = runs[(side, shape)].get(mode)
@@ -69,6 +71,17 @@ def main():
                             f"(over {us(x, s, 'api-resident-certified') - us(x, s, 'exact'):.1f})"
                             for x in sides if runs[(x, s)].get("api-resident")))
     shapes += serve
+    train = "train-inbatch"
+    if runs[("new", train)].get("api-fwd+bwd-atomic"):
+        print("training step (us): the public calls (forward with argmax, then backward) over the plugin's calls "
+              "enqueued back to back, per side")
+        for kind in ("atomic", "det"):
+            print(f"  {'fwd+bwd-' + kind:15} " + "  ".join(
+                f"{x} {us(x, train, 'api-fwd+bwd-' + kind):.1f} - {us(x, train, 'fwd+bwd-' + kind):.1f} = "
+                f"{us(x, train, 'api-fwd+bwd-' + kind) - us(x, train, 'fwd+bwd-' + kind):.1f}" for x in sides))
+        print(f"  {'fwd':15} " + "  ".join(f"{x} {us(x, train, 'api-fwd'):.1f} - {us(x, train, 'fwd-atomic'):.1f} = "
+                                          f"{us(x, train, 'api-fwd') - us(x, train, 'fwd-atomic'):.1f}" for x in sides))
+        shapes.append(train)
     if a.json:
         rows = []
         for (side, shape), modes in sorted(runs.items()):

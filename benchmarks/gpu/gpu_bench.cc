@@ -16,6 +16,7 @@
 // Data: unit-norm Gaussian token vectors (ColBERT-like norms; certified candidate sets of ~2 tokens).
 // Output: one JSON object per line (--json FILE), and a readable log on stdout.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -129,12 +130,26 @@ struct PackedData {
 // triton.testing.do_bench times the published kernels), after `warmup` calls. sync_each = true synchronises
 // after every call instead, so that each interval also holds the host's enqueue work and the launch latency of
 // the call's first kernel: the latency of one call issued on an idle device.
-double TimeIt(cudaStream_t stream, int warmup, int iters, const std::function<void(int)>& fn, bool sync_each = false) {
+// A named point on the timeline of benchmarks/gpu/cupti_trace.cc when the CUDA driver has loaded it
+// (CUDA_INJECTION64_PATH); nothing otherwise. The timed loops mark each call they time.
+void TraceMark(const char* name) {
+  using MarkFn = void (*)(const char*);
+  static const MarkFn fn = [] {
+    const char* path = std::getenv("CUDA_INJECTION64_PATH");
+    void* h = path && path[0] ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+    return h ? reinterpret_cast<MarkFn>(dlsym(h, "maxsim_trace_mark")) : nullptr;
+  }();
+  if (fn && name) fn(name);
+}
+
+double TimeIt(cudaStream_t stream, int warmup, int iters, const std::function<void(int)>& fn, bool sync_each = false,
+              const char* mark = nullptr) {
   std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(iters));
   for (cudaEvent_t& e : ev) CHECK_CUDA(cudaEventCreate(&e));
   for (int i = 0; i < warmup; ++i) fn(i);
   CHECK_CUDA(cudaStreamSynchronize(stream));
   for (int i = 0; i < iters; ++i) {
+    TraceMark(mark);
     CHECK_CUDA(cudaEventRecord(ev[2 * i], stream));
     fn(i);
     CHECK_CUDA(cudaEventRecord(ev[2 * i + 1], stream));
@@ -173,12 +188,16 @@ struct Shape {
 
 void HostLog(void*, maxsim_log_level, const char*) {}
 
+// Rounds in which a public-API row and the kernel row it is compared with are timed alternately.
+constexpr int kApiRounds = 3;
+
 // Median wall time (ms) of fn(i) over `iters` calls after `warmup` calls: for public calls, which return when
 // their results are ready.
-double WallIt(int warmup, int iters, const std::function<void(int)>& fn) {
+double WallIt(int warmup, int iters, const std::function<void(int)>& fn, const char* mark = nullptr) {
   for (int i = 0; i < warmup; ++i) fn(i);
   std::vector<double> ms;
   for (int i = 0; i < iters; ++i) {
+    TraceMark(mark);
     const auto t0 = std::chrono::steady_clock::now();
     fn(i);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
@@ -219,33 +238,38 @@ void RunApi(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, cons
   maxsim_score_options o;
   maxsim_score_options_init(&o);
   o.cuda_stream = stream;
-  const double dense_ms = WallIt(5, 30, [&](int i) {
-    const maxsim_dense_sets qs = DenseSets(qd[i % copies], MAXSIM_MEMORY_CUDA, nq, s.lq, s.dim);
-    const maxsim_dense_sets ds = DenseSets(dd[i % copies], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
-    const maxsim_sets qa{nullptr, &qs}, da{nullptr, &ds};
-    CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, nullptr));
-  });
-  CHECK_CUDA(cudaMemcpy(out.data(), scores, nq * nd * 4, cudaMemcpyDeviceToHost));
-  Emit(s.name, "api-dense", dense_ms, flops, bytes, extra(out));
   {
-    // The device work of the same dense call (the plugin's forward on the same tensors, with its folded input
-    // check), CUDA events around calls enqueued back to back: api-dense minus this is the public call's overhead.
+    // api-dense: the public call. dense-kernels: the device work of the same call (the plugin's forward on the same
+    // tensors, with its folded input check), CUDA events around calls enqueued back to back; api-dense minus
+    // dense-kernels is the public call's overhead. The two are timed in alternating rounds (medians of the rounds'
+    // medians), so that a change of the GPU's clocks during the run affects both alike.
     maxsim_plugin_train_args ta{};
     ta.struct_size = sizeof(ta);
     ta.metric = MAXSIM_METRIC_DOT;
     ta.layout = MAXSIM_LAYOUT_MATRIX;
     ta.scores = scores;
     ta.stream = b.stream;
-    b.sync_calls = false;
-    const double ms = TimeIt(b.stream, 5, 30, [&](int i) {
-      const maxsim_dense_sets qs = DenseSets(qd[i % copies], MAXSIM_MEMORY_CUDA, nq, s.lq, s.dim);
-      const maxsim_dense_sets ds = DenseSets(dd[i % copies], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
-      ta.queries = &qs;
-      ta.documents = &ds;
-      CHECK_ST(mscuda::TrainForward(b, ta));
-    });
-    b.sync_calls = true;
-    Emit(s.name, "dense-kernels", ms, flops, bytes);
+    std::vector<double> api_ms, kernel_ms;
+    for (int round = 0; round < kApiRounds; ++round) {
+      api_ms.push_back(WallIt(3, 10, [&](int i) {
+        const maxsim_dense_sets qs = DenseSets(qd[i % copies], MAXSIM_MEMORY_CUDA, nq, s.lq, s.dim);
+        const maxsim_dense_sets ds = DenseSets(dd[i % copies], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
+        const maxsim_sets qa{nullptr, &qs}, da{nullptr, &ds};
+        CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, nullptr));
+      }, (std::string(s.name) + " api-dense").c_str()));
+      if (round == 0) CHECK_CUDA(cudaMemcpy(out.data(), scores, nq * nd * 4, cudaMemcpyDeviceToHost));
+      b.sync_calls = false;
+      kernel_ms.push_back(TimeIt(b.stream, 3, 10, [&](int i) {
+        const maxsim_dense_sets qs = DenseSets(qd[i % copies], MAXSIM_MEMORY_CUDA, nq, s.lq, s.dim);
+        const maxsim_dense_sets ds = DenseSets(dd[i % copies], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
+        ta.queries = &qs;
+        ta.documents = &ds;
+        CHECK_ST(mscuda::TrainForward(b, ta));
+      }, false, (std::string(s.name) + " dense-kernels").c_str()));
+      b.sync_calls = true;
+    }
+    Emit(s.name, "api-dense", Median(api_ms), flops, bytes, extra(out));
+    Emit(s.name, "dense-kernels", Median(kernel_ms), flops, bytes);
     // What the plugin's check of the caller's device pointers adds to a dense call (caller_memory.cc).
     const maxsim_dense_sets qs = DenseSets(qd[0], MAXSIM_MEMORY_CUDA, nq, s.lq, s.dim);
     const maxsim_dense_sets ds = DenseSets(dd[0], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
@@ -265,7 +289,7 @@ void RunApi(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, cons
     const double ms = WallIt(5, 30, [&](int i) {
       const maxsim_sets qa{nullptr, &hq}, da{handles[i % copies], nullptr};
       CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &ho, out.data(), nullptr));
-    });
+    }, (std::string(s.name) + (mode == MAXSIM_MODE_EXACT ? " api-resident" : " api-resident-certified")).c_str());
     Emit(s.name, mode == MAXSIM_MODE_EXACT ? "api-resident" : "api-resident-certified", ms, flops, bytes, extra(out));
   }
   for (uint64_t c = 1; c < copies; ++c) maxsim_packed_release(handles[c]);
@@ -292,7 +316,9 @@ void RunSteps(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, co
   CHECK_CUDA(cudaMalloc(&dev, std::max(out_bytes, q_bytes)));
   CHECK_ST(b.stage.Reserve(std::max(out_bytes, q_bytes), "benchmark staging"));
   auto sync = [&] { CHECK_CUDA(cudaStreamSynchronize(b.stream)); };
-  auto step = [&](const char* name, const std::function<void(int)>& fn) { Emit(s.name, name, WallIt(5, 30, fn), flops, bytes); };
+  auto step = [&](const char* name, const std::function<void(int)>& fn) {
+    Emit(s.name, name, WallIt(5, 30, fn, (std::string(s.name) + " " + name).c_str()), flops, bytes);
+  };
   step("step-sync", [&](int) { sync(); });
   step("step-query-stage", [&](int) {
     CHECK_ST(mscuda::UploadDenseQueries(b, hq, false, b.qbuf, &q));
@@ -597,51 +623,54 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
   a.stream = b.stream;
   const double flops = 2.0 * nq * nd * lq * ld * dim;
   const double bytes = (hq.size() + hd.size()) * 2.0 * 2 + (nq * lq + nd * ld) * dim * 4.0;
+  // The public calls of a training step (maxsim_score_matrix with argmax, then maxsim_backward) on the same device
+  // tensors and stream, each returning when its stream has finished, are timed in rounds alternating with the
+  // kernel rows (the plugin's calls enqueued back to back, CUDA events), so that both see the same clocks.
+  maxsim_score_options o;
+  maxsim_score_options_init(&o);
+  o.cuda_stream = b.stream;
+  const maxsim_sets qa{nullptr, &sq}, da{nullptr, &sd};
+  std::vector<double> api_fwd;
   for (int det : {1, 0}) {
     a.deterministic = det;
-    b.sync_calls = false;
-    const double ms = TimeIt(b.stream, 5, 30, [&](int) {
-      a.peak_extra_bytes = &extra_f;
-      CHECK_ST(mscuda::TrainForward(b, a));
-      a.peak_extra_bytes = &extra_b;
-      CHECK_ST(mscuda::TrainBackward(b, a));
-    });
-    const double fwd = TimeIt(b.stream, 3, 30, [&](int) { CHECK_ST(mscuda::TrainForward(b, a)); });
-    b.sync_calls = true;
+    maxsim_backward_args ba{};
+    ba.struct_size = sizeof(ba);
+    ba.layout = MAXSIM_LAYOUT_MATRIX;
+    ba.argmax = argmax;
+    ba.grad_scores = grad;
+    ba.grad_queries = gq;
+    ba.grad_documents = gd;
+    ba.deterministic = det;
+    ba.cuda_stream = b.stream;
+    std::vector<double> step_ms, fwd_ms, api_step;
+    for (int round = 0; round < kApiRounds; ++round) {
+      b.sync_calls = false;
+      step_ms.push_back(TimeIt(b.stream, 3, 10, [&](int) {
+        a.peak_extra_bytes = &extra_f;
+        CHECK_ST(mscuda::TrainForward(b, a));
+        a.peak_extra_bytes = &extra_b;
+        CHECK_ST(mscuda::TrainBackward(b, a));
+      }, false, det ? "train fwd+bwd-det" : "train fwd+bwd-atomic"));
+      fwd_ms.push_back(TimeIt(b.stream, 3, 10, [&](int) { CHECK_ST(mscuda::TrainForward(b, a)); }));
+      b.sync_calls = true;
+      if (!g_api) continue;
+      api_step.push_back(WallIt(3, 10, [&](int) {
+        CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, argmax));
+        CHECK_MS(maxsim_backward(g_api, &sq, &sd, &ba));
+      }, det ? "train api-fwd+bwd-det" : "train api-fwd+bwd-atomic"));
+      api_fwd.push_back(WallIt(3, 10, [&](int) { CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, argmax)); },
+                               "train api-fwd"));
+    }
     CHECK_ST(mscuda::TrainForward(b, a));  // with its checks, once
     CHECK_ST(mscuda::TrainBackward(b, a));
     char extra[200];
     // Extra memory: the plugin's scratch (peak of the two calls); outputs (scores, argmax, grads) excluded.
     std::snprintf(extra, sizeof(extra), "\"extra_mb\": %.3f, \"fwd_ms\": %.4f",
-                  std::max(extra_f, extra_b) / 1048576.0, fwd);
-    Emit("train-inbatch", det ? "fwd+bwd-det" : "fwd+bwd-atomic", ms, flops, bytes, extra);
+                  std::max(extra_f, extra_b) / 1048576.0, Median(fwd_ms));
+    Emit("train-inbatch", det ? "fwd+bwd-det" : "fwd+bwd-atomic", Median(step_ms), flops, bytes, extra);
+    if (g_api) Emit("train-inbatch", det ? "api-fwd+bwd-det" : "api-fwd+bwd-atomic", Median(api_step), flops, bytes);
   }
-  if (g_api) {
-    // The public calls of a training step (maxsim_score_matrix with argmax, then maxsim_backward) on the same
-    // device tensors and stream; each returns when its stream has finished.
-    maxsim_score_options o;
-    maxsim_score_options_init(&o);
-    o.cuda_stream = b.stream;
-    const maxsim_sets qa{nullptr, &sq}, da{nullptr, &sd};
-    for (int det : {1, 0}) {
-      maxsim_backward_args ba{};
-      ba.struct_size = sizeof(ba);
-      ba.layout = MAXSIM_LAYOUT_MATRIX;
-      ba.argmax = argmax;
-      ba.grad_scores = grad;
-      ba.grad_queries = gq;
-      ba.grad_documents = gd;
-      ba.deterministic = det;
-      ba.cuda_stream = b.stream;
-      const double ms = WallIt(5, 30, [&](int) {
-        CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, argmax));
-        CHECK_MS(maxsim_backward(g_api, &sq, &sd, &ba));
-      });
-      Emit("train-inbatch", det ? "api-fwd+bwd-det" : "api-fwd+bwd-atomic", ms, flops, bytes);
-    }
-    const double fwd = WallIt(5, 30, [&](int) { CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, argmax)); });
-    Emit("train-inbatch", "api-fwd", fwd, flops, bytes);
-  }
+  if (g_api) Emit("train-inbatch", "api-fwd", Median(api_fwd), flops, bytes);
   cudaFree(dq);
   cudaFree(dd);
   cudaFree(scores);
@@ -745,6 +774,7 @@ void CopyBandwidth(Backend& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row when it is measured (device scripts time-stamp the lines)
   std::string only;
   const char* rows = std::getenv("MAXSIM_GPU_BENCH_ROWS");
   g_api_rows_only = rows != nullptr && std::strcmp(rows, "api") == 0;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The public API's overhead (a machine with an NVIDIA GPU): the GPU suite on this tree (GPU_API_TESTS=0 skips it),
-# then gpu_bench on the one-query retrieval shapes (GPU_API_SHAPES), whose rows hold kernel-only, the kernel with
-# one synchronisation (kernel-wall), the steps of a resident call, the plugin's call and the public call; with
+# then gpu_bench on the one-query retrieval shapes (GPU_API_SHAPES; "train" is the training step), whose rows hold
+# kernel-only, the kernel with one synchronisation (kernel-wall), the steps of a resident call, the plugin's call and
+# the public call; with
 # .carry/base-prebuilt.tar.xz (libmaxsim, the plugin and gpu_bench of another revision, packed like make-carry's
 # prebuilt archive, its PREBUILT_REV inside) the same shapes run on that build too, alternating with this one,
 # one process per run (GPU_API_ROUNDS rounds); without it, GPU_API_BASE_ENV (e.g. "MAXSIM_CUDA_MAPPED_RESULTS=0") makes
@@ -32,11 +33,14 @@ elif [ -n "${GPU_API_BASE_ENV:-}" ]; then
   echo "base: this build with $GPU_API_BASE_ENV" >> "$S"
 fi
 # gpu_bench with only the public path's rows (MAXSIM_GPU_BENCH_ROWS; a build without it runs every row).
+# GPU_API_SAME_BENCH=1: every side runs this build's gpu_bench, with its own library and plugin (the public rows go
+# through them; the kernel rows are this build's), so that a change of the benchmark itself does not enter the A/B.
 run_bench() {  # side dir shape round [VAR=value ...]
-  local side=$1 dir=$2 shape=$3 r=$4
+  local side=$1 dir=$2 shape=$3 r=$4 bench=$2/benchmarks/gpu/maxsim_gpu_bench
   shift 4
+  [ "${GPU_API_SAME_BENCH:-0}" = 1 ] && bench=$BUILD/benchmarks/gpu/maxsim_gpu_bench
   env "$@" MAXSIM_GPU_BENCH_ROWS=api LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" MAXSIM_PLUGIN_PATH="$dir" timeout 120 \
-    "$dir/benchmarks/gpu/maxsim_gpu_bench" --only "$shape" --json "$OUT/api-$side-$shape-$r.json" \
+    "$bench" --only "$shape" --json "$OUT/api-$side-$shape-$r.json" \
     > "$OUT/api-$side-$shape-$r.txt" 2>&1 || { echo "gpu_bench $side $shape: rc $?" >> "$S"; rc=1; }
 }
 read -ra variants <<< "${GPU_API_VARIANTS:-}"
