@@ -457,6 +457,7 @@ void DestroyBackend(Backend* b) {
   b->stage.Release();
   b->qstage.Release();
   b->flags_host.Release();
+  b->backward_flags.Release();
   if (b->staged) cudaEventDestroy(b->staged);
   for (int i = 0; i < 2; ++i) {
     if (b->copied[i]) cudaEventDestroy(b->copied[i]);

@@ -13,10 +13,18 @@ namespace mscuda {
 namespace {
 
 struct DenseInfo {
-  SetsView view;                 // offsets still to be pointed at the device copy (unless uniform)
-  std::vector<uint64_t> offsets; // host copy (n_sets + 1), always filled
+  SetsView view;                     // offsets still to be pointed at the device copy (unless uniform)
+  const uint64_t* offsets = nullptr; // the caller's host offsets (n_sets + 1); NULL when uniform
   uint64_t n_rows = 0, first_row = 0, max_len = 0;
-  bool uniform = false;          // no offsets given: sets of set_length rows, addressed without a device copy
+  bool uniform = false;              // no offsets given: sets of set_length rows, addressed without a device copy
+  // Row offset of set i (i <= n_sets). Uniform sets are not expanded into a list: a call's host work stays
+  // independent of the number of sets (10,000 documents cost ~5 us per call to list).
+  uint64_t Offset(uint64_t i) const { return uniform ? i * view.set_length : offsets[i]; }
+  // The set holding row `row` (first_row <= row < n_rows).
+  uint64_t SetOf(uint64_t row) const {
+    if (uniform) return view.set_length ? row / view.set_length : 0;
+    return static_cast<uint64_t>(std::upper_bound(offsets, offsets + view.n_sets + 1, row) - offsets) - 1;
+  }
 };
 
 Status ReadDense(const maxsim_dense_sets* s, const char* role, DenseInfo* out) {
@@ -34,12 +42,14 @@ Status ReadDense(const maxsim_dense_sets* s, const char* role, DenseInfo* out) {
   v.mask = s->mask;
   v.n_sets = s->n_sets;
   v.set_length = s->set_length;
-  d.offsets.resize(s->n_sets + 1);
-  for (uint64_t i = 0; i <= s->n_sets; ++i) d.offsets[i] = s->offsets ? s->offsets[i] : i * s->set_length;
+  d.offsets = s->offsets;
   d.uniform = s->offsets == nullptr;
-  d.first_row = d.offsets[0];
-  d.n_rows = d.offsets[s->n_sets];
-  d.max_len = d.uniform ? (s->n_sets ? s->set_length : 0) : MaxLen(d.offsets.data(), s->n_sets);
+  if (d.uniform && s->n_sets > 0 && s->set_length > UINT64_MAX / s->n_sets) {
+    return Fail(MAXSIM_ERR_UNSUPPORTED, "%s: too many rows for the CUDA backend", role);
+  }
+  d.first_row = d.Offset(0);
+  d.n_rows = d.Offset(s->n_sets);
+  d.max_len = d.uniform ? (s->n_sets ? s->set_length : 0) : MaxLen(d.offsets, s->n_sets);
   if (d.max_len > 0x7fffffffull) return Fail(MAXSIM_ERR_UNSUPPORTED, "%s: a set is too long for the CUDA backend", role);
   if (s->n_sets > 0xffffffffull) return Fail(MAXSIM_ERR_UNSUPPORTED, "%s: too many sets for the CUDA backend", role);
   *out = std::move(d);
@@ -69,7 +79,10 @@ struct TrainInputs {
 
 Status ReadTrainInputs(Backend& b, const maxsim_plugin_train_args& a, TrainInputs* out) {
   MSC_CUDA(cudaSetDevice(b.device));
-  MSC_CUDA(cudaEventSynchronize(b.staged));
+  if (b.staged_pending) {  // only after a call that did not wait for its stream (benchmarks, failed launches)
+    MSC_CUDA(cudaEventSynchronize(b.staged));
+    b.staged_pending = false;
+  }
   TrainInputs& in = *out;
   in.stream = static_cast<cudaStream_t>(a.stream);
   MSC_RETURN(ReadDense(a.queries, "queries", &in.q));
@@ -94,7 +107,7 @@ Status ReadTrainInputs(Backend& b, const maxsim_plugin_train_args& a, TrainInput
     in.am.resize(in.n_pairs);
     uint64_t base = 0;
     for (uint64_t i = 0; i < in.nq; ++i) {
-      const uint64_t lq = in.q.offsets[i + 1] - in.q.offsets[i];
+      const uint64_t lq = in.q.Offset(i + 1) - in.q.Offset(i);
       for (uint64_t e = a.cand_offsets[i]; e < a.cand_offsets[i + 1]; ++e) {
         if (a.candidates[e] >= in.nd) {
           return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "candidates[%llu] is not a document", static_cast<ull>(e));
@@ -138,14 +151,17 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
   uint8_t* s = b.scratch.data();
   uint64_t used = 0;
   // Uniform sets (no offsets) are addressed by set_length: nothing to upload.
-  if (!q.uniform) MSC_RETURN(StageUpload(b, used, s + o_qoff, q.offsets.data(), (nq + 1) * 8, stream));
-  if (!d.uniform) MSC_RETURN(StageUpload(b, used, s + o_doff, d.offsets.data(), (nd + 1) * 8, stream));
+  if (!q.uniform) MSC_RETURN(StageUpload(b, used, s + o_qoff, q.offsets, (nq + 1) * 8, stream));
+  if (!d.uniform) MSC_RETURN(StageUpload(b, used, s + o_doff, d.offsets, (nd + 1) * 8, stream));
   if (list) {
     MSC_RETURN(StageUpload(b, used, s + o_pq, pq.data(), n_pairs * 4, stream));
     MSC_RETURN(StageUpload(b, used, s + o_pd, pd.data(), n_pairs * 4, stream));
     MSC_RETURN(StageUpload(b, used, s + o_am, am.data(), n_pairs * 8, stream));
   }
-  if (used > 0) MSC_CUDA(cudaEventRecord(b.staged, stream));
+  if (used > 0) {
+    MSC_CUDA(cudaEventRecord(b.staged, stream));
+    b.staged_pending = true;
+  }
   q.view.offsets = q.uniform ? nullptr : reinterpret_cast<const uint64_t*>(s + o_qoff);
   d.view.offsets = d.uniform ? nullptr : reinterpret_cast<const uint64_t*>(s + o_doff);
   ull* flag = reinterpret_cast<ull*>(s + o_flag);
@@ -162,7 +178,7 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
   unsigned int* bad_dev = nullptr;
   if (folded) {
     *bad_host = 0u;
-    MSC_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&bad_dev), const_cast<unsigned int*>(bad_host), 0));
+    bad_dev = reinterpret_cast<unsigned int*>(b.flags_host.device_data() + kFoldedFlagOffset);
   } else {
     MSC_CUDA(cudaMemsetAsync(flag, 0xff, 16, stream));
     cudaError_t e = LaunchRowCheck(q.view, q.first_row, q.n_rows, qn, flag, stream);
@@ -198,6 +214,7 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
   ull flags[2];
   if (folded) {
     MSC_CUDA(cudaStreamSynchronize(stream));
+    b.staged_pending = false;
     if (*bad_host == 0u) return Status::Ok();
     MSC_CUDA(cudaMemsetAsync(flag, 0xff, 16, stream));
     cudaError_t e = LaunchRowCheck(q.view, q.first_row, q.n_rows, nullptr, flag, stream);
@@ -206,13 +223,14 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
     MSC_RETURN(ReadFlags(b, flag, stream, flags));
   } else {
     MSC_RETURN(ReadFlags(b, flag, stream, flags));
+    b.staged_pending = false;
   }
   if (flags[0] != ~0ull || flags[1] != ~0ull) {
     // Nothing the caller could take for an answer (either check): scores NaN, argmax -1.
     MSC_CUDA(cudaMemsetAsync(a.scores, 0xff, n_pairs * 4, stream));
     if (a.argmax) {
-      const uint64_t q_positions = q.offsets[nq] - q.offsets[0];
-      const uint64_t n_arg = list ? (n_pairs ? am[n_pairs - 1] + (q.offsets[pq[n_pairs - 1] + 1] - q.offsets[pq[n_pairs - 1]]) : 0)
+      const uint64_t q_positions = q.Offset(nq) - q.Offset(0);
+      const uint64_t n_arg = list ? (n_pairs ? am[n_pairs - 1] + (q.Offset(pq[n_pairs - 1] + 1) - q.Offset(pq[n_pairs - 1])) : 0)
                              : a.layout == MAXSIM_LAYOUT_PAIRS ? q_positions : nd * q_positions;
       MSC_CUDA(cudaMemsetAsync(a.argmax, 0xff, n_arg * 4, stream));
     }
@@ -222,9 +240,9 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
     if (flags[r] != ~0ull) {
       DenseInfo& x = r == 0 ? q : d;
       const uint64_t row = flags[r] - 1;
-      const uint64_t set = static_cast<uint64_t>(std::upper_bound(x.offsets.begin(), x.offsets.end(), row) - x.offsets.begin()) - 1;
+      const uint64_t set = x.SetOf(row);
       return Fail(MAXSIM_ERR_NON_FINITE, "%s: set %llu token %llu has a non-finite value or an L2 norm above 1e19",
-                  r == 0 ? "queries" : "documents", static_cast<ull>(set), static_cast<ull>(row - x.offsets[set]));
+                  r == 0 ? "queries" : "documents", static_cast<ull>(set), static_cast<ull>(row - x.Offset(set)));
     }
   }
   return Status::Ok();
@@ -248,13 +266,13 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
   // of consecutive pairs of at most kIndexEntries entries (fewer than 2^32 pairs) for its inverse index.
   auto entries_before = [&](uint64_t p) -> uint64_t {
     if (p >= n_pairs) {
-      if (list) return n_pairs ? am[n_pairs - 1] + (q.offsets[pq[n_pairs - 1] + 1] - q.offsets[pq[n_pairs - 1]]) : 0;
-      return (q.offsets[nq] - q.offsets[0]) * (a.layout == MAXSIM_LAYOUT_PAIRS ? 1 : nd);
+      if (list) return n_pairs ? am[n_pairs - 1] + (q.Offset(pq[n_pairs - 1] + 1) - q.Offset(pq[n_pairs - 1])) : 0;
+      return (q.Offset(nq) - q.Offset(0)) * (a.layout == MAXSIM_LAYOUT_PAIRS ? 1 : nd);
     }
     if (list) return am[p];
-    if (a.layout == MAXSIM_LAYOUT_PAIRS) return q.offsets[p] - q.offsets[0];
+    if (a.layout == MAXSIM_LAYOUT_PAIRS) return q.Offset(p) - q.Offset(0);
     const uint64_t i = p / nd, j = p % nd;
-    return nd * (q.offsets[i] - q.offsets[0]) + j * (q.offsets[i + 1] - q.offsets[i]);
+    return nd * (q.Offset(i) - q.Offset(0)) + j * (q.Offset(i + 1) - q.Offset(i));
   };
   // Deterministic grad_D of the matrix and pairs layouts: one launch (LaunchBackwardDoc) computes grad_Q, grad_D
   // and the check, with no index in device memory. Else the separate kernels: the check, grad_Q, and grad_D by
@@ -284,7 +302,7 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
   size_t sort_temp = 0;
   if (chunk_max) MSC_CUDA(GradDIndexTempBytes(chunk_max, static_cast<uint32_t>(d.n_rows), &sort_temp));
   Carver cv;
-  const uint64_t o_qoff = cv.Add((nq + 1) * 8), o_doff = cv.Add((nd + 1) * 8), o_flag = cv.Add(16);
+  const uint64_t o_qoff = cv.Add((nq + 1) * 8), o_doff = cv.Add((nd + 1) * 8);
   const uint64_t o_pq = list ? cv.Add(n_pairs * 4) : 0, o_pd = list ? cv.Add(n_pairs * 4) : 0,
                  o_am = list ? cv.Add(n_pairs * 8) : 0, o_qps = list ? cv.Add((nq + 1) * 8) : 0;
   const uint64_t o_keys = cv.Add(chunk_max * 4), o_keys_alt = cv.Add(chunk_max * 4), o_vals = cv.Add(chunk_max * 8),
@@ -295,15 +313,18 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
   uint8_t* s = b.scratch.data();
   uint64_t used = 0;
   // Uniform sets (no offsets) are addressed by set_length: nothing to upload.
-  if (!q.uniform) MSC_RETURN(StageUpload(b, used, s + o_qoff, q.offsets.data(), (nq + 1) * 8, stream));
-  if (!d.uniform) MSC_RETURN(StageUpload(b, used, s + o_doff, d.offsets.data(), (nd + 1) * 8, stream));
+  if (!q.uniform) MSC_RETURN(StageUpload(b, used, s + o_qoff, q.offsets, (nq + 1) * 8, stream));
+  if (!d.uniform) MSC_RETURN(StageUpload(b, used, s + o_doff, d.offsets, (nd + 1) * 8, stream));
   if (list) {
     MSC_RETURN(StageUpload(b, used, s + o_pq, pq.data(), n_pairs * 4, stream));
     MSC_RETURN(StageUpload(b, used, s + o_pd, pd.data(), n_pairs * 4, stream));
     MSC_RETURN(StageUpload(b, used, s + o_am, am.data(), n_pairs * 8, stream));
     MSC_RETURN(StageUpload(b, used, s + o_qps, a.cand_offsets, (nq + 1) * 8, stream));
   }
-  if (used > 0) MSC_CUDA(cudaEventRecord(b.staged, stream));
+  if (used > 0) {
+    MSC_CUDA(cudaEventRecord(b.staged, stream));
+    b.staged_pending = true;
+  }
   BackwardArgs ba;
   ba.q = q.view;
   ba.d = d.view;
@@ -324,8 +345,12 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
   ba.grad = a.grad_scores;
   ba.grad_q = a.grad_queries;
   ba.grad_d = a.grad_documents;
-  ba.flag = reinterpret_cast<ull*>(s + o_flag);
-  MSC_CUDA(cudaMemsetAsync(ba.flag, 0xff, 16, stream));
+  // The check flags persist in device memory between calls: cleared (all ones) by a memset only when the last
+  // call found a bad entry or did not read them back.
+  MSC_RETURN(b.backward_flags.Reserve(16, "the backward's check flags"));
+  ba.flag = reinterpret_cast<ull*>(b.backward_flags.data());
+  if (!b.backward_flags_clear || !b.sync_calls) MSC_CUDA(cudaMemsetAsync(ba.flag, 0xff, 16, stream));
+  b.backward_flags_clear = false;
   cudaError_t e = cudaSuccess;
   if (doc) {
     // Rows before the first set belong to no set: zeroed, as the other path leaves them.
@@ -366,6 +391,8 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
   if (!b.sync_calls) return Status::Ok();
   ull flags[2];
   MSC_RETURN(ReadFlags(b, ba.flag, stream, flags));
+  b.staged_pending = false;
+  b.backward_flags_clear = flags[0] == ~0ull && flags[1] == ~0ull;
   if (flags[1] != ~0ull) {
     return Fail(MAXSIM_ERR_NON_FINITE, "grad_scores[%llu] is not finite", static_cast<ull>(flags[1] - 1));
   }
