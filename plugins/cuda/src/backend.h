@@ -146,8 +146,9 @@ struct Backend {
   PinnedBuffer qstage;              // host staging of the queries, copied to the device on `stream`
   bool qstage_busy = false;         // a copy may still read qstage (the host has not synchronised since)
   PinnedBuffer flags_host;
-  // The training backward's two check flags (device memory, all ones when clear). Kept between calls: a call that
-  // finds them clear leaves them so, and the next call needs no memset before its kernels.
+  // The training backward's two check flags (device memory, all ones when clear). Kept between calls: a call whose
+  // kernels reported nothing (the mapped word in flags_host stayed 0) leaves them clear, and the next call needs no
+  // memset before its kernels.
   DeviceBuffer backward_flags;
   bool backward_flags_clear = false;  // known to be all ones (set only after a completed, synchronised check)
   cudaEvent_t staged = nullptr;     // recorded after a call's staged uploads: the stage is free once it fires

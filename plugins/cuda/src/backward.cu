@@ -25,6 +25,13 @@ __device__ __forceinline__ uint64_t SetOfRow(const SetsView& s, uint64_t row) {
   return lo;
 }
 
+// A bad entry: flag[which] keeps the smallest (1 + index) reported, and the host's mapped word (when given) says
+// that there is one.
+__device__ __forceinline__ void ReportBad(const BackwardArgs& a, int which, unsigned long long index) {
+  atomicMin(&a.flag[which], index);
+  if (a.bad_host) *reinterpret_cast<volatile unsigned int*>(a.bad_host) = 1u;
+}
+
 __device__ __forceinline__ void PairRange(const BackwardArgs& a, uint64_t i, uint64_t* p0, uint64_t* p1) {
   if (a.pairs.layout == kPairsMatrix) {
     *p0 = i * a.pairs.nd;
@@ -45,14 +52,14 @@ __global__ void BackwardCheckKernel(const BackwardArgs a) {
        p < a.pairs.n_pairs; p += warps) {
     uint64_t i, j;
     a.pairs.Resolve(p, &i, &j);
-    if (lane == 0 && !isfinite(a.grad[p])) atomicMin(&a.flag[1], static_cast<unsigned long long>(p) + 1);
+    if (lane == 0 && !isfinite(a.grad[p])) ReportBad(a, 1, static_cast<unsigned long long>(p) + 1);
     const uint64_t qb = a.q.Begin(i), lq = a.q.End(i) - qb;
     const uint64_t db = a.d.Begin(j), ld = a.d.End(j) - db;
     const int32_t* am = a.pairs.ArgmaxPtr(p, i, j, qb - a.q.Begin(0), lq);
     for (uint64_t s = lane; s < lq; s += 32) {
       const int32_t t = am[s];
       const bool ok = t == -1 || (t >= 0 && static_cast<uint64_t>(t) < ld && a.d.Kept(db + t));
-      if (!ok) atomicMin(&a.flag[0], static_cast<unsigned long long>(am - a.pairs.argmax) + s + 1);
+      if (!ok) ReportBad(a, 0, static_cast<unsigned long long>(am - a.pairs.argmax) + s + 1);
     }
   }
 }
@@ -221,7 +228,7 @@ __device__ void DocTask(const BackwardArgs& a, DocShared& sm, uint64_t j, uint64
     const uint64_t n_q = diag ? 1 : a.q.n_sets;
     for (uint64_t i = threadIdx.x; i < n_q; i += blockDim.x) {
       const uint64_t p = diag ? j : i * nd + j;
-      if (!isfinite(a.grad[p])) atomicMin(&a.flag[1], static_cast<unsigned long long>(p) + 1);
+      if (!isfinite(a.grad[p])) ReportBad(a, 1, static_cast<unsigned long long>(p) + 1);
     }
   }
   const uint32_t rows = t0 < ld ? static_cast<uint32_t>(ld - t0 < kDocRows ? ld - t0 : kDocRows) : 0;
@@ -260,7 +267,7 @@ __device__ void DocTask(const BackwardArgs& a, DocShared& sm, uint64_t j, uint64
         if (!ok && report) {
           const uint64_t qb = a.q.Begin(i);
           const int32_t* am = a.pairs.ArgmaxPtr(diag ? j : i * nd + j, i, j, qb - qb0, a.q.End(i) - qb);
-          atomicMin(&a.flag[0], static_cast<unsigned long long>(am - a.pairs.argmax) + (row - qb) + 1);
+          ReportBad(a, 0, static_cast<unsigned long long>(am - a.pairs.argmax) + (row - qb) + 1);
         }
         if (ok && t >= 0 && a.q.Kept(row) && static_cast<uint64_t>(t) >= t0 && static_cast<uint64_t>(t) - t0 < rows) {
           key = static_cast<uint32_t>(t - t0);

@@ -256,6 +256,9 @@ struct BackwardArgs {
   float* grad_d = nullptr;                  // [d rows, dim] or null
   const uint64_t* q_pair_start = nullptr;   // list layout: pairs of query i are [start[i], start[i+1])
   unsigned long long* flag = nullptr;       // [2]: bad argmax (1 + flat index), bad grad (1 + pair)
+  // Optional: a word of mapped pinned host memory that a bad entry also sets to 1 (a plain store), so that the host
+  // knows after its synchronisation whether `flag` needs reading, without a copy on the good path.
+  unsigned int* bad_host = nullptr;
 };
 
 cudaError_t LaunchBackwardCheck(const BackwardArgs& a, cudaStream_t stream);

@@ -56,8 +56,10 @@ Status ReadDense(const maxsim_dense_sets* s, const char* role, DenseInfo* out) {
   return Status::Ok();
 }
 
-// Bytes [0, 16) of flags_host receive ReadFlags' copies; the word at this offset is the folded input check's flag.
+// Bytes [0, 16) of flags_host receive ReadFlags' copies; the words at these offsets are the forward's folded input
+// check flag and the backward's "a check flag is set" word, both written by the kernels through the mapping.
 constexpr uint64_t kFoldedFlagOffset = 32;
+constexpr uint64_t kBackwardBadOffset = 36;
 
 Status ReadFlags(Backend& b, const ull* dev_flags, cudaStream_t stream, ull* out2) {
   MSC_CUDA(cudaMemcpyAsync(b.flags_host.data(), dev_flags, 16, cudaMemcpyDeviceToHost, stream));
@@ -346,11 +348,15 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
   ba.grad_q = a.grad_queries;
   ba.grad_d = a.grad_documents;
   // The check flags persist in device memory between calls: cleared (all ones) by a memset only when the last
-  // call found a bad entry or did not read them back.
+  // call found a bad entry or did not wait for its kernels. A bad entry also sets a word of mapped pinned memory,
+  // so that a good call reads nothing back: its kernels and one synchronisation are the whole call.
   MSC_RETURN(b.backward_flags.Reserve(16, "the backward's check flags"));
   ba.flag = reinterpret_cast<ull*>(b.backward_flags.data());
   if (!b.backward_flags_clear || !b.sync_calls) MSC_CUDA(cudaMemsetAsync(ba.flag, 0xff, 16, stream));
   b.backward_flags_clear = false;
+  volatile unsigned int* bad_host = reinterpret_cast<volatile unsigned int*>(b.flags_host.data() + kBackwardBadOffset);
+  *bad_host = 0u;
+  ba.bad_host = reinterpret_cast<unsigned int*>(b.flags_host.device_data() + kBackwardBadOffset);
   cudaError_t e = cudaSuccess;
   if (doc) {
     // Rows before the first set belong to no set: zeroed, as the other path leaves them.
@@ -389,10 +395,14 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
     }
   }
   if (!b.sync_calls) return Status::Ok();
+  MSC_CUDA(cudaStreamSynchronize(stream));
+  b.staged_pending = false;
+  if (*bad_host == 0u) {
+    b.backward_flags_clear = true;  // clear at the start (memset or kept) and nothing reported
+    return Status::Ok();
+  }
   ull flags[2];
   MSC_RETURN(ReadFlags(b, ba.flag, stream, flags));
-  b.staged_pending = false;
-  b.backward_flags_clear = flags[0] == ~0ull && flags[1] == ~0ull;
   if (flags[1] != ~0ull) {
     return Fail(MAXSIM_ERR_NON_FINITE, "grad_scores[%llu] is not finite", static_cast<ull>(flags[1] - 1));
   }
