@@ -7,7 +7,7 @@
 # .carry/base-prebuilt.tar.xz (libmaxsim, the plugin and gpu_bench of another revision, packed like make-carry's
 # prebuilt archive, its PREBUILT_REV inside) the same shapes run on that build too, alternating with this one,
 # one process per run (GPU_API_ROUNDS rounds); without it, GPU_API_BASE_ENV (e.g. "MAXSIM_CUDA_MAPPED_RESULTS=0") makes
-# the base side this build run under those settings. GPU_API_VARIANTS ("name:VAR=value[,VAR=value] ...") adds sides
+# the base side this build run under those settings (the sides' order alternates between rounds). GPU_API_VARIANTS ("name:VAR=value[,VAR=value] ...") adds sides
 # that run this build under other settings, on GPU_API_VARIANT_SHAPES (default: every shape), alternating with the
 # others. GPU_API_SERVE_SHAPES (default serve-colpali-16q) runs this build once on those batch shapes: the plugin's
 # matrix against the same work as candidate lists. GPU_API_NOTE is written into the result's context (what the
@@ -46,8 +46,10 @@ run_bench() {  # side dir shape round [VAR=value ...]
 read -ra variants <<< "${GPU_API_VARIANTS:-}"
 for v in "${variants[@]}"; do echo "variant ${v%%:*}: this build with ${v#*:}" >> "$S"; done
 for r in $(seq "${GPU_API_ROUNDS:-1}"); do
+  order=$sides
+  [ $((r % 2)) = 0 ] && order=$(echo "$sides" | tr ' ' '\n' | tac | tr '\n' ' ')  # even rounds: the other side first
   for shape in ${GPU_API_SHAPES:-textual-1k textual-10k colpali-rerank q128 visual}; do
-    for side in $sides; do
+    for side in $order; do
       dir=$BUILD
       [ "$side" = base ] && [ -d /tmp/maxsim-base ] && dir=/tmp/maxsim-base
       base_env=()
