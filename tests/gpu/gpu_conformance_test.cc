@@ -1323,6 +1323,22 @@ TEST_F(Gpu, BackwardCheckNamesTheFirstBadEntry) {
     const uint64_t am_size = nd * q.rows(), n_scores = layout == MAXSIM_LAYOUT_MATRIX ? q.n_sets() * d.n_sets() : q.n_sets();
     const std::vector<int32_t> good = DeviceForward(gpu, dq, dd, layout, {}, {}, am_size, MAXSIM_METRIC_DOT).argmax;
     std::vector<float> grad(n_scores, 0.5f);
+    // A good backward on a context: its grad_Q then grad_D (the call must succeed).
+    Dev<int32_t> d_good(good.size());
+    d_good.Up(good.data());
+    Dev<float> d_good_grad(grad.size());
+    d_good_grad.Up(grad.data());
+    auto good_call = [&](Context& ctx) {
+      Dev<float> o_q(q.rows() * 64), o_d(d.rows() * 64);
+      o_q.Fill(0);
+      o_d.Fill(0);
+      const maxsim_backward_args a = BackwardCall(layout, d_good.p, d_good_grad.p, o_q.p, o_d.p, 1);
+      EXPECT_EQ(maxsim_backward(ctx.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << maxsim_last_error();
+      std::vector<float> out = o_q.Down(), gd = o_d.Down();
+      out.insert(out.end(), gd.begin(), gd.end());
+      return out;
+    };
+    const std::vector<float> clean[2] = {good_call(gpu), good_call(separate)};
     struct Bad {
       std::vector<uint64_t> entries;  // argmax entries set to a token that is not a kept token
       int64_t grad_pair;              // -1: none
@@ -1352,6 +1368,13 @@ TEST_F(Gpu, BackwardCheckNamesTheFirstBadEntry) {
         EXPECT_EQ(st, b.want) << what << ": " << msg;
         EXPECT_NE(msg.find(b.names), std::string::npos) << what << ": '" << msg << "' does not name " << b.names;
       }
+    }
+    // The check flags are cleared again after a reported entry (the plugin keeps them between calls): a good call
+    // then succeeds with the bits of the one before the errors, twice (the second without clearing them).
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::string when = ", layout " + std::to_string(layout) + ", good call " + std::to_string(rep) + " after errors";
+      ExpectSameBits(good_call(gpu), clean[0], "one launch" + when);
+      ExpectSameBits(good_call(separate), clean[1], "separate kernels" + when);
     }
   }
 }
