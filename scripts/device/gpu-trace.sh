@@ -7,6 +7,9 @@
 # prebuilt one, with its libcupti beside it) and once without it (clean times). The GPU's clocks, power and
 # throttle reasons are sampled every 100 ms meanwhile (clocks.csv), and every benchmark line carries the time it
 # was printed, so clocks and rows can be matched. benchmarks/gpu/trace_report.py prints where each call's time goes.
+# A prebuilt tracer, made where the CUDA toolkit has CUPTI (its libcupti.so.13 copied beside it, both carried):
+#   g++ -O2 -shared -fPIC -fvisibility=hidden -I/usr/local/cuda/include benchmarks/gpu/cupti_trace.cc \
+#       -L/usr/local/cuda/lib -lcupti -o DIR/libmaxsim_cupti_trace.so; then GPU_TRACE_LIB=$PWD/DIR/libmaxsim_cupti_trace.so
 set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_bench || exit 1
