@@ -20,9 +20,9 @@ mkdir -p .whl
 # What `import pylate.scores, pylate.rank` needs beyond the image (~0.9 MB; datasets 5.2.0's pins for the other two).
 "${PIP[@]}" --no-deps --python-version "$PY_VERSION" --implementation cp "datasets==5.2.0" "dill==0.4.1" \
   "multiprocess==0.70.19"
-# A fallback for a machine whose python has no headers: this checkout's package as a repaired manylinux wheel for
-# CPython $PY_VERSION, built here when such an interpreter is found (PY_WHEEL_PYTHON, python$PY_VERSION on PATH,
-# or pyenv's). The device section builds from source first and uses this wheel only if it cannot.
+# For PY_CUDA_INSTALL=prebuilt (a machine whose python has no headers, or a quick test run): this checkout's
+# package as a repaired manylinux wheel for CPython $PY_VERSION, built here when such an interpreter is found
+# (PY_WHEEL_PYTHON, python$PY_VERSION on PATH, or pyenv's). The device section builds from source otherwise.
 py=""
 for c in "${PY_WHEEL_PYTHON:-}" "$(command -v "python$PY_VERSION" || true)" "$HOME"/.pyenv/versions/"$PY_VERSION".*/bin/python3; do
   if [ -n "$c" ] && [ -x "$c" ] && "$c" -c "import sys; sys.exit(f'{sys.version_info[0]}.{sys.version_info[1]}' != '$PY_VERSION')" 2> /dev/null; then

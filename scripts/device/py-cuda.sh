@@ -4,14 +4,16 @@
 # summary with what failed and why:
 #   1. the CUDA plugin (gpu_build: the build section's tree, or .carry/prebuilt.tar.xz; else it is built here);
 #   2. the build backend, pytest and PyLate from .whl/ (`pip --no-index` into /tmp/maxsim-py, nothing else of
-#      the image changed), then `pip install .` of this checkout (library + extension, CUDA plugin off) into
-#      /tmp/maxsim-pkg;
+#      the image changed), then `pip install .` of this checkout (library + extension, CUDA plugin off, the
+#      machine's default compiler) into /tmp/maxsim-pkg, as a user installs from source; a failure fails the
+#      section. The summary names the compiler, how the extension links the C++ runtime, and the libmaxsim.so
+#      the tests load (it must be the package's own: the plugin's build folder leaves the library path first);
 #   3. python/tests/test_cuda.py with MAXSIM_PLUGIN_PATH at the plugin and MAXSIM_PY_CUDA_REQUIRE=1 (a missing
 #      GPU or plugin fails instead of skipping); its PyLate test runs if pylate.scores and pylate.rank import;
 #   4. for information (not the section's result): test_torch.py, test_core.py and test_errors.py there.
 # PY_CUDA_TESTS (a pytest -k expression) runs only the matching tests of test_cuda.py, and skips step 4.
-# PY_CUDA_INSTALL=prebuilt installs .whl/'s prebuilt maxsim wheel without trying `pip install .` first (a machine
-# where building the extension is known to fail; the summary names the wheel's revision).
+# PY_CUDA_INSTALL=prebuilt installs .whl/'s prebuilt maxsim wheel (make-py-wheels.sh) instead of building this
+# checkout (the summary names the wheel's revision).
 set -uo pipefail
 source scripts/device/env.sh
 S="$OUT/summary-py-cuda.txt"
@@ -35,6 +37,10 @@ if ! ls "$PLUGIN_DIR"/libmaxsim-plugin-cuda.so > /dev/null 2>&1; then
   exit 1
 fi
 say "plugin: $PLUGIN_DIR/libmaxsim-plugin-cuda.so"
+# Prebuilt binaries put their folder, which holds a libmaxsim.so of their own, first on the library path. The
+# extension finds the package's libmaxsim.so through its RUNPATH, which the library path overrides: take the
+# folder off it, so that the tests run the package's library (the plugin is found through MAXSIM_PLUGIN_PATH).
+LD_LIBRARY_PATH=$(echo "$LD_LIBRARY_PATH" | tr ':' '\n' | grep -v -x -F "$BUILD" | paste -s -d: -)
 
 # 2. Offline install of the build backend and test tools, then of this checkout.
 if ! ls .whl/scikit_build_core-*.whl .whl/nanobind-*.whl .whl/pytest-*.whl > /dev/null 2>&1; then
@@ -67,45 +73,42 @@ for pkg in pylate colpali-engine peft datasets dill multiprocess; do
   fi
 done
 export PYTHONPATH="$PKG:$DEPS${PYTHONPATH:+:$PYTHONPATH}"
-# This checkout from source; if that cannot be done here, the prebuilt wheel (make-py-wheels.sh) for this python.
+# This checkout from source, or with PY_CUDA_INSTALL=prebuilt the prebuilt wheel (make-py-wheels.sh).
 tag=$($PY -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-prebuilt=$(ls .whl/maxsim-*-"$tag"-"$tag"-manylinux_*.whl 2> /dev/null | tail -n 1)
-use_prebuilt() {
+start=$(date +%s)
+if [ "${PY_CUDA_INSTALL:-source}" = prebuilt ]; then
+  prebuilt=$(ls .whl/maxsim-*-"$tag"-"$tag"-manylinux_*.whl 2> /dev/null | tail -n 1)
   if [ -z "$prebuilt" ]; then
-    say "FAILED: and .whl/ has no prebuilt maxsim wheel for $tag (scripts/make-py-wheels.sh builds one where CPython ${tag#cp} is found)"
+    say "FAILED: PY_CUDA_INSTALL=prebuilt and .whl/ has no prebuilt maxsim wheel for $tag (scripts/make-py-wheels.sh builds one where CPython ${tag#cp} is found)"
     exit 1
   fi
-  rm -rf "$PKG"
-  if ! "${PIP[@]}" -q --no-deps --target "$PKG" "$prebuilt" >> "$OUT/py-cuda-install.log" 2>&1; then
+  if ! "${PIP[@]}" -q --no-deps --target "$PKG" "$prebuilt" > "$OUT/py-cuda-install.log" 2>&1; then
     say "FAILED: installing $prebuilt; log: py-cuda-install.log"
     exit 1
   fi
-  say "installed the prebuilt $(basename "$prebuilt") ($(cat .whl/maxsim-wheel-rev.txt 2> /dev/null || echo "revision unknown"))"
-}
-# The extension is built with the machine's default C++ compiler, which may be newer than the system's libstdc++
-# (an image with its own GCC under /opt): its runtime library then goes first on the library path, for the stub
-# generation during the build and for the tests, or the module fails to load with an undefined libstdc++ symbol.
-cxx_lib=$(dirname "$("${CXX:-c++}" -print-file-name=libstdc++.so.6 2> /dev/null)" 2> /dev/null)
-if [ -n "$cxx_lib" ] && [ -f "$cxx_lib/libstdc++.so.6" ] && [ "$cxx_lib" != . ]; then
-  export LD_LIBRARY_PATH="$cxx_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  say "C++ runtime: $cxx_lib/libstdc++.so.6 (of $("${CXX:-c++}" --version | head -n 1))"
-fi
-start=$(date +%s)
-include=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-if [ "${PY_CUDA_INSTALL:-source}" = prebuilt ]; then
-  say "note: PY_CUDA_INSTALL=prebuilt: this checkout is not built here"
-  use_prebuilt
-elif [ ! -f "$include/Python.h" ]; then
-  say "note: $PY has no Python.h (in $include): the extension cannot be built here"
-  use_prebuilt
-elif CMAKE_BUILD_PARALLEL_LEVEL=$NPROC "${PIP[@]}" --no-build-isolation --no-deps --target "$PKG" . \
-     > "$OUT/py-cuda-install.log" 2>&1; then
-  say "pip install . (offline, this checkout): $(( $(date +%s) - start )) s"
+  say "PY_CUDA_INSTALL=prebuilt: installed $(basename "$prebuilt") ($(cat .whl/maxsim-wheel-rev.txt 2> /dev/null || echo "revision unknown")); this checkout is not built here"
 else
-  say "note: pip install . failed (log: py-cuda-install.log):"
-  grep -E "error|Error" "$OUT/py-cuda-install.log" | head -10 >> "$S"
-  use_prebuilt
+  cxx=${CXX:-c++}
+  say "compiler: $cxx ($(command -v "$cxx" 2> /dev/null), $("$cxx" --version 2> /dev/null | head -n 1))"
+  if ! CMAKE_BUILD_PARALLEL_LEVEL=$NPROC "${PIP[@]}" -v --no-build-isolation --no-deps --target "$PKG" . \
+       > "$OUT/py-cuda-install.log" 2>&1; then
+    say "FAILED: pip install . (offline, this checkout); log: py-cuda-install.log (PY_CUDA_INSTALL=prebuilt installs make-py-wheels.sh's wheel instead)"
+    grep -E "error|Error|undefined" "$OUT/py-cuda-install.log" | head -10 >> "$S"
+    exit 1
+  fi
+  say "pip install . (offline, this checkout): $(( $(date +%s) - start )) s"
 fi
+core=$(ls "$PKG"/maxsim/_core*.so 2> /dev/null | head -n 1)
+if readelf -d "$core" 2> /dev/null | grep -q 'NEEDED.*libstdc++'; then
+  say "extension: $(basename "$core"), C++ runtime: libstdc++.so (shared)"
+else
+  say "extension: $(basename "$core"), C++ runtime: linked in statically (the compiler found libstdc++.a first)"
+fi
+loaded=$(cd python/tests && $PY -c 'import maxsim; print(next(l.split()[-1] for l in open("/proc/self/maps") if "libmaxsim.so" in l))' 2>&1 | tail -n 1)
+case $loaded in
+  "$PKG"/maxsim/libmaxsim.so*) say "library: $loaded (the package's own)" ;;
+  *) say "FAILED: the tests would load $loaded, not $PKG/maxsim's libmaxsim.so"; exit 1 ;;
+esac
 for mod in pylate.rank colpali_engine.utils.processing_utils; do
   if $PY -c "import $mod" > "$OUT/py-cuda-import.txt" 2>&1; then
     say "${mod%%.*}: imports: its CUDA test runs"
