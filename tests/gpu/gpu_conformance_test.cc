@@ -508,13 +508,15 @@ bool Sm90(const char* what) {
 
 // One case of the kernel-agreement tests below: nq queries of lq_min..lq_max tokens and nd documents of
 // ld_min..ld_max tokens drawn with `shape`, encoded as dtype; zero_rows sets every 7th query row and all of document
-// 1 to zero first (int8 scale 0: every token a screening candidate).
+// 1 to zero first (int8 scale 0: every token a screening candidate); signed makes every query value non-negative
+// and every value of the odd documents non-positive (all their similarities <= 0: row maxima below zero).
 struct KernelCase {
   maxsim_dtype dtype;
   uint32_t dim;
   uint64_t nq, lq_min, lq_max, nd, ld_min, ld_max;
   Shape shape;
   bool zero_rows = false;
+  bool signed_sets = false;
 };
 
 // fn(q, d, pq, pd, metric, what) for every case and metric: each case's data drawn afresh (Rng(++*salt)) and packed;
@@ -530,6 +532,14 @@ void ForEachKernelCase(Context& gpu, const std::vector<KernelCase>& cases, std::
       for (uint64_t r = 0; r < q0.rows(); r += 7) std::fill_n(q0.values.begin() + r * c.dim, c.dim, 0.0);
       for (uint64_t r = d0.offsets[1]; r < d0.offsets[2]; ++r) std::fill_n(d0.values.begin() + r * c.dim, c.dim, 0.0);
     }
+    if (c.signed_sets) {
+      for (auto& v : q0.values) v = std::fabs(v);
+      for (uint64_t j = 0; j < d0.n_sets(); ++j) {
+        for (uint64_t i = d0.offsets[j] * c.dim; i < d0.offsets[j + 1] * c.dim; ++i) {
+          d0.values[i] = j % 2 ? -std::fabs(d0.values[i]) : std::fabs(d0.values[i]);
+        }
+      }
+    }
     const TokenSets q = Encoded(q0, c.dtype), d = Encoded(d0, c.dtype);
     Packed pq = Packed::Pack(gpu, q.Dense());
     Packed pd = Packed::Pack(gpu, d.Dense());
@@ -538,7 +548,7 @@ void ForEachKernelCase(Context& gpu, const std::vector<KernelCase>& cases, std::
                                std::to_string(c.nq) + " Lq " + std::to_string(c.lq_min) + ".." +
                                std::to_string(c.lq_max) + " Nd " + std::to_string(c.nd) + " Ld " +
                                std::to_string(c.ld_min) + ".." + std::to_string(c.ld_max) + " " + ShapeName(c.shape) +
-                               (c.zero_rows ? " zero rows" : "") + (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+                               (c.zero_rows ? " zero rows" : "") + (c.signed_sets ? " signed" : "") + (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
       fn(q, d, pq, pd, metric, what);
       if (::testing::Test::HasFatalFailure()) return;
     }
@@ -587,12 +597,24 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
       {MAXSIM_BF16, 120, 3, 300, 520, 14, 0, 700, Shape::kNearTies},
       {MAXSIM_BF16, 128, 3, 90, 128, 14, 0, 700, Shape::kLargeNorm},
       {MAXSIM_BF16, 112, 3, 257, 700, 14, 0, 700, Shape::kDuplicates},
+      {MAXSIM_BF16, 128, 3, 200, 600, 8, 100, 700, Shape::kUnitGaussian, false, true},
+      // 80 pairs of 4 row groups, documents of 0..3 tiles.
+      {MAXSIM_BF16, 128, 2, 700, 1024, 40, 0, 300, Shape::kUnitGaussian},
   };
   uint64_t salt = 700;
   ForEachKernelCase(gpu, cases, {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}, &salt,
                     [&](const TokenSets& q, const TokenSets& d, const Packed& pq, const Packed& pd,
                         maxsim_metric metric, const std::string& what) {
-    ExpectKernelAgreement(gpu, q, d, pq, pd, metric, "MAXSIM_CUDA_WGMMA", "0", what);
+    const std::vector<float> values =
+        ExpectKernelAgreement(gpu, q, d, pq, pd, metric, "MAXSIM_CUDA_WGMMA", "0", what);
+    // The kernel's other settings: row maxima by FMNMX pairs, warpgroups issuing in turn.
+    for (const auto& [name, value] : {std::pair<const char*, const char*>{"MAXSIM_CUDA_WGMMA_INT_FOLD", "0"},
+                                      std::pair<const char*, const char*>{"MAXSIM_CUDA_EXPERIMENTAL", "wgmma-turns"}}) {
+      const std::vector<float> other = WithEnv(name, value, [&](Context& gpu) {
+        return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
+      });
+      ExpectSameBits(values, other, what + " vs " + name + "=" + value);
+    }
   });
   // Masked dense device tensors: the document mask and query mask reach the kernel.
   ExpectMaskedDeviceValues(gpu, salt, 3, 100, 400, 10, 500, "MAXSIM_CUDA_WGMMA", "0", "masked device tensors");
@@ -630,6 +652,7 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
       // 8 groups over 200 documents on 132 SMs: 132 blocks of 12 or 13 items across ranges of 7 documents (the
       // last of 4), two groups per range and block, empty documents among them.
       {MAXSIM_BF16, 128, 64, 1, 32, 200, 0, 24, Shape::kGaussian},
+      {MAXSIM_BF16, 128, 16, 20, 32, 30, 50, 300, Shape::kUnitGaussian, false, true},  // row maxima below zero
   };
   uint64_t salt = 900;
   ForEachKernelCase(gpu, cases, {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}, &salt,
@@ -1432,12 +1455,14 @@ TEST_F(Gpu, FoldedInputCheckOnDeviceTensors) {
     bool argmax, uniform;
     uint64_t nd = 5;
   };
-  // The last case has more documents than an H100 runs blocks, so that a block of the batch kernel computes
-  // several: its warps check their query rows on their first tile only, and the warp that checks a document's
-  // every similarity takes turns (exact_wgmma.cu).
+  // The 600-document case has more documents than an H100 runs blocks, so that a block of the batch kernel
+  // computes several: its warps check their query rows on their first tile only, and the warp that checks a
+  // document's every column takes turns (exact_wgmma.cu). The 1024-token case runs the wgmma pair kernel with 4 row
+  // groups, of which one block per pair checks the document's columns.
   const Case cases[] = {{MAXSIM_BF16, 32, false, true},  {MAXSIM_BF16, 32, true, false}, {MAXSIM_F16, 20, false, false},
                         {MAXSIM_BF16, 300, false, true}, {MAXSIM_BF16, 300, true, true}, {MAXSIM_F16, 130, false, false},
-                        {MAXSIM_F32, 24, true, true},    {MAXSIM_BF16, 32, false, false, 600}};
+                        {MAXSIM_F32, 24, true, true},    {MAXSIM_BF16, 32, false, false, 600},
+                        {MAXSIM_BF16, 1024, false, true, 80}};
   struct Bad {
     bool query;
     uint64_t set, token;

@@ -142,6 +142,11 @@ struct KernelSwitches {
   uint32_t batch_ahead = 0;
   uint32_t batch_rows = 0;
   uint32_t batch_spread = 0;
+  // The long-query (pair) wgmma kernel (exact_wgmma.cu): its row maxima by 3-input integer maxima (TreeMaxInt;
+  // MAXSIM_CUDA_WGMMA_INT_FOLD=0: by FMNMX pairs, TreeMax; the batch kernel always folds by TreeMax), and its
+  // warpgroups issuing their tiles in turn (MAXSIM_CUDA_EXPERIMENTAL=wgmma-turns; measured slower on the H100).
+  bool wgmma_turns = false;
+  bool wgmma_int_fold = true;
 };
 
 // A query batch scored by the wgmma batch kernel (exact_wgmma.cu): the matrix layout's nq queries, each in a slot
