@@ -48,9 +48,12 @@ maxsim_context* g_cpu = nullptr;  // packs the benchmark's data (CPU, all thread
 maxsim_context* g_api = nullptr;  // the public API's context (backend "cuda"); NULL when it cannot be created
 // MAXSIM_GPU_BENCH_ROWS=api: per shape only the rows of the public path (exact, steps, plugin and API calls, the
 // candidate-list comparison), for scripts/device/gpu-api.sh. =kernel: per shape the "exact" row and its read
-// ceiling (read-same-bytes), for scripts/device/gpu-mem.sh.
+// ceiling (read-same-bytes), for scripts/device/gpu-mem.sh. =dense: per shape the "exact" row on the packed corpus
+// and the same scores from dense device tensors (api-dense, dense-kernels), for the packed/dense comparison of
+// scripts/device/gpu-visual.sh.
 bool g_api_rows_only = false;
 bool g_kernel_only = false;
+bool g_dense_rows = false;
 
 #define CHECK_CUDA(x)                                                                     \
   do {                                                                                    \
@@ -286,6 +289,14 @@ void RunApi(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, cons
     }
     Emit(s.name, "api-dense", Median(api_ms), flops, bytes, extra(out));
     Emit(s.name, "dense-kernels", Median(kernel_ms), flops, bytes);
+    if (g_dense_rows) {
+      for (uint64_t c = 0; c < copies; ++c) {
+        cudaFree(qd[c]);
+        cudaFree(dd[c]);
+      }
+      cudaFree(scores);
+      return;
+    }
     // What the plugin's check of the caller's device pointers adds to a dense call (caller_memory.cc).
     const maxsim_dense_sets qs = DenseSets(qd[0], MAXSIM_MEMORY_CUDA, nq, s.lq, s.dim);
     const maxsim_dense_sets ds = DenseSets(dd[0], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
@@ -455,11 +466,12 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   Emit(s.name, "exact", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
   std::vector<float> kernel_scores(s.nq * s.nd);
   CHECK_CUDA(cudaMemcpy(kernel_scores.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
-  if (s.nq == 1 && !g_api_rows_only) ReadSameBytes(b, s, copies, flops);
-  if (g_kernel_only) {
+  if (s.nq == 1 && !g_api_rows_only && !g_dense_rows) ReadSameBytes(b, s, copies, flops);
+  if (g_kernel_only || g_dense_rows) {
     for (Corpus* c : corpora) mscuda::FreeCorpus(b, c);
     cudaFree(scores);
     cudaFree(counters);
+    if (g_dense_rows) RunApi(b, s, qdata, ddata, dbuf.handle, copies, flops, exact_bytes, b.stream, kernel_scores);
     return;
   }
   // The same calls one at a time on an idle device: adds the host's enqueue work and the first launch's latency.
@@ -805,6 +817,7 @@ int main(int argc, char** argv) {
   const char* rows = std::getenv("MAXSIM_GPU_BENCH_ROWS");
   g_api_rows_only = rows != nullptr && std::strcmp(rows, "api") == 0;
   g_kernel_only = rows != nullptr && std::strcmp(rows, "kernel") == 0;
+  g_dense_rows = rows != nullptr && std::strcmp(rows, "dense") == 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) g_json = std::fopen(argv[++i], "w");
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
@@ -828,7 +841,7 @@ int main(int argc, char** argv) {
     g_api = nullptr;
   }
   if (only.empty()) CopyBandwidth(*b);
-  ReadBandwidth(*b);
+  if (!g_dense_rows) ReadBandwidth(*b);
   const Shape shapes[] = {
       {"textual-1k", 1, 32, 1000, 300, 128, true, false},
       {"textual-10k", 1, 32, 10000, 300, 128, true, true},
