@@ -16,6 +16,11 @@ Implementations (each on the same bf16 torch tensors, d = 128, unit-norm Gaussia
 Whichever peer package is not importable is reported as missing, not skipped silently.
 MAXSIM_PEERS_IMPLS (a comma-separated subset of libmaxsim,lik,flash; default all) limits the implementations run,
 and MAXSIM_PEERS_LIB_TAG is appended to libmaxsim's row names (a build variant selected by the environment).
+Each peer row names the launch configuration its Triton autotuner chose ("configs").
+
+    ncu --profile-from-start off ... python3 benchmarks/gpu/peers.py --lib L --shape textual-1k --profile lik --json -
+runs one implementation's call (lik, flash, flash-single or libmaxsim) a few times after warming up, between
+cudaProfilerStart and cudaProfilerStop, for a profiler (scripts/device/gpu-ncu.sh, NCU_PEERS).
 
 Per implementation and shape:
   e2e_ms        median wall time of one call from Python, host clock, the device synchronised after it (what a
@@ -210,7 +215,23 @@ def kernel_time(torch, fn, n_inputs, iters=20):
     return sum(by_name.values()), by_name
 
 
-def run_shape(name, lib_path, out):
+def triton_configs(package):
+    """The launch configuration each Triton autotuner of a package's loaded modules chose, by kernel name."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return {}
+    found = {}
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is None or not mod_name.startswith(package):
+            continue
+        for attr, v in list(vars(mod).items()):
+            if isinstance(v, Autotuner) and getattr(v, "best_config", None) is not None:
+                found[f"{mod_name}.{attr}"] = str(v.best_config)
+    return found
+
+
+def run_shape(name, lib_path, out, profile=None):
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     nq, lq, nd, ld = SHAPES[name]
@@ -234,7 +255,24 @@ def run_shape(name, lib_path, out):
         brief = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in kw.items() if k != "kernels"}
         print(name, impl, brief, flush=True)
 
-    def measure(impl, fn, result=None, extra=None):
+    def measure(impl, fn, result=None, extra=None, tuned=None):
+        """Times fn (or, with --profile, runs it for the profiler); tuned: the package whose Triton autotuners'
+        choices the row names, read after the calls."""
+        extra = dict(extra or {})
+        if profile is not None:
+            if impl == profile:
+                for i in range(5):
+                    fn(i % copies)
+                torch.cuda.synchronize()
+                torch.cuda.profiler.start()
+                for i in range(3):
+                    fn(i % copies)
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()
+                if tuned:
+                    extra["configs"] = triton_configs(tuned)
+                emit(impl, profiled_calls=3, **extra)
+            return
         try:
             e2e, devms = time_call(torch, fn, copies)
             kms, kernels = kernel_time(torch, fn, copies)
@@ -247,13 +285,17 @@ def run_shape(name, lib_path, out):
                 torch.cuda.synchronize()
                 r = result().double().reshape(ref.shape)
                 rec["rel_err"] = float((r - ref).abs().max() / ref.abs().max())
-            rec.update(extra or {})
+            rec.update(extra)
+            if tuned:
+                rec["configs"] = triton_configs(tuned)
             emit(impl, **rec)
         except Exception as e:  # a peer's failure is reported as a row, never hidden
             emit(impl, error=f"{type(e).__name__}: {str(e)[:300]}")
 
     stream = torch.cuda.current_stream().cuda_stream
     impls = set(os.environ.get("MAXSIM_PEERS_IMPLS", "libmaxsim,lik,flash").split(","))
+    if profile is not None:
+        impls = {profile.split("-")[0]}
     # libmaxsim, public C API.
     lib = None
     try:
@@ -299,7 +341,7 @@ def run_shape(name, lib_path, out):
             res = {}
             def f(i):
                 res["s"] = lik.maxsim(Qs[i], Ds[i])
-            measure("lik", f, result=lambda: res["s"], extra={"version": ver})
+            measure("lik", f, result=lambda: res["s"], extra={"version": ver}, tuned="late_interaction")
         else:
             grad = torch.randn(nq, nd, device="cuda", generator=gen)
             qg = [q.detach().clone().requires_grad_(True) for q in Qs]
@@ -317,11 +359,13 @@ def run_shape(name, lib_path, out):
             res = {}
             def fb(i):
                 res["s"] = fm.flash_maxsim_batched(Qs[i], Ds[i])
-            measure("flash", fb, result=lambda: res["s"], extra={"version": ver, "entry": "flash_maxsim_batched"})
+            measure("flash", fb, result=lambda: res["s"],
+                    extra={"version": ver, "entry": "flash_maxsim_batched"}, tuned="flash_maxsim")
             if nq == 1:
                 def f1(i):
                     res["s"] = fm.flash_maxsim(Qs[i][0], Ds[i])
-                measure("flash-single", f1, result=lambda: res["s"], extra={"version": ver, "entry": "flash_maxsim"})
+                measure("flash-single", f1, result=lambda: res["s"],
+                        extra={"version": ver, "entry": "flash_maxsim"}, tuned="flash_maxsim")
         else:
             grad = torch.randn(nq, nd, device="cuda", generator=gen)
             qg = [q.detach().clone().requires_grad_(True) for q in Qs]
@@ -339,10 +383,12 @@ def main():
     ap.add_argument("--shape", help="one shape, in this process; default: every shape, each in a child process")
     ap.add_argument("--shapes", default=" ".join(SHAPES), help="shapes for the child processes")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per shape (Triton autotuning included)")
+    ap.add_argument("--profile", help="with --shape: run only this implementation's call (lik, flash, flash-single or "
+                    "libmaxsim), 3 times between cudaProfilerStart and cudaProfilerStop after 5 warm-up calls")
     args = ap.parse_args()
     if args.shape:
         out = sys.stdout if args.json == "-" else open(args.json, "a")
-        run_shape(args.shape, args.lib, out)
+        run_shape(args.shape, args.lib, out, args.profile)
         return 0
     open(args.json, "w").close()
     status = 0

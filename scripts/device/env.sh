@@ -36,6 +36,14 @@ tree_revision() {
 }
 export NPROC=$(nproc)
 
+# The Triton peers' wheels carried in .whl/ (late-interaction-kernels, flash-maxsim), installed for this
+# process and its children (PYTHONPATH); the install's output goes to $OUT/peers-install.txt.
+peer_wheels() {
+  ls .whl/*.whl > /dev/null 2>&1 || return 0
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/maxsim-peers .whl/*.whl \
+    > "$OUT/peers-install.txt" 2>&1 && export PYTHONPATH=/tmp/maxsim-peers${PYTHONPATH:+:$PYTHONPATH}
+}
+
 # Configures $BUILD for the GPU sections (Release, CUDA required) unless a configured tree is already there.
 # MAXSIM_CUDA_ARCHS (e.g. 90a-real) builds the plugin for those architectures only: a third of the compile time.
 configure_gpu_build() {

@@ -29,10 +29,7 @@ if [ "${MAXSIM_GPU_VARIANTS:-0}" = 1 ]; then
 fi
 PYTHONUNBUFFERED=1 timeout 150 python3 benchmarks/gpu/baselines.py --json "$OUT/gpu-baselines.json" > "$OUT/gpu-baselines.txt" 2>&1
 prc=$?
-if ls .whl/*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/maxsim-peers .whl/*.whl \
-    > "$OUT/peers-install.txt" 2>&1 && export PYTHONPATH=/tmp/maxsim-peers${PYTHONPATH:+:$PYTHONPATH}
-fi
+peer_wheels
 LIB=$(ls "$BUILD"/libmaxsim.so 2> /dev/null || ls "$BUILD"/libmaxsim.so.* | head -1)
 PYTHONUNBUFFERED=1 timeout 900 python3 benchmarks/gpu/peers.py --lib "$LIB" --json "$OUT/peers.json" \
   ${GPU_PEER_SHAPES:+--shapes "$GPU_PEER_SHAPES"} > "$OUT/peers.txt" 2>&1

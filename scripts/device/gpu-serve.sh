@@ -72,10 +72,7 @@ if [ -f .carry/base-prebuilt.tar.xz ]; then
   done
 fi
 PYTHONUNBUFFERED=1 timeout 150 python3 benchmarks/gpu/baselines.py --json "$OUT/gpu-baselines.json" > "$OUT/gpu-baselines.txt" 2>&1
-if [ "${GPU_SERVE_PEERS:-1}" != 0 ] && ls .whl/*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/maxsim-peers .whl/*.whl \
-    > "$OUT/peers-install.txt" 2>&1 && export PYTHONPATH=/tmp/maxsim-peers${PYTHONPATH:+:$PYTHONPATH}
-fi
+[ "${GPU_SERVE_PEERS:-1}" != 0 ] && peer_wheels
 LIB=$(ls "$BUILD"/libmaxsim.so 2> /dev/null || ls "$BUILD"/libmaxsim.so.* | head -1)
 [ "${GPU_SERVE_PEERS:-1}" != 0 ] && PYTHONUNBUFFERED=1 timeout 300 python3 benchmarks/gpu/peers.py --lib "$LIB" \
   --json "$OUT/peers.json" --shapes "$SHAPES" > "$OUT/peers.txt" 2>&1
