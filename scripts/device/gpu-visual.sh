@@ -73,8 +73,9 @@ done
 [ -n "$smi" ] && { kill "$smi" 2> /dev/null; wait "$smi" 2> /dev/null; }
 PYTHONUNBUFFERED=1 timeout 120 python3 benchmarks/gpu/baselines.py --ceilings-only --json "$OUT/gpu-baselines.json" \
   > "$OUT/gpu-baselines.txt" 2>&1
-# Nsight Compute: the packed call's 4th wgmma launch, and the dense call's 4th (after the exact row's 35 launches:
-# 5 warm-up + 30 timed, gpu_bench's TimeIt; api-dense's calls come next).
+# Nsight Compute: the packed call's 4th wgmma launch, and a dense call's (the 39th: the exact row's 35 launches, 5
+# warm-up + 30 timed by gpu_bench's TimeIt, come first; the dense rows' calls, which start with 50 ms of the same
+# call to bring the clocks up, come next).
 ncu_one() {  # $1: side, $2: build dir, $3: what, $4: launches skipped
   local rep=$OUT/ncu-$1-$3
   command -v ncu > /dev/null || { echo "ncu not found" >> "$S"; return; }
