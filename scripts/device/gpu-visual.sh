@@ -4,14 +4,14 @@
 # and the dense visual call. Builds (or unpacks) the plugin, the GPU suite and the benchmark; runs the GPU tests
 # matching GPU_TEST_FILTER (default: the long-query, folded-check, non-finite and batch tests); times
 # GPU_VISUAL_SHAPES (default visual q128) with MAXSIM_GPU_BENCH_ROWS=dense (rows exact, api-dense,
-# dense-kernels), GPU_VISUAL_ROUNDS rounds (default 3), alternating with .carry/base-prebuilt.tar.xz (another
-# build's binaries, packed like make-carry's prebuilt archive) when it is there, and with each of
-# GPU_VISUAL_VARIANTS (space-separated; each a comma-separated list of VAR=VALUE, read when the backend is
-# created; its tests run first; timed on GPU_VISUAL_VARIANT_SHAPES, default visual); then the cuBLAS rate
-# (baselines.py --ceilings-only), and with GPU_VISUAL_NCU=1 (the default; =packed: the packed call only) a full
-# Nsight Compute profile of one wgmma launch of the packed call and one of the dense call
-# (gpu-ncu.sh's report pages), of this build and, with GPU_VISUAL_NCU_BASE=1, of the base build. A table of
-# medians is printed last.
+# dense-kernels), GPU_VISUAL_ROUNDS rounds (default 3; each round starts with the next side), alternating with
+# .carry/base-prebuilt.tar.xz (another build's binaries, packed like make-carry's prebuilt archive) when it is
+# there, and with each of GPU_VISUAL_VARIANTS (space-separated; each a comma-separated list of VAR=VALUE, read when
+# the backend is created; its tests run first, GPU_VISUAL_VARIANT_FILTER; timed on GPU_VISUAL_VARIANT_SHAPES,
+# default visual); then the cuBLAS rate (baselines.py --ceilings-only), and with GPU_VISUAL_NCU=1 (the default;
+# =packed: the packed call only) a full Nsight Compute profile of one wgmma launch of the packed call and one of
+# the dense call (gpu-ncu.sh's report pages), of this build and, with GPU_VISUAL_NCU_BASE=1, of the base build.
+# The SM clock is sampled while the rows run. A table of medians is printed last.
 set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench || exit 1
@@ -59,6 +59,9 @@ for r in $(seq "${GPU_VISUAL_ROUNDS:-3}"); do
     all=("${sides[@]}")
     # The variants on GPU_VISUAL_VARIANT_SHAPES (default visual) only.
     [[ " ${GPU_VISUAL_VARIANT_SHAPES:-visual} " == *" $s "* ]] && all+=(${GPU_VISUAL_VARIANTS:-})
+    # Round r starts with side r - 1 (of n), so that no side always runs first or right after another.
+    k=$(( (r - 1) % ${#all[@]} ))
+    all=("${all[@]:k}" "${all[@]:0:k}")
     for side in "${all[@]}"; do
       dir=$BUILD; e=()
       [ "$side" = base ] && dir=/tmp/maxsim-base
