@@ -494,12 +494,16 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
     char extra[80];
     std::snprintf(extra, sizeof(extra), "\"scores_with_other_bits\": %llu", static_cast<unsigned long long>(differ));
     Emit(s.name, "exact-nobatch", ms, flops, exact_bytes, extra);
-    // The batch kernel's other schedules (KernelSwitches): 1 or 3 stages copied ahead.
+    // The batch kernel's other schedules (KernelSwitches): 1 or 3 stages copied ahead, every thread's cp.async
+    // copies instead of bulk tensor copies.
     for (uint32_t ahead : {1u, 3u}) {
       b.tuning.kernels.batch_ahead = ahead;
       Emit(s.name, ahead == 1 ? "exact-ahead1" : "exact-ahead3", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
       b.tuning = tuning_set;
     }
+    b.tuning.kernels.batch_tma = false;
+    Emit(s.name, "exact-cpasync", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
+    b.tuning = tuning_set;
   }
   if (!g_api_rows_only && (std::string(s.name) == "textual-1k" || std::string(s.name) == "colpali-rerank")) {
     // The one-pair-per-warp kernel (register double buffering) for comparison with the pipeline kernel.

@@ -6,7 +6,8 @@
 # GPU_SERVE_VARIANTS (optional): a space-separated list of batch-kernel settings, each a comma-separated list of
 # VAR=VALUE (e.g. "MAXSIM_CUDA_BATCH_AHEAD=3 MAXSIM_CUDA_BATCH_AHEAD=1,MAXSIM_CUDA_BATCH_ROWS=128"): each one's
 # batch tests and serving rows run after the default's, in the same call, and a table of them is printed last
-# (GPU_SERVE_VARIANT_TESTS=0: without the tests; GPU_SERVE_VARIANT_SHAPES: fewer shapes). GPU_SERVE_PEERS=0
+# (GPU_SERVE_VARIANT_TESTS=0: without the tests; GPU_SERVE_VARIANT_SHAPES: fewer shapes; GPU_SERVE_VARIANT_ROUNDS=N:
+# the list's serving rows N times in turn, variant after variant, an A/B of settings, tests once). GPU_SERVE_PEERS=0
 # skips the peers. With .carry/base-prebuilt.tar.xz (another build's binaries, packed like make-carry's prebuilt
 # archive) the serving rows also run on that build (under GPU_SERVE_BASE_ENV, e.g. a setting it needs to match a
 # schedule), alternating with this one, GPU_SERVE_AB_ROUNDS rounds (default 1) on GPU_SERVE_AB_SHAPES (default
@@ -34,21 +35,23 @@ done
 # serving rows (exact, kernel-only on a packed corpus).
 V="$OUT/gpu-serve-variants.txt"
 : > "$V"
-i=0
-for v in ${GPU_SERVE_VARIANTS:-}; do
-  i=$((i + 1))
-  env_args=(${v//,/ })
-  vt=skipped
-  if [ "${GPU_SERVE_VARIANT_TESTS:-1}" != 0 ]; then
-    env "${env_args[@]}" MAXSIM_GPU_TESTS_REQUIRE=1 timeout 200 "$BUILD/tests/gpu/maxsim_gpu_tests" \
-      --gtest_filter='Gpu.QueryBatch*' > "$OUT/gpu-serve-tests-v$i.txt" 2>&1
-    vt=$?
-    [ $vt -eq 0 ] || trc=$vt
-  fi
-  for s in ${GPU_SERVE_VARIANT_SHAPES:-$SHAPES}; do
-    env "${env_args[@]}" timeout 120 "$BUILD/benchmarks/gpu/maxsim_gpu_bench" --only "$s" \
-      > "$OUT/bench-$s-v$i.txt" 2>&1 || brc=1
-    grep -E "^$s +exact " "$OUT/bench-$s-v$i.txt" | sed "s|^|$v tests-rc=$vt  |" >> "$V"
+for r in $(seq "${GPU_SERVE_VARIANT_ROUNDS:-1}"); do
+  i=0
+  for v in ${GPU_SERVE_VARIANTS:-}; do
+    i=$((i + 1))
+    env_args=(${v//,/ })
+    vt=skipped
+    if [ "${GPU_SERVE_VARIANT_TESTS:-1}" != 0 ] && [ "$r" = 1 ]; then
+      env "${env_args[@]}" MAXSIM_GPU_TESTS_REQUIRE=1 timeout 200 "$BUILD/tests/gpu/maxsim_gpu_tests" \
+        --gtest_filter='Gpu.QueryBatch*' > "$OUT/gpu-serve-tests-v$i.txt" 2>&1
+      vt=$?
+      [ $vt -eq 0 ] || trc=$vt
+    fi
+    for s in ${GPU_SERVE_VARIANT_SHAPES:-$SHAPES}; do
+      env "${env_args[@]}" timeout 120 "$BUILD/benchmarks/gpu/maxsim_gpu_bench" --only "$s" \
+        > "$OUT/bench-$s-v$i-r$r.txt" 2>&1 || brc=1
+      grep -E "^$s +exact " "$OUT/bench-$s-v$i-r$r.txt" | sed "s|^|round $r $v tests-rc=$vt  |" >> "$V"
+    done
   done
 done
 A="$OUT/gpu-serve-ab.txt"

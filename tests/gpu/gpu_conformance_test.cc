@@ -631,8 +631,8 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
   // cosine, bf16 and f16, dims 104..128, masked device tensors; blocks whose items (row group, document) start or
   // end inside a group's document range and cross into the next group or range, ranges of unequal length, fewer
   // items than blocks; and the batch kernel's other schedules (MAXSIM_CUDA_BATCH_AHEAD=1 and 3,
-  // MAXSIM_CUDA_BATCH_ROWS=128, MAXSIM_CUDA_BATCH_SPREAD=1: one row group per block) against its default, bit for
-  // bit.
+  // MAXSIM_CUDA_BATCH_ROWS=128, MAXSIM_CUDA_BATCH_SPREAD=1: one row group per block, MAXSIM_CUDA_BATCH_TMA=0: every
+  // thread's cp.async copies instead of bulk tensor copies) against its default, bit for bit.
   Context gpu(Options("cuda"));
   if (Sm90("the batch kernel does not run here; comparing pair kernels")) {
     const std::string report = gpu.Report();
@@ -660,10 +660,11 @@ TEST_F(Gpu, QueryBatchKernelEqualsPairKernels) {
                         maxsim_metric metric, const std::string& what) {
     const std::vector<float> values =
         ExpectKernelAgreement(gpu, q, d, pq, pd, metric, "MAXSIM_CUDA_NO_BATCH", "1", what);
-    // The batch kernel's other schedules: 1 or 3 stages copied ahead, 128-row groups, one row group per block.
+    // The batch kernel's other schedules: 1 or 3 stages copied ahead, 128-row groups, one row group per block,
+    // cp.async copies.
     const std::pair<const char*, const char*> schedules[] = {
         {"MAXSIM_CUDA_BATCH_AHEAD", "1"}, {"MAXSIM_CUDA_BATCH_AHEAD", "3"}, {"MAXSIM_CUDA_BATCH_ROWS", "128"},
-        {"MAXSIM_CUDA_BATCH_SPREAD", "1"}};
+        {"MAXSIM_CUDA_BATCH_SPREAD", "1"}, {"MAXSIM_CUDA_BATCH_TMA", "0"}};
     for (const auto& [name, value] : schedules) {
       const std::vector<float> other = WithEnv(name, value, [&](Context& gpu) {
         return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
@@ -2093,6 +2094,25 @@ TEST_F(Gpu, SanitizeSmallEveryOperation) {
     o.mode = mode;
     TopKResult t = gpu.TopK(pq, q.n_sets(), pd, 4, o);
     (void)t;
+  }
+  // A query batch at dim 128, scores only (on sm_90a the wgmma batch kernel: bulk tensor copies, documents shorter
+  // than their tile copied by cp.async, last tiles overlapping the tile before; and with cp.async copies), the bits
+  // of the argmax request's scores, which the reference checks.
+  {
+    const TokenSets bq = Encoded(Generate(rng, Shape::kUnitGaussian, 4, 1, 32, 128), MAXSIM_BF16);
+    const TokenSets bd = Encoded(Generate(rng, Shape::kClustered, 12, 0, 300, 128), MAXSIM_BF16);
+    const Packed pbq = Packed::Pack(gpu, bq.Dense()), pbd = Packed::Pack(gpu, bd.Dense());
+    const Matrix m = ScoreMatrix(gpu, pbq, bq.n_sets(), bq.rows(), pbd, bd.n_sets(), MAXSIM_METRIC_DOT,
+                                 MAXSIM_MODE_EXACT);
+    ExpectReference(bq, bd, MAXSIM_METRIC_DOT, m, "small batch");
+    ExpectSameBits(m.scores,
+                   ScoreValues(gpu, pbq, bq.n_sets(), pbd, bd.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT),
+                   "small batch, scores only");
+    ExpectSameBits(m.scores, WithEnv("MAXSIM_CUDA_BATCH_TMA", "0", [&](Context& other) {
+                     return ScoreValues(other, pbq, bq.n_sets(), pbd, bd.n_sets(), MAXSIM_METRIC_DOT,
+                                        MAXSIM_MODE_EXACT);
+                   }),
+                   "small batch, scores only, cp.async copies");
   }
   // Dense host queries (copied, checked and normed on the GPU), every operation.
   {

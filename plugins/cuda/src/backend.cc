@@ -197,6 +197,7 @@ Tuning ReadTuning() {
   const uint64_t rows = EnvU64("MAXSIM_CUDA_BATCH_ROWS", 0);
   t.kernels.batch_rows = rows == 128 || rows == 256 ? static_cast<uint32_t>(rows) : 0;
   t.kernels.batch_spread = static_cast<uint32_t>(std::min<uint64_t>(2, EnvU64("MAXSIM_CUDA_BATCH_SPREAD", 0)));
+  t.kernels.batch_tma = !EnvIs("MAXSIM_CUDA_BATCH_TMA", "0");
   t.kernels.wgmma_int_fold = !EnvIs("MAXSIM_CUDA_WGMMA_INT_FOLD", "0");
   t.smem_kernel = !EnvFlag("MAXSIM_CUDA_NO_SMEM_KERNEL");
   t.screen_wgmma_min_lq = EnvU64("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", 256);
@@ -346,12 +347,19 @@ std::string SettingsText(const Backend& b) {
   std::snprintf(line, sizeof(line), "exact wgmma batch kernel (several queries of <= 128 tokens, sm_90a): %s%s\n",
                 onoff(k.kernels.batch && k.kernels.wgmma), source("MAXSIM_CUDA_NO_BATCH").c_str());
   t += line;
+  const std::string ahead = k.kernels.batch_ahead ? std::to_string(k.kernels.batch_ahead)
+                                                  : "3 for documents over " + std::to_string(kBatchAheadLongDoc) +
+                                                        " tokens, else 2";
   std::snprintf(line, sizeof(line),
-                "wgmma batch kernel: stages copied ahead: %u%s, row groups %s%s, row groups per block: up to %u%s\n",
-                k.kernels.batch_ahead ? k.kernels.batch_ahead : 2, source("MAXSIM_CUDA_BATCH_AHEAD").c_str(),
+                "wgmma batch kernel: stages copied ahead: %s%s, row groups %s%s, row groups per block: up to %u%s\n",
+                ahead.c_str(), source("MAXSIM_CUDA_BATCH_AHEAD").c_str(),
                 k.kernels.batch_rows == 128 ? "128" : k.kernels.batch_rows == 256 ? "256" : "auto",
                 source("MAXSIM_CUDA_BATCH_ROWS").c_str(), k.kernels.batch_spread ? k.kernels.batch_spread : 2,
                 source("MAXSIM_CUDA_BATCH_SPREAD").c_str());
+  t += line;
+  std::snprintf(line, sizeof(line), "wgmma batch kernel copies: %s%s\n",
+                k.kernels.batch_tma ? "bulk tensor copies (TMA)" : "cp.async by every thread",
+                source("MAXSIM_CUDA_BATCH_TMA").c_str());
   t += line;
   std::snprintf(line, sizeof(line), "wgmma long-query kernel: row maxima by 3-input integer maxima: %s%s\n",
                 onoff(k.kernels.wgmma_int_fold), source("MAXSIM_CUDA_WGMMA_INT_FOLD").c_str());

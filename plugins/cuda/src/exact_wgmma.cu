@@ -25,12 +25,15 @@
 // Scope: bf16/f16, 96 < dim <= 128, 128- or 256-row groups, values only (argmax requests, i.e. the training
 // forward, use ExactTcSmemKernel), dot or cosine, with or without a document mask. Compiled only for sm_90a;
 // elsewhere the kernel body is empty and WgmmaUsable() says no.
+#include <cuda.h>
 #include <math.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <type_traits>
 
+#include "backend.h"
 #include "forward_common.cuh"
 #include "wgmma_common.cuh"
 
@@ -49,6 +52,9 @@ __device__ int g_wgmma_compiled =
 constexpr int kWgTokens = 128;                      // document tokens per stage (wgmma N)
 constexpr int kWgRegionBytes = kWgTokens * 128;     // 64 logical k positions x 2 bytes per token
 constexpr int kWgStageBytes = 2 * kWgRegionBytes;   // 128 logical k positions
+// The rows of the batch kernel's tensor map (EncodeBatchMap): its row coordinates are signed 32-bit numbers.
+// Its copies stay inside documents (TmaTileCopy), so the map need not know where the rows end.
+constexpr uint32_t kTmaRows = 0x7fffffffu;
 
 #if defined(MAXSIM_HAVE_WGMMA)  // the device helpers exist only in the sm_90a pass
 
@@ -272,8 +278,8 @@ __device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&
   if (plain) {
     // Without a mask or weights every column below ld is kept, and the columns at or past ld (a document's last,
     // partial tile) repeat column ld - 1 (their stage rows are copies of row ld - 1: CopyStagePieces with
-    // kRepeatLast), so the maximum over all N columns is the maximum over the document's: one tree, no
-    // per-column test. The check sees the same values. A non-finite element makes every similarity of its row
+    // kRepeatLast; under bulk tensor copies such a tile overlaps the tile before it instead, TileStart), so the
+    // maximum over all N columns is the maximum over the document's: one tree, no per-column test. The check sees the same values. A non-finite element makes every similarity of its row
     // non-finite, so one similarity per row is enough: the warp's rows g and g+8 against the lane's first column
     // (every row of the warp), and row g against every column (the lanes of one g hold all N columns: every
     // document row of the tile). Four chains instead of one: the checking warp's fold is not lengthened by a
@@ -473,7 +479,77 @@ __device__ __forceinline__ void FinishDocBatch(const ForwardArgs& a, float (&run
   }
 }
 
+// The first token of a batch tile under bulk tensor copies (kTma): the tile of a document of ld tokens that starts
+// at token tb in the cp.async kernel, tb + 128 < ld for every tile but the last; the tile is 128 tokens wide, or
+// 64 for a last tile of at most 64 tokens (the consumer's choice, below). A last tile that is not whole starts
+// where it ends with the document, overlapping the tile before it (those columns are folded twice, which leaves
+// every maximum unchanged), so that no copy reads past a document; a document shorter than its tile starts at 0
+// (TmaTileCopy then repeats its last row).
+__device__ __forceinline__ uint32_t TileStart(uint32_t tb, uint32_t ld) {
+  const uint32_t w = ld - tb > 64 ? kWgTokens : 64;
+  return tb + w < ld ? tb : ld >= w ? ld - w : 0;
+}
+
+// The batch producer's copy, by warp wq of warpgroup wg (lane), of the warpgroup's share of the stage at st (stage
+// tokens wg * kBox .. wg * kBox + kBox - 1, kBox = 128 / WGS) for the tile at tb of the document of ld tokens from
+// row db (TileStart); every warp arrives on `full` once. Warp 0's lane 0 arrives expecting the bytes of two bulk
+// tensor copies of the share, dimensions 0..63 and 64..127 (past dim: zeros), which the tensor map's 128-byte
+// swizzle lays out as PieceOffset does, and issues them; the other warps' lanes 0 arrive, and so do warp 0's of
+// the shares past a 64-token tile (their rows would lie past the document's end). A document shorter than
+// its tile (or rows past the map) is copied by cp.async instead, kBox / 4 tokens per warp, rows past the
+// document's end as copies of its last row (CopyStagePieces' kRepeatLast): each lane arrives through its copies and
+// lane 0 for the warp. Every warp takes the same branches (a producer warp branching alone made ptxas spill).
+template <int WGS>
+__device__ __forceinline__ void TmaTileCopy(const ForwardArgs& a, const void* map, uint32_t st, uint32_t full,
+                                            uint64_t db, uint32_t ld, uint32_t tb, int wg, int wq, int lane,
+                                            uint32_t dim) {
+  constexpr uint32_t kBox = kWgTokens / WGS;
+  const uint32_t start = TileStart(tb, ld);
+  const uint32_t w = ld - tb > 64 ? kWgTokens : 64;
+  const uint32_t first = static_cast<uint32_t>(wg) * kBox;
+  if (ld >= w && db + ld <= kTmaRows) {
+    if (lane == 0) {
+      if (wq == 0 && first < w) {  // a 64-token tile's wgmma reads stage tokens 0..63 only
+        const int y = static_cast<int>(db + start + first);
+        MbarArriveExpectTx(full, 2u * kBox * 128u);
+        TmaLoad2d(st + first * 128u, map, 0, y, full);
+        TmaLoad2d(st + kWgRegionBytes + first * 128u, map, 64, y, full);
+      } else {
+        MbarArrive(full);
+      }
+    }
+    return;
+  }
+  // Lane: token lane / 4 (+ 8, ... for kBox > 32) of this warp's kBox / 4, pieces lane % 4 + 4j.
+  const uint32_t last = ld - start - 1;
+#pragma unroll 1
+  for (uint32_t i = 0; i < kBox / 32; ++i) {
+    const uint32_t tok = first + static_cast<uint32_t>(wq) * (kBox / 4) + 8 * i + (static_cast<uint32_t>(lane) >> 2);
+    const uint8_t* src = a.d.orig + (db + start + std::min(tok, last)) * a.d.row_bytes;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int pc = (lane & 3) + 4 * j;
+      CpAsync16(st + PieceOffset<kWgRegionBytes>(pc, static_cast<int>(tok)), src + pc * 16,
+                static_cast<uint32_t>(8 * pc) < dim);
+    }
+  }
+  MbarArriveCopiesInc(full);
+  __syncwarp();
+  if (lane == 0) MbarArrive(full);
+}
+
 #endif  // MAXSIM_HAVE_WGMMA
+
+// The batch kernel's stages copied ahead by default, chosen per block from the length ld of its first document: 3
+// for documents of more than kBatchAheadLongDoc tokens (kernels.h), else 2 (at most S - 1). With 2, a warpgroup may
+// start a tile before the slowest one has finished the tile before it (S - 1 ahead keeps every warpgroup within one
+// tile of the slowest). gpu_bench, one H100, 7 alternating rounds each: 300-token documents
+// (serve-textual-10k-64q) medians 2.72 ms with 2 ahead against 2.78 with 3; 1030-token documents
+// (serve-colpali-16q) 3 ahead faster in every round (about 2%). The threshold lies between the two lengths
+// measured.
+__device__ __forceinline__ int BatchAhead(uint32_t ld, int S) {
+  return std::min(S - 1, ld > kBatchAheadLongDoc ? 3 : 2);
+}
 
 // Persistent. Pair launches: grid = G x CPG blocks; block (c, grp) serves row group grp of pairs c, c + CPG,
 // c + 2 CPG, ...; the G blocks of a pair run at about the same time, so a document is read from memory once and
@@ -482,12 +558,18 @@ __device__ __forceinline__ void FinishDocBatch(const ForwardArgs& a, float (&run
 // document range walking it at about the same time.
 // The warpgroups are not kept in step: the stage ring is guarded by mbarriers (full: every thread's copies
 // of the tile landed; empty: every thread's wgmma reading it finished), so one warpgroup's folds overlap the
-// other's tensor-core work. Every thread copies its share of each tile `ahead` tiles ahead, across units.
+// other's tensor-core work. Every thread copies its share of each tile `ahead` tiles ahead, across units (batch
+// launches with ahead 0: BatchAhead of the block's first document).
 // In batch launches a document's last tile of at most 64 tokens runs as a 64-token wgmma.
-template <typename T, int WGS, int QS, int S, int BPS, bool kBatch>
-__global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const ForwardArgs a, uint32_t cpg, int ahead) {
+// kTma (batch launches): the stages arrive by bulk tensor copies through tmap (TmaTileCopy: one thread per
+// warpgroup issues two per stage) instead of every thread's cp.async copies, and both barriers count one arrival
+// per warp. Every warp still runs the producer's cursor and waits for a free stage before it arrives.
+template <typename T, int WGS, int QS, int S, int BPS, bool kBatch, bool kTma>
+__global__ void __launch_bounds__(WGS * 128, BPS)
+    ExactWgmmaKernel(const ForwardArgs a, uint32_t cpg, int ahead, const __grid_constant__ CUtensorMap tmap) {
 #if defined(MAXSIM_HAVE_WGMMA)
   static_assert(!kBatch || QS == 1, "a batch launch holds one 64-row set per warpgroup");
+  static_assert(kBatch || !kTma, "bulk tensor copies are the batch kernel's");
   extern __shared__ uint8_t smem_raw[];
   constexpr int kThreads = WGS * 128, kRows = WGS * QS * 64;
   __shared__ float s_term[kBatch ? 1 : kRows];
@@ -508,8 +590,9 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
   const uint32_t empty0 = static_cast<uint32_t>(__cvta_generic_to_shared(s_empty));
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      MbarInit(full0 + 8 * s, kThreads);
-      MbarInit(empty0 + 8 * s, kThreads);
+      // kTma: one arrival per warp on each (TmaTileCopy; consumers after their wgmma).
+      MbarInit(full0 + 8 * s, kTma ? kThreads / 32 : kThreads);
+      MbarInit(empty0 + 8 * s, kTma ? kThreads / 32 : kThreads);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -534,14 +617,22 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
     const uint32_t s = produced.slot;
     if (produced.lapped) MbarWait(empty0 + 8 * s, produced.phase ^ 1);
     const uint32_t st = sbase + s * kWgStageBytes;
-    CopyStagePieces<kWgRegionBytes, kWgTokens * 16 / kThreads, kThreads / 16, true>(
-        st, pc, tok0, pc_in_dim, a.d.orig + cur.db * drb, drb, cur.tile * kWgTokens, cur.ld);
-    MbarArriveCopies(full0 + 8 * s);
+    if constexpr (kTma) {
+      TmaTileCopy<WGS>(a, &tmap, st, full0 + 8 * s, cur.db, cur.ld, cur.tile * kWgTokens, wg, wq, lane, dim);
+    } else {
+      CopyStagePieces<kWgRegionBytes, kWgTokens * 16 / kThreads, kThreads / 16, true>(
+          st, pc, tok0, pc_in_dim, a.d.orig + cur.db * drb, drb, cur.tile * kWgTokens, cur.ld);
+      MbarArriveCopies(full0 + 8 * s);
+    }
     produced.Advance(S);
     cur.Advance(a);
   };
+  int fill = ahead;
+  if constexpr (kBatch) {
+    if (fill == 0) fill = BatchAhead(cur.ld, S);
+  }
 #pragma unroll 1
-  for (int s = 0; s < ahead; ++s) produce();
+  for (int s = 0; s < fill; ++s) produce();
 
   const bool plain = a.d.mask == nullptr && !a.cosine;
   float acc0[64], acc1[64];
@@ -648,7 +739,9 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
       const uint32_t check = check_unit | (check_rows ? kCheckRows : 0u);
       check_rows = false;
       rows_unchecked = false;
-      const uint64_t base = static_cast<uint64_t>(tile) * kWgTokens;
+      // kTma: a last tile starts where it ends with the document (TileStart).
+      const uint64_t base = kTma ? TileStart(tile * kWgTokens, static_cast<uint32_t>(ld))
+                                 : static_cast<uint64_t>(tile) * kWgTokens;
       // Both row sets are issued, the next copies go out while they run, then set 0 is folded during set 1.
       // (Folding set 1 of the previous tile during set 0 of this one, across iterations, makes ptxas
       // serialise every wgmma: ptxas report C7514.)
@@ -673,7 +766,8 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
           produce();
           WgWait<0>();
           PinAcc(acc0);
-          MbarArrive(empty0 + 8 * s);  // this thread's reads of the stage are done
+          // This thread's (kTma: this warp's) reads of the stage are done.
+          if (!kTma || lane == 0) MbarArrive(empty0 + 8 * s);
           FoldTileMax<N>(a, acc0, db, ld, base, plain, run[0][0], run[0][1], saw_kept, check, chk);
         };
         // Batch launches: a document's last tile of at most 64 tokens runs as a 64-token wgmma (documents of 300
@@ -699,15 +793,16 @@ __global__ void __launch_bounds__(WGS * 128, BPS) ExactWgmmaKernel(const Forward
 #endif
 }
 
-template <typename T, int WGS, int QS, int S, int BPS, bool kBatch>
-cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream, int ahead = S - 1) {
+template <typename T, int WGS, int QS, int S, int BPS, bool kBatch, bool kTma>
+cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream, int ahead, const CUtensorMap& map) {
   const int smem = S * kWgStageBytes + 1024;  // + alignment slack for the 1024-byte swizzle period
-  const cudaError_t e = AllowDynamicSmemOnce<ExactWgmmaKernel<T, WGS, QS, S, BPS, kBatch>>(smem);
+  const cudaError_t e = AllowDynamicSmemOnce<ExactWgmmaKernel<T, WGS, QS, S, BPS, kBatch, kTma>>(smem);
   if (e != cudaSuccess) return e;
   // Stages copied ahead: S - 1 by default (all but the one being read; producing waits for the stage of the tile
   // before), faster than S - 2 on both q128 and visual on the H100. Fewer (the batch kernel's
-  // KernelSwitches::batch_ahead) let a warpgroup run S - ahead - 1 tiles ahead of the slowest one.
-  if (ahead < 1 || ahead > S - 1) ahead = S - 1;
+  // KernelSwitches::batch_ahead) let a warpgroup run S - ahead - 1 tiles ahead of the slowest one. Batch launches
+  // pass 0 for BatchAhead's choice.
+  if ((!kBatch && ahead < 1) || ahead > S - 1) ahead = S - 1;
   ForwardArgs la = a;
   uint64_t cpg = 0, blocks = 0;
   if (kBatch) {
@@ -717,9 +812,28 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream, int ahea
   } else if (!PersistentGrid(a, BPS, &cpg, &blocks)) {
     return cudaErrorInvalidConfiguration;
   }
-  ExactWgmmaKernel<T, WGS, QS, S, BPS, kBatch>
-      <<<static_cast<unsigned>(blocks), WGS * 128, smem, stream>>>(la, static_cast<uint32_t>(cpg), ahead);
+  ExactWgmmaKernel<T, WGS, QS, S, BPS, kBatch, kTma>
+      <<<static_cast<unsigned>(blocks), WGS * 128, smem, stream>>>(la, static_cast<uint32_t>(cpg), ahead, map);
   return cudaGetLastError();
+}
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The batch kernel's tensor map (kTma) over the document rows from a.d.orig: 16-bit elements, dim of them per row
+// (the dimensions past dim read as zeros), rows a.d.row_bytes apart (a multiple of 16, from a 16-byte aligned
+// start: TcSupported), kTmaRows of them; boxes of 64 dimensions x box_rows rows, 128-byte swizzled. False where
+// the driver has no encoder or refuses the map (the batch kernel then copies with cp.async).
+bool EncodeBatchMap(const ForwardArgs& a, uint32_t box_rows, CUtensorMap* map) {
+  static const EncodeTiledFn encode = reinterpret_cast<EncodeTiledFn>(DriverEntry("cuTensorMapEncodeTiled"));
+  if (encode == nullptr) return false;
+  const cuuint64_t gdim[2] = {a.d.dim, kTmaRows};
+  const cuuint64_t gstride[1] = {a.d.row_bytes};
+  const cuuint32_t box[2] = {64, box_rows}, estride[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<uint8_t*>(a.d.orig), gdim, gstride, box, estride,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // Block shapes (H100, bf16): 256-row groups run 4 warpgroups of one 64-row set that all copy and compute, 4 stages
@@ -728,12 +842,20 @@ cudaError_t LaunchWgmmaShape(const ForwardArgs& a, cudaStream_t stream, int ahea
 // producer/consumer kernel, two sets per warpgroup; git history keeps them).
 template <typename T, bool kBatch>
 cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {
-  // Batch launches copy 2 stages ahead (KernelSwitches::batch_ahead: 1..S - 1): a warpgroup may then start a tile
-  // before the slowest one has finished the tile before it, where S - 1 ahead keeps every warpgroup within one
-  // tile of the slowest.
-  const int ahead = !kBatch ? 0 : a.sw.batch_ahead ? static_cast<int>(a.sw.batch_ahead) : 2;
-  if (a.part.group_rows == 128) return LaunchWgmmaShape<T, 2, 1, 3, 2, kBatch>(a, stream, ahead);
-  return LaunchWgmmaShape<T, 4, 1, 4, 1, kBatch>(a, stream, ahead);
+  // Batch launches: KernelSwitches::batch_ahead stages copied ahead (1..S - 1), or 0: by document length
+  // (BatchAhead).
+  const int ahead = !kBatch ? 0 : static_cast<int>(a.sw.batch_ahead);
+  const bool wide = a.part.group_rows == 128;  // 2 warpgroups: each copies 64 rows of a stage
+  CUtensorMap map;
+  std::memset(&map, 0, sizeof(map));
+  if constexpr (kBatch) {
+    if (a.sw.batch_tma && EncodeBatchMap(a, wide ? 64 : 32, &map)) {
+      if (wide) return LaunchWgmmaShape<T, 2, 1, 3, 2, true, true>(a, stream, ahead, map);
+      return LaunchWgmmaShape<T, 4, 1, 4, 1, true, true>(a, stream, ahead, map);
+    }
+  }
+  if (wide) return LaunchWgmmaShape<T, 2, 1, 3, 2, kBatch, false>(a, stream, ahead, map);
+  return LaunchWgmmaShape<T, 4, 1, 4, 1, kBatch, false>(a, stream, ahead, map);
 }
 
 // The inputs every wgmma kernel takes: 16-bit originals of one dtype, 96 < dim <= 128 (8 k16 steps), an sm_90

@@ -136,18 +136,26 @@ struct KernelSwitches {
   bool batch = true;               // exact: Hopper wgmma for query batches (needs wgmma too)
   bool screen_wgmma = true;        // screening of long queries with wgmma, where screening runs
   uint32_t screen_wgmma_cap = 12;  // the wgmma screening kernel's candidate records per row (1..64)
-  // The query-batch kernel's shape (exact_wgmma.cu): stages copied ahead (1..stages - 1; 0: 2), its row groups
+  // The query-batch kernel's shape (exact_wgmma.cu): stages copied ahead (1..stages - 1; 0: by document length,
+  // BatchAhead), its row groups
   // (128 or 256; 0: 128 when the whole batch fits one, else 256), and how many row groups one block may serve
   // (1 or 2; 0: 2): more blocks when the row groups do not divide the resident blocks (LaunchExactWgmmaBatch).
   uint32_t batch_ahead = 0;
   uint32_t batch_rows = 0;
   uint32_t batch_spread = 0;
+  // Its copies: bulk tensor copies (TMA), one warp per warpgroup issuing them, where the driver encodes the tensor
+  // map; false: every thread's cp.async copies.
+  bool batch_tma = true;
   // The long-query (pair) wgmma kernel (exact_wgmma.cu): its row maxima by 3-input integer maxima (TreeMaxInt;
   // MAXSIM_CUDA_WGMMA_INT_FOLD=0: by FMNMX pairs, TreeMax; the batch kernel always folds by TreeMax), and its
   // warpgroups issuing their tiles in turn (MAXSIM_CUDA_EXPERIMENTAL=wgmma-turns; measured slower on the H100).
   bool wgmma_turns = false;
   bool wgmma_int_fold = true;
 };
+
+// The batch kernel's default stages copied ahead (KernelSwitches::batch_ahead 0): 3 where a block's first document
+// has more than this many tokens, else 2 (exact_wgmma.cu, BatchAhead).
+constexpr uint32_t kBatchAheadLongDoc = 640;
 
 // A query batch scored by the wgmma batch kernel (exact_wgmma.cu): the matrix layout's nq queries, each in a slot
 // of `slot` rows (a multiple of 16, at least its length), `per_group` slots per block row group, the block groups

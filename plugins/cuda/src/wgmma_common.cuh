@@ -57,6 +57,25 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// The cp.async arrive that first adds one to the pending count (so that it nets out: a warp's lanes each arrive this
+// way and one lane then arrives as the producer; exact_wgmma.cu's batch producer).
+__device__ __forceinline__ void MbarArriveCopiesInc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Bulk tensor copies (TMA): an arrive that also expects `bytes` of copies to complete on the barrier, and one 2-D
+// box of the tensor map at `map` (a __grid_constant__ kernel parameter), x the inner (dimension) coordinate and y
+// the row, to shared memory at dst, completing on bar.
+__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void TmaLoad2d(uint32_t dst, const void* map, int x, int y, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
 // Keeps the compiler from moving accumulator reads across a wgmma wait.
 template <int V>
 __device__ __forceinline__ void PinAcc(float (&d)[V]) {
