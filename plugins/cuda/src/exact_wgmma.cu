@@ -232,9 +232,11 @@ __device__ __forceinline__ int Max3Tree(int* v) {
 // TreeMax by integer maxima of the float bits, 3 inputs per instruction (half the instructions of FMNMX pairs):
 // the bits of floats >= +0 order as signed integers do, and every negative float's bits are a negative integer,
 // so where a row's values include one >= +0 the integer maximum is the float maximum, the same value. When some
-// lane's row has none (every similarity negative), the warp folds the tile by TreeMax instead. A NaN bit
-// pattern may win here where fmaxf would drop it; NaN similarities come only from non-finite or over-limit
-// inputs, which the folded check flags (QuadMaxRows), so no such score is returned.
+// lane's row has none (every similarity negative), the warp folds the tile by TreeMax instead. A positive NaN bit
+// pattern wins here, and the running maximum's fmaxf then drops the lane's whole tile for that row (TreeMax drops
+// only the NaN). A NaN similarity comes only from a non-finite element, which the folded check flags (a packed
+// corpus has none), or from vectors above the 1e19 norm limit whose products overflow to both infinities, whose
+// scores the GPU does not promise outside the check's sample (docs/cuda.md).
 template <int N, int V>
 __device__ __forceinline__ void TreeMaxInt(const float (&d)[V], float& ra, float& rb) {
   constexpr int K = N / 4;            // a lane's columns of each row: column k of row g is d[4 (k / 2) + k % 2]
@@ -365,8 +367,8 @@ __device__ __forceinline__ void QuadMaxRows(const ForwardArgs& a, float (&run)[Q
     for (int h = 0; h < 2; ++h) {
       float v = run[qs][h];
       // A maximum of +inf is an overflow (finite rows above the norm limit) or an infinite element, wherever the
-      // sample did not look, and one of NaN (TreeMaxInt) such an input too: the call is checked as when the
-      // sample fires. Tested per lane, before the merge drops a NaN.
+      // sample did not look: the call is checked as when the sample fires. NaN too (the folds' fmaxf drop NaN
+      // similarities, so it is not expected here), tested per lane, before the merge would drop it.
       if (a.bad != nullptr && v != -INFINITY && !(v < INFINITY)) *a.bad = 1u;
       v = fmaxf(v, __shfl_xor_sync(kFull, v, 1));
       v = fmaxf(v, __shfl_xor_sync(kFull, v, 2));
