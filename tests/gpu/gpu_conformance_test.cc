@@ -2001,6 +2001,42 @@ TEST_F(Gpu, CallerPointersAreChecked) {
   EXPECT_EQ(again.argmax, good.argmax);
 }
 
+// Documents a caller passes as MAXSIM_MEMORY_CUDA in pinned host or managed memory, on a shape that runs the batch
+// kernel on sm_90a (several queries of at most 128 tokens, 96 < dim <= 128, no argmax): its bulk tensor copies are
+// kept to plain device memory and these take the cp.async copies; every kind gives the bits of device memory, which
+// match the reference. Ragged documents: shorter than a tile, a 64-token and a partial last tile, several tiles.
+TEST_F(Gpu, BatchShapesOverPinnedAndManagedDocuments) {
+  Context gpu(Options("cuda"));
+  auto rng = Rng(2990);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 8, 32, 128), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 24, 1, 300, 128), MAXSIM_BF16);
+  const DeviceSets dq(q), dd(d);
+  const uint64_t n = q.n_sets() * d.n_sets(), bytes = dd.data.n;
+  Dev<float> sc(n);
+  maxsim_sets qs{nullptr, &dq.s}, ds{nullptr, &dd.s};
+  ASSERT_EQ(maxsim_score_matrix(gpu.get(), &qs, &ds, nullptr, sc.p, nullptr), MAXSIM_OK) << maxsim_last_error();
+  const std::vector<float> good = sc.Down();
+  for (uint64_t i = 0; i < q.n_sets(); ++i) {
+    for (uint64_t j = 0; j < d.n_sets(); ++j) {
+      const std::string err = CheckPair(q, i, d, j, MAXSIM_METRIC_DOT, good[i * d.n_sets() + j], nullptr);
+      ASSERT_TRUE(err.empty()) << "device documents, query " << i << " doc " << j << ": " << err;
+    }
+  }
+  const std::vector<uint8_t> rows = dd.data.Down();
+  for (const bool managed : {false, true}) {
+    void* p = nullptr;
+    ASSERT_EQ(managed ? cudaMallocManaged(&p, bytes) : cudaMallocHost(&p, bytes), cudaSuccess);
+    std::memcpy(p, rows.data(), bytes);
+    maxsim_dense_sets other = dd.s;
+    other.data = p;
+    maxsim_sets os{nullptr, &other};
+    sc.Fill(0);
+    EXPECT_EQ(maxsim_score_matrix(gpu.get(), &qs, &os, nullptr, sc.p, nullptr), MAXSIM_OK) << maxsim_last_error();
+    ExpectSameBits(sc.Down(), good, std::string(managed ? "managed" : "pinned") + " documents");
+    managed ? cudaFree(p) : cudaFreeHost(p);
+  }
+}
+
 // A thread that never used CUDA calls the API (every operation, the corpus uploaded by its first call) and is left
 // with no current CUDA context, as it started: the plugin restores the driver's current context, not a device
 // number (restoring "device 0" would create and keep device 0's primary context current in that thread).

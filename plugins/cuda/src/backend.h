@@ -193,6 +193,9 @@ void DestroyBackend(Backend* b);
 
 // A driver function through the runtime's entry-point query (the plugin does not link libcuda), or NULL.
 void* DriverEntry(const char* name);
+// Whether p is plain device memory (not pinned host or managed memory, which callers may also pass as
+// MAXSIM_MEMORY_CUDA), by one driver query; false when the driver cannot say.
+bool IsDeviceMemory(const void* p);
 // The device memory of a training or device-tensor call (caller_memory.cc): every MAXSIM_MEMORY_CUDA pointer must be
 // memory CUDA knows that the backend's device can use (its own device memory, managed or pinned host memory), and
 // the rows of each dense set, its mask and the scores must lie inside their allocations. MAXSIM_ERR_INVALID_ARGUMENT

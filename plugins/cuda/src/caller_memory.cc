@@ -33,6 +33,21 @@ GetAttributes Query() {
   return fn;
 }
 
+}  // namespace
+
+bool IsDeviceMemory(const void* p) {
+  const GetAttributes query = Query();
+  if (p == nullptr || query == nullptr) return false;
+  unsigned int type = 0;
+  uint64_t managed = 0;  // a boolean the driver writes into the low bytes
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  void* data[] = {&type, &managed};
+  return query(2, attrs, data, reinterpret_cast<CUdeviceptr>(p)) == CUDA_SUCCESS && type == CU_MEMORYTYPE_DEVICE &&
+         managed == 0;
+}
+
+namespace {
+
 // `bytes` bytes from p (0: the extent is not known here, only p is checked), named `what` in messages (a plural
 // noun: "queries", "the scores").
 Status CheckRange(const Backend& b, const void* p, uint64_t bytes, const char* what) {

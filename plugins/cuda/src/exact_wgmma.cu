@@ -826,10 +826,12 @@ using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t
 // The batch kernel's tensor map (kTma) over the document rows from a.d.orig: 16-bit elements, dim of them per row
 // (the dimensions past dim read as zeros), rows a.d.row_bytes apart (a multiple of 16, from a 16-byte aligned
 // start: TcSupported), kTmaRows of them; boxes of 64 dimensions x box_rows rows, 128-byte swizzled. False where
-// the driver has no encoder or refuses the map (the batch kernel then copies with cp.async).
+// the driver has no encoder or refuses the map (the batch kernel then copies with cp.async), and where the rows are
+// not plain device memory: callers may pass pinned host or managed tensors as CUDA memory, and the bulk copies are
+// only measured and tested on device memory, so those keep the ordinary cp.async loads.
 bool EncodeBatchMap(const ForwardArgs& a, uint32_t box_rows, CUtensorMap* map) {
   static const EncodeTiledFn encode = reinterpret_cast<EncodeTiledFn>(DriverEntry("cuTensorMapEncodeTiled"));
-  if (encode == nullptr) return false;
+  if (encode == nullptr || !IsDeviceMemory(a.d.orig)) return false;
   const cuuint64_t gdim[2] = {a.d.dim, kTmaRows};
   const cuuint64_t gstride[1] = {a.d.row_bytes};
   const cuuint32_t box[2] = {64, box_rows}, estride[2] = {1, 1};
