@@ -322,9 +322,9 @@ std::string SettingsText(const Backend& b) {
                   source("MAXSIM_CUDA_RESIDENT_LIMIT").c_str());
   }
   t += line;
-  std::snprintf(line, sizeof(line), "streamed corpora: %s, chunks of %llu bytes%s%s\n",
-                b.force_stream ? "always" : "above the resident limit", static_cast<ull>(b.chunk_bytes),
-                source("MAXSIM_CUDA_STREAM").c_str(), source("MAXSIM_CUDA_STREAM_CHUNK_BYTES").c_str());
+  std::snprintf(line, sizeof(line), "streamed corpora: %s%s, chunks of %llu bytes%s\n",
+                b.force_stream ? "always" : "above the resident limit", source("MAXSIM_CUDA_STREAM").c_str(),
+                static_cast<ull>(b.chunk_bytes), source("MAXSIM_CUDA_STREAM_CHUNK_BYTES").c_str());
   t += line;
   std::snprintf(line, sizeof(line), "results written into mapped host memory: up to %llu bytes per chunk%s\n",
                 static_cast<ull>(b.mapped_results_max), source("MAXSIM_CUDA_MAPPED_RESULTS").c_str());
