@@ -36,6 +36,22 @@ tree_revision() {
 }
 export NPROC=$(nproc)
 
+# The base build of a same-call A/B: .carry/base-prebuilt.tar.xz (another revision's binaries, packed like
+# make-carry's prebuilt archive, its PREBUILT_REV inside) unpacked into /tmp/maxsim-base, its revision in BASE_REV.
+# False when no base was carried, or (saying so) when it does not unpack. Either way a /tmp/maxsim-base left by an
+# earlier call on a warm machine is gone, so a section may test for the folder.
+base_build() {
+  rm -rf /tmp/maxsim-base
+  [ -f "$C/base-prebuilt.tar.xz" ] || return 1
+  mkdir -p /tmp/maxsim-base
+  if ! tar -xJf "$C/base-prebuilt.tar.xz" -C /tmp/maxsim-base; then
+    echo "base_build: .carry/base-prebuilt.tar.xz does not unpack; no base side" >&2
+    rm -rf /tmp/maxsim-base
+    return 1
+  fi
+  BASE_REV=$(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null)
+}
+
 # The Triton peers' wheels carried in .whl/ (late-interaction-kernels, flash-maxsim), installed for this
 # process and its children (PYTHONPATH); the install's output goes to $OUT/peers-install.txt.
 peer_wheels() {

@@ -25,9 +25,9 @@ if [ "${GPU_API_TESTS:-1}" = 1 ]; then
     echo "gpu tests: rc $rc"; } >> "$S"
 fi
 sides=new
-if [ -f .carry/base-prebuilt.tar.xz ]; then
-  rm -rf /tmp/maxsim-base && mkdir -p /tmp/maxsim-base && tar -xJf .carry/base-prebuilt.tar.xz -C /tmp/maxsim-base && sides="base new"
-  echo "base: $(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null)" >> "$S"
+if base_build; then
+  sides="base new"
+  echo "base: $BASE_REV" >> "$S"
 elif [ -n "${GPU_API_BASE_ENV:-}" ]; then
   sides="base new"
   echo "base: this build with $GPU_API_BASE_ENV" >> "$S"
@@ -66,7 +66,7 @@ done
 for shape in ${GPU_API_SERVE_SHAPES-serve-colpali-16q}; do run_bench new "$BUILD" "$shape" 1; done
 base_rev=none
 [ -n "${GPU_API_BASE_ENV:-}" ] && base_rev="this build with $GPU_API_BASE_ENV"
-[ -d /tmp/maxsim-base ] && base_rev=$(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null)
+[ -d /tmp/maxsim-base ] && base_rev=$BASE_REV
 python3 benchmarks/gpu/api_overhead.py "$OUT" --json "$OUT/gpu-api-result.json" \
   --command "$(run_command 'GPU_API_[A-Z_]+' gpu-api)" \
   --note "${GPU_API_NOTE:-}" \

@@ -61,10 +61,9 @@ for v in "${variants[@]}"; do
   echo "v$i $v: tests rc $r ($(grep -cE '^\[       OK' "$OUT/gpu-mem-tests-v$i.txt") passed)" >> "$A"
 done
 base=""
-if [ -f .carry/base-prebuilt.tar.xz ]; then
-  rm -rf /tmp/maxsim-base && mkdir -p /tmp/maxsim-base && tar -xJf .carry/base-prebuilt.tar.xz -C /tmp/maxsim-base
+if base_build; then
   base=/tmp/maxsim-base
-  echo "base: $(cat $base/PREBUILT_REV 2> /dev/null); new: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here)" >> "$A"
+  echo "base: $BASE_REV; new: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here)" >> "$A"
 fi
 rounds=${GPU_MEM_AB_ROUNDS:-1}
 [ -z "$base" ] && [ ${#variants[@]} -eq 0 ] && rounds=0  # nothing to compare with the rows above

@@ -56,10 +56,9 @@ for r in $(seq "${GPU_SERVE_VARIANT_ROUNDS:-1}"); do
 done
 A="$OUT/gpu-serve-ab.txt"
 : > "$A"
-if [ -f .carry/base-prebuilt.tar.xz ]; then
-  rm -rf /tmp/maxsim-base && mkdir -p /tmp/maxsim-base && tar -xJf .carry/base-prebuilt.tar.xz -C /tmp/maxsim-base
+if base_build; then
   new_rev=$(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here)
-  echo "base: $(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null) ${GPU_SERVE_BASE_ENV:-}; new: $new_rev" >> "$A"
+  echo "base: $BASE_REV ${GPU_SERVE_BASE_ENV:-}; new: $new_rev" >> "$A"
   read -ra base_env <<< "${GPU_SERVE_BASE_ENV:-}"
   for r in $(seq "${GPU_SERVE_AB_ROUNDS:-1}"); do
     for s in ${GPU_SERVE_AB_SHAPES:-serve-textual-10k-64q}; do

@@ -21,10 +21,9 @@ rc=$?
   grep -B2 -A12 "Failure" "$OUT/gpu-train-tests.txt" | head -40; echo "gpu tests: rc $rc"; } >> "$S"
 sides=("new:")
 for v in ${GPU_TRAIN_VARIANTS:-}; do sides+=("$v"); done
-if [ -f .carry/base-prebuilt.tar.xz ]; then
-  rm -rf /tmp/maxsim-base && mkdir -p /tmp/maxsim-base && tar -xJf .carry/base-prebuilt.tar.xz -C /tmp/maxsim-base
+if base_build; then
   sides=("base:" "${sides[@]}")
-  echo "base: $(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null)" >> "$S"
+  echo "base: $BASE_REV" >> "$S"
 fi
 # run_side SIDE PREFIX...: the benchmark of SIDE ("name:VAR=value,..."), its command line after PREFIX.
 run_side() {

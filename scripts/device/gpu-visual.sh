@@ -38,10 +38,9 @@ done
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader || true
   grep -m1 "Model name" /proc/cpuinfo 2> /dev/null; nproc; } > "$OUT/gpu-machine.txt" 2>&1
 sides=(new)
-if [ -f .carry/base-prebuilt.tar.xz ]; then
-  rm -rf /tmp/maxsim-base && mkdir -p /tmp/maxsim-base && tar -xJf .carry/base-prebuilt.tar.xz -C /tmp/maxsim-base
+if base_build; then
   sides=(base new)
-  echo "base: $(cat /tmp/maxsim-base/PREBUILT_REV 2> /dev/null)" >> "$S"
+  echo "base: $BASE_REV" >> "$S"
 fi
 echo "new: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here)" >> "$S"
 # One process per (round, shape, side): base and new alternate, so that both see the same clocks.
