@@ -607,9 +607,9 @@ TEST_F(Gpu, LongQueryWgmmaKernelEqualsMmaSync) {
                         maxsim_metric metric, const std::string& what) {
     const std::vector<float> values =
         ExpectKernelAgreement(gpu, q, d, pq, pd, metric, "MAXSIM_CUDA_WGMMA", "0", what);
-    // The kernel's other settings: row maxima by FMNMX pairs, warpgroups issuing in turn.
+    // The kernel's other settings: row maxima by FMNMX pairs, copies by cp.async instead of bulk tensor copies.
     for (const auto& [name, value] : {std::pair<const char*, const char*>{"MAXSIM_CUDA_WGMMA_INT_FOLD", "0"},
-                                      std::pair<const char*, const char*>{"MAXSIM_CUDA_EXPERIMENTAL", "wgmma-turns"}}) {
+                                      std::pair<const char*, const char*>{"MAXSIM_CUDA_WGMMA_TMA", "0"}}) {
       const std::vector<float> other = WithEnv(name, value, [&](Context& gpu) {
         return ScoreValues(gpu, pq, q.n_sets(), pd, d.n_sets(), metric, MAXSIM_MODE_EXACT);
       });
@@ -2001,39 +2001,51 @@ TEST_F(Gpu, CallerPointersAreChecked) {
   EXPECT_EQ(again.argmax, good.argmax);
 }
 
-// Documents a caller passes as MAXSIM_MEMORY_CUDA in pinned host or managed memory, on a shape that runs the batch
-// kernel on sm_90a (several queries of at most 128 tokens, 96 < dim <= 128, no argmax): its bulk tensor copies are
-// kept to plain device memory and these take the cp.async copies; every kind gives the bits of device memory, which
-// match the reference. Ragged documents: shorter than a tile, a 64-token and a partial last tile, several tiles.
-TEST_F(Gpu, BatchShapesOverPinnedAndManagedDocuments) {
+// Documents a caller passes as MAXSIM_MEMORY_CUDA in pinned host or managed memory, on shapes that run the wgmma
+// kernels on sm_90a (96 < dim <= 128, no argmax): the batch kernel (several queries of at most 128 tokens) and the
+// pair kernel in both row-group shapes (one query of 100 tokens: a 128-row group; of 300: two 256-row groups). The
+// bulk tensor copies (batch launches, 256-row pair launches) are kept to plain device memory and these take the
+// cp.async copies; every kind gives the bits of device memory, which match the reference. Ragged documents: shorter than a tile, a 64-token and a partial
+// last tile, several tiles.
+TEST_F(Gpu, WgmmaShapesOverPinnedAndManagedDocuments) {
   Context gpu(Options("cuda"));
   auto rng = Rng(2990);
-  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 8, 32, 128), MAXSIM_BF16);
   const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 24, 1, 300, 128), MAXSIM_BF16);
-  const DeviceSets dq(q), dd(d);
-  const uint64_t n = q.n_sets() * d.n_sets(), bytes = dd.data.n;
-  Dev<float> sc(n);
-  maxsim_sets qs{nullptr, &dq.s}, ds{nullptr, &dd.s};
-  ASSERT_EQ(maxsim_score_matrix(gpu.get(), &qs, &ds, nullptr, sc.p, nullptr), MAXSIM_OK) << maxsim_last_error();
-  const std::vector<float> good = sc.Down();
-  for (uint64_t i = 0; i < q.n_sets(); ++i) {
-    for (uint64_t j = 0; j < d.n_sets(); ++j) {
-      const std::string err = CheckPair(q, i, d, j, MAXSIM_METRIC_DOT, good[i * d.n_sets() + j], nullptr);
-      ASSERT_TRUE(err.empty()) << "device documents, query " << i << " doc " << j << ": " << err;
-    }
-  }
+  const DeviceSets dd(d);
+  const uint64_t bytes = dd.data.n;
   const std::vector<uint8_t> rows = dd.data.Down();
-  for (const bool managed : {false, true}) {
-    void* p = nullptr;
-    ASSERT_EQ(managed ? cudaMallocManaged(&p, bytes) : cudaMallocHost(&p, bytes), cudaSuccess);
-    std::memcpy(p, rows.data(), bytes);
-    maxsim_dense_sets other = dd.s;
-    other.data = p;
-    maxsim_sets os{nullptr, &other};
-    sc.Fill(0);
-    EXPECT_EQ(maxsim_score_matrix(gpu.get(), &qs, &os, nullptr, sc.p, nullptr), MAXSIM_OK) << maxsim_last_error();
-    ExpectSameBits(sc.Down(), good, std::string(managed ? "managed" : "pinned") + " documents");
-    managed ? cudaFree(p) : cudaFreeHost(p);
+  struct QueryShape {
+    uint64_t n, min_len, max_len;
+    const char* what;
+  };
+  for (const QueryShape& qshape : {QueryShape{3, 8, 32, "batch"}, QueryShape{1, 100, 100, "pairs, 128 rows"},
+                                   QueryShape{1, 300, 300, "pairs, 2 x 256 rows"}}) {
+    const TokenSets q =
+        Encoded(Generate(rng, Shape::kUnitGaussian, qshape.n, qshape.min_len, qshape.max_len, 128), MAXSIM_BF16);
+    const DeviceSets dq(q);
+    const uint64_t n = q.n_sets() * d.n_sets();
+    Dev<float> sc(n);
+    maxsim_sets qs{nullptr, &dq.s}, ds{nullptr, &dd.s};
+    ASSERT_EQ(maxsim_score_matrix(gpu.get(), &qs, &ds, nullptr, sc.p, nullptr), MAXSIM_OK) << maxsim_last_error();
+    const std::vector<float> good = sc.Down();
+    for (uint64_t i = 0; i < q.n_sets(); ++i) {
+      for (uint64_t j = 0; j < d.n_sets(); ++j) {
+        const std::string err = CheckPair(q, i, d, j, MAXSIM_METRIC_DOT, good[i * d.n_sets() + j], nullptr);
+        ASSERT_TRUE(err.empty()) << qshape.what << ", device documents, query " << i << " doc " << j << ": " << err;
+      }
+    }
+    for (const bool managed : {false, true}) {
+      void* p = nullptr;
+      ASSERT_EQ(managed ? cudaMallocManaged(&p, bytes) : cudaMallocHost(&p, bytes), cudaSuccess);
+      std::memcpy(p, rows.data(), bytes);
+      maxsim_dense_sets other = dd.s;
+      other.data = p;
+      maxsim_sets os{nullptr, &other};
+      sc.Fill(0);
+      EXPECT_EQ(maxsim_score_matrix(gpu.get(), &qs, &os, nullptr, sc.p, nullptr), MAXSIM_OK) << maxsim_last_error();
+      ExpectSameBits(sc.Down(), good, std::string(qshape.what) + (managed ? ", managed" : ", pinned") + " documents");
+      managed ? cudaFree(p) : cudaFreeHost(p);
+    }
   }
 }
 

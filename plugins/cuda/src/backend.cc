@@ -199,6 +199,7 @@ Tuning ReadTuning() {
   t.kernels.batch_spread = static_cast<uint32_t>(std::min<uint64_t>(2, EnvU64("MAXSIM_CUDA_BATCH_SPREAD", 0)));
   t.kernels.batch_tma = !EnvIs("MAXSIM_CUDA_BATCH_TMA", "0");
   t.kernels.wgmma_int_fold = !EnvIs("MAXSIM_CUDA_WGMMA_INT_FOLD", "0");
+  t.kernels.wgmma_tma = !EnvIs("MAXSIM_CUDA_WGMMA_TMA", "0");
   t.smem_kernel = !EnvFlag("MAXSIM_CUDA_NO_SMEM_KERNEL");
   t.screen_wgmma_min_lq = EnvU64("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", 256);
   if (const char* e = std::getenv("MAXSIM_CUDA_EXPERIMENTAL")) {
@@ -210,8 +211,6 @@ Tuning ReadTuning() {
       const std::string name = list.substr(start, end - start);
       if (name == "screen-wgmma") {
         t.experimental_screen_wgmma = true;
-      } else if (name == "wgmma-turns") {
-        t.kernels.wgmma_turns = true;
       } else if (!name.empty()) {
         t.unknown_experimental += (t.unknown_experimental.empty() ? "" : ",") + name;
       }
@@ -364,6 +363,10 @@ std::string SettingsText(const Backend& b) {
   std::snprintf(line, sizeof(line), "wgmma long-query kernel: row maxima by 3-input integer maxima: %s%s\n",
                 onoff(k.kernels.wgmma_int_fold), source("MAXSIM_CUDA_WGMMA_INT_FOLD").c_str());
   t += line;
+  std::snprintf(line, sizeof(line), "wgmma long-query kernel copies: %s%s\n",
+                k.kernels.wgmma_tma ? "bulk tensor copies (TMA)" : "cp.async by every thread",
+                source("MAXSIM_CUDA_WGMMA_TMA").c_str());
+  t += line;
   std::snprintf(line, sizeof(line), "screening ring kernel: %s%s\n", onoff(k.kernels.screen_pipe),
                 source("MAXSIM_CUDA_NO_SCREEN_PIPE").c_str());
   t += line;
@@ -381,9 +384,7 @@ std::string SettingsText(const Backend& b) {
                 source("MAXSIM_CUDA_MATRIX_COLUMNS").c_str());
   t += line;
   const std::string experimental =
-      std::string(k.experimental_screen_wgmma ? "screen-wgmma (wgmma screening on the default certified route)" : "") +
-      (k.experimental_screen_wgmma && k.kernels.wgmma_turns ? ", " : "") +
-      (k.kernels.wgmma_turns ? "wgmma-turns (the long-query wgmma kernel's warpgroups issue their tiles in turn)" : "");
+      k.experimental_screen_wgmma ? "screen-wgmma (wgmma screening on the default certified route)" : "";
   std::snprintf(line, sizeof(line), "experimental: %s%s%s%s\n", experimental.empty() ? "none" : experimental.c_str(),
                 source("MAXSIM_CUDA_EXPERIMENTAL").c_str(), k.unknown_experimental.empty() ? "" : "; unknown, ignored: ",
                 k.unknown_experimental.c_str());

@@ -6,9 +6,10 @@
 // (loaded once per query); the document streams through shared memory in 128-token stages and every stage
 // feeds wgmma.m64n128k16 (B = 128 document tokens from shared memory, 8 k steps for d <= 128). The row max of
 // each 64 x 128 accumulator tile is folded into a running max per query row; nothing of size Lq x Ld leaves
-// the register file. The stage ring is guarded by mbarriers (full: every thread's copies of a stage landed;
-// empty: every thread's wgmma reading it finished), so warpgroups are not kept in step and one warpgroup's
-// fold overlaps the others' tensor-core work.
+// the register file. The stages arrive by bulk tensor copies (TMA, one thread per warpgroup; batch launches and
+// 256-row pair launches) where the documents are plain device memory, else by every thread's cp.async copies. The stage ring is guarded by mbarriers (full:
+// a stage's copies landed; empty: every warp's wgmma reading it finished), so warpgroups are not kept in step and
+// one warpgroup's fold overlaps the others' tensor-core work.
 //
 // Numbers: the same bits as every other 16-bit kernel (kernels.h). A similarity is the chain of 8 k16
 // tensor-core steps from a +0 start, and wgmma step s sums exactly the dimensions that mma.sync step s sums in
@@ -52,7 +53,7 @@ __device__ int g_wgmma_compiled =
 constexpr int kWgTokens = 128;                      // document tokens per stage (wgmma N)
 constexpr int kWgRegionBytes = kWgTokens * 128;     // 64 logical k positions x 2 bytes per token
 constexpr int kWgStageBytes = 2 * kWgRegionBytes;   // 128 logical k positions
-// The rows of the batch kernel's tensor map (EncodeBatchMap): its row coordinates are signed 32-bit numbers.
+// The rows of the kernel's tensor map (EncodeDocMap): its row coordinates are signed 32-bit numbers.
 // Its copies stay inside documents (TmaTileCopy), so the map need not know where the rows end.
 constexpr uint32_t kTmaRows = 0x7fffffffu;
 
@@ -280,7 +281,7 @@ __device__ __forceinline__ void FoldTileMax(const ForwardArgs& a, const float (&
   if (plain) {
     // Without a mask or weights every column below ld is kept, and the columns at or past ld (a document's last,
     // partial tile) repeat column ld - 1 (their stage rows are copies of row ld - 1: CopyStagePieces with
-    // kRepeatLast; under bulk tensor copies such a tile overlaps the tile before it instead, TileStart), so the
+    // kRepeatLast; under bulk tensor copies such a tile overlaps the tile before it instead, TileAt), so the
     // maximum over all N columns is the maximum over the document's: one tree, no per-column test. The check sees the same values. A non-finite element makes every similarity of its row
     // non-finite, so one similarity per row is enough: the warp's rows g and g+8 against the lane's first column
     // (every row of the warp), and row g against every column (the lanes of one g hold all N columns: every
@@ -337,17 +338,6 @@ __device__ __forceinline__ void LoadQueryFragments(const uint8_t* qbase, uint64_
       qc[qs][c] = frag(row0 + qs * 64 + 8, c);
     }
   }
-}
-
-// Named barriers (ids 1.. ; 0 is __syncthreads') for the warpgroups' turns (ExactWgmmaKernel, a.sw.wgmma_turns):
-// a warpgroup waits for its turn, issues a tile, and hands the turn to the next. They order the issue of the
-// wgmma (asm volatile statements keep their order), not memory: no memory clobber (with one, ptxas spilled 28
-// registers of the kernel).
-__device__ __forceinline__ void TurnWait(uint32_t id, uint32_t threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads));
-}
-__device__ __forceinline__ void TurnPass(uint32_t id, uint32_t threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads));
 }
 
 // The block-wide barrier of the per-pair epilogue.
@@ -481,33 +471,36 @@ __device__ __forceinline__ void FinishDocBatch(const ForwardArgs& a, float (&run
   }
 }
 
-// The first token of a batch tile under bulk tensor copies (kTma): the tile of a document of ld tokens that starts
-// at token tb in the cp.async kernel, tb + 128 < ld for every tile but the last; the tile is 128 tokens wide, or
-// 64 for a last tile of at most 64 tokens (the consumer's choice, below). A last tile that is not whole starts
-// where it ends with the document, overlapping the tile before it (those columns are folded twice, which leaves
-// every maximum unchanged), so that no copy reads past a document; a document shorter than its tile starts at 0
-// (TmaTileCopy then repeats its last row).
-__device__ __forceinline__ uint32_t TileStart(uint32_t tb, uint32_t ld) {
-  const uint32_t w = ld - tb > 64 ? kWgTokens : 64;
-  return tb + w < ld ? tb : ld >= w ? ld - w : 0;
+// A tile under bulk tensor copies (kTma): the tile of a document of ld tokens that starts at token tb in the
+// cp.async kernel, tb + 128 < ld for every tile but the last, is `width` tokens wide: 128, or in batch launches
+// (narrow) 64 for a last tile of at most 64 tokens (the consumer's choice, below); pair launches always compute
+// 128-token tiles. A last tile that is not whole starts where it ends with the document, overlapping the tile
+// before it (those columns are folded twice, which leaves every maximum unchanged), so that no copy reads past a
+// document; a document shorter than its tile starts at 0 (TmaTileCopy then repeats its last row).
+struct TileSpan {
+  uint32_t start, width;
+};
+__device__ __forceinline__ TileSpan TileAt(uint32_t tb, uint32_t ld, bool narrow) {
+  const uint32_t w = !narrow || ld - tb > 64 ? kWgTokens : 64;
+  return {tb + w < ld ? tb : ld >= w ? ld - w : 0, w};
 }
 
-// The batch producer's copy, by warp wq of warpgroup wg (lane), of the warpgroup's share of the stage at st (stage
+// The producer's copy, by warp wq of warpgroup wg (lane), of the warpgroup's share of the stage at st (stage
 // tokens wg * kBox .. wg * kBox + kBox - 1, kBox = 128 / WGS) for the tile at tb of the document of ld tokens from
-// row db (TileStart); every warp arrives on `full` once. Warp 0's lane 0 arrives expecting the bytes of two bulk
+// row db (TileAt); every warp arrives on `full` once. Warp 0's lane 0 arrives expecting the bytes of two bulk
 // tensor copies of the share, dimensions 0..63 and 64..127 (past dim: zeros), which the tensor map's 128-byte
 // swizzle lays out as PieceOffset does, and issues them; the other warps' lanes 0 arrive, and so do warp 0's of
 // the shares past a 64-token tile (their rows would lie past the document's end). A document shorter than
 // its tile (or rows past the map) is copied by cp.async instead, kBox / 4 tokens per warp, rows past the
 // document's end as copies of its last row (CopyStagePieces' kRepeatLast): each lane arrives through its copies and
 // lane 0 for the warp. Every warp takes the same branches (a producer warp branching alone made ptxas spill).
-template <int WGS>
+template <int WGS, bool kNarrow = true>
 __device__ __forceinline__ void TmaTileCopy(const ForwardArgs& a, const void* map, uint32_t st, uint32_t full,
                                             uint64_t db, uint32_t ld, uint32_t tb, int wg, int wq, int lane,
                                             uint32_t dim) {
   constexpr uint32_t kBox = kWgTokens / WGS;
-  const uint32_t start = TileStart(tb, ld);
-  const uint32_t w = ld - tb > 64 ? kWgTokens : 64;
+  const TileSpan span = TileAt(tb, ld, kNarrow);
+  const uint32_t start = span.start, w = span.width;
   const uint32_t first = static_cast<uint32_t>(wg) * kBox;
   if (ld >= w && db + ld <= kTmaRows) {
     if (lane == 0) {
@@ -563,15 +556,15 @@ __device__ __forceinline__ int BatchAhead(uint32_t ld, int S) {
 // other's tensor-core work. Every thread copies its share of each tile `ahead` tiles ahead, across units (batch
 // launches with ahead 0: BatchAhead of the block's first document).
 // In batch launches a document's last tile of at most 64 tokens runs as a 64-token wgmma.
-// kTma (batch launches): the stages arrive by bulk tensor copies through tmap (TmaTileCopy: one thread per
-// warpgroup issues two per stage) instead of every thread's cp.async copies, and both barriers count one arrival
-// per warp. Every warp still runs the producer's cursor and waits for a free stage before it arrives.
+// kTma: the stages arrive by bulk tensor copies through tmap (TmaTileCopy: one thread per warpgroup issues two
+// per stage) instead of every thread's cp.async copies, and both barriers count one arrival per warp. Every warp
+// still runs the producer's cursor and waits for a free stage before it arrives.
 template <typename T, int WGS, int QS, int S, int BPS, bool kBatch, bool kTma>
 __global__ void __launch_bounds__(WGS * 128, BPS)
     ExactWgmmaKernel(const ForwardArgs a, uint32_t cpg, int ahead, const __grid_constant__ CUtensorMap tmap) {
 #if defined(MAXSIM_HAVE_WGMMA)
   static_assert(!kBatch || QS == 1, "a batch launch holds one 64-row set per warpgroup");
-  static_assert(kBatch || !kTma, "bulk tensor copies are the batch kernel's");
+  static_assert(QS == 1 || !kTma, "bulk tensor copies: one set per warpgroup");
   extern __shared__ uint8_t smem_raw[];
   constexpr int kThreads = WGS * 128, kRows = WGS * QS * 64;
   __shared__ float s_term[kBatch ? 1 : kRows];
@@ -620,7 +613,8 @@ __global__ void __launch_bounds__(WGS * 128, BPS)
     if (produced.lapped) MbarWait(empty0 + 8 * s, produced.phase ^ 1);
     const uint32_t st = sbase + s * kWgStageBytes;
     if constexpr (kTma) {
-      TmaTileCopy<WGS>(a, &tmap, st, full0 + 8 * s, cur.db, cur.ld, cur.tile * kWgTokens, wg, wq, lane, dim);
+      TmaTileCopy<WGS, kBatch>(a, &tmap, st, full0 + 8 * s, cur.db, static_cast<uint32_t>(cur.ld),
+                               static_cast<uint32_t>(cur.tile * kWgTokens), wg, wq, lane, dim);
     } else {
       CopyStagePieces<kWgRegionBytes, kWgTokens * 16 / kThreads, kThreads / 16, true>(
           st, pc, tok0, pc_in_dim, a.d.orig + cur.db * drb, drb, cur.tile * kWgTokens, cur.ld);
@@ -649,18 +643,6 @@ __global__ void __launch_bounds__(WGS * 128, BPS)
   // yet to check its query rows (on the first tile it computes after loading them).
   int check_warp = 0;
   bool rows_unchecked = true;
-  // Pair launches of one set per warpgroup, with a.sw.wgmma_turns (experimental): the warpgroups issue their
-  // tiles' wgmma in turn (0, 1, .., WGS - 1, 0, ..: named barrier 1 + w is warpgroup w's turn, passed on by the
-  // warpgroup before it), so that the tensor cores would finish the warpgroups' tiles one after another and each
-  // fold overlap the others' wgmma. On the H100 it measured no faster than unordered warpgroups (visual, medians of
-  // three rounds: 0.390 against 0.388 ms with FMNMX folds, 0.3780 against 0.3788 with integer ones, within the
-  // rounds' spread), so the unordered warpgroups do not fold together enough to matter. Every warpgroup computes the
-  // same tiles, so the turns pair up: warpgroup 0 takes its first turn unasked, and after the loop (if it computed
-  // a tile) the last one handed to it. (The last warpgroup passing warpgroup 0 a first turn before the loop instead
-  // made ptxas spill 28 registers.)
-  const bool turns = !kBatch && QS == 1 && WGS > 1 && a.sw.wgmma_turns;
-  const uint32_t turn_next = 1 + (wg + 1 == WGS ? 0 : wg + 1);
-  bool wait_turn = turns && wg != 0;
   using Walk = std::conditional_t<kBatch, BatchItems, PairWalk>;
   for (Walk w = [&] {
          if constexpr (kBatch) {
@@ -741,8 +723,8 @@ __global__ void __launch_bounds__(WGS * 128, BPS)
       const uint32_t check = check_unit | (check_rows ? kCheckRows : 0u);
       check_rows = false;
       rows_unchecked = false;
-      // kTma: a last tile starts where it ends with the document (TileStart).
-      const uint64_t base = kTma ? TileStart(tile * kWgTokens, static_cast<uint32_t>(ld))
+      // kTma: a last tile starts where it ends with the document (TileAt).
+      const uint64_t base = kTma ? TileAt(tile * kWgTokens, static_cast<uint32_t>(ld), kBatch).start
                                  : static_cast<uint64_t>(tile) * kWgTokens;
       // Both row sets are issued, the next copies go out while they run, then set 0 is folded during set 1.
       // (Folding set 1 of the previous tile during set 0 of this one, across iterations, makes ptxas
@@ -761,10 +743,7 @@ __global__ void __launch_bounds__(WGS * 128, BPS)
       } else {
         auto run_tile = [&](auto width) {
           constexpr int N = decltype(width)::value;
-          if (wait_turn) TurnWait(1 + wg, 256);
-          wait_turn = turns;
           IssueTile<T, N>(acc0, qa[0], qc[0], st);
-          if (turns) TurnPass(turn_next, 256);
           produce();
           WgWait<0>();
           PinAcc(acc0);
@@ -791,7 +770,6 @@ __global__ void __launch_bounds__(WGS * 128, BPS)
                      qb, lq, ld, saw_kept, chk);
     }
   }
-  if (wg == 0 && wait_turn) TurnWait(1, 256);  // warpgroup 0 computed a tile, so its last turn was handed to it
 #endif
 }
 
@@ -823,13 +801,13 @@ using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t
                                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-// The batch kernel's tensor map (kTma) over the document rows from a.d.orig: 16-bit elements, dim of them per row
+// The kernel's tensor map (kTma) over the document rows from a.d.orig: 16-bit elements, dim of them per row
 // (the dimensions past dim read as zeros), rows a.d.row_bytes apart (a multiple of 16, from a 16-byte aligned
 // start: TcSupported), kTmaRows of them; boxes of 64 dimensions x box_rows rows, 128-byte swizzled. False where
-// the driver has no encoder or refuses the map (the batch kernel then copies with cp.async), and where the rows are
+// the driver has no encoder or refuses the map (the kernel then copies with cp.async), and where the rows are
 // not plain device memory: callers may pass pinned host or managed tensors as CUDA memory, and the bulk copies are
 // only measured and tested on device memory, so those keep the ordinary cp.async loads.
-bool EncodeBatchMap(const ForwardArgs& a, uint32_t box_rows, CUtensorMap* map) {
+bool EncodeDocMap(const ForwardArgs& a, uint32_t box_rows, CUtensorMap* map) {
   static const EncodeTiledFn encode = reinterpret_cast<EncodeTiledFn>(DriverEntry("cuTensorMapEncodeTiled"));
   if (encode == nullptr || !IsDeviceMemory(a.d.orig)) return false;
   const cuuint64_t gdim[2] = {a.d.dim, kTmaRows};
@@ -843,7 +821,11 @@ bool EncodeBatchMap(const ForwardArgs& a, uint32_t box_rows, CUtensorMap* map) {
 // Block shapes (H100, bf16): 256-row groups run 4 warpgroups of one 64-row set that all copy and compute, 4 stages
 // of 128 tokens (129 KB, 128 registers); 128-row groups 2 warpgroups of one set, 3 stages of 128 tokens (97 KB,
 // two blocks per SM). Other shapes measured slower or no faster on the visual and q128 shapes (a warp-specialised
-// producer/consumer kernel, two sets per warpgroup; git history keeps them).
+// producer/consumer kernel, two sets per warpgroup; git history keeps them), and so did 5 stages (all but one
+// copied ahead) and 6 stages with 3 copied ahead on visual. Bulk tensor copies where the tensor map encodes: batch
+// launches (KernelSwitches::batch_tma) and pair launches of 256-row groups (wgmma_tma; visual 4.7% faster than by
+// cp.async). Pair launches of 128-row groups keep cp.async: with bulk copies q128 measured the same on a packed
+// corpus and 1% slower from dense tensors.
 template <typename T, bool kBatch>
 cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {
   // Batch launches: KernelSwitches::batch_ahead stages copied ahead (1..S - 1), or 0: by document length
@@ -852,11 +834,12 @@ cudaError_t LaunchWgmmaT(const ForwardArgs& a, cudaStream_t stream) {
   const bool wide = a.part.group_rows == 128;  // 2 warpgroups: each copies 64 rows of a stage
   CUtensorMap map;
   std::memset(&map, 0, sizeof(map));
-  if constexpr (kBatch) {
-    if (a.sw.batch_tma && EncodeBatchMap(a, wide ? 64 : 32, &map)) {
-      if (wide) return LaunchWgmmaShape<T, 2, 1, 3, 2, true, true>(a, stream, ahead, map);
-      return LaunchWgmmaShape<T, 4, 1, 4, 1, true, true>(a, stream, ahead, map);
-    }
+  if (kBatch && a.sw.batch_tma && EncodeDocMap(a, wide ? 64 : 32, &map)) {
+    if (wide) return LaunchWgmmaShape<T, 2, 1, 3, 2, true, true>(a, stream, ahead, map);
+    return LaunchWgmmaShape<T, 4, 1, 4, 1, true, true>(a, stream, ahead, map);
+  }
+  if (!kBatch && !wide && a.sw.wgmma_tma && EncodeDocMap(a, 32, &map)) {
+    return LaunchWgmmaShape<T, 4, 1, 4, 1, false, true>(a, stream, ahead, map);
   }
   if (wide) return LaunchWgmmaShape<T, 2, 1, 3, 2, kBatch, false>(a, stream, ahead, map);
   return LaunchWgmmaShape<T, 4, 1, 4, 1, kBatch, false>(a, stream, ahead, map);

@@ -148,9 +148,10 @@ struct KernelSwitches {
   bool batch_tma = true;
   // The long-query (pair) wgmma kernel (exact_wgmma.cu): its row maxima by 3-input integer maxima (TreeMaxInt;
   // MAXSIM_CUDA_WGMMA_INT_FOLD=0: by FMNMX pairs, TreeMax; the batch kernel always folds by TreeMax), and its
-  // warpgroups issuing their tiles in turn (MAXSIM_CUDA_EXPERIMENTAL=wgmma-turns; measured slower on the H100).
-  bool wgmma_turns = false;
+  // copies in 256-row groups by the batch kernel's bulk tensor copies (MAXSIM_CUDA_WGMMA_TMA=0: every thread's
+  // cp.async copies, which 128-row groups always take).
   bool wgmma_int_fold = true;
+  bool wgmma_tma = true;
 };
 
 // The batch kernel's default stages copied ahead (KernelSwitches::batch_ahead 0): 3 where a block's first document
