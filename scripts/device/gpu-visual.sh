@@ -10,7 +10,8 @@
 # the backend is created; its tests run first, GPU_VISUAL_VARIANT_FILTER; timed on GPU_VISUAL_VARIANT_SHAPES,
 # default visual); then the cuBLAS rate (baselines.py --ceilings-only), and with GPU_VISUAL_NCU=1 (the default;
 # =packed: the packed call only) a full Nsight Compute profile of one wgmma launch of the packed call and one of
-# the dense call (gpu-ncu.sh's report pages), of this build and, with GPU_VISUAL_NCU_BASE=1, of the base build.
+# the dense call (gpu-ncu.sh's report pages), of this build and, with GPU_VISUAL_NCU_BASE=1, of the base build;
+# GPU_VISUAL_NCU_VARIANTS (space-separated VAR=VALUE,... lists): the packed call of this build under each as well.
 # The SM clock is sampled while the rows run. A table of medians is printed last.
 set -uo pipefail
 source scripts/device/env.sh
@@ -120,6 +121,9 @@ PY
 }
 if [ "${GPU_VISUAL_NCU:-1}" != 0 ]; then
   ncu_one new "$BUILD" packed 3
+  for v in ${GPU_VISUAL_NCU_VARIANTS:-}; do
+    (export ${v//,/ }; ncu_one "${v//[^A-Za-z0-9_]/_}" "$BUILD" packed 3)
+  done
   [ "${GPU_VISUAL_NCU:-1}" != packed ] && ncu_one new "$BUILD" dense 38
   if [ "${GPU_VISUAL_NCU_BASE:-0}" != 0 ] && [ -d /tmp/maxsim-base ]; then
     ncu_one base /tmp/maxsim-base dense 38
