@@ -2001,6 +2001,69 @@ TEST_F(Gpu, CallerPointersAreChecked) {
   EXPECT_EQ(again.argmax, good.argmax);
 }
 
+// A call that fails in the plugin returns only once the work on its stream is done (the plugin settles every failed
+// operation), so that no later call's writes to the plugin's pinned stages, scratch or persistent flags can meet the
+// copies and kernels of a call that failed after enqueueing them. The caller's stream holds milliseconds of its own
+// work when each call starts: a failure that returned at once would find it still busy. Forward and backward, each
+// refused by the plugin's pointer check; then good calls on the same stream give the bits of a good call before.
+TEST_F(Gpu, FailedCallsReturnWithTheirStreamIdle) {
+  Context gpu(Options("cuda"));
+  auto rng = Rng(2975);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 2, 1, 20, 64), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 9, 0, 30, 64), MAXSIM_BF16);
+  const DeviceSets dq(q), dd(d);
+  const uint64_t n = q.n_sets() * d.n_sets(), positions = d.n_sets() * q.rows();
+  Dev<float> sc(n), grad(n), gq(q.rows() * q.dim), gd(d.rows() * d.dim);
+  Dev<int32_t> am(positions);
+  std::vector<float> ones(n, 1.0f);
+  grad.Up(ones.data());
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  maxsim_score_options o;
+  maxsim_score_options_init(&o);
+  o.cuda_stream = stream;
+  maxsim_sets qs{nullptr, &dq.s}, ds{nullptr, &dd.s};
+  ASSERT_EQ(maxsim_score_matrix(gpu.get(), &qs, &ds, &o, sc.p, am.p), MAXSIM_OK) << maxsim_last_error();
+  const Matrix good{sc.Down(), am.Down()};
+  ExpectReference(q, d, MAXSIM_METRIC_DOT, good, "device tensors on a caller stream");
+  maxsim_backward_args ba = BackwardCall(MAXSIM_LAYOUT_MATRIX, am.p, grad.p, gq.p, gd.p, 1);
+  ba.cuda_stream = stream;
+  ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &ba), MAXSIM_OK) << maxsim_last_error();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const std::vector<float> good_gq = gq.Down(), good_gd = gd.Down();
+  // Queries in pageable host memory passed as CUDA memory: refused by the plugin (not by the library in front).
+  std::vector<uint8_t> pageable(q.rows() * q.dim * 2);
+  std::memcpy(pageable.data(), q.encoded.data(), pageable.size());
+  maxsim_dense_sets host_q = dq.s;
+  host_q.data = pageable.data();
+  maxsim_sets bad_qs{nullptr, &host_q};
+  Dev<uint8_t> busy(256ull << 20);
+  ASSERT_NE(busy.p, nullptr);
+  auto keep_busy = [&] {
+    for (int i = 0; i < 16; ++i) ASSERT_EQ(cudaMemsetAsync(busy.p, i, busy.n, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamQuery(stream), cudaErrorNotReady) << "the stream's own work ended before the call";
+  };
+  for (int round = 0; round < 2; ++round) {
+    keep_busy();
+    EXPECT_EQ(maxsim_score_matrix(gpu.get(), &bad_qs, &ds, &o, sc.p, am.p), MAXSIM_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(maxsim_last_error()).find("not CUDA memory"), std::string::npos) << maxsim_last_error();
+    EXPECT_EQ(cudaStreamQuery(stream), cudaSuccess) << "a failed forward returned with work on its stream";
+    keep_busy();
+    EXPECT_EQ(maxsim_backward(gpu.get(), &host_q, &dd.s, &ba), MAXSIM_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(maxsim_last_error()).find("not CUDA memory"), std::string::npos) << maxsim_last_error();
+    EXPECT_EQ(cudaStreamQuery(stream), cudaSuccess) << "a failed backward returned with work on its stream";
+    ASSERT_EQ(maxsim_score_matrix(gpu.get(), &qs, &ds, &o, sc.p, am.p), MAXSIM_OK) << maxsim_last_error();
+    const Matrix again{sc.Down(), am.Down()};
+    EXPECT_EQ(again.scores, good.scores) << "round " << round;
+    EXPECT_EQ(again.argmax, good.argmax) << "round " << round;
+    ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &ba), MAXSIM_OK) << maxsim_last_error();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ExpectSameBits(gq.Down(), good_gq, "grad_queries, round " + std::to_string(round));
+    ExpectSameBits(gd.Down(), good_gd, "grad_documents, round " + std::to_string(round));
+  }
+  cudaStreamDestroy(stream);
+}
+
 // Documents a caller passes as MAXSIM_MEMORY_CUDA in pinned host or managed memory, on shapes that run the wgmma
 // kernels on sm_90a (96 < dim <= 128, no argmax): the batch kernel (several queries of at most 128 tokens) and the
 // pair kernel in both row-group shapes (one query of 100 tokens: a 128-row group; of 300: two 256-row groups). The

@@ -155,6 +155,29 @@ Status StageUpload(Backend& b, uint64_t& stage_used, void* dst, const void* src,
   return Status::Ok();
 }
 
+Status StagesFree(Backend& b) {
+  if (b.qstage_busy) {
+    MSC_CUDA(cudaStreamSynchronize(b.stream));
+    b.qstage_busy = false;
+  }
+  if (b.staged_pending) {
+    MSC_CUDA(cudaEventSynchronize(b.staged));
+    b.staged_pending = false;
+  }
+  return Status::Ok();
+}
+
+void SettleFailedCall(Backend& b, bool training, cudaStream_t caller_stream) {
+  const bool streams_done = cudaSetDevice(b.device) == cudaSuccess && cudaStreamSynchronize(b.stream) == cudaSuccess &&
+                            cudaStreamSynchronize(b.copy) == cudaSuccess &&
+                            (!training || cudaStreamSynchronize(caller_stream) == cudaSuccess);
+  cudaGetLastError();  // a non-sticky error of the wait must not reach the next call
+  if (streams_done) {
+    b.qstage_busy = false;
+    b.staged_pending = false;
+  }
+}
+
 // ---- device discovery -------------------------------------------------------------------------------------
 
 namespace {

@@ -144,7 +144,7 @@ struct Backend {
   DeviceBuffer chunk[2];            // streamed corpora: double-buffered document chunks
   PinnedBuffer stage;               // host staging for uploads and results
   PinnedBuffer qstage;              // host staging of the queries, copied to the device on `stream`
-  bool qstage_busy = false;         // a copy may still read qstage (the host has not synchronised since)
+  bool qstage_busy = false;         // a copy may still read qstage (the host has not synchronised since; StagesFree)
   PinnedBuffer flags_host;
   // The training backward's two check flags (device memory, all ones when clear). Kept between calls: a call whose
   // kernels reported nothing (the mapped word in flags_host stayed 0) leaves them clear, and the next call needs no
@@ -152,7 +152,7 @@ struct Backend {
   DeviceBuffer backward_flags;
   bool backward_flags_clear = false;  // known to be all ones (set only after a completed, synchronised check)
   cudaEvent_t staged = nullptr;     // recorded after a call's staged uploads: the stage is free once it fires
-  bool staged_pending = false;      // `staged` was recorded by a call that returned without waiting for its stream
+  bool staged_pending = false;      // `staged` was recorded by a call that returned without waiting (StagesFree)
   uint64_t min_ops = 0;
   uint64_t resident_limit = 0;      // corpora larger than this are streamed (0: 80% of free memory)
   bool force_stream = false;
@@ -161,7 +161,10 @@ struct Backend {
   // into the mapped pinned stage instead of device scratch + a copy (MAXSIM_CUDA_MAPPED_RESULTS, default 256 KiB;
   // 0: never). Above it the copy engine moves them faster than scattered 4-byte writes over the bus would.
   uint64_t mapped_results_max = 0;
-  bool sync_calls = true;           // training calls wait for their stream (false: benchmarks only)
+  // Training calls wait for their stream. false (benchmarks only): a good training call returns with its kernels
+  // enqueued; later calls find the pinned stages free (StagesFree), but share the scratch buffers in stream order
+  // only, so they must run on the same stream or after a synchronisation.
+  bool sync_calls = true;
   // Where certified and approximate requests run (MAXSIM_CUDA_CERTIFIED, read when the backend is created).
   // kAuto: certified requests run the exact kernel (on the GPU the two give identical bits, and screening with
   // exact refinement measured slower at every benchmark shape, docs/cuda.md); approximate requests screen only
@@ -181,6 +184,16 @@ struct Backend {
   void Log(maxsim_log_level level, const std::string& m) const;
 };
 
+// Waits for work that earlier calls left running and that may still read or write the backend's pinned stages: a
+// query copy not waited for (qstage_busy) and a training call's staged uploads (staged_pending, with sync_calls
+// false). Every operation calls it before it writes a stage (PrepareQueries, and the training calls).
+Status StagesFree(Backend& b);
+// After an operation failed (a status or an exception, possibly after enqueueing work): waits for the backend's
+// streams and, for a training call, the caller's stream (caller_stream; NULL: the default stream), so that no later call's host writes (the pinned stages,
+// the mapped flag words) or device work (scratch, the backward's persistent check flags) meet the failed call's
+// copies and kernels. Errors of the wait itself are dropped: the call has already failed.
+void SettleFailedCall(Backend& b, bool training, cudaStream_t caller_stream);
+
 Status Probe(const maxsim_plugin_host* host, std::string* info);
 // Backends one context should make: the length of its device list (maxsim_options.devices, else
 // MAXSIM_CUDA_DEVICES), else 1.
@@ -198,8 +211,10 @@ bool IsDeviceMemory(const void* p);
 // The device memory of a training or device-tensor call (caller_memory.cc): every MAXSIM_MEMORY_CUDA pointer must be
 // memory CUDA knows that the backend's device can use (its own device memory, managed or pinned host memory), and
 // the rows of each dense set, its mask and the scores must lie inside their allocations. MAXSIM_ERR_INVALID_ARGUMENT
-// naming the argument otherwise, before any work.
-Status CheckCallerTensors(const Backend& b, const maxsim_plugin_train_args& a);
+// naming the argument otherwise, before any work. documents_device_memory (optional): set to 1 when the documents'
+// rows are plain device memory (IsDeviceMemory), 0 when not, left as it is when the driver was not asked about them
+// (no rows, or host memory); TrainForward takes it (ForwardArgs::d_device_memory).
+Status CheckCallerTensors(const Backend& b, const maxsim_plugin_train_args& a, int* documents_device_memory = nullptr);
 
 // Device memory on the backend's device (the plugin's mem_alloc / mem_free / mem_copy hooks; copies synchronous).
 Status DeviceAlloc(Backend& b, uint64_t bytes, void** out);
@@ -242,7 +257,8 @@ Status ScoreMatrixDevice(Backend& b, const DeviceQueries& q, const Corpus& c, in
 Status ScoreMatrix(Backend& b, const maxsim_plugin_score_args& a);
 Status ScoreCandidates(Backend& b, const maxsim_plugin_score_args& a);
 Status TopK(Backend& b, const maxsim_plugin_score_args& a);
-Status TrainForward(Backend& b, const maxsim_plugin_train_args& a);
+// documents_device_memory: what CheckCallerTensors found (-1: not known; the batch launcher then asks the driver).
+Status TrainForward(Backend& b, const maxsim_plugin_train_args& a, int documents_device_memory = -1);
 Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a);
 
 }  // namespace mscuda

@@ -49,8 +49,9 @@ bool IsDeviceMemory(const void* p) {
 namespace {
 
 // `bytes` bytes from p (0: the extent is not known here, only p is checked), named `what` in messages (a plural
-// noun: "queries", "the scores").
-Status CheckRange(const Backend& b, const void* p, uint64_t bytes, const char* what) {
+// noun: "queries", "the scores"). device_memory (optional): set to 1 if p is plain device memory (IsDeviceMemory),
+// 0 if not, left as it is when the driver was not asked.
+Status CheckRange(const Backend& b, const void* p, uint64_t bytes, const char* what, int* device_memory = nullptr) {
   const GetAttributes query = Query();
   if (p == nullptr || query == nullptr) return Status::Ok();  // NULL outputs are the operations' to refuse
   unsigned int type = 0;
@@ -63,8 +64,10 @@ Status CheckRange(const Backend& b, const void* p, uint64_t bytes, const char* w
                                  CU_POINTER_ATTRIBUTE_IS_MANAGED};
   void* data[] = {&type, &device, &start, &size, &managed};
   if (query(5, attrs, data, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) {
+    if (device_memory) *device_memory = 0;
     return Status::Ok();  // the driver cannot describe it: left to the kernels, as before any check
   }
+  if (device_memory) *device_memory = type == CU_MEMORYTYPE_DEVICE && managed == 0 ? 1 : 0;
   if (type == 0) {
     return Fail(MAXSIM_ERR_INVALID_ARGUMENT,
                 "%s at %p: not CUDA memory (host memory CUDA does not know, or a freed allocation); pass host data as "
@@ -84,8 +87,9 @@ Status CheckRange(const Backend& b, const void* p, uint64_t bytes, const char* w
   return Status::Ok();
 }
 
-// The rows of a dense device set and its mask.
-Status CheckSet(const Backend& b, const maxsim_dense_sets& s, const char* data_what, const char* mask_what) {
+// The rows of a dense device set and its mask; device_memory as for CheckRange, of the rows.
+Status CheckSet(const Backend& b, const maxsim_dense_sets& s, const char* data_what, const char* mask_what,
+                int* device_memory) {
   const uint64_t first = s.offsets ? s.offsets[0] : 0;
   uint64_t last = 0;
   if (s.offsets) {
@@ -100,18 +104,19 @@ Status CheckSet(const Backend& b, const maxsim_dense_sets& s, const char* data_w
                     !__builtin_mul_overflow(span, elem, &span) && !__builtin_mul_overflow(first, stride, &skip) &&
                     !__builtin_mul_overflow(skip, elem, &skip);
   if (!fits) return Status::Ok();  // the operations refuse such shapes
-  MSC_RETURN(CheckRange(b, static_cast<const uint8_t*>(s.data) + skip, span, data_what));
+  MSC_RETURN(CheckRange(b, static_cast<const uint8_t*>(s.data) + skip, span, data_what, device_memory));
   if (s.mask) MSC_RETURN(CheckRange(b, s.mask + first, last - first, mask_what));
   return Status::Ok();
 }
 
 }  // namespace
 
-Status CheckCallerTensors(const Backend& b, const maxsim_plugin_train_args& a) {
+Status CheckCallerTensors(const Backend& b, const maxsim_plugin_train_args& a, int* documents_device_memory) {
   for (const maxsim_dense_sets* s : {a.queries, a.documents}) {
     if (s->memory != MAXSIM_MEMORY_CUDA) continue;
     const bool q = s == a.queries;
-    MSC_RETURN(CheckSet(b, *s, q ? "queries" : "documents", q ? "the query mask bytes" : "the document mask bytes"));
+    MSC_RETURN(CheckSet(b, *s, q ? "queries" : "documents", q ? "the query mask bytes" : "the document mask bytes",
+                        q ? nullptr : documents_device_memory));
   }
   if (a.queries->memory != MAXSIM_MEMORY_CUDA) return Status::Ok();
   // Scores (and their gradient): one per scored pair.

@@ -164,16 +164,6 @@ constexpr uint64_t kQueryFlagOffset = 48;
 // piece's memcpy.
 constexpr uint64_t kStagePiece = 128ull << 10;
 
-// Waits until no copy reads the query stage: only after a call that ended without synchronising with b.stream
-// (an error after the copy was enqueued).
-Status QueryStageFree(Backend& b) {
-  if (b.qstage_busy) {
-    MSC_CUDA(cudaStreamSynchronize(b.stream));
-    b.qstage_busy = false;
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status UploadQueriesTo(Backend& b, const maxsim_packed_view& view, DeviceBuffer& dst, DeviceQueries* out) {
@@ -183,7 +173,7 @@ Status UploadQueriesTo(Backend& b, const maxsim_packed_view& view, DeviceBuffer&
   for (uint64_t i = 0; i <= q.info.n_sets; ++i) q.host_offsets[i] = view.offsets[i] - q.info.first_row;
   q.max_len = q.info.max_len;
   // The copy is not waited for: the kernels that read dst follow it on the stream.
-  MSC_RETURN(QueryStageFree(b));
+  MSC_RETURN(StagesFree(b));
   MSC_RETURN(dst.Reserve(q.info.total_size, "the queries"));
   MSC_RETURN(b.qstage.Reserve(q.info.total_size, "staging the queries"));
   WriteImage(view, q.info, b.qstage.data());
@@ -234,7 +224,7 @@ Status UploadDenseQueries(Backend& b, const maxsim_dense_sets& s, bool cosine, D
   in.off_orig = o_rows;
   in.off_offsets = o_off;
   in.total_size = cv.size();
-  MSC_RETURN(QueryStageFree(b));
+  MSC_RETURN(StagesFree(b));
   MSC_RETURN(dst.Reserve(cv.size(), "the queries"));
   MSC_RETURN(b.qstage.Reserve(o_rows + rows * row_bytes + (s.offsets ? (n + 1) * 8 : 0) + kAlign, "staging the queries"));
   uint8_t* h = b.qstage.data();

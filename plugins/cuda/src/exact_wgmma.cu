@@ -805,11 +805,13 @@ using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t
 // (the dimensions past dim read as zeros), rows a.d.row_bytes apart (a multiple of 16, from a 16-byte aligned
 // start: TcSupported), kTmaRows of them; boxes of 64 dimensions x box_rows rows, 128-byte swizzled. False where
 // the driver has no encoder or refuses the map (the kernel then copies with cp.async), and where the rows are
-// not plain device memory: callers may pass pinned host or managed tensors as CUDA memory, and the bulk copies are
-// only measured and tested on device memory, so those keep the ordinary cp.async loads.
+// not plain device memory (ForwardArgs::d_device_memory, else one driver query): callers may pass pinned host or
+// managed tensors as CUDA memory, and the bulk copies are only measured and tested on device memory, so those keep
+// the ordinary cp.async loads.
 bool EncodeDocMap(const ForwardArgs& a, uint32_t box_rows, CUtensorMap* map) {
   static const EncodeTiledFn encode = reinterpret_cast<EncodeTiledFn>(DriverEntry("cuTensorMapEncodeTiled"));
-  if (encode == nullptr || !IsDeviceMemory(a.d.orig)) return false;
+  const bool device = a.d_device_memory < 0 ? IsDeviceMemory(a.d.orig) : a.d_device_memory == 1;
+  if (encode == nullptr || !device) return false;
   const cuuint64_t gdim[2] = {a.d.dim, kTmaRows};
   const cuuint64_t gstride[1] = {a.d.row_bytes};
   const cuuint32_t box[2] = {64, box_rows}, estride[2] = {1, 1};

@@ -189,6 +189,11 @@ struct ForwardArgs {
   // (LaunchRowCheck) and fails the call.
   // Null: no check (packed buffers are validated when loaded).
   unsigned int* bad = nullptr;
+  // Whether d.orig is plain device memory, not pinned host or managed memory (callers may pass those as
+  // MAXSIM_MEMORY_CUDA; the wgmma kernels' bulk copies take plain device memory only): 1 or 0 where the host
+  // already knows (a corpus is the plugin's own device memory; CheckCallerTensors asked the driver about a
+  // caller's documents), -1 where it does not (the launcher asks the driver).
+  int d_device_memory = -1;
 
   // What a persistent wgmma block iterates over: (query, document) pairs, or the documents of a batch launch.
   __host__ __device__ uint64_t Units() const { return batch.slot ? pairs.nd : pairs.n_pairs; }

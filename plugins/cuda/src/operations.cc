@@ -317,6 +317,7 @@ Status ScoreCandidates(Backend& b, const maxsim_plugin_score_args& a) {
       ForwardArgs fa;
       fa.q = q.view;
       fa.d = d;
+      fa.d_device_memory = 1;  // a corpus's rows (resident image or streamed chunk)
       fa.cosine = a.metric == MAXSIM_METRIC_COSINE;
       fa.mode = mode;
       fa.counters = counters;

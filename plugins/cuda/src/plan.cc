@@ -63,6 +63,7 @@ ForwardArgs MatrixForwardArgs(const SetsView& q, const SetsView& d, uint64_t nq,
   ForwardArgs fa;
   fa.q = q;
   fa.d = d;
+  fa.d_device_memory = 1;  // a corpus's rows: the plugin's own device memory (resident image or streamed chunk)
   fa.cosine = metric == MAXSIM_METRIC_COSINE;
   fa.mode = mode;
   fa.counters = counters;

@@ -84,6 +84,17 @@ maxsim_status Guard(char* err, size_t err_cap, F&& body) {
 
 Backend* B(maxsim_plugin_backend* b) { return reinterpret_cast<Backend*>(b); }
 
+// An operation (scoring or training) on backend b: Guard, and on failure SettleFailedCall, so that a call that
+// failed after enqueueing work leaves none running when it returns (training: on its stream too).
+template <typename F>
+maxsim_status GuardOperation(maxsim_plugin_backend* b, bool training, void* stream, char* err, size_t err_cap,
+                             F&& body) {
+  const CallerContext caller;
+  const maxsim_status code = Guard(err, err_cap, body);
+  if (code != MAXSIM_OK && b) mscuda::SettleFailedCall(*B(b), training, static_cast<cudaStream_t>(stream));
+  return code;
+}
+
 maxsim_status Probe(const maxsim_plugin_host* host, char* info, size_t info_cap) {
   const CallerContext caller;
   try {
@@ -171,7 +182,7 @@ Status CheckScoreArgs(maxsim_plugin_backend* b, const maxsim_plugin_score_args* 
 }
 
 maxsim_status ScoreMatrix(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a, char* err, size_t err_cap) {
-  return Guard(err, err_cap, [&]() -> Status {
+  return GuardOperation(b, false, nullptr, err, err_cap, [&]() -> Status {
     Status s = CheckScoreArgs(b, a);
     if (!s.ok()) return s;
     if (!a->scores) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "scores output is NULL");
@@ -181,7 +192,7 @@ maxsim_status ScoreMatrix(maxsim_plugin_backend* b, const maxsim_plugin_score_ar
 
 maxsim_status ScoreCandidates(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a, char* err,
                               size_t err_cap) {
-  return Guard(err, err_cap, [&]() -> Status {
+  return GuardOperation(b, false, nullptr, err, err_cap, [&]() -> Status {
     Status s = CheckScoreArgs(b, a);
     if (!s.ok()) return s;
     if (!a->cand_offsets) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "cand_offsets is NULL");
@@ -190,7 +201,7 @@ maxsim_status ScoreCandidates(maxsim_plugin_backend* b, const maxsim_plugin_scor
 }
 
 maxsim_status TopK(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a, char* err, size_t err_cap) {
-  return Guard(err, err_cap, [&]() -> Status {
+  return GuardOperation(b, false, nullptr, err, err_cap, [&]() -> Status {
     Status s = CheckScoreArgs(b, a);
     if (!s.ok()) return s;
     if (!a->scores || !a->topk_index) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "top-k outputs are NULL");
@@ -198,7 +209,8 @@ maxsim_status TopK(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a, 
   });
 }
 
-Status CheckTrainArgs(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a) {
+// documents_device_memory: as CheckCallerTensors sets it.
+Status CheckTrainArgs(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a, int* documents_device_memory = nullptr) {
   if (!b || !a || !a->queries || !a->documents) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "NULL argument");
   if (a->struct_size < offsetof(maxsim_plugin_train_args, peak_extra_bytes) + sizeof(void*)) {
     return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "maxsim_plugin_train_args.struct_size %u is too small",
@@ -209,20 +221,21 @@ Status CheckTrainArgs(maxsim_plugin_backend* b, const maxsim_plugin_train_args* 
   }
   // Device tensors must be memory the backend's device can use: a kernel touching another device's memory, or
   // memory CUDA does not know, would fault and leave the device unusable for the rest of the process.
-  return mscuda::CheckCallerTensors(*B(b), *a);
+  return mscuda::CheckCallerTensors(*B(b), *a, documents_device_memory);
 }
 
 maxsim_status TrainForward(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a, char* err, size_t err_cap) {
-  return Guard(err, err_cap, [&]() -> Status {
-    Status s = CheckTrainArgs(b, a);
+  return GuardOperation(b, a != nullptr, a ? a->stream : nullptr, err, err_cap, [&]() -> Status {
+    int documents_device_memory = -1;
+    Status s = CheckTrainArgs(b, a, &documents_device_memory);
     if (!s.ok()) return s;
-    return mscuda::TrainForward(*B(b), *a);
+    return mscuda::TrainForward(*B(b), *a, documents_device_memory);
   });
 }
 
 maxsim_status TrainBackward(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a, char* err,
                             size_t err_cap) {
-  return Guard(err, err_cap, [&]() -> Status {
+  return GuardOperation(b, a != nullptr, a ? a->stream : nullptr, err, err_cap, [&]() -> Status {
     Status s = CheckTrainArgs(b, a);
     if (!s.ok()) return s;
     if (a->metric != MAXSIM_METRIC_DOT) {

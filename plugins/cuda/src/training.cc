@@ -75,16 +75,26 @@ struct TrainInputs {
   DenseInfo q, d;
   uint64_t nq = 0, nd = 0, n_pairs = 0;
   bool list = false;              // MAXSIM_LAYOUT_CANDIDATES
+  bool diagonal = false;          // MAXSIM_LAYOUT_PAIRS
   std::vector<uint32_t> pq, pd;   // list: pair e = (query pq[e], document pd[e]), in candidate order
   std::vector<uint64_t> am;       // list: pair e's argmax base (query positions of the pairs before it)
+  // The argmax entries of the pairs before pair p (p <= n_pairs; the argmax is pair-major in every layout):
+  // EntriesBefore(n_pairs) is the whole argmax.
+  uint64_t EntriesBefore(uint64_t p) const {
+    if (p >= n_pairs) {
+      if (list) return n_pairs ? am[n_pairs - 1] + (q.Offset(pq[n_pairs - 1] + 1) - q.Offset(pq[n_pairs - 1])) : 0;
+      return (q.Offset(nq) - q.Offset(0)) * (diagonal ? 1 : nd);
+    }
+    if (list) return am[p];
+    if (diagonal) return q.Offset(p) - q.Offset(0);
+    const uint64_t i = p / nd, j = p % nd;
+    return nd * (q.Offset(i) - q.Offset(0)) + j * (q.Offset(i + 1) - q.Offset(i));
+  }
 };
 
 Status ReadTrainInputs(Backend& b, const maxsim_plugin_train_args& a, TrainInputs* out) {
   MSC_CUDA(cudaSetDevice(b.device));
-  if (b.staged_pending) {  // only after a call that did not wait for its stream (benchmarks, failed launches)
-    MSC_CUDA(cudaEventSynchronize(b.staged));
-    b.staged_pending = false;
-  }
+  MSC_RETURN(StagesFree(b));  // only after a call that did not wait for its stream (benchmarks)
   TrainInputs& in = *out;
   in.stream = static_cast<cudaStream_t>(a.stream);
   MSC_RETURN(ReadDense(a.queries, "queries", &in.q));
@@ -96,6 +106,7 @@ Status ReadTrainInputs(Backend& b, const maxsim_plugin_train_args& a, TrainInput
   in.nq = in.q.view.n_sets;
   in.nd = in.d.view.n_sets;
   in.list = a.layout == MAXSIM_LAYOUT_CANDIDATES;
+  in.diagonal = a.layout == MAXSIM_LAYOUT_PAIRS;
   if (a.layout != MAXSIM_LAYOUT_MATRIX && !in.list && a.layout != MAXSIM_LAYOUT_PAIRS) {
     return Fail(MAXSIM_ERR_INVALID_ARGUMENT, "layout %d is not MATRIX, PAIRS or CANDIDATES", static_cast<int>(a.layout));
   }
@@ -126,7 +137,7 @@ Status ReadTrainInputs(Backend& b, const maxsim_plugin_train_args& a, TrainInput
 
 }  // namespace
 
-Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
+Status TrainForward(Backend& b, const maxsim_plugin_train_args& a, int documents_device_memory) {
   TrainInputs in;
   MSC_RETURN(ReadTrainInputs(b, a, &in));
   cudaStream_t stream = in.stream;
@@ -192,6 +203,7 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
   ForwardArgs fa;
   fa.q = q.view;
   fa.d = d.view;
+  fa.d_device_memory = documents_device_memory;
   fa.cosine = cosine;
   fa.mode = MAXSIM_MODE_EXACT;
   fa.pairs.layout = list ? kPairsList : a.layout == MAXSIM_LAYOUT_PAIRS ? kPairsDiagonal : kPairsMatrix;
@@ -230,12 +242,7 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a) {
   if (flags[0] != ~0ull || flags[1] != ~0ull) {
     // Nothing the caller could take for an answer (either check): scores NaN, argmax -1.
     MSC_CUDA(cudaMemsetAsync(a.scores, 0xff, n_pairs * 4, stream));
-    if (a.argmax) {
-      const uint64_t q_positions = q.Offset(nq) - q.Offset(0);
-      const uint64_t n_arg = list ? (n_pairs ? am[n_pairs - 1] + (q.Offset(pq[n_pairs - 1] + 1) - q.Offset(pq[n_pairs - 1])) : 0)
-                             : a.layout == MAXSIM_LAYOUT_PAIRS ? q_positions : nd * q_positions;
-      MSC_CUDA(cudaMemsetAsync(a.argmax, 0xff, n_arg * 4, stream));
-    }
+    if (a.argmax) MSC_CUDA(cudaMemsetAsync(a.argmax, 0xff, in.EntriesBefore(n_pairs) * 4, stream));
     MSC_CUDA(cudaStreamSynchronize(stream));
   }
   for (int r = 0; r < 2; ++r) {
@@ -264,18 +271,8 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
   const std::vector<uint32_t>& pq = in.pq;
   const std::vector<uint32_t>& pd = in.pd;
   const std::vector<uint64_t>& am = in.am;
-  // Deterministic grad_D: the argmax entries before pair p (the argmax is pair-major in every layout), and chunks
-  // of consecutive pairs of at most kIndexEntries entries (fewer than 2^32 pairs) for its inverse index.
-  auto entries_before = [&](uint64_t p) -> uint64_t {
-    if (p >= n_pairs) {
-      if (list) return n_pairs ? am[n_pairs - 1] + (q.Offset(pq[n_pairs - 1] + 1) - q.Offset(pq[n_pairs - 1])) : 0;
-      return (q.Offset(nq) - q.Offset(0)) * (a.layout == MAXSIM_LAYOUT_PAIRS ? 1 : nd);
-    }
-    if (list) return am[p];
-    if (a.layout == MAXSIM_LAYOUT_PAIRS) return q.Offset(p) - q.Offset(0);
-    const uint64_t i = p / nd, j = p % nd;
-    return nd * (q.Offset(i) - q.Offset(0)) + j * (q.Offset(i + 1) - q.Offset(i));
-  };
+  // Deterministic grad_D: chunks of consecutive pairs of at most kIndexEntries argmax entries (fewer than 2^32
+  // pairs) for its inverse index.
   // Deterministic grad_D of the matrix and pairs layouts: one launch (LaunchBackwardDoc) computes grad_Q, grad_D
   // and the check, with no index in device memory. Else the separate kernels: the check, grad_Q, and grad_D by
   // atomics (faster than the one launch: 0.121 against 0.130 ms for the in-batch step on an H100) or, for the
@@ -290,14 +287,14 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
     }
     chunk_pairs.push_back(0);
     while (chunk_pairs.back() < n_pairs) {
-      const uint64_t p0 = chunk_pairs.back(), e0 = entries_before(p0);
-      // The last p1 with entries_before(p1) - e0 <= kIndexEntries, at least p0 + 1 (a longer pair is a chunk alone).
+      const uint64_t p0 = chunk_pairs.back(), e0 = in.EntriesBefore(p0);
+      // The last p1 with in.EntriesBefore(p1) - e0 <= kIndexEntries, at least p0 + 1 (a longer pair is a chunk alone).
       uint64_t lo = p0 + 1, hi = std::min<uint64_t>(n_pairs, p0 + 0xffffffffull);
       while (lo < hi) {
         const uint64_t mid = lo + (hi - lo + 1) / 2;
-        if (entries_before(mid) - e0 <= kIndexEntries) lo = mid; else hi = mid - 1;
+        if (in.EntriesBefore(mid) - e0 <= kIndexEntries) lo = mid; else hi = mid - 1;
       }
-      chunk_max = std::max(chunk_max, entries_before(lo) - e0);
+      chunk_max = std::max(chunk_max, in.EntriesBefore(lo) - e0);
       chunk_pairs.push_back(lo);
     }
   }
@@ -384,9 +381,9 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
         x.temp_bytes = sort_temp;
         x.sentinel = static_cast<uint32_t>(d.n_rows);
         for (size_t c = 0; c + 1 < chunk_pairs.size() && e == cudaSuccess; ++c) {
-          x.entry0 = entries_before(chunk_pairs[c]);
+          x.entry0 = in.EntriesBefore(chunk_pairs[c]);
           e = LaunchGradDIndexed(ba, x, chunk_pairs[c], chunk_pairs[c + 1],
-                                 entries_before(chunk_pairs[c + 1]) - x.entry0, stream);
+                                 in.EntriesBefore(chunk_pairs[c + 1]) - x.entry0, stream);
         }
       } else {
         e = LaunchGradDAtomic(ba, stream);
