@@ -11,10 +11,12 @@
 # that run this build under other settings, on GPU_API_VARIANT_SHAPES (default: every shape), alternating with the
 # others. GPU_API_SERVE_SHAPES (default serve-colpali-16q) runs this build once on those batch shapes: the plugin's
 # matrix against the same work as candidate lists. GPU_API_NOTE is written into the result's context (what the
-# sides are). Prints a table of microseconds over kernel-only per shape.
+# sides are). Prints a table of microseconds over kernel-only per shape. Then (GPU_API_PROBE=0 skips it)
+# api_floor_probe: the floors under such a call in plain CUDA (each way of waiting for a kernel and of getting an
+# 8 KB and a 32 KB query to it), into api-floor-probe-{8k,32k}.json.
 set -uo pipefail
 source scripts/device/env.sh
-gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench || exit 1
+gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench maxsim_api_floor_probe || exit 1
 S="$OUT/summary-gpu-api.txt"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1; echo "this tree: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here)"; } > "$S"
 rc=0
@@ -73,5 +75,15 @@ python3 benchmarks/gpu/api_overhead.py "$OUT" --json "$OUT/gpu-api-result.json" 
   --date "$(date -u +%FT%TZ)" \
   --machine "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) host cores" \
   --revisions "new: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here); base: $base_rev" >> "$S"
+PROBE=$BUILD/benchmarks/gpu/maxsim_api_floor_probe
+if [ "${GPU_API_PROBE:-1}" = 1 ] && [ -x "$PROBE" ]; then
+  for qb in 8192 32768; do
+    timeout 120 "$PROBE" --query-bytes $qb --json "$OUT/api-floor-probe-$((qb / 1024))k.json" \
+      > "$OUT/api-floor-probe-$((qb / 1024))k.txt" 2>&1 || { echo "api_floor_probe $qb: rc $?" >> "$S"; rc=1; }
+    cat "$OUT/api-floor-probe-$((qb / 1024))k.txt" >> "$S"
+  done
+elif [ "${GPU_API_PROBE:-1}" = 1 ]; then
+  echo "api_floor_probe: not built here (a prebuilt archive without it)" >> "$S"
+fi
 cat "$S"
 exit $rc
