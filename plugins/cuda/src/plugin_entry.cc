@@ -84,6 +84,11 @@ maxsim_status Guard(char* err, size_t err_cap, F&& body) {
 
 Backend* B(maxsim_plugin_backend* b) { return reinterpret_cast<Backend*>(b); }
 
+// Whether a training call's arguments carry its stream (a struct too short to is refused by CheckTrainArgs).
+bool HasStream(const maxsim_plugin_train_args* a) {
+  return a != nullptr && a->struct_size >= offsetof(maxsim_plugin_train_args, stream) + sizeof(a->stream);
+}
+
 // An operation (scoring or training) on backend b: Guard, and on failure SettleFailedCall, so that a call that
 // failed after enqueueing work leaves none running when it returns (training: on its stream too).
 template <typename F>
@@ -225,7 +230,7 @@ Status CheckTrainArgs(maxsim_plugin_backend* b, const maxsim_plugin_train_args* 
 }
 
 maxsim_status TrainForward(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a, char* err, size_t err_cap) {
-  return GuardOperation(b, a != nullptr, a ? a->stream : nullptr, err, err_cap, [&]() -> Status {
+  return GuardOperation(b, HasStream(a), HasStream(a) ? a->stream : nullptr, err, err_cap, [&]() -> Status {
     int documents_device_memory = -1;
     Status s = CheckTrainArgs(b, a, &documents_device_memory);
     if (!s.ok()) return s;
@@ -235,7 +240,7 @@ maxsim_status TrainForward(maxsim_plugin_backend* b, const maxsim_plugin_train_a
 
 maxsim_status TrainBackward(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a, char* err,
                             size_t err_cap) {
-  return GuardOperation(b, a != nullptr, a ? a->stream : nullptr, err, err_cap, [&]() -> Status {
+  return GuardOperation(b, HasStream(a), HasStream(a) ? a->stream : nullptr, err, err_cap, [&]() -> Status {
     Status s = CheckTrainArgs(b, a);
     if (!s.ok()) return s;
     if (a->metric != MAXSIM_METRIC_DOT) {
