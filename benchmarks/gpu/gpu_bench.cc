@@ -270,7 +270,9 @@ void RunApi(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, cons
       const maxsim_dense_sets ds = DenseSets(dd[i % copies], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
       ta.queries = &qs;
       ta.documents = &ds;
-      CHECK_ST(mscuda::TrainForward(b, ta));
+      // The documents' memory kind as the public call's pointer check finds it (cudaMalloc: plain device memory),
+      // so that the launch does what the public call's does.
+      CHECK_ST(mscuda::TrainForward(b, ta, 1));
     };
     b.sync_calls = false;
     KeepBusy(b.stream, 50, dense_call);
