@@ -18,7 +18,8 @@
 #               against .carry/base-prebuilt.tar.xz and settings variants, cuBLAS, and profiles of both calls
 #   gpu-mem     the memory-bound shapes: ring tests, the read ceilings (read_bw.cu variants), kernel rows, the peers
 #   gpu-api     the public API's overhead: the GPU suite, then gpu_bench's kernel, step and API rows of the
-#               one-query shapes, against .carry/base-prebuilt.tar.xz (another build's binaries) when present
+#               one-query shapes, against .carry/base-prebuilt.tar.xz (another build's binaries) when present,
+#               and api_floor_probe (the floors of such a call in plain CUDA)
 #   gpu-trace   timelines of the public calls (CUPTI: benchmarks/gpu/cupti_trace.cc) from gpu_bench and from Python,
 #               traced and clean, with the GPU's clocks sampled; trace_report.py says where each call's time goes
 #   gpu-ab      the GPU benchmark of .carry/base-src (MAXSIM_BASE_REV=<rev> make-carry.sh) against this tree
