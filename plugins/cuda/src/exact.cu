@@ -26,19 +26,20 @@ namespace {
 constexpr int kTcWarps = 8;
 constexpr int kTcTiles = 4;  // n8 tiles per pipeline step (32 tokens)
 
-// Folds one 16x8 accumulator tile per m tile into the running max. n0 = first of this lane's two columns.
-template <int MT, typename Acc>
+// Folds one 16x8 accumulator tile per m tile into the running max. n0 = first of this lane's two columns. PLAIN:
+// the caller knows the launch is dot without a document mask (the same arithmetic, without those branches).
+template <int MT, bool PLAIN = false, typename Acc>
 __device__ __forceinline__ void FoldTile(const ForwardArgs& a, uint64_t db, uint64_t ld, uint64_t n0,
                                          Acc (&c)[MT][4], Best<MT>& b, bool& saw_kept) {
   const uint64_t n1 = n0 + 1;
   bool v0 = n0 < ld, v1 = n1 < ld;
-  if (a.d.mask) {
+  if (!PLAIN && a.d.mask) {
     v0 = v0 && a.d.mask[db + n0];
     v1 = v1 && a.d.mask[db + n1];
   }
   saw_kept |= v0 | v1;
   float w0 = 1.0f, w1 = 1.0f;
-  if (a.cosine) {
+  if (!PLAIN && a.cosine) {
     w0 = v0 ? InvNorm(RowNorm(a.d, db + n0)) : 0.0f;
     w1 = v1 ? InvNorm(RowNorm(a.d, db + n1)) : 0.0f;
   }
@@ -52,7 +53,7 @@ __device__ __forceinline__ void FoldTile(const ForwardArgs& a, uint64_t db, uint
         if (v0) b.chk = MaxNaN(b.chk, fabsf(k0));
         if (v1) b.chk = MaxNaN(b.chk, fabsf(k1));
       }
-      if (a.cosine) {
+      if (!PLAIN && a.cosine) {
         k0 *= w0;
         k1 *= w1;
       }
@@ -438,7 +439,9 @@ __device__ __forceinline__ void CpAsync16EvictFirst(uint32_t smem, const void* g
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "l"(policy));
 }
 
-template <typename T, int MT, int kPipeWarps, int kPipeStages>
+// FOLD: 0 any call (the fold chosen per launch); 1 dot without a document mask, scores only; 2 the same with
+// argmax (LaunchPipe).
+template <typename T, int MT, int kPipeWarps, int kPipeStages, int FOLD>
 __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const ForwardArgs a, uint64_t n_warps) {
   extern __shared__ __align__(128) uint8_t ring_all[];
   __shared__ float s_term[kPipeWarps][MT * 16];
@@ -488,16 +491,21 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
     }
     CpAsyncCommit();
   };
+  if constexpr (FOLD == 0) {
 #pragma unroll
-  for (int s = 0; s < kPipeStages - 1; ++s) produce();
+    for (int s = 0; s < kPipeStages - 1; ++s) produce();
+  } else {  // one copy of produce() for the prologue (LaunchPipe)
+#pragma unroll 1
+    for (int s = 0; s < kPipeStages - 1; ++s) produce();
+  }
 
   uint4 qa[MT][4], qc[MT][4];
   uint64_t loaded_q = ~0ull;
   uint32_t consumed = 0;
   // Dot, no document mask: whole steps skip FoldTile's per-column tests (below), and fold values alone unless
   // the call asks for argmax.
-  const bool fast = !a.cosine && a.d.mask == nullptr;
-  const bool want_arg = a.pairs.argmax != nullptr;
+  const bool fast = FOLD != 0 || (!a.cosine && a.d.mask == nullptr);
+  const bool want_arg = FOLD == 0 ? a.pairs.argmax != nullptr : FOLD == 2;
   const bool check = a.bad != nullptr;
   for (uint64_t p = range.begin; p < range.end; ++p) {
     uint64_t qi, dj;
@@ -595,7 +603,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
           if (base + u * 8 < ld) {
             float acc[MT][4];
             tile(u, acc);
-            FoldTile<MT>(a, db, ld, base + u * 8 + 2 * t, acc, best, saw_kept);
+            FoldTile<MT, FOLD != 0>(a, db, ld, base + u * 8 + 2 * t, acc, best, saw_kept);
           }
         }
       }
@@ -604,20 +612,20 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) best.chk = MaxNaN(best.chk, MaxNaN(fabsf(best.v[mt][0]), fabsf(best.v[mt][1])));
     }
-    const bool doc_nonempty = a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
+    const bool doc_nonempty = FOLD == 0 && a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
     WriteRows<MT>(a, p, qi, dj, 0, qb, lq, doc_nonempty, best, s_term[warp], s_arg[warp]);
     __syncwarp();
   }
   CpAsyncWait<0>();
 }
 
-template <typename T, int MT, int W, int S>
+template <typename T, int MT, int W, int S, int FOLD>
 cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
   const int smem = W * S * kPipeStageBytes;
-  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S>>(smem);
+  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S, FOLD>>(smem);
   if (e != cudaSuccess) return e;
   const uint64_t n_warps = static_cast<uint64_t>(sms) * W;
-  ExactTcPipeKernel<T, MT, W, S><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
+  ExactTcPipeKernel<T, MT, W, S, FOLD><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
   return cudaGetLastError();
 }
 
@@ -626,9 +634,19 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
 // by the hardware instead (the peers' kind of grid) measured 0.6% faster on textual-10k at best and the same on
 // textual-1k and colpali-rerank (docs/cuda.md); the persistent ring is kept because it streams across document
 // boundaries, where a warp per pair waits for its ring to fill at every pair (short documents).
+//
+// Dot calls without a document mask (the memory-bound shapes' calls) run a kernel compiled for their fold (FOLD 1
+// or 2: no cosine or mask branches, values only or with argmax; the same arithmetic, so the same bits) with one copy
+// of produce() in its prologue: 3,632 SASS instructions against the general kernel's 4,688 (bf16, 32 query rows).
+// In one H100 call, alternating with the build before it (gpu_bench kernel rows, two rounds each): textual-1k
+// 0.0328 / 0.0329 ms against 0.0337 / 0.0336, textual-10k 0.2533 / 0.2531 against 0.2561 / 0.2560,
+// colpali-rerank 0.0932 / 0.0934 against 0.0942 / 0.0943; with the prologue unrolled (means of two rounds) 0.0328 /
+// 0.2541 / 0.0935 (benchmarks/results/gpu-mem-ring-h100.md). Other calls (cosine, a document mask) keep the general
+// kernel.
 template <typename T, int MT>
 cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
-  return LaunchPipeWS<T, MT, 8, 3>(a, sms, stream);
+  if (a.cosine || a.d.mask != nullptr) return LaunchPipeWS<T, MT, 8, 3, 0>(a, sms, stream);
+  return a.pairs.argmax ? LaunchPipeWS<T, MT, 8, 3, 2>(a, sms, stream) : LaunchPipeWS<T, MT, 8, 3, 1>(a, sms, stream);
 }
 
 // ---- FFMA ---------------------------------------------------------------------------------------------
