@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// Plugin ABI 1.3 on the host side, with the test plugin's ABI variants (test-plugins-abi/, built by
+// Plugin ABI 1.4 on the host side, with the test plugin's ABI variants (test-plugins-abi/, built by
 // plugins/CMakeLists.txt): ABI 1.0, 1.1 and 1.2 tables keep loading and working; a table that leaves one member
 // NULL is never called through it (a named backend reports MAXSIM_ERR_UNSUPPORTED naming the member, auto runs the
 // call on the CPU); memory kinds a plugin does not accept are refused; several devices shard a corpus and give the
 // CPU's bits, a 1.3 plugin writing its columns of the caller's score matrix itself.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -196,22 +198,32 @@ struct DeviceInputs {
     scores.assign(data.q.n_sets() * data.d.n_sets(), 0.0f);
     argmax.assign(data.d.n_sets() * data.q.rows(), 0);
   }
-  maxsim_status Forward(Context& ctx) {
+  std::vector<float> grad_scores, grad_q, grad_d;
+  maxsim_status Forward(Context& ctx, uint32_t flags = 0) {
     maxsim_sets qs{nullptr, q.get()}, ds{nullptr, d.get()};
     maxsim_score_options o;
     maxsim_score_options_init(&o);
+    o.flags = flags;
     return maxsim_score_matrix(ctx.get(), &qs, &ds, &o, scores.data(), argmax.data());
   }
-  maxsim_status Backward(Context& ctx) {
-    std::vector<float> g(scores.size(), 0.5f), gq(data.q.rows() * 32), gd(data.d.rows() * 32);
+  maxsim_status Backward(Context& ctx, uint32_t flags = 0) {
+    if (grad_scores.size() != scores.size()) grad_scores.assign(scores.size(), 0.5f);
+    grad_q.assign(data.q.rows() * 32, 0.0f);
+    grad_d.assign(data.d.rows() * 32, 0.0f);
     maxsim_backward_args args{};
     args.struct_size = sizeof(args);
     args.layout = MAXSIM_LAYOUT_MATRIX;
     args.argmax = argmax.data();
-    args.grad_scores = g.data();
-    args.grad_queries = gq.data();
-    args.grad_documents = gd.data();
+    args.grad_scores = grad_scores.data();
+    args.grad_queries = grad_q.data();
+    args.grad_documents = grad_d.data();
+    args.flags = flags;
     return maxsim_backward(ctx.get(), q.get(), d.get(), &args);
+  }
+  // Query row `row`'s first element becomes NaN (the rows are f32: the encoded bytes are the values).
+  void PoisonQueryRow(uint64_t row) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(data.q.encoded.data() + row * 32 * 4, &nan, 4);
   }
 };
 
@@ -598,6 +610,140 @@ TEST(PluginAbi, TheContextOptionPicksTheDevices) {
   old.struct_size = static_cast<uint32_t>(offsetof(maxsim_options, devices));
   Context one(old);
   EXPECT_EQ(one.Report().find("on 2 devices"), std::string::npos) << one.Report();
+}
+
+// MAXSIM_CALL_STREAM_ORDERED (ABI 1.4): a plugin with synchronize may defer its value checks. A flagged call
+// gives the synchronous call's bits; a flagged call with a bad value returns OK with NaN / -1 outputs, and
+// maxsim_synchronize (or the next call, which then does nothing) reports the synchronous message naming the call,
+// once. A plugin without synchronize is never asked to defer: the flagged call fails at once.
+TEST(PluginAbi, StreamOrderedCallsDeferTheValueChecksToSynchronize) {
+  Log log;
+  const std::string testcpu = std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so";
+  Context ctx(Options(testcpu, "testcpu", &log));
+  EXPECT_NE(ctx.Report().find("stream-ordered calls (synchronize)"), std::string::npos) << ctx.Report();
+  EXPECT_EQ(maxsim_synchronize(ctx.get()), MAXSIM_OK) << maxsim_last_error();  // nothing enqueued yet
+  DeviceInputs sync_in, ordered;
+  ASSERT_EQ(sync_in.Forward(ctx), MAXSIM_OK) << maxsim_last_error();
+  ASSERT_EQ(ordered.Forward(ctx, MAXSIM_CALL_STREAM_ORDERED), MAXSIM_OK) << maxsim_last_error();
+  EXPECT_EQ(std::memcmp(sync_in.scores.data(), ordered.scores.data(), sync_in.scores.size() * 4), 0);
+  EXPECT_EQ(sync_in.argmax, ordered.argmax);
+  ASSERT_EQ(sync_in.Backward(ctx), MAXSIM_OK) << maxsim_last_error();
+  ASSERT_EQ(ordered.Backward(ctx, MAXSIM_CALL_STREAM_ORDERED), MAXSIM_OK) << maxsim_last_error();
+  EXPECT_EQ(std::memcmp(sync_in.grad_q.data(), ordered.grad_q.data(), sync_in.grad_q.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(sync_in.grad_d.data(), ordered.grad_d.data(), sync_in.grad_d.size() * 4), 0);
+  EXPECT_EQ(maxsim_synchronize(ctx.get()), MAXSIM_OK) << maxsim_last_error();
+
+  // A NaN in query row 5: the synchronous message, then the deferred one.
+  DeviceInputs bad;
+  bad.PoisonQueryRow(5);
+  ASSERT_EQ(bad.Forward(ctx), MAXSIM_ERR_NON_FINITE);
+  const std::string sync_message = maxsim_last_error();
+  uint64_t set = 0;
+  while (bad.data.q.offsets[set + 1] <= 5) ++set;
+  const std::string where = "queries: set " + std::to_string(set) + " token " +
+                            std::to_string(5 - bad.data.q.offsets[set]) + " has a non-finite value";
+  EXPECT_NE(sync_message.find(where), std::string::npos) << sync_message;
+  std::fill(bad.scores.begin(), bad.scores.end(), 1.0f);
+  std::fill(bad.argmax.begin(), bad.argmax.end(), 3);
+  ASSERT_EQ(bad.Forward(ctx, MAXSIM_CALL_STREAM_ORDERED), MAXSIM_OK) << maxsim_last_error();
+  for (float v : bad.scores) EXPECT_TRUE(std::isnan(v));
+  for (int32_t v : bad.argmax) EXPECT_EQ(v, -1);
+  EXPECT_EQ(maxsim_synchronize(ctx.get()), MAXSIM_ERR_NON_FINITE);
+  std::string deferred = maxsim_last_error();
+  EXPECT_NE(deferred.find("maxsim_score_matrix (stream-ordered): "), std::string::npos) << deferred;
+  const std::string tail = sync_message.substr(sync_message.find("queries: "));
+  EXPECT_NE(deferred.find(tail), std::string::npos) << deferred << " vs " << sync_message;
+  EXPECT_EQ(maxsim_synchronize(ctx.get()), MAXSIM_OK) << maxsim_last_error();  // reported once
+
+  // The next call reports it (and does nothing); the one after runs.
+  ASSERT_EQ(bad.Forward(ctx, MAXSIM_CALL_STREAM_ORDERED), MAXSIM_OK);
+  DeviceInputs next;
+  std::fill(next.scores.begin(), next.scores.end(), 7.0f);
+  EXPECT_EQ(next.Forward(ctx), MAXSIM_ERR_NON_FINITE);
+  EXPECT_NE(std::string(maxsim_last_error()).find("maxsim_score_matrix (stream-ordered)"), std::string::npos)
+      << maxsim_last_error();
+  for (float v : next.scores) EXPECT_EQ(v, 7.0f);
+  ASSERT_EQ(next.Forward(ctx), MAXSIM_OK) << maxsim_last_error();
+  EXPECT_EQ(std::memcmp(sync_in.scores.data(), next.scores.data(), next.scores.size() * 4), 0);
+
+  // Backward: a non-finite score gradient leaves NaN gradients and a deferred error naming maxsim_backward.
+  ordered.grad_scores.assign(ordered.scores.size(), 0.5f);
+  ordered.grad_scores[4] = std::numeric_limits<float>::infinity();
+  ASSERT_EQ(ordered.Backward(ctx), MAXSIM_ERR_NON_FINITE);
+  const std::string grad_message = maxsim_last_error();
+  ASSERT_EQ(ordered.Backward(ctx, MAXSIM_CALL_STREAM_ORDERED), MAXSIM_OK) << maxsim_last_error();
+  for (float v : ordered.grad_q) EXPECT_TRUE(std::isnan(v));
+  for (float v : ordered.grad_d) EXPECT_TRUE(std::isnan(v));
+  EXPECT_EQ(maxsim_synchronize(ctx.get()), MAXSIM_ERR_NON_FINITE);
+  deferred = maxsim_last_error();
+  EXPECT_NE(deferred.find("maxsim_backward (stream-ordered): grad_scores[4] is not finite"), std::string::npos)
+      << deferred << " vs " << grad_message;
+
+  // Without the synchronize member the host never asks for deferral: the flagged call fails at once.
+  Context no_sync(Options(VariantPath("testcpu-no-sync"), "testcpu-no-sync", &log));
+  EXPECT_EQ(no_sync.Report().find("stream-ordered calls"), std::string::npos) << no_sync.Report();
+  EXPECT_EQ(bad.Forward(no_sync, MAXSIM_CALL_STREAM_ORDERED), MAXSIM_ERR_NON_FINITE);
+  EXPECT_NE(std::string(maxsim_last_error()).find(tail), std::string::npos) << maxsim_last_error();
+  EXPECT_EQ(std::string(maxsim_last_error()).find("stream-ordered"), std::string::npos) << maxsim_last_error();
+  EXPECT_EQ(maxsim_synchronize(no_sync.get()), MAXSIM_OK) << maxsim_last_error();
+  // An ABI 1.3 table's size (no synchronize): likewise, and its calls still run.
+  Context v12(Options(VariantPath("testcpu-v12"), "testcpu-v12", &log));
+  EXPECT_EQ(bad.Forward(v12, MAXSIM_CALL_STREAM_ORDERED), MAXSIM_ERR_NON_FINITE);
+  EXPECT_EQ(maxsim_synchronize(v12.get()), MAXSIM_OK) << maxsim_last_error();
+}
+
+// The flag's validation: known bits only, device tensors only (host memory and packed corpora are refused, on
+// every backend), read only where struct_size covers it; maxsim_synchronize needs a context and has nothing to
+// wait for on the CPU.
+TEST(PluginAbi, TheStreamOrderedFlagIsChecked) {
+  Log log;
+  const std::string testcpu = std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so";
+  Context ctx(Options(testcpu, "testcpu", &log));
+  Context cpu(CpuOptions(&log));
+  EXPECT_EQ(maxsim_synchronize(nullptr), MAXSIM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(maxsim_synchronize(cpu.get()), MAXSIM_OK) << maxsim_last_error();
+  DeviceInputs in;
+  EXPECT_EQ(in.Forward(ctx, 0x2u), MAXSIM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(maxsim_last_error()).find("maxsim_score_options.flags is 0x2"), std::string::npos)
+      << maxsim_last_error();
+  EXPECT_EQ(in.Backward(ctx, 0x3u), MAXSIM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(maxsim_last_error()).find("maxsim_backward_args.flags is 0x3"), std::string::npos)
+      << maxsim_last_error();
+  // Host tensors and packed corpora, on the plugin's context and on the CPU.
+  Data data;
+  const DenseSets qd = data.q.Dense(), dd = data.d.Dense();
+  for (Context* c : {&ctx, &cpu}) {
+    Packed corpus = Packed::Pack(*c, dd);
+    maxsim_score_options o;
+    maxsim_score_options_init(&o);
+    o.flags = MAXSIM_CALL_STREAM_ORDERED;
+    std::vector<float> scores(data.q.n_sets() * data.d.n_sets());
+    maxsim_sets qs{nullptr, qd.get()}, ds{nullptr, dd.get()}, ps{corpus.get(), nullptr};
+    EXPECT_EQ(maxsim_score_matrix(c->get(), &qs, &ds, &o, scores.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(maxsim_last_error()).find("MAXSIM_CALL_STREAM_ORDERED needs dense device tensors"),
+              std::string::npos) << maxsim_last_error();
+    EXPECT_EQ(maxsim_score_matrix(c->get(), &qs, &ps, &o, scores.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(maxsim_last_error()).find("packed"), std::string::npos) << maxsim_last_error();
+    std::vector<uint64_t> top(data.q.n_sets());
+    EXPECT_EQ(maxsim_topk(c->get(), &qs, &ps, 1, &o, scores.data(), top.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT);
+    std::vector<int32_t> am(data.d.n_sets() * data.q.rows(), -1);
+    std::vector<float> g(scores.size(), 1.0f), gq(data.q.rows() * 32);
+    maxsim_backward_args b{};
+    b.struct_size = sizeof(b);
+    b.layout = MAXSIM_LAYOUT_MATRIX;
+    b.argmax = am.data();
+    b.grad_scores = g.data();
+    b.grad_queries = gq.data();
+    b.flags = MAXSIM_CALL_STREAM_ORDERED;
+    EXPECT_EQ(maxsim_backward(c->get(), qd.get(), dd.get(), &b), MAXSIM_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(maxsim_last_error()).find("MAXSIM_CALL_STREAM_ORDERED"), std::string::npos)
+        << maxsim_last_error();
+    // A caller built against the older header: the bytes past its struct_size are not read.
+    o.struct_size = static_cast<uint32_t>(offsetof(maxsim_score_options, flags));
+    EXPECT_EQ(maxsim_score_matrix(c->get(), &qs, &ds, &o, scores.data(), nullptr), MAXSIM_OK) << maxsim_last_error();
+    b.struct_size = static_cast<uint32_t>(offsetof(maxsim_backward_args, flags));
+    EXPECT_EQ(maxsim_backward(c->get(), qd.get(), dd.get(), &b), MAXSIM_OK) << maxsim_last_error();
+  }
 }
 
 }  // namespace

@@ -54,7 +54,28 @@ Status CheckContext(const maxsim_context* ctx) {
   return Status::Ok();
 }
 
-Status ReadScoreOptions(const maxsim_score_options* o, ScoreRequest* req, maxsim_stats** stats, void** stream) {
+// MAXSIM_CALL_* bits of a call's options: known bits only.
+Status CheckCallFlags(uint32_t flags, const char* where) {
+  if ((flags & ~MAXSIM_CALL_STREAM_ORDERED) != 0) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT, "%s.flags is 0x%x: the only flag is MAXSIM_CALL_STREAM_ORDERED (0x1)",
+                 where, flags);
+  }
+  return Status::Ok();
+}
+
+// MAXSIM_CALL_STREAM_ORDERED takes dense device tensors only (a call on host memory has nothing to defer).
+Status CheckStreamOrdered(uint32_t flags, maxsim_memory queries, maxsim_memory documents, bool packed) {
+  if ((flags & MAXSIM_CALL_STREAM_ORDERED) == 0) return Status::Ok();
+  if (packed || queries == MAXSIM_MEMORY_HOST || documents == MAXSIM_MEMORY_HOST) {
+    return Error(MAXSIM_ERR_INVALID_ARGUMENT,
+                 "MAXSIM_CALL_STREAM_ORDERED needs dense device tensors (MAXSIM_MEMORY_CUDA) in and out; these %s",
+                 packed ? "include a packed collection" : "include host memory");
+  }
+  return Status::Ok();
+}
+
+Status ReadScoreOptions(const maxsim_score_options* o, ScoreRequest* req, maxsim_stats** stats, void** stream,
+                        uint32_t* flags) {
   maxsim_score_options def;
   maxsim_score_options_init(&def);
   if (o) {
@@ -75,7 +96,8 @@ Status ReadScoreOptions(const maxsim_score_options* o, ScoreRequest* req, maxsim
   req->mode = def.mode;
   *stats = def.stats;
   *stream = def.cuda_stream;
-  return Status::Ok();
+  *flags = o && o->struct_size < offsetof(maxsim_score_options, flags) + sizeof(uint32_t) ? 0u : def.flags;
+  return CheckCallFlags(*flags, "maxsim_score_options");
 }
 
 // 2 * dim * (query tokens) * (document tokens) summed over the scored pairs (saturating).
@@ -92,24 +114,30 @@ struct ScoringInputs {
   ScoreRequest req;
   maxsim_stats* stats = nullptr;
   void* stream = nullptr;
+  uint32_t flags = 0;
+  const char* name = "";
   SetsRef q, d;
-  // A plugin call for `op` carrying the request, the statistics and the stream.
+  // A plugin call for `op` carrying the request, the statistics, the stream and the flags.
   PluginCall Call(PluginOp op) const {
     PluginCall call;
     call.op = op;
     call.req = req;
     call.stats = stats;
     call.stream = stream;
+    call.flags = flags;
+    call.name = name;
     return call;
   }
 };
 
-Status ReadScoringInputs(const maxsim_context* ctx, const maxsim_sets* queries, const maxsim_sets* documents,
-                         const maxsim_score_options* options, ScoringInputs* in) {
+Status ReadScoringInputs(const maxsim_context* ctx, const char* name, const maxsim_sets* queries,
+                         const maxsim_sets* documents, const maxsim_score_options* options, ScoringInputs* in) {
   MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
-  MAXSIM_RETURN_IF_ERROR(ReadScoreOptions(options, &in->req, &in->stats, &in->stream));
+  in->name = name;
+  MAXSIM_RETURN_IF_ERROR(ReadScoreOptions(options, &in->req, &in->stats, &in->stream, &in->flags));
   MAXSIM_RETURN_IF_ERROR(ResolveSets(queries, "queries", &in->q));
   MAXSIM_RETURN_IF_ERROR(ResolveSets(documents, "documents", &in->d));
+  MAXSIM_RETURN_IF_ERROR(CheckStreamOrdered(in->flags, in->q.memory(), in->d.memory(), in->q.is_packed || in->d.is_packed));
   if (in->req.mode == MAXSIM_MODE_CERTIFIED) {  // every route, CPU and plugins (trust.cc)
     if (in->q.is_packed) MAXSIM_RETURN_IF_ERROR(ProveForCertified(*in->q.handle, ctx->threads, ctx->engine->row_ops(), "queries"));
     if (in->d.is_packed) MAXSIM_RETURN_IF_ERROR(ProveForCertified(*in->d.handle, ctx->threads, ctx->engine->row_ops(), "documents"));
@@ -129,7 +157,8 @@ Status ScoreCandidatesImpl(maxsim_context* ctx, const maxsim_sets* queries, cons
                            const uint64_t* cand_offsets, const uint64_t* candidates,
                            const maxsim_score_options* options, float* scores, int32_t* argmax, bool pairs) {
   ScoringInputs in;
-  MAXSIM_RETURN_IF_ERROR(ReadScoringInputs(ctx, queries, documents, options, &in));
+  MAXSIM_RETURN_IF_ERROR(ReadScoringInputs(ctx, pairs ? "maxsim_score_pairs" : "maxsim_score_candidates", queries,
+                                           documents, options, &in));
   const SetsRef& q = in.q;
   const SetsRef& d = in.d;
   std::vector<uint64_t> pair_offsets, pair_docs;
@@ -460,7 +489,7 @@ MAXSIM_API maxsim_status maxsim_score_matrix(maxsim_context* ctx, const maxsim_s
                                              float* scores, int32_t* argmax) {
   return Guard([&]() -> Status {
     ScoringInputs in;
-    MAXSIM_RETURN_IF_ERROR(ReadScoringInputs(ctx, queries, documents, options, &in));
+    MAXSIM_RETURN_IF_ERROR(ReadScoringInputs(ctx, "maxsim_score_matrix", queries, documents, options, &in));
     Route route;
     MAXSIM_RETURN_IF_ERROR(ChooseRoute(*ctx, PluginOp::kMatrix, in.q, in.d, MatrixWork(in.q, in.d), &route));
     if (route == Route::kPlugin) {
@@ -496,7 +525,7 @@ MAXSIM_API maxsim_status maxsim_topk(maxsim_context* ctx, const maxsim_sets* que
                                      uint64_t* doc_index, uint64_t* ids) {
   return Guard([&]() -> Status {
     ScoringInputs in;
-    MAXSIM_RETURN_IF_ERROR(ReadScoringInputs(ctx, queries, documents, options, &in));
+    MAXSIM_RETURN_IF_ERROR(ReadScoringInputs(ctx, "maxsim_topk", queries, documents, options, &in));
     const SetsRef& d = in.d;
     // The outputs are [Nq, k]: a k for which no memory could hold them is a mistake (k = -1 cast to uint64_t,
     // say), refused before anything is written.
@@ -539,9 +568,13 @@ MAXSIM_API maxsim_status maxsim_backward(maxsim_context* ctx, const maxsim_dense
     if (layout != MAXSIM_LAYOUT_MATRIX && layout != MAXSIM_LAYOUT_PAIRS && layout != MAXSIM_LAYOUT_CANDIDATES) {
       return Error(MAXSIM_ERR_INVALID_ARGUMENT, "layout %d is not MATRIX (0), PAIRS (1) or CANDIDATES (2)", layout);
     }
+    const uint32_t flags =
+        args->struct_size < offsetof(maxsim_backward_args, flags) + sizeof(uint32_t) ? 0u : args->flags;
+    MAXSIM_RETURN_IF_ERROR(CheckCallFlags(flags, "maxsim_backward_args"));
     DenseView q, d;
     MAXSIM_RETURN_IF_ERROR(ResolveDense(queries, "queries", &q));
     MAXSIM_RETURN_IF_ERROR(ResolveDense(documents, "documents", &d));
+    MAXSIM_RETURN_IF_ERROR(CheckStreamOrdered(flags, q.memory, d.memory, false));
     // Host tensors always take the CPU backward (the reference); device tensors need the plugin.
     if (q.memory != MAXSIM_MEMORY_HOST || d.memory != MAXSIM_MEMORY_HOST) {
       if (q.memory != d.memory) {
@@ -551,9 +584,16 @@ MAXSIM_API maxsim_status maxsim_backward(maxsim_context* ctx, const maxsim_dense
         return Error(MAXSIM_ERR_BACKEND_UNAVAILABLE,
                      "inputs are in device memory but no accelerator backend is active (%s)", ctx->backend_note.c_str());
       }
-      return BackwardOnPlugin(*ctx, queries, documents, *args);
+      return BackwardOnPlugin(*ctx, queries, documents, *args, flags);
     }
     return ctx->engine->Backward(q, d, *args);
+  });
+}
+
+MAXSIM_API maxsim_status maxsim_synchronize(maxsim_context* ctx) {
+  return Guard([&]() -> Status {
+    MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
+    return SynchronizeBackends(*ctx);
   });
 }
 

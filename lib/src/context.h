@@ -98,10 +98,14 @@ struct PluginCall {
   uint64_t* ids = nullptr;
   maxsim_stats* stats = nullptr;
   void* stream = nullptr;
+  uint32_t flags = 0;            // MAXSIM_CALL_* (checked by the C API: stream-ordered only for device tensors)
+  const char* name = "";         // the public function, for deferred error messages
 };
 Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, const PluginCall& call);
 Status BackwardOnPlugin(maxsim_context& ctx, const maxsim_dense_sets* q, const maxsim_dense_sets* d,
-                        const maxsim_backward_args& args);
+                        const maxsim_backward_args& args, uint32_t flags);
+// maxsim_synchronize: every backend's plugin synchronize (none without the member); the first error.
+Status SynchronizeBackends(maxsim_context& ctx);
 
 }  // namespace maxsim
 

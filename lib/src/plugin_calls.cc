@@ -75,6 +75,7 @@ std::string LoadedPlugin::Capabilities() const {
   if (device_count) r += "; multi-device (device_count, create_device)";
   if (dense_query_modes) r += "; dense host queries (dense_query_modes)";
   if (matrix_columns) r += "; score matrix into columns of the caller's (output_layouts)";
+  if (synchronize) r += "; stream-ordered calls (synchronize)";
   return r;
 }
 
@@ -500,6 +501,8 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
     a.scores = call.scores;
     a.argmax = call.argmax;
     a.stream = call.stream;
+    a.flags = ctx.accel->synchronize ? call.flags : 0u;
+    a.call = call.name;
     const maxsim_status st = api->train_forward(ctx.accel_backend, &a, err, sizeof(err));
     if (st != MAXSIM_OK) return PluginError(ctx, st, err);
     return Status::Ok();
@@ -595,7 +598,7 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
 }
 
 Status BackwardOnPlugin(maxsim_context& ctx, const maxsim_dense_sets* q, const maxsim_dense_sets* d,
-                        const maxsim_backward_args& args) {
+                        const maxsim_backward_args& args, uint32_t flags) {
   if (!ctx.accel->Accepts(q->memory)) {
     return Error(MAXSIM_ERR_UNSUPPORTED, "inputs are in %s memory, which backend %s does not take",
                  MemoryName(q->memory), ctx.accel->name.c_str());
@@ -618,10 +621,25 @@ Status BackwardOnPlugin(maxsim_context& ctx, const maxsim_dense_sets* q, const m
   a.grad_documents = args.grad_documents;
   a.deterministic = args.deterministic;
   a.stream = args.cuda_stream;
+  a.flags = ctx.accel->synchronize ? flags : 0u;
+  a.call = "maxsim_backward";
   char err[1024] = {};
   const maxsim_status st = ctx.accel->api->train_backward(ctx.accel_backend, &a, err, sizeof(err));
   if (st != MAXSIM_OK) return PluginError(ctx, st, err);
   return Status::Ok();
+}
+
+Status SynchronizeBackends(maxsim_context& ctx) {
+  if (!ctx.accel || !ctx.accel->synchronize) return Status::Ok();
+  LockGuard lock(ctx.plugin_mu);
+  Status first;
+  for (maxsim_plugin_backend* b : ctx.shard_backends) {  // every backend waits, the first error is returned
+    char err[1024] = {};
+    const maxsim_status code = ctx.accel->synchronize(b, err, sizeof(err));
+    err[sizeof(err) - 1] = '\0';
+    if (code != MAXSIM_OK && first.ok()) first = PluginError(ctx, code, err);
+  }
+  return first;
 }
 
 }  // namespace maxsim

@@ -75,6 +75,7 @@ void ReadCapabilities(LoadedPlugin* p) {
     p->create_device = a->create_device;
   }
   if (MAXSIM_PLUGIN_HAS(a, dense_query_modes)) p->dense_query_modes = a->dense_query_modes;
+  if (MAXSIM_PLUGIN_HAS(a, synchronize)) p->synchronize = a->synchronize;
   p->matrix_columns = MAXSIM_PLUGIN_HAS_FIELD(a, output_layouts) &&
                       (a->output_layouts & MAXSIM_PLUGIN_OUTPUT_MATRIX_COLUMNS) != 0;
 }

@@ -54,6 +54,7 @@ struct LoadedPlugin {
   maxsim_status (*create_device)(const maxsim_plugin_host*, uint32_t, maxsim_plugin_backend**, char*, size_t) = nullptr;
   uint32_t (*dense_query_modes)(maxsim_plugin_backend*) = nullptr;  // ABI 1.2
   bool matrix_columns = false;  // ABI 1.3 output_layouts: score_matrix writes into columns of a wider matrix
+  maxsim_status (*synchronize)(maxsim_plugin_backend*, char*, size_t) = nullptr;  // ABI 1.4: stream-ordered calls
   // "what it implements" for maxsim info: "ABI 1.1; no topk, train_backward" style.
   std::string Capabilities() const;
 };

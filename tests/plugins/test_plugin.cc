@@ -16,6 +16,8 @@
 //   9 "testcpu-v12"         an ABI 1.2 table (no output_layouts: the host stages a sharded score matrix)
 //  10 "testcpu-spill"       as 0, but a score matrix written into a column range also writes its last column's
 //                           scores one column too far (an off-by-one the conformance checks must catch)
+// Every 1.4 variant defers the value check of a stream-ordered training call (MAXSIM_CALL_STREAM_ORDERED): NaN
+// scores / -1 argmax / NaN gradients and OK, the error kept for synchronize or the backend's next call.
 // Every variant from 1.2 takes dense host queries in exact and certified modes (dense_query_modes); every 1.3
 // variant writes a score matrix into a column range of a wider one (output_layouts).
 // and with TEST_PLUGIN_NULL = one of the kNull* values below: as 0 with that member left NULL ("testcpu-no-*").
@@ -50,6 +52,7 @@
 #define kNullMemory 9          // accepted_memory = 0 (takes no device memory)
 #define kNullDeviceMemory 10   // mem_alloc, mem_free, mem_copy
 #define kNullDescribe 11
+#define kNullSynchronize 12  // synchronize: the host never asks for a stream-ordered call
 #define IF_PRESENT(id, fn) (TEST_PLUGIN_NULL == (id) ? nullptr : (fn))
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
@@ -243,7 +246,61 @@ bool MatrixColumns(const maxsim_plugin_score_args* a, uint64_t nd, uint64_t* ld,
 
 struct Backend {
   uint32_t device = 0, devices = 1;
+  maxsim_status deferred = MAXSIM_OK;  // the first failed stream-ordered call's error, not yet reported
+  char deferred_message[512] = {};
 };
+
+// Whether a training call may defer its value check (the host sets the flag only where synchronize exists).
+bool StreamOrdered(const maxsim_plugin_train_args* a) {
+  return a->struct_size >= offsetof(maxsim_plugin_train_args, call) + sizeof(a->call) &&
+         (a->flags & MAXSIM_CALL_STREAM_ORDERED) != 0;
+}
+
+// Hands over (once) the error a stream-ordered call left: what synchronize and every operation do first.
+maxsim_status TakeDeferred(maxsim_plugin_backend* backend, char* err, size_t cap) {
+  Backend* b = reinterpret_cast<Backend*>(backend);
+  const maxsim_status code = b->deferred;
+  if (code != MAXSIM_OK) std::snprintf(err, cap, "%s", b->deferred_message);
+  b->deferred = MAXSIM_OK;
+  return code;
+}
+
+// A failed value check: returned now, or for a stream-ordered call kept (the first one) with the call named.
+maxsim_status FailValues(maxsim_plugin_backend* backend, const maxsim_plugin_train_args* a, maxsim_status code,
+                         const char* message, char* err, size_t cap) {
+  if (!StreamOrdered(a)) {
+    std::snprintf(err, cap, "%s", message);
+    return code;
+  }
+  Backend* b = reinterpret_cast<Backend*>(backend);
+  if (b->deferred == MAXSIM_OK) {
+    b->deferred = code;
+    std::snprintf(b->deferred_message, sizeof(b->deferred_message), "%s (stream-ordered): %s",
+                  a->call ? a->call : "a call", message);
+  }
+  return MAXSIM_OK;
+}
+
+// The first row of s with a non-finite element or an L2 norm above 1e19, as "set S token T"; false when none.
+bool FirstBadRow(const Sets& s, const char* role, char* out, size_t cap) {
+  for (uint64_t i = 0; i < s.n_sets; ++i) {
+    for (uint64_t r = s.offsets[i]; r < s.offsets[i + 1]; ++r) {
+      double n = 0;
+      bool finite = true;
+      for (uint32_t k = 0; k < s.dim; ++k) {
+        const float v = s.rows[r * s.dim + k];
+        finite = finite && std::isfinite(v);
+        n += static_cast<double>(v) * v;
+      }
+      if (!finite || !(n <= 1e38)) {
+        std::snprintf(out, cap, "%s: set %llu token %llu has a non-finite value or an L2 norm above 1e19", role,
+                      static_cast<unsigned long long>(i), static_cast<unsigned long long>(r - s.offsets[i]));
+        return true;
+      }
+    }
+  }
+  return false;
+}
 
 // Simulated devices: the entries of the context's device list (maxsim_options.devices), else
 // MAXSIM_TEST_PLUGIN_DEVICES (default 1), or 2 for the "testcpu-2dev" variant.
@@ -344,7 +401,8 @@ void Describe(maxsim_plugin_backend* b, char* out, size_t cap) {
                 be->device, be->devices);
 }
 
-maxsim_status Matrix(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, char* err, size_t cap) {
+maxsim_status Matrix(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a, char* err, size_t cap) {
+  if (const maxsim_status d = TakeDeferred(b, err, cap); d != MAXSIM_OK) return d;
   const Sets q = Queries(a);
   if (QueriesBad(a, q)) {
     std::snprintf(err, cap, "queries: a token is non-finite or its norm exceeds 1e19");
@@ -374,7 +432,8 @@ maxsim_status Matrix(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, 
   return MAXSIM_OK;
 }
 
-maxsim_status Candidates(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, char* err, size_t cap) {
+maxsim_status Candidates(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a, char* err, size_t cap) {
+  if (const maxsim_status d = TakeDeferred(b, err, cap); d != MAXSIM_OK) return d;
   const Sets q = Queries(a);
   if (QueriesBad(a, q)) {
     std::snprintf(err, cap, "queries: a token is non-finite or its norm exceeds 1e19");
@@ -394,7 +453,8 @@ maxsim_status Candidates(maxsim_plugin_backend*, const maxsim_plugin_score_args*
   return MAXSIM_OK;
 }
 
-maxsim_status TopK(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, char* err, size_t cap) {
+maxsim_status TopK(maxsim_plugin_backend* b, const maxsim_plugin_score_args* a, char* err, size_t cap) {
+  if (const maxsim_status d = TakeDeferred(b, err, cap); d != MAXSIM_OK) return d;
   const Sets q = Queries(a);
   if (QueriesBad(a, q)) {
     std::snprintf(err, cap, "queries: a token is non-finite or its norm exceeds 1e19");
@@ -425,12 +485,26 @@ maxsim_status TopK(maxsim_plugin_backend*, const maxsim_plugin_score_args* a, ch
   return MAXSIM_OK;
 }
 
-maxsim_status TrainForward(maxsim_plugin_backend*, const maxsim_plugin_train_args* a, char* err, size_t cap) {
+maxsim_status TrainForward(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a, char* err, size_t cap) {
+  if (const maxsim_status code = TakeDeferred(b, err, cap); code != MAXSIM_OK) return code;
   if (a->queries->mask || a->documents->mask) {
     std::snprintf(err, cap, "the test plugin does not implement masks");
     return MAXSIM_ERR_UNSUPPORTED;
   }
   const Sets q = ReadDense(a->queries), d = ReadDense(a->documents);
+  char bad[256];
+  if (FirstBadRow(q, "queries", bad, sizeof(bad)) || FirstBadRow(d, "documents", bad, sizeof(bad))) {
+    // Nothing the caller could take for an answer: scores NaN, argmax -1 (the layout's sizes).
+    uint64_t pairs = 0, entries = 0;
+    for (uint64_t i = 0; i < q.n_sets; ++i) {
+      const uint64_t docs = a->layout == MAXSIM_LAYOUT_MATRIX ? d.n_sets : a->cand_offsets[i + 1] - a->cand_offsets[i];
+      pairs += docs;
+      entries += docs * (q.offsets[i + 1] - q.offsets[i]);
+    }
+    for (uint64_t e = 0; e < pairs; ++e) a->scores[e] = std::numeric_limits<float>::quiet_NaN();
+    if (a->argmax) for (uint64_t e = 0; e < entries; ++e) a->argmax[e] = -1;
+    return FailValues(b, a, MAXSIM_ERR_NON_FINITE, bad, err, cap);
+  }
   uint64_t o = 0, base = 0;
   for (uint64_t i = 0; i < q.n_sets; ++i) {
     const uint64_t lq = q.offsets[i + 1] - q.offsets[i];
@@ -451,13 +525,24 @@ maxsim_status TrainForward(maxsim_plugin_backend*, const maxsim_plugin_train_arg
   return MAXSIM_OK;
 }
 
-maxsim_status TrainBackward(maxsim_plugin_backend*, const maxsim_plugin_train_args* a, char* err, size_t cap) {
+maxsim_status TrainBackward(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a, char* err, size_t cap) {
+  if (const maxsim_status code = TakeDeferred(b, err, cap); code != MAXSIM_OK) return code;
   if (a->layout != MAXSIM_LAYOUT_MATRIX) {
     std::snprintf(err, cap, "the test plugin's backward implements the matrix layout only");
     return MAXSIM_ERR_UNSUPPORTED;
   }
   const Sets q = ReadDense(a->queries), d = ReadDense(a->documents);
   const uint32_t dim = q.dim;
+  for (uint64_t p = 0; p < q.n_sets * d.n_sets; ++p) {
+    if (std::isfinite(a->grad_scores[p])) continue;
+    // No gradient the caller could take for one: both outputs NaN.
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    if (a->grad_queries) for (size_t e = 0; e < q.rows.size(); ++e) a->grad_queries[e] = nan;
+    if (a->grad_documents) for (size_t e = 0; e < d.rows.size(); ++e) a->grad_documents[e] = nan;
+    char bad[64];
+    std::snprintf(bad, sizeof(bad), "grad_scores[%llu] is not finite", static_cast<unsigned long long>(p));
+    return FailValues(b, a, MAXSIM_ERR_NON_FINITE, bad, err, cap);
+  }
   std::vector<double> gq(q.rows.size(), 0.0), gd(d.rows.size(), 0.0);
   uint64_t o = 0;
   for (uint64_t i = 0; i < q.n_sets; ++i) {
@@ -506,6 +591,7 @@ constexpr const char* Name() {
     case kNullMemory: return "testcpu-no-devmem";
     case kNullDeviceMemory: return "testcpu-no-memhooks";
     case kNullDescribe: return "testcpu-no-describe";
+    case kNullSynchronize: return "testcpu-no-sync";
     default: return "testcpu";
   }
 }
@@ -553,6 +639,8 @@ const maxsim_plugin_api kApi = {
     &DenseQueryModes,
     // ---- ABI 1.3 (beyond struct_size for the 1.0, 1.1 and 1.2 variants) ----
     kTakesColumns ? MAXSIM_PLUGIN_OUTPUT_MATRIX_COLUMNS : 0ull,
+    // ---- ABI 1.4 (beyond struct_size for the 1.0 to 1.2 variants) ----
+    IF_PRESENT(kNullSynchronize, &TakeDeferred),
 };
 
 }  // namespace

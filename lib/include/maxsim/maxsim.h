@@ -312,7 +312,23 @@ typedef struct maxsim_score_options {
   maxsim_mode mode;
   maxsim_stats* stats;           /* optional: filled on success */
   void* cuda_stream;             /* cudaStream_t for MAXSIM_MEMORY_CUDA inputs (NULL: default stream) */
+  /* Appended (read only when struct_size covers it): MAXSIM_CALL_* bits, 0 by default. */
+  uint32_t flags;
 } maxsim_score_options;
+
+/* Stream-ordered call (maxsim_score_options.flags, maxsim_backward_args.flags): for MAXSIM_MEMORY_CUDA tensors in
+ * and out only (a call with host inputs or a packed corpus that sets it fails with MAXSIM_ERR_INVALID_ARGUMENT).
+ * The call returns once its work is enqueued on the stream, without waiting for it. Its host-side checks (shapes,
+ * pointers, memory kinds) still fail the call at once; the checks of the tensors' values on the device (a
+ * non-finite or overflowing token, a bad argmax or gradient entry in the backward) are deferred: the outputs of a
+ * call that fails one are NaN (scores, gradients) and -1 (argmax) once the stream reaches them, and
+ * maxsim_synchronize reports the error with the message the synchronous call gives, naming the call; so does the
+ * next call on the context whose start finds the failure already recorded (that call then does nothing). Without
+ * the flag (the default) every call with device tensors waits for its stream and reports everything itself. A
+ * backend without deferred work (the CPU, a plugin without a synchronize member) runs flagged calls as
+ * synchronous ones. Consecutive stream-ordered calls may use different streams: the library orders its own
+ * reuse of scratch memory between them on the device. docs/cuda.md says when to use it. */
+#define MAXSIM_CALL_STREAM_ORDERED 1u
 
 MAXSIM_API void maxsim_score_options_init(maxsim_score_options* options);
 
@@ -387,6 +403,8 @@ typedef struct maxsim_backward_args {
   int deterministic;                 /* 1: bit-identical across runs and thread counts (CPU always is; the CUDA
                                         backend then uses a destination-owned reduction, else f32 atomics) */
   void* cuda_stream;                 /* cudaStream_t for MAXSIM_MEMORY_CUDA tensors (NULL: default stream) */
+  /* Appended (read only when struct_size covers it): MAXSIM_CALL_* bits, 0 by default. */
+  uint32_t flags;
 } maxsim_backward_args;
 
 /* Gradients of sum(grad_scores * scores) for the dot metric given the forward's argmax:
@@ -397,6 +415,12 @@ typedef struct maxsim_backward_args {
  * device memory, the work runs on cuda_stream and the call returns once it has finished. */
 MAXSIM_API maxsim_status maxsim_backward(maxsim_context* ctx, const maxsim_dense_sets* queries,
                                          const maxsim_dense_sets* documents, const maxsim_backward_args* args);
+
+/* Waits until every stream-ordered call made on ctx (MAXSIM_CALL_STREAM_ORDERED, on any stream) has finished on
+ * the device, and returns the first deferred error among them not yet reported (MAXSIM_OK when there is none, and
+ * at once when no call was stream-ordered). Later errors of the same calls are dropped: their outputs are NaN / -1
+ * all the same. */
+MAXSIM_API maxsim_status maxsim_synchronize(maxsim_context* ctx);
 
 #ifdef __cplusplus
 } /* extern "C" */

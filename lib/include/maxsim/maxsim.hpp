@@ -254,6 +254,7 @@ struct ScoreOptions {
   maxsim_mode mode = MAXSIM_MODE_EXACT;
   maxsim_stats* stats = nullptr;
   void* cuda_stream = nullptr;
+  uint32_t flags = 0;  // MAXSIM_CALL_STREAM_ORDERED: see maxsim.h
   maxsim_score_options c() const {
     maxsim_score_options o;
     maxsim_score_options_init(&o);
@@ -261,6 +262,7 @@ struct ScoreOptions {
     o.mode = mode;
     o.stats = stats;
     o.cuda_stream = cuda_stream;
+    o.flags = flags;
     return o;
   }
 };
@@ -341,6 +343,8 @@ class Context {
   void Backward(const DenseSets& q, const DenseSets& d, const maxsim_backward_args& args) {
     Check(maxsim_backward(ctx_, q.get(), d.get(), &args));
   }
+  // Waits for the context's stream-ordered calls; throws their first deferred error.
+  void Synchronize() { Check(maxsim_synchronize(ctx_)); }
 
  private:
   maxsim_context* ctx_ = nullptr;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * libmaxsim plugin ABI 1.3 (GPU and other accelerator backends loaded at run time).
+ * libmaxsim plugin ABI 1.4 (GPU and other accelerator backends loaded at run time).
  *
  * A plugin is a shared library (libmaxsim-plugin-NAME.so / .dylib / .dll) that exports exactly one symbol,
  * MAXSIM_PLUGIN_ENTRY_SYMBOL, a function taking no argument and returning a pointer to a static
@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define MAXSIM_PLUGIN_ABI_MAJOR 1u
-#define MAXSIM_PLUGIN_ABI_MINOR 3u
+#define MAXSIM_PLUGIN_ABI_MINOR 4u
 #define MAXSIM_PLUGIN_ENTRY_SYMBOL "maxsim_plugin_entry"
 
 /* True if the plugin's table (of size api->struct_size) holds the data member `member`. */
@@ -154,6 +154,13 @@ typedef struct maxsim_plugin_train_args {
   int deterministic;             /* backward: 1 = destination-owned reduction, bit-identical across runs */
   void* stream;                  /* the device's stream / queue handle (cudaStream_t for CUDA; NULL: default) */
   uint64_t* peak_extra_bytes;    /* optional out: device scratch the call used beyond inputs and outputs */
+  /* ABI 1.4 (present when struct_size covers it). MAXSIM_CALL_* bits of the public call. The host sets
+   * MAXSIM_CALL_STREAM_ORDERED only for a plugin with a synchronize member: the plugin may then return once the
+   * call's work is enqueued on `stream`, deferring the value checks it does on the device (maxsim.h): a failed
+   * check leaves NaN scores and gradients and -1 argmax, and its error (the synchronous call's message, naming
+   * `call`) is returned by synchronize or by the backend's next operation, whichever comes first, once. */
+  uint32_t flags;
+  const char* call;              /* the public function, e.g. "maxsim_score_matrix", for deferred messages */
 } maxsim_plugin_train_args;
 
 typedef struct maxsim_plugin_api {
@@ -233,6 +240,13 @@ typedef struct maxsim_plugin_api {
    * columns of the caller's matrix; without it (0, or a 1.0-1.2 table) the host stages each shard's matrix and
    * copies its columns into place. */
   uint64_t output_layouts;
+
+  /* ---- ABI 1.4 (appended; optional) ---- */
+
+  /* Waits for the backend's stream-ordered calls (maxsim_plugin_train_args.flags) and returns the first deferred
+   * error not yet reported (its message in err), MAXSIM_OK when none. NULL: the plugin defers nothing, and the
+   * host never asks it to (maxsim_synchronize then returns MAXSIM_OK). */
+  maxsim_status (*synchronize)(maxsim_plugin_backend* backend, char* err, size_t err_cap);
 } maxsim_plugin_api;
 
 typedef const maxsim_plugin_api* (*maxsim_plugin_entry_fn)(void);
