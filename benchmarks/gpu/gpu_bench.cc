@@ -220,6 +220,21 @@ double WallIt(int warmup, int iters, const std::function<void(int)>& fn, const c
   return Median(ms);
 }
 
+// Per-call wall time (ms) of `n` stream-ordered public calls fn(i) (MAXSIM_CALL_STREAM_ORDERED) enqueued back to
+// back and the one maxsim_synchronize after them, after `warmup` calls and a synchronize: what a caller who orders
+// its calls on a stream pays per call, to set beside the kernel rows (CUDA events around the same device work
+// enqueued back to back).
+double OrderedWall(int warmup, int n, const std::function<void(int)>& fn, const char* mark = nullptr) {
+  for (int i = 0; i < warmup; ++i) fn(i);
+  CHECK_MS(maxsim_synchronize(g_api));
+  TraceMark(mark);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) fn(i);
+  CHECK_MS(maxsim_synchronize(g_api));
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
+}
+constexpr int kOrderedCalls = 20;
+
 // Elements of a and b whose bits differ.
 uint64_t BitsDiffer(const std::vector<float>& a, const std::vector<float>& b) {
   uint64_t n = a.size() == b.size() ? 0 : std::max(a.size(), b.size());
@@ -264,7 +279,10 @@ void RunApi(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, cons
     ta.layout = MAXSIM_LAYOUT_MATRIX;
     ta.scores = scores;
     ta.stream = b.stream;
-    std::vector<double> api_ms, kernel_ms;
+    std::vector<double> api_ms, kernel_ms, ordered_ms;
+    maxsim_score_options oo = o;
+    oo.flags = MAXSIM_CALL_STREAM_ORDERED;
+    std::vector<float> ordered_out(nq * nd);
     auto dense_call = [&](int i) {
       const maxsim_dense_sets qs = DenseSets(qd[i % copies], MAXSIM_MEMORY_CUDA, nq, s.lq, s.dim);
       const maxsim_dense_sets ds = DenseSets(dd[i % copies], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
@@ -288,9 +306,20 @@ void RunApi(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, cons
       b.sync_calls = false;
       kernel_ms.push_back(TimeIt(b.stream, 3, 10, dense_call, false, (std::string(s.name) + " dense-kernels").c_str()));
       b.sync_calls = true;
+      // api-dense-ordered: the same public call, stream-ordered, kOrderedCalls back to back + one synchronize.
+      CHECK_CUDA(cudaMemset(scores, 0, nq * nd * 4));
+      ordered_ms.push_back(OrderedWall(3, kOrderedCalls, [&](int i) {
+        const maxsim_dense_sets qs = DenseSets(qd[i % copies], MAXSIM_MEMORY_CUDA, nq, s.lq, s.dim);
+        const maxsim_dense_sets ds = DenseSets(dd[i % copies], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
+        const maxsim_sets qa{nullptr, &qs}, da{nullptr, &ds};
+        CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &oo, scores, nullptr));
+      }, (std::string(s.name) + " api-dense-ordered").c_str()));
+      if (round == 0) CHECK_CUDA(cudaMemcpy(ordered_out.data(), scores, nq * nd * 4, cudaMemcpyDeviceToHost));
     }
     Emit(s.name, "api-dense", Median(api_ms), flops, bytes, extra(out));
     Emit(s.name, "dense-kernels", Median(kernel_ms), flops, bytes);
+    Emit(s.name, "api-dense-ordered", Median(ordered_ms), flops, bytes,
+         extra(ordered_out) + ", \"calls\": " + std::to_string(kOrderedCalls));
     if (g_dense_rows) {
       for (uint64_t c = 0; c < copies; ++c) {
         cudaFree(qd[c]);
@@ -668,6 +697,8 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
   maxsim_score_options_init(&o);
   o.cuda_stream = b.stream;
   const maxsim_sets qa{nullptr, &sq}, da{nullptr, &sd};
+  maxsim_score_options oo = o;
+  oo.flags = MAXSIM_CALL_STREAM_ORDERED;
   std::vector<double> api_fwd;
   b.sync_calls = false;
   KeepBusy(b.stream, 50, [&](int) {
@@ -686,7 +717,9 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
     ba.grad_documents = gd;
     ba.deterministic = det;
     ba.cuda_stream = b.stream;
-    std::vector<double> step_ms, fwd_ms, api_step;
+    maxsim_backward_args bo = ba;
+    bo.flags = MAXSIM_CALL_STREAM_ORDERED;
+    std::vector<double> step_ms, fwd_ms, api_step, ordered_step;
     for (int round = 0; round < kApiRounds; ++round) {
       b.sync_calls = false;
       step_ms.push_back(TimeIt(b.stream, 3, 10, [&](int) {
@@ -704,6 +737,11 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
       }, det ? "train api-fwd+bwd-det" : "train api-fwd+bwd-atomic"));
       api_fwd.push_back(WallIt(3, 10, [&](int) { CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, argmax)); },
                                "train api-fwd"));
+      // The same step stream-ordered: kOrderedCalls steps back to back, one synchronize.
+      ordered_step.push_back(OrderedWall(3, kOrderedCalls, [&](int) {
+        CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &oo, scores, argmax));
+        CHECK_MS(maxsim_backward(g_api, &sq, &sd, &bo));
+      }, det ? "train api-fwd+bwd-det-ordered" : "train api-fwd+bwd-atomic-ordered"));
     }
     CHECK_ST(mscuda::TrainForward(b, a));  // with its checks, once
     CHECK_ST(mscuda::TrainBackward(b, a));
@@ -713,6 +751,10 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
                   std::max(extra_f, extra_b) / 1048576.0, Median(fwd_ms));
     Emit("train-inbatch", det ? "fwd+bwd-det" : "fwd+bwd-atomic", Median(step_ms), flops, bytes, extra);
     if (g_api) Emit("train-inbatch", det ? "api-fwd+bwd-det" : "api-fwd+bwd-atomic", Median(api_step), flops, bytes);
+    if (g_api) {
+      Emit("train-inbatch", det ? "api-fwd+bwd-det-ordered" : "api-fwd+bwd-atomic-ordered", Median(ordered_step),
+           flops, bytes, "\"calls\": " + std::to_string(kOrderedCalls));
+    }
   }
   if (g_api) Emit("train-inbatch", "api-fwd", Median(api_fwd), flops, bytes);
   cudaFree(dq);

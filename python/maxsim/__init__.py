@@ -23,6 +23,7 @@ from ._api import (
     pack,
     pairs,
     scores,
+    synchronize,
     topk,
 )
 from ._errors import (
@@ -50,5 +51,5 @@ __all__ = [
     "BackendUnavailableError", "BufferTooSmallError", "CancelledError", "CorruptBufferError", "DimMismatchError",
     "Error", "FileError", "InternalError", "InvalidArgumentError", "NonFiniteError", "OutOfMemoryError",
     "PackedCorpus", "PluginError", "Sets", "TopK", "UnsupportedError", "__version__", "backward", "candidates",
-    "context", "info", "load", "pack", "pairs", "scores", "topk",
+    "context", "info", "load", "pack", "pairs", "scores", "synchronize", "topk",
 ]

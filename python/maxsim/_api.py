@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, Optional, Sequence, Union, cast
 import numpy as np
 
 from . import _core
-from ._errors import InvalidArgumentError
+from ._errors import Error, InvalidArgumentError
 
 _METRICS = {"dot": 0, "cosine": 1}
 _MODES = {"exact": 0, "certified": 1, "approximate": 2}
@@ -566,13 +566,18 @@ def scores(
     isa: Optional[str] = None,
     devices: Optional[str] = None,
     progress: Any = False,
+    stream_ordered: bool = False,
 ) -> Any:
     """Every query set against every document set: a [Nq, Nd] float32 matrix in the caller's framework and
     device (numpy for numpy, torch for torch). Q, D: [n, L, d] arrays (+ masks), 2-D [L, d] arrays (one set;
     its axis is dropped from the output), lists of per-set arrays, :class:`Sets` or a :class:`PackedCorpus`.
 
     return_argmax: also the int32 argmax, [Nq, Nd, Lq] for uniform queries (flat in the C layout otherwise):
-    the winning document-token index, -1 for masked query tokens and empty documents."""
+    the winning document-token index, -1 for masked query tokens and empty documents.
+
+    stream_ordered: for CUDA tensors only: return once the work is enqueued on the current stream, without
+    waiting for it; a bad value (NaN, infinity) in the inputs then shows as NaN scores / -1 argmax and is raised by
+    :func:`synchronize` or the next call (see docs/python.md)."""
     q, d, back = _host_for_packed(_side(Q, q_mask, "queries"), _side(D, d_mask, "documents"))
     where = _out_where(q, d)
     devices = _route(q, d, devices)
@@ -585,7 +590,7 @@ def scores(
     with _Progress(progress, nq * nd, "scores", "pairs") as bar, _on_device(where):
         ctx = context(threads, backend, isa, devices)  # creating one selects its device: inside the guard
         stats = _core.score_matrix(ctx, q.obj, d.obj, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"),
-                                   out, arg, return_stats, _stream(where), bar)
+                                   out, arg, return_stats, _stream(where), bar, _flags(stream_ordered))
     out, arg = _to(out, back), _to(arg, back)
     if q.single or d.single:
         idx = tuple(0 if single else slice(None) for single in (q.single, d.single))
@@ -613,8 +618,10 @@ def pairs(
     backend: Optional[str] = None,
     isa: Optional[str] = None,
     devices: Optional[str] = None,
+    stream_ordered: bool = False,
 ) -> Any:
-    """Query set i against document set i: [B] float32 (argmax [B, Lq] with return_argmax)."""
+    """Query set i against document set i: [B] float32 (argmax [B, Lq] with return_argmax). stream_ordered: as
+    for :func:`scores`."""
     q, d, back = _host_for_packed(_side(Q, q_mask, "queries"), _side(D, d_mask, "documents"))
     where = _out_where(q, d)
     devices = _route(q, d, devices)
@@ -627,7 +634,7 @@ def pairs(
     with _on_device(where):
         ctx = context(threads, backend, isa, devices)
         _core.score_pairs(ctx, q.obj, d.obj, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"), out, arg,
-                          False, _stream(where))
+                          False, _stream(where), None, _flags(stream_ordered))
     out, arg = _to(out, back), _to(arg, back)
     return (out, arg) if return_argmax else out
 
@@ -647,12 +654,14 @@ def candidates(
     isa: Optional[str] = None,
     devices: Optional[str] = None,
     progress: Any = False,
+    stream_ordered: bool = False,
 ) -> Any:
     """Per-query candidate scoring (reranking, knowledge distillation).
 
     KD layout: ``D`` is [Nq, K, Ld, d] (``d_mask`` [Nq, K, Ld]) and ``candidates`` is None: returns [Nq, K].
     Candidate ids: ``D`` is any document collection and ``candidates`` an [Nq, K] integer array (returns
-    [Nq, K]) or a list of per-query index lists (returns a flat array, query after query)."""
+    [Nq, K]) or a list of per-query index lists (returns a flat array, query after query). stream_ordered: as for
+    :func:`scores`."""
     q = _side(Q, q_mask, "queries")
     nq = q.obj.n_sets
     if candidates is None:
@@ -710,7 +719,8 @@ def candidates(
     with _Progress(progress, total, "candidates", "pairs") as bar, _on_device(where):
         ctx = context(threads, backend, isa, devices)
         _core.score_candidates(ctx, q.obj, d.obj, cand_offsets, cand, _enum(_METRICS, metric, "metric"),
-                               _enum(_MODES, mode, "mode"), out, arg, argmax_size, False, _stream(where), bar)
+                               _enum(_MODES, mode, "mode"), out, arg, argmax_size, False, _stream(where), bar,
+                               _flags(stream_ordered))
     out, arg = _to(out, back), _to(arg, back)
     return (out, arg) if return_argmax else out
 
@@ -913,9 +923,11 @@ def backward(
     backend: Optional[str] = None,
     isa: Optional[str] = None,
     devices: Optional[str] = None,
+    stream_ordered: bool = False,
 ) -> tuple[Any, Any]:
     """The library's MaxSim backward (dot metric) from a forward's argmax: (grad_Q, grad_D), float32, shaped
-    like Q and D (None where not requested). Used by maxsim.torch; exposed for framework-free training code."""
+    like Q and D (None where not requested). Used by maxsim.torch; exposed for framework-free training code.
+    stream_ordered: as for :func:`scores` (a bad gradient or argmax entry leaves NaN gradients)."""
     q, d = _side(Q, q_mask, "queries"), _side(D, d_mask, "documents")
     if not isinstance(q.obj, _core.DenseSets) or not isinstance(d.obj, _core.DenseSets):
         raise InvalidArgumentError("backward needs dense queries and documents (not a packed corpus)")
@@ -931,8 +943,29 @@ def backward(
     with _on_device(where):
         ctx = context(threads, backend, isa, devices)
         _core.backward(ctx, q.obj, d.obj, _enum(_LAYOUTS, layout, "layout"), co, ca, _host_or_same(argmax),
-                       _host_or_same(grad_scores), gq, gd, bool(deterministic), _stream(where))
+                       _host_or_same(grad_scores), gq, gd, bool(deterministic), _stream(where), _flags(stream_ordered))
     return gq, gd
+
+
+def _flags(stream_ordered: bool) -> int:
+    return _core.CALL_STREAM_ORDERED if stream_ordered else 0
+
+
+def synchronize() -> None:
+    """Waits for every stream-ordered call (``stream_ordered=True``) made through maxsim's shared contexts and
+    raises the first error one of them deferred (the exception the synchronous call would have raised, its
+    message naming the call); returns at once when there is none."""
+    with _contexts_lock:
+        contexts = list(_contexts.values())
+    first: Optional[BaseException] = None
+    for ctx in contexts:
+        try:
+            _core.synchronize(ctx)
+        except Error as e:  # every context is waited for; the first error is raised
+            if first is None:
+                first = e
+    if first is not None:
+        raise first
 
 
 def _host_or_same(x: Any) -> Any:

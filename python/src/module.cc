@@ -469,13 +469,14 @@ void CheckOut(const Out& out, uint64_t expected, bool cuda, const char* what) {
   if (out_cuda != cuda) ThrowArg(std::string(what) + " must live where the inputs live (" + (cuda ? "CUDA" : "host") + ")");
 }
 
-maxsim_score_options ScoreOptions(int metric, int mode, maxsim_stats* stats, uintptr_t stream) {
+maxsim_score_options ScoreOptions(int metric, int mode, maxsim_stats* stats, uintptr_t stream, uint32_t flags = 0) {
   maxsim_score_options o;
   maxsim_score_options_init(&o);
   o.metric = static_cast<maxsim_metric>(metric);
   o.mode = static_cast<maxsim_mode>(mode);
   o.stats = stats;
   o.cuda_stream = reinterpret_cast<void*>(stream);
+  o.flags = flags;
   return o;
 }
 
@@ -496,7 +497,7 @@ void CheckSides(const Side& q, const Side& d) {
 // The score matrix (every query set against every document set) or pairs (query set i against document set i).
 template <bool kPairs>
 nb::object ScoreSets(Context* ctx, nb::handle queries, nb::handle documents, int metric, int mode, OutF32 scores,
-                     std::optional<OutI32> argmax, bool want_stats, uintptr_t stream, nb::handle bar) {
+                     std::optional<OutI32> argmax, bool want_stats, uintptr_t stream, nb::handle bar, uint32_t flags) {
   const Side q = SideOf(queries, "queries"), d = SideOf(documents, "documents");
   CheckSides(q, d);
   const bool cuda = q.cuda || d.cuda;
@@ -505,7 +506,7 @@ nb::object ScoreSets(Context* ctx, nb::handle queries, nb::handle documents, int
   CheckOut(scores, q.n_sets * per_query, cuda, "scores");
   if (argmax) CheckOut(*argmax, q.token_rows * per_query, cuda, "argmax");
   maxsim_stats stats{};
-  const maxsim_score_options o = ScoreOptions(metric, mode, want_stats ? &stats : nullptr, stream);
+  const maxsim_score_options o = ScoreOptions(metric, mode, want_stats ? &stats : nullptr, stream, flags);
   maxsim_status st;
   ProgressScope progress(bar);
   {
@@ -519,7 +520,7 @@ nb::object ScoreSets(Context* ctx, nb::handle queries, nb::handle documents, int
 
 nb::object ScoreCandidates(Context* ctx, nb::handle queries, nb::handle documents, U64Array cand_offsets,
                            U64Array candidates, int metric, int mode, OutF32 scores, std::optional<OutI32> argmax,
-                           uint64_t argmax_size, bool want_stats, uintptr_t stream, nb::handle bar) {
+                           uint64_t argmax_size, bool want_stats, uintptr_t stream, nb::handle bar, uint32_t flags) {
   const Side q = SideOf(queries, "queries"), d = SideOf(documents, "documents");
   CheckSides(q, d);
   const bool cuda = q.cuda || d.cuda;
@@ -529,7 +530,7 @@ nb::object ScoreCandidates(Context* ctx, nb::handle queries, nb::handle document
   CheckOut(scores, total, cuda, "scores");
   if (argmax) CheckOut(*argmax, argmax_size, cuda, "argmax");
   maxsim_stats stats{};
-  const maxsim_score_options o = ScoreOptions(metric, mode, want_stats ? &stats : nullptr, stream);
+  const maxsim_score_options o = ScoreOptions(metric, mode, want_stats ? &stats : nullptr, stream, flags);
   maxsim_status st;
   ProgressScope progress(bar);
   {
@@ -607,7 +608,7 @@ void Backward(Context* ctx, const DenseSets& queries, const DenseSets& documents
               std::optional<U64Array> cand_offsets, std::optional<U64Array> candidates,
               nb::ndarray<const int32_t, nb::c_contig> argmax, nb::ndarray<const float, nb::c_contig> grad_scores,
               std::optional<OutF32> grad_queries, std::optional<OutF32> grad_documents, bool deterministic,
-              uintptr_t stream) {
+              uintptr_t stream, uint32_t flags) {
   if (grad_queries) CheckOut(*grad_queries, queries.rows() * queries.dim(), queries.on_cuda(), "grad_queries");
   if (grad_documents) CheckOut(*grad_documents, documents.rows() * documents.dim(), documents.on_cuda(), "grad_documents");
   maxsim_backward_args a;
@@ -622,10 +623,21 @@ void Backward(Context* ctx, const DenseSets& queries, const DenseSets& documents
   a.grad_documents = grad_documents ? grad_documents->data() : nullptr;
   a.deterministic = deterministic ? 1 : 0;
   a.cuda_stream = reinterpret_cast<void*>(stream);
+  a.flags = flags;
   maxsim_status st;
   {
     nb::gil_scoped_release release;
     st = maxsim_backward(ctx->get(), &queries.sets(), &documents.sets(), &a);
+  }
+  Check(st);
+}
+
+// maxsim_synchronize: waits for the context's stream-ordered calls; raises their first deferred error.
+void Synchronize(Context* ctx) {
+  maxsim_status st;
+  {
+    nb::gil_scoped_release release;
+    st = maxsim_synchronize(ctx->get());
   }
   Check(st);
 }
@@ -756,17 +768,19 @@ NB_MODULE(_core, m) {
       });
 
   m.def("score_matrix", &ScoreSets<false>, "ctx"_a, "queries"_a, "documents"_a, "metric"_a, "mode"_a, "scores"_a,
-        "argmax"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none());
+        "argmax"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none(), "flags"_a = 0u);
   m.def("score_pairs", &ScoreSets<true>, "ctx"_a, "queries"_a, "documents"_a, "metric"_a, "mode"_a, "scores"_a,
-        "argmax"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none());
+        "argmax"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none(), "flags"_a = 0u);
   m.def("score_candidates", &ScoreCandidates, "ctx"_a, "queries"_a, "documents"_a, "cand_offsets"_a,
         "candidates"_a, "metric"_a, "mode"_a, "scores"_a, "argmax"_a.none(), "argmax_size"_a, "want_stats"_a,
-        "stream"_a, "progress"_a.none() = nb::none());
+        "stream"_a, "progress"_a.none() = nb::none(), "flags"_a = 0u);
   m.def("topk", &TopK, "ctx"_a, "queries"_a, "documents"_a, "k"_a, "metric"_a, "mode"_a, "scores"_a, "index"_a,
         "ids"_a.none(), "want_stats"_a, "stream"_a, "progress"_a.none() = nb::none());
   m.def("topk_numpy", &TopKNumpy, "ctx"_a, "queries"_a, "corpus"_a, "k"_a, "metric"_a, "mode"_a, "want_ids"_a);
   m.def("backward", &Backward, "ctx"_a, "queries"_a, "documents"_a, "layout"_a, "cand_offsets"_a.none(),
         "candidates"_a.none(), "argmax"_a, "grad_scores"_a, "grad_queries"_a.none(), "grad_documents"_a.none(),
-        "deterministic"_a, "stream"_a);
+        "deterministic"_a, "stream"_a, "flags"_a = 0u);
+  m.def("synchronize", &Synchronize, "ctx"_a);
+  m.attr("CALL_STREAM_ORDERED") = MAXSIM_CALL_STREAM_ORDERED;
   m.def("_time_topk_c_call", &TimeTopKCall, "ctx"_a, "queries"_a, "corpus"_a, "k"_a, "mode"_a, "iterations"_a);
 }

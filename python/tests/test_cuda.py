@@ -389,6 +389,72 @@ def test_non_finite_device_input_raises(value):
     _same_bits(maxsim.scores(Q, D), maxsim.scores(Q.cpu(), D.cpu()), "after an error")
 
 
+def test_stream_ordered_calls_give_the_synchronous_bits():
+    # stream_ordered=True returns without waiting for the GPU; maxsim.synchronize() waits and raises nothing here.
+    Q, D = _rand(5, 16, 128, seed=40).to(DEV), _rand(9, 70, 128, seed=41).to(DEV)
+    mask = torch.ones(9, 70, dtype=torch.bool, device=DEV)
+    mask[2, 30:] = False
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        s, a = maxsim.scores(Q, D, d_mask=mask, return_argmax=True, stream_ordered=True)
+        p = maxsim.pairs(Q, D[:5], stream_ordered=True)
+        c = maxsim.candidates(Q, D, torch.tensor([[0, 3], [8, 8], [1, 2], [4, 0], [7, 6]]), stream_ordered=True)
+    maxsim.synchronize()
+    s_sync, a_sync = maxsim.scores(Q, D, d_mask=mask, return_argmax=True)
+    _same_bits(s, s_sync, "stream-ordered scores")
+    _same_bits(a, a_sync, "stream-ordered argmax")
+    _same_bits(p, maxsim.pairs(Q, D[:5]), "stream-ordered pairs")
+    _same_bits(c, maxsim.candidates(Q, D, torch.tensor([[0, 3], [8, 8], [1, 2], [4, 0], [7, 6]])), "candidates")
+
+
+def test_stream_ordered_failure_is_raised_by_synchronize():
+    Q, D = _rand(2, 8, 64, seed=42).to(DEV), _rand(6, 30, 64, seed=43).to(DEV)
+    D[4, 17, 5] = float("nan")
+    with pytest.raises(maxsim.NonFiniteError) as sync_error:
+        maxsim.scores(Q, D)
+    s = maxsim.scores(Q, D, stream_ordered=True)  # no exception: the check runs on the GPU
+    with pytest.raises(maxsim.NonFiniteError) as deferred:
+        maxsim.synchronize()
+    assert "maxsim_score_matrix (stream-ordered): " in str(deferred.value), str(deferred.value)
+    assert str(sync_error.value).split("backend cuda: ")[-1] in str(deferred.value)
+    assert torch.isnan(s).all()
+    maxsim.synchronize()  # reported once
+    D[4, 17, 5] = 0.0
+    _same_bits(maxsim.scores(Q, D), maxsim.scores(Q.cpu(), D.cpu()), "after a deferred error")
+    with pytest.raises(maxsim.InvalidArgumentError, match="MAXSIM_CALL_STREAM_ORDERED"):
+        maxsim.scores(Q.cpu(), D.cpu(), stream_ordered=True)
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_stream_ordered_autograd_step(deterministic):
+    Q0, D0 = _rand(6, 32, 128, seed=44), _rand(10, 90, 128, seed=45)
+    w = _rand(6, 10, seed=46).to(DEV)
+    grads = []
+    for ordered in (False, True):
+        Q = Q0.to(DEV).clone().requires_grad_()
+        D = D0.to(DEV).clone().requires_grad_()
+        s = mt.maxsim(Q, D, deterministic=deterministic, stream_ordered=ordered)
+        (s * w).sum().backward()
+        maxsim.synchronize()
+        grads.append((s.detach(), Q.grad, D.grad))
+    _same_bits(grads[1][0], grads[0][0], "stream-ordered forward")
+    _same_bits(grads[1][1], grads[0][1], "stream-ordered grad_Q")
+    if deterministic:
+        _same_bits(grads[1][2], grads[0][2], "stream-ordered grad_D")
+    else:
+        torch.testing.assert_close(grads[1][2], grads[0][2], atol=1e-5, rtol=1e-5)
+    # A non-finite score gradient: NaN gradients, the error from synchronize.
+    Q = Q0.to(DEV).clone().requires_grad_()
+    D = D0.to(DEV).clone().requires_grad_()
+    s = mt.maxsim(Q, D, deterministic=deterministic, stream_ordered=True)
+    bad = w.clone()
+    bad[1, 2] = float("inf")
+    (s * bad).sum().backward()
+    with pytest.raises(maxsim.NonFiniteError, match="maxsim_backward \\(stream-ordered\\)"):
+        maxsim.synchronize()
+    assert torch.isnan(Q.grad).all() and torch.isnan(D.grad).all()
+
+
 def _autograd(Q0, D0, mask, w, device, deterministic):
     Q = Q0.to(device).clone().requires_grad_()
     D = D0.to(device).clone().requires_grad_()

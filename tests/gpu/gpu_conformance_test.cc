@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -2191,6 +2192,309 @@ TEST_F(Gpu, RealEmbeddings) {
 
 // ---- a small case of every operation, for compute-sanitizer ----------------------------------------------------
 
+// ---- stream-ordered calls (MAXSIM_CALL_STREAM_ORDERED) ----------------------------------------------------------
+
+// A non-blocking CUDA stream for the test's calls.
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() {
+    if (s) {
+      cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+    }
+  }
+};
+
+// One forward through the public API in `layout` on `stream` with `flags`, into the caller's device outputs.
+maxsim_status EnqueueForward(Context& gpu, const DeviceSets& q, const DeviceSets& d, maxsim_layout layout,
+                             const std::vector<uint64_t>& off, const std::vector<uint64_t>& cand, maxsim_metric metric,
+                             cudaStream_t stream, uint32_t flags, float* scores, int32_t* argmax) {
+  maxsim_score_options o;
+  maxsim_score_options_init(&o);
+  o.metric = metric;
+  o.cuda_stream = stream;
+  o.flags = flags;
+  maxsim_sets qs{nullptr, &q.s}, ds{nullptr, &d.s};
+  if (layout == MAXSIM_LAYOUT_MATRIX) return maxsim_score_matrix(gpu.get(), &qs, &ds, &o, scores, argmax);
+  if (layout == MAXSIM_LAYOUT_PAIRS) return maxsim_score_pairs(gpu.get(), &qs, &ds, &o, scores, argmax);
+  return maxsim_score_candidates(gpu.get(), &qs, &ds, off.data(), cand.data(), &o, scores, argmax);
+}
+
+// The outputs of one stream-ordered forward call (device memory, read back after maxsim_synchronize).
+struct OrderedForward {
+  Dev<float> sc;
+  Dev<int32_t> am;
+  OrderedForward(uint64_t n_scores, uint64_t argmax_size) : sc(n_scores), am(argmax_size) {
+    sc.Fill(0);
+    am.Fill(0);
+  }
+  Matrix Down() const { return Matrix{sc.Down(), am.Down()}; }
+};
+
+// A layout's candidate lists (4 per query, repeats allowed; pairs and matrix: none), score count and argmax size.
+struct LayoutShape {
+  std::vector<uint64_t> off, cand;
+  uint64_t n_scores = 0, am_size = 0;
+  LayoutShape(std::mt19937_64& rng, const TokenSets& q, const TokenSets& d, maxsim_layout layout) {
+    off.push_back(0);
+    for (uint64_t i = 0; i < q.n_sets(); ++i) {
+      uint64_t n = layout == MAXSIM_LAYOUT_MATRIX ? d.n_sets() : 1;
+      if (layout == MAXSIM_LAYOUT_CANDIDATES) {
+        for (int k = 0; k < 4; ++k) cand.push_back(rng() % d.n_sets());
+        off.push_back(cand.size());
+        n = 4;
+      }
+      n_scores += n;
+      am_size += n * q.length(i);
+    }
+  }
+};
+
+// Every operation that takes device tensors (matrix, pairs, candidates; dot and cosine; the backward atomic and
+// deterministic) gives the synchronous call's bits when stream-ordered: calls alternate between two streams back
+// to back with different shapes (the backend's scratch reused across streams), a synchronous call on a third
+// stream in between, and one maxsim_synchronize at the end.
+TEST_F(Gpu, StreamOrderedCallsGiveTheSynchronousBits) {
+  Context gpu(Options("cuda"));
+  Stream s1, s2, s3;
+  const DenseCase cases[] = {{MAXSIM_BF16, 128, false, 0, 0}, {MAXSIM_F16, 64, true, 2, 0}, {MAXSIM_F32, 96, true, 0, 4},
+                             {MAXSIM_BF16, 128, true, 1, 0}};
+  uint64_t salt = 2400;
+  for (const DenseCase& c : cases) {
+    const std::string what = "dtype " + std::to_string(c.dtype) + " dim " + std::to_string(c.dim) +
+                             (c.masks ? " masked" : "");
+    auto rng = Rng(++salt);
+    // Two input sets of different shapes (as many documents as queries, for the pairs layout), so that consecutive
+    // calls carve the backend's scratch differently.
+    TokenSets q[2], d[2];
+    for (int v = 0; v < 2; ++v) {
+      q[v] = Encoded(Generate(rng, Shape::kUnitGaussian, 6 + 2 * v, 0, 30 + 40 * v, c.dim), c.dtype);
+      d[v] = Encoded(Generate(rng, Shape::kClustered, 6 + 2 * v, 0, 60 + 50 * v, c.dim), c.dtype);
+      if (c.masks) {
+        RandomMask(rng, q[v], 0.2);
+        RandomMask(rng, d[v], 0.25);
+      }
+    }
+    const DeviceSets dq0(q[0], c.lead, c.pad), dd0(d[0], c.lead + 1, c.pad), dq1(q[1], c.lead, c.pad),
+        dd1(d[1], c.lead, c.pad);
+    const DeviceSets* dq[2] = {&dq0, &dq1};
+    const DeviceSets* dd[2] = {&dd0, &dd1};
+    for (maxsim_layout layout : {MAXSIM_LAYOUT_MATRIX, MAXSIM_LAYOUT_PAIRS, MAXSIM_LAYOUT_CANDIDATES}) {
+      for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+        const std::string w = what + " layout " + std::to_string(layout) + " metric " + std::to_string(metric);
+        std::vector<LayoutShape> shapes;
+        std::vector<Matrix> want;
+        for (int v = 0; v < 2; ++v) {
+          shapes.emplace_back(rng, q[v], d[v], layout);
+          OrderedForward out(shapes[v].n_scores, shapes[v].am_size);
+          ASSERT_EQ(EnqueueForward(gpu, *dq[v], *dd[v], layout, shapes[v].off, shapes[v].cand, metric, s3.s, 0,
+                                   out.sc.p, out.am.p), MAXSIM_OK) << w << ": " << maxsim_last_error();
+          want.push_back(out.Down());
+        }
+        // 6 calls alternating inputs, two by two on s1 and s2, the fourth synchronous on s3.
+        std::vector<std::unique_ptr<OrderedForward>> outs;
+        for (int k = 0; k < 6; ++k) {
+          const int v = k % 2;
+          const bool ordered = k != 3;
+          outs.push_back(std::make_unique<OrderedForward>(shapes[v].n_scores, shapes[v].am_size));
+          ASSERT_EQ(EnqueueForward(gpu, *dq[v], *dd[v], layout, shapes[v].off, shapes[v].cand, metric,
+                                   !ordered ? s3.s : (k / 2) % 2 ? s2.s : s1.s,
+                                   ordered ? MAXSIM_CALL_STREAM_ORDERED : 0u, outs.back()->sc.p, outs.back()->am.p),
+                    MAXSIM_OK) << w << " call " << k << ": " << maxsim_last_error();
+        }
+        ASSERT_EQ(maxsim_synchronize(gpu.get()), MAXSIM_OK) << w << ": " << maxsim_last_error();
+        for (int k = 0; k < 6; ++k) ExpectIdentical(want[k % 2], outs[k]->Down(), w + " call " + std::to_string(k));
+        if (HasFatalFailure()) return;
+      }
+    }
+    // Backward (dot), every layout, atomic and deterministic: deterministic gradients and every grad_Q keep their
+    // bits; atomic grad_D within the reference's bound.
+    for (maxsim_layout layout : {MAXSIM_LAYOUT_MATRIX, MAXSIM_LAYOUT_PAIRS, MAXSIM_LAYOUT_CANDIDATES}) {
+      const TokenSets& tq = q[0];
+      const TokenSets& td = d[0];
+      const DeviceSets& docs = dd0;
+      LayoutShape shape(rng, tq, td, layout);
+      OrderedForward fwd(shape.n_scores, shape.am_size);
+      ASSERT_EQ(EnqueueForward(gpu, dq0, docs, layout, shape.off, shape.cand, MAXSIM_METRIC_DOT, s1.s,
+                               MAXSIM_CALL_STREAM_ORDERED, fwd.sc.p, fwd.am.p), MAXSIM_OK) << maxsim_last_error();
+      std::vector<float> grad(shape.n_scores);
+      std::normal_distribution<float> gn(0.0f, 1.0f);
+      for (float& g : grad) g = gn(rng);
+      Dev<float> d_grad(grad.size());
+      d_grad.Up(grad.data());
+      const uint64_t qrows = dq0.offsets.back(), drows = dd0.offsets.back();
+      for (int det : {1, 0}) {
+        const std::string w = what + " backward layout " + std::to_string(layout) + " deterministic " + std::to_string(det);
+        Dev<float> sq(qrows * c.dim), sd(drows * c.dim), oq(qrows * c.dim), od(drows * c.dim);
+        sq.Fill(0x7f);
+        sd.Fill(0x7f);
+        oq.Fill(0x7f);
+        od.Fill(0x7f);
+        maxsim_backward_args a = BackwardCall(layout, fwd.am.p, d_grad.p, sq.p, sd.p, det, &shape.off, &shape.cand);
+        a.cuda_stream = s1.s;
+        ASSERT_EQ(maxsim_backward(gpu.get(), &dq0.s, &docs.s, &a), MAXSIM_OK) << w << ": " << maxsim_last_error();
+        a = BackwardCall(layout, fwd.am.p, d_grad.p, oq.p, od.p, det, &shape.off, &shape.cand);
+        a.cuda_stream = s2.s;  // after the forward on s1: the library orders it
+        a.flags = MAXSIM_CALL_STREAM_ORDERED;
+        ASSERT_EQ(maxsim_backward(gpu.get(), &dq0.s, &docs.s, &a), MAXSIM_OK) << w << ": " << maxsim_last_error();
+        ASSERT_EQ(maxsim_synchronize(gpu.get()), MAXSIM_OK) << w << ": " << maxsim_last_error();
+        ExpectSameBits(sq.Down(), oq.Down(), w + " grad_Q");
+        if (det) {
+          ExpectSameBits(sd.Down(), od.Down(), w + " grad_D");
+        } else {
+          GradRef rq, rd;
+          ReferenceGrads(tq, td, layout, shape.off, shape.cand, fwd.Down().argmax, grad, &rq, &rd);
+          ExpectGrad(rd, od.Down(), c.lead + 1, c.dim, w + " grad_D atomic");
+        }
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// A stream-ordered call whose inputs fail the value check returns MAXSIM_OK; once its stream has run, its scores
+// are NaN and its argmax -1, and maxsim_synchronize returns the synchronous call's status and message with the call
+// named, once. The next call reports it as soon as the failure is recorded (after the stream has run) and does
+// nothing. A non-finite value in a masked row is no error. The backward's non-finite gradient and bad argmax
+// entry likewise, with NaN gradients.
+TEST_F(Gpu, StreamOrderedFailuresAreReportedBySynchronizeAndTheNextCall) {
+  Context gpu(Options("cuda"));
+  Stream s1, s2;
+  struct Case {
+    maxsim_dtype dtype;
+    uint64_t lq;
+    bool uniform;
+    maxsim_metric metric;
+  };
+  // Dot: the folded check (ring, FFMA and wgmma kernels), located by the settle kernel; cosine: the row check.
+  const Case cases[] = {{MAXSIM_BF16, 32, true, MAXSIM_METRIC_DOT},     {MAXSIM_BF16, 300, true, MAXSIM_METRIC_DOT},
+                        {MAXSIM_F16, 20, false, MAXSIM_METRIC_DOT},     {MAXSIM_F32, 24, false, MAXSIM_METRIC_COSINE},
+                        {MAXSIM_BF16, 32, false, MAXSIM_METRIC_COSINE}};
+  const std::string prefix = "backend cuda: ";
+  uint64_t salt = 2500;
+  for (const Case& c : cases) {
+    auto rng = Rng(++salt);
+    const std::string what = "dtype " + std::to_string(c.dtype) + " lq " + std::to_string(c.lq) +
+                             (c.uniform ? " uniform" : " offsets") + " metric " + std::to_string(c.metric);
+    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, c.lq, c.lq, 128), c.dtype);
+    const TokenSets d = Encoded(Generate(rng, Shape::kUnitGaussian, 5, c.uniform ? 120 : 20, 120, 128), c.dtype);
+    // One matrix call on `stream` with `flags` into outputs filled with zeros (a partial result would show).
+    auto call = [&](const TokenSets& tq, const TokenSets& td, cudaStream_t stream, uint32_t flags, OrderedForward* out,
+                    std::unique_ptr<DeviceSets>* keep) {
+      keep[0] = std::make_unique<DeviceSets>(tq);
+      keep[1] = std::make_unique<DeviceSets>(td);
+      if (c.uniform) {
+        for (int k = 0; k < 2; ++k) {
+          keep[k]->s.offsets = nullptr;
+          keep[k]->s.set_length = (k ? td : tq).length(0);
+        }
+      }
+      return EnqueueForward(gpu, *keep[0], *keep[1], MAXSIM_LAYOUT_MATRIX, {}, {}, c.metric, stream, flags, out->sc.p,
+                            out->am.p);
+    };
+    const uint64_t n_scores = q.n_sets() * d.n_sets(), am_size = d.n_sets() * q.rows();
+    for (bool query : {true, false}) {
+      TokenSets bq = q, bd = d;
+      TokenSets& t = query ? bq : bd;
+      const uint64_t set = query ? 1 : 2, token = query ? 5 : 7;
+      t.values[(t.offsets[set] + token) * t.dim + (query ? 3 : 0)] = query ? INFINITY : std::nanf("");
+      t.Encode(c.dtype);
+      const std::string w = what + (query ? " bad query" : " bad document");
+      std::unique_ptr<DeviceSets> keep[2];
+      OrderedForward sync_out(n_scores, am_size), out(n_scores, am_size);
+      ASSERT_EQ(call(bq, bd, s1.s, 0, &sync_out, keep), MAXSIM_ERR_NON_FINITE) << w;
+      const std::string sync_msg = maxsim_last_error();
+      ASSERT_EQ(sync_msg.rfind(prefix, 0), 0u) << sync_msg;
+      EXPECT_NE(sync_msg.find(std::string(query ? "queries" : "documents") + ": set " + std::to_string(set) +
+                              " token " + std::to_string(token) + " "), std::string::npos) << w << ": " << sync_msg;
+      ASSERT_EQ(call(bq, bd, s1.s, MAXSIM_CALL_STREAM_ORDERED, &out, keep), MAXSIM_OK) << w << ": " << maxsim_last_error();
+      ASSERT_EQ(maxsim_synchronize(gpu.get()), MAXSIM_ERR_NON_FINITE) << w;
+      EXPECT_EQ(std::string(maxsim_last_error()),
+                prefix + "maxsim_score_matrix (stream-ordered): " + sync_msg.substr(prefix.size())) << w;
+      const Matrix m = out.Down();
+      for (float v : m.scores) ASSERT_TRUE(std::isnan(v)) << w << ": a score survived a failed call: " << v;
+      for (int32_t v : m.argmax) ASSERT_EQ(v, -1) << w << ": an argmax survived a failed call";
+      ASSERT_EQ(maxsim_synchronize(gpu.get()), MAXSIM_OK) << w << ": reported twice: " << maxsim_last_error();
+      // The next call reports it (its outputs untouched), the one after runs.
+      ASSERT_EQ(call(bq, bd, s1.s, MAXSIM_CALL_STREAM_ORDERED, &out, keep), MAXSIM_OK) << w << ": " << maxsim_last_error();
+      CUDA_OK(cudaStreamSynchronize(s1.s));
+      std::unique_ptr<DeviceSets> keep2[2];
+      OrderedForward next(n_scores, am_size);
+      ASSERT_EQ(call(q, d, s2.s, 0, &next, keep2), MAXSIM_ERR_NON_FINITE) << w;
+      EXPECT_NE(std::string(maxsim_last_error()).find("maxsim_score_matrix (stream-ordered): "), std::string::npos)
+          << w << ": " << maxsim_last_error();
+      for (float v : next.sc.Down()) ASSERT_EQ(v, 0.0f) << w << ": the reporting call wrote a score";
+      ASSERT_EQ(call(q, d, s2.s, 0, &next, keep2), MAXSIM_OK) << w << ": " << maxsim_last_error();
+      const Matrix good = next.Down();
+      for (uint64_t i = 0; i < q.n_sets(); ++i) {
+        for (uint64_t j = 0; j < d.n_sets(); ++j) {
+          const std::string err = CheckPair(q, i, d, j, c.metric, good.scores[i * d.n_sets() + j],
+                                            good.argmax.data() + d.n_sets() * q.offsets[i] + j * q.length(i));
+          ASSERT_TRUE(err.empty()) << w << ": after the failure: query " << i << " doc " << j << ": " << err;
+        }
+      }
+    }
+    // A NaN in a masked query row and an infinity in a masked document row: no error, the synchronous bits.
+    TokenSets mq = q, md = d;
+    mq.mask.assign(mq.rows(), 1);
+    md.mask.assign(md.rows(), 1);
+    mq.mask[mq.offsets[1] + 2] = 0;
+    md.mask[md.offsets[3] + 1] = 0;
+    mq.values[(mq.offsets[1] + 2) * mq.dim] = std::nanf("");
+    md.values[(md.offsets[3] + 1) * md.dim + 5] = INFINITY;
+    mq.Encode(c.dtype);
+    md.Encode(c.dtype);
+    std::unique_ptr<DeviceSets> keep[2];
+    OrderedForward sync_out(n_scores, am_size), out(n_scores, am_size);
+    ASSERT_EQ(call(mq, md, s1.s, 0, &sync_out, keep), MAXSIM_OK) << what << " masked: " << maxsim_last_error();
+    ASSERT_EQ(call(mq, md, s2.s, MAXSIM_CALL_STREAM_ORDERED, &out, keep), MAXSIM_OK) << what << " masked: "
+                                                                                    << maxsim_last_error();
+    ASSERT_EQ(maxsim_synchronize(gpu.get()), MAXSIM_OK) << what << " masked: " << maxsim_last_error();
+    ExpectIdentical(sync_out.Down(), out.Down(), what + " masked");
+  }
+  // The backward: a non-finite score gradient, then an argmax entry past its document.
+  auto rng = Rng(2599);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 4, 0, 30, 64), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 6, 1, 50, 64), MAXSIM_BF16);
+  const DeviceSets dq(q, 1, 0), dd(d, 0, 0);
+  OrderedForward fwd(q.n_sets() * d.n_sets(), d.n_sets() * q.rows());
+  ASSERT_EQ(EnqueueForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, MAXSIM_METRIC_DOT, s1.s, 0, fwd.sc.p, fwd.am.p),
+            MAXSIM_OK) << maxsim_last_error();
+  std::vector<float> grad(q.n_sets() * d.n_sets(), 0.25f);
+  std::vector<int32_t> argmax = fwd.Down().argmax;
+  for (int bad = 0; bad < 2; ++bad) {
+    for (int det : {0, 1}) {
+      const std::string w = std::string(bad ? "bad argmax" : "bad gradient") + " deterministic " + std::to_string(det);
+      std::vector<float> g = grad;
+      std::vector<int32_t> am = argmax;
+      if (bad == 0) g[5] = INFINITY;
+      else am[d.n_sets() * q.offsets[1] + 2 * q.length(1)] = 9999;
+      Dev<float> d_grad(g.size());
+      Dev<int32_t> d_am(am.size());
+      d_grad.Up(g.data());
+      d_am.Up(am.data());
+      Dev<float> oq(dq.offsets.back() * 64), od(dd.offsets.back() * 64);
+      oq.Fill(0);
+      od.Fill(0);
+      maxsim_backward_args a = BackwardCall(MAXSIM_LAYOUT_MATRIX, d_am.p, d_grad.p, oq.p, od.p, det);
+      a.cuda_stream = s2.s;
+      const maxsim_status want = bad ? MAXSIM_ERR_INVALID_ARGUMENT : MAXSIM_ERR_NON_FINITE;
+      ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), want) << w;
+      const std::string sync_msg = maxsim_last_error();
+      a.flags = MAXSIM_CALL_STREAM_ORDERED;
+      ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << w << ": " << maxsim_last_error();
+      ASSERT_EQ(maxsim_synchronize(gpu.get()), want) << w;
+      EXPECT_EQ(std::string(maxsim_last_error()),
+                prefix + "maxsim_backward (stream-ordered): " + sync_msg.substr(prefix.size())) << w;
+      for (float v : oq.Down()) ASSERT_TRUE(std::isnan(v)) << w << ": a query gradient survived: " << v;
+      for (float v : od.Down()) ASSERT_TRUE(std::isnan(v)) << w << ": a document gradient survived: " << v;
+    }
+  }
+}
+
 TEST_F(Gpu, SanitizeSmallEveryOperation) {
   Context gpu(Options("cuda"));
   auto rng = Rng(900);
@@ -2254,6 +2558,29 @@ TEST_F(Gpu, SanitizeSmallEveryOperation) {
     a.grad_documents = o_d.p;
     a.deterministic = det;
     ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << maxsim_last_error();
+  }
+  // Stream-ordered: forward and backward on two streams, a failing call (its settle kernel locating the row and
+  // filling the outputs), and maxsim_synchronize.
+  {
+    Stream s1, s2;
+    OrderedForward of(f.scores.size(), f.argmax.size());
+    ASSERT_EQ(EnqueueForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, MAXSIM_METRIC_DOT, s1.s,
+                             MAXSIM_CALL_STREAM_ORDERED, of.sc.p, of.am.p), MAXSIM_OK) << maxsim_last_error();
+    for (int det : {0, 1}) {
+      maxsim_backward_args a = BackwardCall(MAXSIM_LAYOUT_MATRIX, of.am.p, d_grad.p, o_q.p, o_d.p, det);
+      a.cuda_stream = det ? s1.s : s2.s;
+      a.flags = MAXSIM_CALL_STREAM_ORDERED;
+      ASSERT_EQ(maxsim_backward(gpu.get(), &dq.s, &dd.s, &a), MAXSIM_OK) << maxsim_last_error();
+    }
+    TokenSets bq = q;
+    bq.values[bq.rows() / 2 * bq.dim + 2] = std::nanf("");
+    bq.mask.assign(bq.rows(), 1);
+    bq.Encode(MAXSIM_BF16);
+    const DeviceSets dbq(bq, 1, 0);
+    ASSERT_EQ(EnqueueForward(gpu, dbq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, MAXSIM_METRIC_DOT, s2.s,
+                             MAXSIM_CALL_STREAM_ORDERED, of.sc.p, of.am.p), MAXSIM_OK) << maxsim_last_error();
+    ASSERT_EQ(maxsim_synchronize(gpu.get()), MAXSIM_ERR_NON_FINITE);
+    ASSERT_EQ(maxsim_synchronize(gpu.get()), MAXSIM_OK) << maxsim_last_error();
   }
   // Enough short-query pairs for the screening kernel's per-warp ring (ScreenPipeKernel), ragged and empty
   // documents, code rows of 128 and 64 bytes.

@@ -489,6 +489,7 @@ Status CreateBackend(const maxsim_plugin_host* host, Backend** out, uint32_t ind
 
 void DestroyBackend(Backend* b) {
   if (!b) return;
+  ReleaseDeferred(*b);
   if (b->stream) cudaStreamSynchronize(b->stream);
   if (b->copy) cudaStreamSynchronize(b->copy);
   b->scratch.Release();

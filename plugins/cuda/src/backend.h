@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "deferred.h"
 #include "kernels.h"
 #include "maxsim/plugin.h"
 
@@ -132,6 +133,26 @@ Tuning ReadTuning();
 // and by the settings list of `maxsim info`.
 bool MatrixColumnsHidden();
 
+// Stream-ordered calls of one backend (deferred.cc): the slots in flight, the first failure not yet reported, and
+// the last stream-ordered call's stream and event (a later call on another stream waits for that event on the
+// device before it reuses the backend's scratch memory).
+struct DeferredState {
+  PinnedBuffer words;                 // kDeferredSlots DeferredWords, 64 bytes apart (mapped)
+  DeviceBuffer device;                // kDeferredSlots DeferredDevice
+  std::vector<cudaEvent_t> done;      // per slot: recorded after the call's settle kernel
+  struct Pending {
+    uint32_t slot;
+    bool backward;
+    std::string call;                 // the public function, for the message
+  };
+  std::vector<Pending> pending;       // in the order the calls were made
+  std::vector<uint32_t> free_slots;
+  Status error;                       // the first failure not yet reported
+  bool last_ordered = false;          // the backend's last call was stream-ordered: last_event orders reuse
+  cudaStream_t last_stream = nullptr;
+  cudaEvent_t last_event = nullptr;
+};
+
 struct Backend {
   const maxsim_plugin_host* host = nullptr;
   int device = 0;
@@ -180,6 +201,7 @@ struct Backend {
 
   // What the backend read when it was created, one line per setting (the plugin's describe hook, maxsim info).
   std::string settings;
+  DeferredState deferred;
 
   void Log(maxsim_log_level level, const std::string& m) const;
 };
@@ -260,6 +282,37 @@ Status TopK(Backend& b, const maxsim_plugin_score_args& a);
 // documents_device_memory: what CheckCallerTensors found (-1: not known; the batch launcher then asks the driver).
 Status TrainForward(Backend& b, const maxsim_plugin_train_args& a, int documents_device_memory = -1);
 Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a);
+// Whether a training call may return with its work enqueued (MAXSIM_CALL_STREAM_ORDERED; the host sets it).
+bool StreamOrdered(const maxsim_plugin_train_args& a);
+// The failed value checks' errors, the same for a synchronous call and a deferred one (training.cc): the
+// forward's offending token (side 0: queries, 1: documents), the backward's flags (1 + index, ~0 when clear).
+Status ForwardValueError(int side, unsigned long long set, unsigned long long token);
+Status BackwardValueError(const unsigned long long flags[2]);
+
+// Stream-ordered calls (deferred.cc). Every operation calls BeginOperation first, with the stream it will use: a
+// failure of an earlier stream-ordered call that its host words already show is returned (once; the operation
+// then does nothing), and the stream waits on the device for the last stream-ordered call when that ran on
+// another stream. SynchronizeDeferred waits for every stream-ordered call and returns the first failure not yet
+// reported. PollDeferred retires finished calls (wait: all of them).
+Status BeginOperation(Backend& b, cudaStream_t stream);
+Status SynchronizeDeferred(Backend& b);
+Status PollDeferred(Backend& b, bool wait);
+// A stream-ordered call's slot: taken before its first launch (AcquireSlot; waits for the oldest call when
+// kDeferredSlots are in flight), handed back with the call's settle kernel and event (CommitSlot) or, when the
+// call fails first, by AbandonSlot (after the stream has finished).
+struct DeferredSlot {
+  uint32_t index = 0;
+  DeferredDevice* dev = nullptr;
+  DeferredWords* words = nullptr;  // device address
+  cudaStream_t stream = nullptr;
+  bool held = false;
+};
+Status AcquireSlot(Backend& b, cudaStream_t stream, DeferredSlot* out);
+Status CommitSlot(Backend& b, DeferredSlot& slot, const SettleArgs& settle, cudaStream_t stream, bool backward,
+                  const char* call);
+void AbandonSlot(Backend& b, DeferredSlot& slot);
+// Waits for the calls in flight and frees the slots (DestroyBackend).
+void ReleaseDeferred(Backend& b);
 
 }  // namespace mscuda
 

@@ -11,19 +11,10 @@
 #include <math.h>
 
 #include "device_common.cuh"
+#include "row_check.cuh"
 
 namespace mscuda {
 namespace {
-
-__device__ __forceinline__ uint64_t SetOfRow(const SetsView& s, uint64_t row) {
-  if (s.offsets == nullptr) return s.set_length ? row / s.set_length : 0;
-  uint64_t lo = 0, hi = s.n_sets;  // find the last i with offsets[i] <= row (sets may be empty)
-  while (hi - lo > 1) {
-    const uint64_t mid = (lo + hi) / 2;
-    if (s.offsets[mid] <= row) lo = mid; else hi = mid;
-  }
-  return lo;
-}
 
 // A bad entry: flag[which] keeps the smallest (1 + index) reported, and the host's mapped word (when given) says
 // that there is one.

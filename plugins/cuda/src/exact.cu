@@ -19,6 +19,7 @@
 #include <cstdlib>
 
 #include "forward_common.cuh"
+#include "row_check.cuh"
 
 namespace mscuda {
 namespace {
@@ -781,22 +782,10 @@ __global__ void RowCheckKernel(const SetsView s, uint64_t row_begin, uint64_t ro
   const uint64_t warps = static_cast<uint64_t>(gridDim.x) * (blockDim.x >> 5);
   for (uint64_t r = row_begin + static_cast<uint64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
        r < row_end; r += warps) {
-    if (!s.Kept(r)) {
-      if (norms && lane == 0) norms[r] = 0.0f;
-      continue;
-    }
-    const uint8_t* row = s.orig + r * s.row_bytes;
     double sq = 0.0;
-    bool finite = true;
-    for (uint32_t k = lane; k < s.dim; k += 32) {
-      const float v = LoadElem(row, k, s.dtype);
-      finite = finite && isfinite(v);
-      sq += static_cast<double>(v) * v;
-    }
-    for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(kFull, sq, off);
-    finite = __all_sync(kFull, finite);
+    const bool bad = RowFails(s, r, lane, &sq);
     if (lane == 0) {
-      if (!finite || !(sq <= 1e38)) atomicMin(flag, static_cast<unsigned long long>(r) + 1);
+      if (bad) atomicMin(flag, static_cast<unsigned long long>(r) + 1);
       if (norms) norms[r] = static_cast<float>(sqrt(sq));
     }
   }

@@ -91,12 +91,22 @@ bool HasStream(const maxsim_plugin_train_args* a) {
 
 // An operation (scoring or training) on backend b: Guard, and on failure SettleFailedCall, so that a call that
 // failed after enqueueing work leaves none running when it returns (training: on its stream too).
+// Every operation starts with BeginOperation on the stream it uses (the caller's for training, else the
+// backend's): an earlier stream-ordered call's failure is reported, and the stream is ordered after that call.
+// A synchronous operation that succeeded has waited for its stream, so nothing stream-ordered is left to order
+// after.
 template <typename F>
 maxsim_status GuardOperation(maxsim_plugin_backend* b, bool training, void* stream, char* err, size_t err_cap,
-                             F&& body) {
+                             F&& body, bool stream_ordered = false) {
   const CallerContext caller;
-  const maxsim_status code = Guard(err, err_cap, body);
+  const maxsim_status code = Guard(err, err_cap, [&]() -> Status {
+    if (!b) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "backend is NULL");
+    Status s = mscuda::BeginOperation(*B(b), training ? static_cast<cudaStream_t>(stream) : B(b)->stream);
+    if (!s.ok()) return s;
+    return body();
+  });
   if (code != MAXSIM_OK && b) mscuda::SettleFailedCall(*B(b), training, static_cast<cudaStream_t>(stream));
+  if (code == MAXSIM_OK && !stream_ordered && B(b)->sync_calls) B(b)->deferred.last_ordered = false;
   return code;
 }
 
@@ -235,7 +245,7 @@ maxsim_status TrainForward(maxsim_plugin_backend* b, const maxsim_plugin_train_a
     Status s = CheckTrainArgs(b, a, &documents_device_memory);
     if (!s.ok()) return s;
     return mscuda::TrainForward(*B(b), *a, documents_device_memory);
-  });
+  }, a != nullptr && mscuda::StreamOrdered(*a));
 }
 
 maxsim_status TrainBackward(maxsim_plugin_backend* b, const maxsim_plugin_train_args* a, char* err,
@@ -247,6 +257,14 @@ maxsim_status TrainBackward(maxsim_plugin_backend* b, const maxsim_plugin_train_
       return mscuda::Fail(MAXSIM_ERR_UNSUPPORTED, "the training backward supports the dot metric only");
     }
     return mscuda::TrainBackward(*B(b), *a);
+  }, a != nullptr && mscuda::StreamOrdered(*a));
+}
+
+maxsim_status Synchronize(maxsim_plugin_backend* b, char* err, size_t err_cap) {
+  const CallerContext caller;
+  return Guard(err, err_cap, [&]() -> Status {
+    if (!b) return mscuda::Fail(MAXSIM_ERR_INVALID_ARGUMENT, "backend is NULL");
+    return mscuda::SynchronizeDeferred(*B(b));
   });
 }
 
@@ -309,6 +327,7 @@ const maxsim_plugin_api kApi = {
     &CreateDevice,
     &DenseQueryModes,
     MAXSIM_PLUGIN_OUTPUT_MATRIX_COLUMNS,
+    &Synchronize,
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 // Training on dense device tensors: the forward (scores + argmax, exact, with the value check of maxsim.h on
 // the device) and the backward (grad_Q, grad_D atomic or deterministic, with the argmax/grad check).
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -135,7 +136,31 @@ Status ReadTrainInputs(Backend& b, const maxsim_plugin_train_args& a, TrainInput
   return Status::Ok();
 }
 
+// Hands a stream-ordered call's slot back if the call fails before CommitSlot.
+struct SlotGuard {
+  Backend& b;
+  DeferredSlot slot;
+  ~SlotGuard() { AbandonSlot(b, slot); }
+};
+
 }  // namespace
+
+bool StreamOrdered(const maxsim_plugin_train_args& a) {
+  return a.struct_size >= offsetof(maxsim_plugin_train_args, call) + sizeof(a.call) &&
+         (a.flags & MAXSIM_CALL_STREAM_ORDERED) != 0;
+}
+
+Status ForwardValueError(int side, ull set, ull token) {
+  return Fail(MAXSIM_ERR_NON_FINITE, "%s: set %llu token %llu has a non-finite value or an L2 norm above 1e19",
+              side == 0 ? "queries" : "documents", set, token);
+}
+
+Status BackwardValueError(const ull flags[2]) {
+  if (flags[1] != ~0ull) return Fail(MAXSIM_ERR_NON_FINITE, "grad_scores[%llu] is not finite", flags[1] - 1);
+  return Fail(MAXSIM_ERR_INVALID_ARGUMENT,
+              "argmax[%llu] is not -1 or a kept token of its document; pass the forward's argmax unchanged "
+              "(gradients were not computed for it)", flags[0] - 1);
+}
 
 Status TrainForward(Backend& b, const maxsim_plugin_train_args& a, int documents_device_memory) {
   TrainInputs in;
@@ -177,7 +202,11 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a, int documents
   }
   q.view.offsets = q.uniform ? nullptr : reinterpret_cast<const uint64_t*>(s + o_qoff);
   d.view.offsets = d.uniform ? nullptr : reinterpret_cast<const uint64_t*>(s + o_doff);
-  ull* flag = reinterpret_cast<ull*>(s + o_flag);
+  // A stream-ordered call checks into its slot's device words (clear when taken), settled on the device.
+  const bool ordered = StreamOrdered(a) && b.sync_calls;
+  SlotGuard guard{b, {}};
+  if (ordered) MSC_RETURN(AcquireSlot(b, stream, &guard.slot));
+  ull* flag = ordered ? guard.slot.dev->flags : reinterpret_cast<ull*>(s + o_flag);
   // The value check of maxsim.h. Dot: folded into the scoring kernels (ForwardArgs::bad: a non-finite kept
   // similarity), so the inputs are read once; only when it fires does RowCheck read them again to name the
   // offending token (or find that the similarity came from a masked query row: the results stand). Cosine needs
@@ -189,11 +218,13 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a, int documents
   float* dn = cosine ? reinterpret_cast<float*>(s + o_dn) : nullptr;
   volatile unsigned int* bad_host = reinterpret_cast<volatile unsigned int*>(b.flags_host.data() + kFoldedFlagOffset);
   unsigned int* bad_dev = nullptr;
-  if (folded) {
+  if (folded && ordered) {
+    bad_dev = &guard.slot.dev->gate;
+  } else if (folded) {
     *bad_host = 0u;
     bad_dev = reinterpret_cast<unsigned int*>(b.flags_host.device_data() + kFoldedFlagOffset);
   } else {
-    MSC_CUDA(cudaMemsetAsync(flag, 0xff, 16, stream));
+    if (!ordered) MSC_CUDA(cudaMemsetAsync(flag, 0xff, 16, stream));
     cudaError_t e = LaunchRowCheck(q.view, q.first_row, q.n_rows, qn, flag, stream);
     if (e == cudaSuccess) e = LaunchRowCheck(d.view, d.first_row, d.n_rows, dn, flag + 1, stream);
     if (e != cudaSuccess) return CudaFail(e, "launching the input check");
@@ -224,6 +255,24 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a, int documents
   }
   fa.bad = bad_dev;
   MSC_RETURN(LaunchForward(b, plan, fa, stream));
+  if (ordered) {
+    SettleArgs sa;
+    sa.dev = guard.slot.dev;
+    sa.words = guard.slot.words;
+    sa.locate_rows = folded;
+    sa.name_rows = true;
+    sa.q = q.view;
+    sa.d = d.view;
+    sa.q_begin = q.first_row;
+    sa.q_end = q.n_rows;
+    sa.d_begin = d.first_row;
+    sa.d_end = d.n_rows;
+    sa.fill[0] = reinterpret_cast<uint32_t*>(a.scores);
+    sa.fill_words[0] = n_pairs;
+    sa.fill[1] = reinterpret_cast<uint32_t*>(a.argmax);
+    sa.fill_words[1] = a.argmax ? in.EntriesBefore(n_pairs) : 0;
+    return CommitSlot(b, guard.slot, sa, stream, false, a.call);
+  }
   if (!b.sync_calls) return Status::Ok();
   ull flags[2];
   if (folded) {
@@ -250,8 +299,7 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a, int documents
       DenseInfo& x = r == 0 ? q : d;
       const uint64_t row = flags[r] - 1;
       const uint64_t set = x.SetOf(row);
-      return Fail(MAXSIM_ERR_NON_FINITE, "%s: set %llu token %llu has a non-finite value or an L2 norm above 1e19",
-                  r == 0 ? "queries" : "documents", static_cast<ull>(set), static_cast<ull>(row - x.Offset(set)));
+      return ForwardValueError(r, set, row - x.Offset(set));
     }
   }
   return Status::Ok();
@@ -347,13 +395,22 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
   // The check flags persist in device memory between calls: cleared (all ones) by a memset only when the last
   // call found a bad entry or did not wait for its kernels. A bad entry also sets a word of mapped pinned memory,
   // so that a good call reads nothing back: its kernels and one synchronisation are the whole call.
-  MSC_RETURN(b.backward_flags.Reserve(16, "the backward's check flags"));
-  ba.flag = reinterpret_cast<ull*>(b.backward_flags.data());
-  if (!b.backward_flags_clear || !b.sync_calls) MSC_CUDA(cudaMemsetAsync(ba.flag, 0xff, 16, stream));
-  b.backward_flags_clear = false;
+  // A stream-ordered call checks into its slot's device words instead (clear when taken), settled on the device.
+  const bool ordered = StreamOrdered(a) && b.sync_calls;
+  SlotGuard guard{b, {}};
   volatile unsigned int* bad_host = reinterpret_cast<volatile unsigned int*>(b.flags_host.data() + kBackwardBadOffset);
-  *bad_host = 0u;
-  ba.bad_host = reinterpret_cast<unsigned int*>(b.flags_host.device_data() + kBackwardBadOffset);
+  if (ordered) {
+    MSC_RETURN(AcquireSlot(b, stream, &guard.slot));
+    ba.flag = guard.slot.dev->flags;
+    ba.bad_host = &guard.slot.dev->gate;
+  } else {
+    MSC_RETURN(b.backward_flags.Reserve(16, "the backward's check flags"));
+    ba.flag = reinterpret_cast<ull*>(b.backward_flags.data());
+    if (!b.backward_flags_clear || !b.sync_calls) MSC_CUDA(cudaMemsetAsync(ba.flag, 0xff, 16, stream));
+    b.backward_flags_clear = false;
+    *bad_host = 0u;
+    ba.bad_host = reinterpret_cast<unsigned int*>(b.flags_host.device_data() + kBackwardBadOffset);
+  }
   cudaError_t e = cudaSuccess;
   if (doc) {
     // Rows before the first set belong to no set: zeroed, as the other path leaves them.
@@ -391,6 +448,17 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
       if (e != cudaSuccess) return CudaFail(e, "launching grad_D");
     }
   }
+  if (ordered) {
+    // A failed check leaves no gradient the caller could take for one: both outputs NaN.
+    SettleArgs sa;
+    sa.dev = guard.slot.dev;
+    sa.words = guard.slot.words;
+    sa.fill[0] = reinterpret_cast<uint32_t*>(a.grad_queries);
+    sa.fill_words[0] = a.grad_queries ? q.n_rows * dim : 0;
+    sa.fill[1] = reinterpret_cast<uint32_t*>(a.grad_documents);
+    sa.fill_words[1] = a.grad_documents ? d.n_rows * dim : 0;
+    return CommitSlot(b, guard.slot, sa, stream, true, a.call);
+  }
   if (!b.sync_calls) return Status::Ok();
   MSC_CUDA(cudaStreamSynchronize(stream));
   b.staged_pending = false;
@@ -400,14 +468,7 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
   }
   ull flags[2];
   MSC_RETURN(ReadFlags(b, ba.flag, stream, flags));
-  if (flags[1] != ~0ull) {
-    return Fail(MAXSIM_ERR_NON_FINITE, "grad_scores[%llu] is not finite", static_cast<ull>(flags[1] - 1));
-  }
-  if (flags[0] != ~0ull) {
-    return Fail(MAXSIM_ERR_INVALID_ARGUMENT,
-                "argmax[%llu] is not -1 or a kept token of its document; pass the forward's argmax unchanged "
-                "(gradients were not computed for it)", static_cast<ull>(flags[0] - 1));
-  }
+  if (flags[0] != ~0ull || flags[1] != ~0ull) return BackwardValueError(flags);
   return Status::Ok();
 }
 
