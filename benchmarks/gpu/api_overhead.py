@@ -55,6 +55,13 @@ def main():
     for s in shapes:
         print(f"  {s:15} " + "  ".join(f"{x} {us(x, s, 'api-dense'):.1f} - {us(x, s, 'dense-kernels'):.1f} = "
                                        f"{us(x, s, 'api-dense') - us(x, s, 'dense-kernels'):.1f}" for x in sides))
+    if any(runs[("new", s)].get("api-dense-ordered") for s in shapes):
+        print("stream-ordered (us per call: 20 calls back to back, one maxsim_synchronize): api-dense-ordered over "
+              "dense-kernels, new")
+        for s in shapes:
+            o, k = us("new", s, "api-dense-ordered"), us("new", s, "dense-kernels")
+            print(f"  {s:15} {o:.1f} - {k:.1f} = {o - k:.1f} ({(o - k) / k * 100:.1f}% of the kernels; synchronous "
+                  f"{us('new', s, 'api-dense') - k:.1f})")
     print("steps (us, synchronous round trips, new):")
     for s in shapes:
         print(f"  {s:15} " + "  ".join(f"{m[5:]} {us('new', s, m):.1f}" for m in STEPS))
@@ -79,6 +86,11 @@ def main():
             print(f"  {'fwd+bwd-' + kind:15} " + "  ".join(
                 f"{x} {us(x, train, 'api-fwd+bwd-' + kind):.1f} - {us(x, train, 'fwd+bwd-' + kind):.1f} = "
                 f"{us(x, train, 'api-fwd+bwd-' + kind) - us(x, train, 'fwd+bwd-' + kind):.1f}" for x in sides))
+        for kind in ("atomic", "det"):
+            o, k = us("new", train, f"api-fwd+bwd-{kind}-ordered"), us("new", train, f"fwd+bwd-{kind}")
+            if o == o:  # a build with the stream-ordered rows
+                print(f"  {'ordered-' + kind:15} new {o:.1f} - {k:.1f} = {o - k:.1f} ({(o - k) / k * 100:.1f}%; "
+                      f"20 steps back to back, one maxsim_synchronize)")
         print(f"  {'fwd':15} " + "  ".join(f"{x} {us(x, train, 'api-fwd'):.1f} - {us(x, train, 'fwd-atomic'):.1f} = "
                                           f"{us(x, train, 'api-fwd') - us(x, train, 'fwd-atomic'):.1f}" for x in sides))
         shapes.append(train)
