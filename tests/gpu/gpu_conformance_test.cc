@@ -2230,6 +2230,7 @@ struct OrderedForward {
   OrderedForward(uint64_t n_scores, uint64_t argmax_size) : sc(n_scores), am(argmax_size) {
     sc.Fill(0);
     am.Fill(0);
+    cudaDeviceSynchronize();  // the fills ran on the legacy stream, which the test's non-blocking streams do not wait for
   }
   Matrix Down() const { return Matrix{sc.Down(), am.Down()}; }
 };
@@ -2282,6 +2283,7 @@ TEST_F(Gpu, StreamOrderedCallsGiveTheSynchronousBits) {
         dd1(d[1], c.lead, c.pad);
     const DeviceSets* dq[2] = {&dq0, &dq1};
     const DeviceSets* dd[2] = {&dd0, &dd1};
+    CUDA_OK(cudaDeviceSynchronize());  // the uploads, before calls on non-blocking streams
     for (maxsim_layout layout : {MAXSIM_LAYOUT_MATRIX, MAXSIM_LAYOUT_PAIRS, MAXSIM_LAYOUT_CANDIDATES}) {
       for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
         const std::string w = what + " layout " + std::to_string(layout) + " metric " + std::to_string(metric);
@@ -2325,6 +2327,7 @@ TEST_F(Gpu, StreamOrderedCallsGiveTheSynchronousBits) {
       for (float& g : grad) g = gn(rng);
       Dev<float> d_grad(grad.size());
       d_grad.Up(grad.data());
+      CUDA_OK(cudaDeviceSynchronize());
       const uint64_t qrows = dq0.offsets.back(), drows = dd0.offsets.back();
       for (int det : {1, 0}) {
         const std::string w = what + " backward layout " + std::to_string(layout) + " deterministic " + std::to_string(det);
@@ -2333,11 +2336,12 @@ TEST_F(Gpu, StreamOrderedCallsGiveTheSynchronousBits) {
         sd.Fill(0x7f);
         oq.Fill(0x7f);
         od.Fill(0x7f);
+        CUDA_OK(cudaDeviceSynchronize());
         maxsim_backward_args a = BackwardCall(layout, fwd.am.p, d_grad.p, sq.p, sd.p, det, &shape.off, &shape.cand);
         a.cuda_stream = s1.s;
         ASSERT_EQ(maxsim_backward(gpu.get(), &dq0.s, &docs.s, &a), MAXSIM_OK) << w << ": " << maxsim_last_error();
         a = BackwardCall(layout, fwd.am.p, d_grad.p, oq.p, od.p, det, &shape.off, &shape.cand);
-        a.cuda_stream = s2.s;  // after the forward on s1: the library orders it
+        a.cuda_stream = s2.s;  // another stream than the call before
         a.flags = MAXSIM_CALL_STREAM_ORDERED;
         ASSERT_EQ(maxsim_backward(gpu.get(), &dq0.s, &docs.s, &a), MAXSIM_OK) << w << ": " << maxsim_last_error();
         ASSERT_EQ(maxsim_synchronize(gpu.get()), MAXSIM_OK) << w << ": " << maxsim_last_error();
@@ -2392,6 +2396,7 @@ TEST_F(Gpu, StreamOrderedFailuresAreReportedBySynchronizeAndTheNextCall) {
           keep[k]->s.set_length = (k ? td : tq).length(0);
         }
       }
+      cudaDeviceSynchronize();  // the uploads ran on the legacy stream
       return EnqueueForward(gpu, *keep[0], *keep[1], MAXSIM_LAYOUT_MATRIX, {}, {}, c.metric, stream, flags, out->sc.p,
                             out->am.p);
     };
@@ -2457,9 +2462,10 @@ TEST_F(Gpu, StreamOrderedFailuresAreReportedBySynchronizeAndTheNextCall) {
   }
   // The backward: a non-finite score gradient, then an argmax entry past its document.
   auto rng = Rng(2599);
-  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 4, 0, 30, 64), MAXSIM_BF16);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 4, 1, 30, 64), MAXSIM_BF16);
   const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 6, 1, 50, 64), MAXSIM_BF16);
   const DeviceSets dq(q, 1, 0), dd(d, 0, 0);
+  CUDA_OK(cudaDeviceSynchronize());
   OrderedForward fwd(q.n_sets() * d.n_sets(), d.n_sets() * q.rows());
   ASSERT_EQ(EnqueueForward(gpu, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, MAXSIM_METRIC_DOT, s1.s, 0, fwd.sc.p, fwd.am.p),
             MAXSIM_OK) << maxsim_last_error();
@@ -2479,6 +2485,7 @@ TEST_F(Gpu, StreamOrderedFailuresAreReportedBySynchronizeAndTheNextCall) {
       Dev<float> oq(dq.offsets.back() * 64), od(dd.offsets.back() * 64);
       oq.Fill(0);
       od.Fill(0);
+      CUDA_OK(cudaDeviceSynchronize());
       maxsim_backward_args a = BackwardCall(MAXSIM_LAYOUT_MATRIX, d_am.p, d_grad.p, oq.p, od.p, det);
       a.cuda_stream = s2.s;
       const maxsim_status want = bad ? MAXSIM_ERR_INVALID_ARGUMENT : MAXSIM_ERR_NON_FINITE;
@@ -2577,6 +2584,7 @@ TEST_F(Gpu, SanitizeSmallEveryOperation) {
     bq.mask.assign(bq.rows(), 1);
     bq.Encode(MAXSIM_BF16);
     const DeviceSets dbq(bq, 1, 0);
+    CUDA_OK(cudaDeviceSynchronize());
     ASSERT_EQ(EnqueueForward(gpu, dbq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, MAXSIM_METRIC_DOT, s2.s,
                              MAXSIM_CALL_STREAM_ORDERED, of.sc.p, of.am.p), MAXSIM_OK) << maxsim_last_error();
     ASSERT_EQ(maxsim_synchronize(gpu.get()), MAXSIM_ERR_NON_FINITE);
