@@ -111,3 +111,14 @@ def test_devices_option_selects_a_context():
     b = maxsim.scores(Q, D, backend="cpu")
     assert np.array_equal(a, b)
     assert maxsim.context(backend="cpu", devices="0,0") is not maxsim.context(backend="cpu")
+
+
+def test_stream_ordered_needs_device_tensors():
+    # stream_ordered=True is for CUDA tensors (python/tests/test_cuda.py); host arrays are refused, naming the flag.
+    rng = np.random.default_rng(5)
+    Q, D = rng.standard_normal((2, 4, 16), dtype=np.float32), rng.standard_normal((3, 5, 16), dtype=np.float32)
+    for call in (lambda: maxsim.scores(Q, D, stream_ordered=True), lambda: maxsim.pairs(Q, D[:2], stream_ordered=True),
+                 lambda: maxsim.candidates(Q, D, [[0, 1], [2]], stream_ordered=True)):
+        with pytest.raises(maxsim.InvalidArgumentError, match="MAXSIM_CALL_STREAM_ORDERED"):
+            call()
+    maxsim.synchronize()  # nothing was enqueued: returns at once
