@@ -11,7 +11,8 @@
 //   - a score matrix written into a column range of a wider one (ABI 1.3, how each device of a sharded call
 //     writes the caller's matrix) holds the plugin's own bits there and leaves every other element untouched;
 //   - device tensors: the forward (matrix and candidates) against the reference, and the backward against the
-//     float64 gradients of the forward's argmax.
+//     float64 gradients of the forward's argmax;
+//   - stream-ordered calls (ABI 1.4): the synchronous bits, and deferred failures reported by maxsim_synchronize.
 // A plugin whose probe fails here (no device) is skipped with its reason.
 #include <gtest/gtest.h>
 
@@ -326,6 +327,126 @@ TEST_P(PluginConformance, DeviceTensorsThroughThePluginsMemoryHooks) {
       ASSERT_EQ(GradMismatch(rd, gd, 0, c.dim), "") << "grad_D, deterministic " << deterministic;
     }
   }
+}
+
+// Stream-ordered calls (MAXSIM_CALL_STREAM_ORDERED, ABI 1.4) on the default stream: the synchronous calls' bits
+// after maxsim_synchronize; a non-finite query element leaves NaN scores and -1 argmax and is reported by
+// maxsim_synchronize with the synchronous message naming the call (a plugin without synchronize: by the call
+// itself), a non-finite score gradient likewise with NaN gradients.
+TEST_P(PluginConformance, StreamOrderedCallsMatchSynchronousOnes) {
+  const maxsim_memory mem = DeviceMemory();
+  if (mem == MAXSIM_MEMORY_HOST) GTEST_SKIP() << GetParam().name << " takes no device memory or has no memory hooks";
+  const maxsim_plugin_api* api = nullptr;
+  maxsim_plugin_backend* backend = nullptr;
+  ASSERT_EQ(maxsim_context_plugin(ctx(), 0, &api, &backend), MAXSIM_OK) << maxsim_last_error();
+  const bool defers = MAXSIM_PLUGIN_HAS(api, synchronize);
+  std::mt19937_64 rng(78);
+  const Case& c = kCases[0];
+  TokenSets q = Generate(rng, c.shape, c.nq, 1, c.max_lq, c.dim);
+  TokenSets d = Generate(rng, c.shape, c.nd, 1, c.max_ld, c.dim);
+  q.Encode(c.dtype);
+  d.Encode(c.dtype);
+  const uint64_t nq = q.n_sets(), nd = d.n_sets();
+  DeviceBuffer dq(ctx(), q.encoded.size()), dd(ctx(), d.encoded.size());
+  ASSERT_TRUE(dq.ok() && dd.ok()) << dq.error() << dd.error();
+  dq.Up(q.encoded.data(), q.encoded.size());
+  dd.Up(d.encoded.data(), d.encoded.size());
+  maxsim_dense_sets rq = *DenseSets(dq.get(), c.dtype, c.dim, q.offsets).get();
+  maxsim_dense_sets rd = *DenseSets(dd.get(), c.dtype, c.dim, d.offsets).get();
+  rq.memory = mem;
+  rd.memory = mem;
+  const maxsim_sets qs{nullptr, &rq}, ds{nullptr, &rd};
+  DeviceBuffer o_scores(ctx(), nq * nd * 4), o_argmax(ctx(), nd * q.rows() * 4);
+  // The matrix forward with argmax, flags as given; its outputs (host copies) and status.
+  auto forward = [&](uint32_t flags, std::vector<float>* scores, std::vector<int32_t>* argmax) {
+    maxsim_score_options so;
+    maxsim_score_options_init(&so);
+    so.flags = flags;
+    const maxsim_status st = maxsim_score_matrix(ctx(), &qs, &ds, &so, static_cast<float*>(o_scores.get()),
+                                                 static_cast<int32_t*>(o_argmax.get()));
+    if (flags && st == MAXSIM_OK) EXPECT_EQ(maxsim_synchronize(ctx()), MAXSIM_OK) << maxsim_last_error();
+    scores->resize(nq * nd);
+    argmax->resize(nd * q.rows());
+    o_scores.Down(scores->data(), scores->size() * 4);
+    o_argmax.Down(argmax->data(), argmax->size() * 4);
+    return st;
+  };
+  std::vector<float> s_sync, s_ordered;
+  std::vector<int32_t> a_sync, a_ordered;
+  ASSERT_EQ(forward(0, &s_sync, &a_sync), MAXSIM_OK) << maxsim_last_error();
+  ASSERT_EQ(forward(MAXSIM_CALL_STREAM_ORDERED, &s_ordered, &a_ordered), MAXSIM_OK) << maxsim_last_error();
+  ASSERT_EQ(std::memcmp(s_sync.data(), s_ordered.data(), s_sync.size() * 4), 0);
+  ASSERT_EQ(a_sync, a_ordered);
+  // The backward (deterministic: the same bits; atomic: grad_Q's bits), then a non-finite gradient.
+  std::vector<float> grad(nq * nd, 0.5f);
+  DeviceBuffer d_grad(ctx(), grad.size() * 4), o_gq(ctx(), q.rows() * c.dim * 4), o_gd(ctx(), d.rows() * c.dim * 4);
+  auto backward = [&](int deterministic, uint32_t flags, std::vector<float>* gq, std::vector<float>* gd) {
+    d_grad.Up(grad.data(), grad.size() * 4);
+    maxsim_backward_args args{};
+    args.struct_size = sizeof(args);
+    args.layout = MAXSIM_LAYOUT_MATRIX;
+    args.argmax = static_cast<const int32_t*>(o_argmax.get());
+    args.grad_scores = static_cast<const float*>(d_grad.get());
+    args.grad_queries = static_cast<float*>(o_gq.get());
+    args.grad_documents = static_cast<float*>(o_gd.get());
+    args.deterministic = deterministic;
+    args.flags = flags;
+    const maxsim_status st = maxsim_backward(ctx(), &rq, &rd, &args);
+    gq->resize(q.rows() * c.dim);
+    gd->resize(d.rows() * c.dim);
+    o_gq.Down(gq->data(), gq->size() * 4);
+    o_gd.Down(gd->data(), gd->size() * 4);
+    return st;
+  };
+  for (int det = 0; det < 2; ++det) {
+    std::vector<float> gq0, gd0, gq1, gd1;
+    ASSERT_EQ(backward(det, 0, &gq0, &gd0), MAXSIM_OK) << maxsim_last_error();
+    ASSERT_EQ(backward(det, MAXSIM_CALL_STREAM_ORDERED, &gq1, &gd1), MAXSIM_OK) << maxsim_last_error();
+    ASSERT_EQ(maxsim_synchronize(ctx()), MAXSIM_OK) << maxsim_last_error();
+    ASSERT_EQ(std::memcmp(gq0.data(), gq1.data(), gq0.size() * 4), 0) << "grad_Q, deterministic " << det;
+    if (det) ASSERT_EQ(std::memcmp(gd0.data(), gd1.data(), gd0.size() * 4), 0) << "grad_D";
+  }
+  // After the backward's synchronous reference (o_argmax is still the forward's), failures.
+  auto after_prefix = [](const std::string& m) { return m.substr(m.find(": ") + 2); };  // "backend NAME: ..."
+  grad[3] = INFINITY;
+  std::vector<float> gq, gd;
+  ASSERT_EQ(backward(1, 0, &gq, &gd), MAXSIM_ERR_NON_FINITE);
+  const std::string grad_message = after_prefix(maxsim_last_error());
+  const maxsim_status bst = backward(1, MAXSIM_CALL_STREAM_ORDERED, &gq, &gd);
+  if (defers) {
+    ASSERT_EQ(bst, MAXSIM_OK) << maxsim_last_error();
+    ASSERT_EQ(maxsim_synchronize(ctx()), MAXSIM_ERR_NON_FINITE);
+    EXPECT_NE(std::string(maxsim_last_error()).find("maxsim_backward (stream-ordered): " + grad_message),
+              std::string::npos) << maxsim_last_error();
+    for (float v : gq) ASSERT_TRUE(std::isnan(v)) << "a query gradient survived: " << v;
+    for (float v : gd) ASSERT_TRUE(std::isnan(v)) << "a document gradient survived: " << v;
+  } else {
+    ASSERT_EQ(bst, MAXSIM_ERR_NON_FINITE);
+  }
+  TokenSets bad = q;
+  bad.values[(bad.offsets[nq - 1]) * bad.dim + 1] = std::nanf("");
+  bad.Encode(c.dtype);
+  dq.Up(bad.encoded.data(), bad.encoded.size());
+  ASSERT_EQ(forward(0, &s_sync, &a_sync), MAXSIM_ERR_NON_FINITE);
+  const std::string message = after_prefix(maxsim_last_error());
+  maxsim_score_options so;
+  maxsim_score_options_init(&so);
+  so.flags = MAXSIM_CALL_STREAM_ORDERED;
+  const maxsim_status st = maxsim_score_matrix(ctx(), &qs, &ds, &so, static_cast<float*>(o_scores.get()),
+                                               static_cast<int32_t*>(o_argmax.get()));
+  if (!defers) {
+    ASSERT_EQ(st, MAXSIM_ERR_NON_FINITE);
+    return;
+  }
+  ASSERT_EQ(st, MAXSIM_OK) << maxsim_last_error();
+  ASSERT_EQ(maxsim_synchronize(ctx()), MAXSIM_ERR_NON_FINITE);
+  EXPECT_NE(std::string(maxsim_last_error()).find("maxsim_score_matrix (stream-ordered): " + message),
+            std::string::npos) << maxsim_last_error() << " vs " << message;
+  o_scores.Down(s_ordered.data(), s_ordered.size() * 4);
+  o_argmax.Down(a_ordered.data(), a_ordered.size() * 4);
+  for (float v : s_ordered) ASSERT_TRUE(std::isnan(v)) << "a score survived a failed call: " << v;
+  for (int32_t v : a_ordered) ASSERT_EQ(v, -1) << "an argmax survived a failed call";
+  ASSERT_EQ(maxsim_synchronize(ctx()), MAXSIM_OK) << "reported twice: " << maxsim_last_error();
 }
 
 INSTANTIATE_TEST_SUITE_P(Plugins, PluginConformance, ::testing::ValuesIn(Plugins()),
