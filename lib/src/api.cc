@@ -2,6 +2,7 @@
 // The C API: argument checks, routing between the CPU engine and a plugin, and the conversion of internal
 // Status values and C++ exceptions into status codes + the thread-local message. Nothing escapes as an
 // exception and nothing is printed.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -83,7 +84,9 @@ Status ReadScoreOptions(const maxsim_score_options* o, ScoreRequest* req, maxsim
       return Error(MAXSIM_ERR_INVALID_ARGUMENT,
                    "maxsim_score_options.struct_size is %u; call maxsim_score_options_init first", o->struct_size);
     }
-    def = *o;
+    // Only the caller's struct_size bytes: a program built against an older maxsim.h passes a shorter struct,
+    // whose later fields keep their defaults.
+    std::memcpy(&def, o, std::min<size_t>(o->struct_size, sizeof(def)));
   }
   const int32_t metric = RawEnum(def.metric), mode = RawEnum(def.mode);
   if (metric != MAXSIM_METRIC_DOT && metric != MAXSIM_METRIC_COSINE) {
