@@ -171,11 +171,12 @@ void SettleFailedCall(Backend& b, bool training, cudaStream_t caller_stream) {
   const bool streams_done = cudaSetDevice(b.device) == cudaSuccess && cudaStreamSynchronize(b.stream) == cudaSuccess &&
                             cudaStreamSynchronize(b.copy) == cudaSuccess &&
                             (!training || cudaStreamSynchronize(caller_stream) == cudaSuccess);
+  // The staged uploads may be a stream-ordered call's on a stream none of these is ordered after (an operation
+  // whose start reported an earlier call's deferred error enqueued no wait for the calls after that one).
+  const bool staged_done = !b.staged_pending || cudaEventSynchronize(b.staged) == cudaSuccess;
   cudaGetLastError();  // a non-sticky error of the wait must not reach the next call
-  if (streams_done) {
-    b.qstage_busy = false;
-    b.staged_pending = false;
-  }
+  if (streams_done) b.qstage_busy = false;
+  if (streams_done && staged_done) b.staged_pending = false;
 }
 
 // ---- device discovery -------------------------------------------------------------------------------------
