@@ -117,6 +117,10 @@ Status AcquireSlot(Backend& b, cudaStream_t stream, DeferredSlot* out) {
   MSC_RETURN(Init(b));
   DeferredState& st = b.deferred;
   if (st.free_slots.empty()) {
+    // Every slot dropped by AbandonSlot (its device could not be waited for): nothing in flight to wait for.
+    if (st.pending.empty()) {
+      return Fail(MAXSIM_ERR_PLUGIN, "no stream-ordered call slot is left: earlier calls failed waits on the device");
+    }
     // kDeferredSlots calls in flight: wait for the oldest.
     MSC_CUDA(cudaEventSynchronize(st.done[st.pending.front().slot]));
     MSC_RETURN(PollDeferred(b, false));
