@@ -71,20 +71,20 @@ class Sets(ctypes.Structure):
 
 class ScoreOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("metric", ctypes.c_int32), ("mode", ctypes.c_int32),
-                ("stats", ctypes.c_void_p), ("cuda_stream", ctypes.c_void_p)]
+                ("stats", ctypes.c_void_p), ("cuda_stream", ctypes.c_void_p), ("flags", ctypes.c_uint32)]
 
 
 class Options(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("num_threads", ctypes.c_int32), ("backend", ctypes.c_char_p),
                 ("isa", ctypes.c_char_p), ("plugin_path", ctypes.c_char_p), ("load_plugins", ctypes.c_uint32),
-                ("log", ctypes.c_void_p), ("log_user_data", ctypes.c_void_p)]
+                ("log", ctypes.c_void_p), ("log_user_data", ctypes.c_void_p), ("devices", ctypes.c_char_p)]
 
 
 class BackwardArgs(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("layout", ctypes.c_int32), ("cand_offsets", ctypes.c_void_p),
                 ("candidates", ctypes.c_void_p), ("argmax", ctypes.c_void_p), ("grad_scores", ctypes.c_void_p),
                 ("grad_queries", ctypes.c_void_p), ("grad_documents", ctypes.c_void_p),
-                ("deterministic", ctypes.c_int32), ("cuda_stream", ctypes.c_void_p)]
+                ("deterministic", ctypes.c_int32), ("cuda_stream", ctypes.c_void_p), ("flags", ctypes.c_uint32)]
 
 
 MAXSIM_MEMORY_CUDA, MAXSIM_BF16 = 1, 3
