@@ -35,19 +35,21 @@ Status Describe(const DeferredState::Pending& p, const volatile DeferredWords* w
 
 Status Init(Backend& b) {
   DeferredState& st = b.deferred;
-  if (!st.done.empty()) return Status::Ok();
+  if (st.done.size() == kDeferredSlots) return Status::Ok();
   MSC_RETURN(st.words.Reserve(kDeferredSlots * kWordsStride, "stream-ordered call flags"));
   MSC_RETURN(st.device.Reserve(kDeferredSlots * sizeof(DeferredDevice), "stream-ordered call flags"));
   DeferredDevice clear[kDeferredSlots];
   std::memset(clear, 0, sizeof(clear));
   for (DeferredDevice& d : clear) d.flags[0] = d.flags[1] = ~0ull;
   MSC_CUDA(cudaMemcpy(st.device.data(), clear, sizeof(clear), cudaMemcpyHostToDevice));
-  for (uint32_t i = 0; i < kDeferredSlots; ++i) {
+  // Every slot's event before any slot is handed out: a failure part-way leaves no free slot without its event
+  // (the next call creates the rest).
+  while (st.done.size() < kDeferredSlots) {
     cudaEvent_t e = nullptr;
     MSC_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     st.done.push_back(e);
-    st.free_slots.push_back(kDeferredSlots - 1 - i);
   }
+  for (uint32_t i = 0; i < kDeferredSlots; ++i) st.free_slots.push_back(kDeferredSlots - 1 - i);
   return Status::Ok();
 }
 
