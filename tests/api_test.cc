@@ -718,5 +718,186 @@ TEST(Api, DenseDocumentChecksNameTheFirstRejectedRowOnEveryPath) {
   }
 }
 
+// maxsim_options and maxsim_score_options as the first released maxsim.h laid them out: what a binary built
+// against it passes (and what a ctypes user who declared those fields passes).
+struct OptionsV1 {
+  uint32_t struct_size;
+  int32_t num_threads;
+  const char* backend;
+  const char* isa;
+  const char* plugin_path;
+  uint32_t load_plugins;
+  maxsim_log_fn log;
+  void* log_user_data;
+};
+struct ScoreOptionsV1 {
+  uint32_t struct_size;
+  maxsim_metric metric;
+  maxsim_mode mode;
+  maxsim_stats* stats;
+  void* cuda_stream;
+};
+static_assert(offsetof(OptionsV1, log_user_data) == offsetof(maxsim_options, log_user_data), "first layout");
+static_assert(offsetof(ScoreOptionsV1, cuda_stream) == offsetof(maxsim_score_options, cuda_stream), "first layout");
+static_assert(sizeof(OptionsV1) < sizeof(maxsim_options) && sizeof(ScoreOptionsV1) < sizeof(maxsim_score_options),
+              "fields were appended since");
+
+constexpr uint8_t kPoison = 0xA5;
+
+// Runs init on `size` bytes followed by poison, which must be left alone, and (where pages can be protected) on
+// `size` bytes that end at an inaccessible page, which must end the same. Returns the `size` bytes it wrote.
+template <typename F>
+std::vector<uint8_t> InitInto(size_t size, F&& init) {
+  std::vector<uint8_t> buf(size + 64, kPoison);
+  init(buf.data());
+  for (size_t i = size; i < buf.size(); ++i) EXPECT_EQ(buf[i], kPoison) << "byte " << i << " of a " << size << "-byte struct";
+  BytesBeforeGuardPage guarded(size);
+#if !defined(__wasi__)
+  EXPECT_NE(guarded.data(), nullptr);
+#endif
+  if (guarded.data()) {
+    std::memset(guarded.data(), kPoison, size);
+    init(guarded.data());
+    EXPECT_EQ(std::memcmp(guarded.data(), buf.data(), size), 0);
+  }
+  buf.resize(size);
+  return buf;
+}
+
+template <typename T>
+T As(const std::vector<uint8_t>& bytes) {
+  T t;
+  std::memset(&t, 0, sizeof(t));
+  std::memcpy(&t, bytes.data(), std::min(sizeof(t), bytes.size()));
+  return t;
+}
+
+uint32_t StructSize(const std::vector<uint8_t>& bytes) { return As<uint32_t>(bytes); }
+
+// The exported maxsim_score_options_init / maxsim_options_init (the name in parentheses is the function, not the
+// macro: what an older binary or ctypes calls) fill the first released layout only; the *_sized functions fill
+// the caller's size and never write past it; the macros fill the caller's whole struct. A struct filled by any of
+// them scores / creates a context with what it holds, and a too-small size leaves a struct_size the call refuses.
+TEST(Api, StructInitsWriteOnlyTheCallersSize) {
+  auto score_init = [](uint8_t* p) { (maxsim_score_options_init)(reinterpret_cast<maxsim_score_options*>(p)); };
+  auto options_init = [](uint8_t* p) { (maxsim_options_init)(reinterpret_cast<maxsim_options*>(p)); };
+  auto score_sized = [](size_t size) {
+    return [size](uint8_t* p) { maxsim_score_options_init_sized(reinterpret_cast<maxsim_score_options*>(p), size); };
+  };
+  auto options_sized = [](size_t size) {
+    return [size](uint8_t* p) { maxsim_options_init_sized(reinterpret_cast<maxsim_options*>(p), size); };
+  };
+  const std::vector<uint8_t> score_v1 = InitInto(sizeof(ScoreOptionsV1), score_init);
+  const ScoreOptionsV1 s1 = As<ScoreOptionsV1>(score_v1);
+  EXPECT_EQ(s1.struct_size, sizeof(ScoreOptionsV1));
+  EXPECT_EQ(s1.metric, MAXSIM_METRIC_DOT);
+  EXPECT_EQ(s1.mode, MAXSIM_MODE_EXACT);
+  EXPECT_EQ(s1.stats, nullptr);
+  EXPECT_EQ(s1.cuda_stream, nullptr);
+  EXPECT_EQ(InitInto(sizeof(ScoreOptionsV1), score_sized(sizeof(ScoreOptionsV1))), score_v1);
+  const std::vector<uint8_t> options_v1 = InitInto(sizeof(OptionsV1), options_init);
+  const OptionsV1 o1 = As<OptionsV1>(options_v1);
+  EXPECT_EQ(o1.struct_size, sizeof(OptionsV1));
+  EXPECT_EQ(o1.num_threads, 0);
+  EXPECT_EQ(o1.backend, nullptr);
+  EXPECT_EQ(o1.load_plugins, 1u);
+  EXPECT_EQ(o1.log, nullptr);
+  EXPECT_EQ(InitInto(sizeof(OptionsV1), options_sized(sizeof(OptionsV1))), options_v1);
+
+  // The macros: the whole struct of this header.
+  maxsim_score_options full;
+  std::memset(&full, kPoison, sizeof(full));
+  maxsim_score_options_init(&full);
+  EXPECT_EQ(full.struct_size, sizeof(full));
+  EXPECT_EQ(full.flags, 0u);
+  EXPECT_EQ(full.mode, MAXSIM_MODE_EXACT);
+  maxsim_options full_options;
+  std::memset(&full_options, kPoison, sizeof(full_options));
+  maxsim_options_init(&full_options);
+  EXPECT_EQ(full_options.struct_size, sizeof(full_options));
+  EXPECT_EQ(full_options.devices, nullptr);
+  EXPECT_EQ(full_options.load_plugins, 1u);
+
+  // Below the first layout: struct_size 0 only (nothing at all below 4 bytes). Above this library's struct (a newer
+  // header): this library's fields, struct_size its sizeof, the bytes past it left alone.
+  for (size_t size : {size_t{4}, size_t{16}, sizeof(ScoreOptionsV1) - 1}) {
+    const std::vector<uint8_t> b = InitInto(size, score_sized(size));
+    EXPECT_EQ(StructSize(b), 0u) << size;
+    for (size_t i = 4; i < size; ++i) EXPECT_EQ(b[i], kPoison) << size;
+  }
+  EXPECT_EQ(StructSize(InitInto(sizeof(OptionsV1) - 8, options_sized(sizeof(OptionsV1) - 8))), 0u);
+  EXPECT_EQ(InitInto(3, score_sized(3)), std::vector<uint8_t>(3, kPoison));
+  EXPECT_EQ(InitInto(2, options_sized(2)), std::vector<uint8_t>(2, kPoison));
+  const std::vector<uint8_t> newer = InitInto(sizeof(full) + 24, score_sized(sizeof(full) + 24));
+  EXPECT_EQ(StructSize(newer), sizeof(full));
+  for (size_t i = sizeof(full); i < newer.size(); ++i) EXPECT_EQ(newer[i], kPoison);
+  EXPECT_EQ(As<maxsim_score_options>(newer).flags, 0u);
+  const std::vector<uint8_t> newer_options = InitInto(sizeof(full_options) + 8, options_sized(sizeof(full_options) + 8));
+  EXPECT_EQ(StructSize(newer_options), sizeof(full_options));
+  maxsim_score_options_init_sized(nullptr, sizeof(full));  // NULL: nothing, no crash
+  maxsim_options_init_sized(nullptr, sizeof(full_options));
+  (maxsim_score_options_init)(nullptr);
+  (maxsim_options_init)(nullptr);
+
+  // Scoring with them. The first-layout struct (at the end of its memory where pages can be protected) reads its
+  // fields: cosine gives the full struct's cosine bits.
+  Fixture f(41);
+  Context ctx = CpuContext();
+  const DenseSets q = f.q.Dense(), d = f.d.Dense();
+  maxsim_sets qs{nullptr, q.get()}, ds{nullptr, d.get()};
+  const size_t n = f.q.n_sets() * f.d.n_sets();
+  std::vector<float> want(n), got(n, -1.0f);
+  full.metric = MAXSIM_METRIC_COSINE;
+  ASSERT_EQ(maxsim_score_matrix(ctx.get(), &qs, &ds, &full, want.data(), nullptr), MAXSIM_OK) << maxsim_last_error();
+  ScoreOptionsV1 cosine_v1 = s1;
+  cosine_v1.metric = MAXSIM_METRIC_COSINE;
+  BytesBeforeGuardPage at_edge(sizeof(cosine_v1));
+  std::vector<uint8_t> heap(sizeof(cosine_v1));
+  uint8_t* where = at_edge.data() ? at_edge.data() : heap.data();
+  std::memcpy(where, &cosine_v1, sizeof(cosine_v1));
+  ASSERT_EQ(maxsim_score_matrix(ctx.get(), &qs, &ds, reinterpret_cast<const maxsim_score_options*>(where), got.data(),
+                                nullptr), MAXSIM_OK) << maxsim_last_error();
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0);
+  // The exported function on a whole struct: the appended flags are not read (a stream-ordered flag on host
+  // tensors would fail the call); from the macro's struct they are.
+  maxsim_score_options first;
+  std::memset(&first, kPoison, sizeof(first));
+  (maxsim_score_options_init)(&first);
+  first.flags = MAXSIM_CALL_STREAM_ORDERED;
+  EXPECT_EQ(maxsim_score_matrix(ctx.get(), &qs, &ds, &first, got.data(), nullptr), MAXSIM_OK) << maxsim_last_error();
+  full.flags = MAXSIM_CALL_STREAM_ORDERED;
+  EXPECT_EQ(maxsim_score_matrix(ctx.get(), &qs, &ds, &full, got.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT);
+  // A too-small size: the call names struct_size.
+  maxsim_score_options small;
+  std::memset(&small, kPoison, sizeof(small));
+  maxsim_score_options_init_sized(&small, 16);
+  EXPECT_EQ(maxsim_score_matrix(ctx.get(), &qs, &ds, &small, got.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(maxsim_last_error()).find("maxsim_score_options.struct_size is 0"), std::string::npos)
+      << maxsim_last_error();
+
+  // A context from the first-layout options, at the end of its memory: its fields are read.
+  OptionsV1 cpu_v1 = o1;
+  cpu_v1.backend = "cpu";
+  cpu_v1.num_threads = 1;
+  cpu_v1.load_plugins = 0;
+  BytesBeforeGuardPage options_edge(sizeof(cpu_v1));
+  std::vector<uint8_t> options_heap(sizeof(cpu_v1));
+  uint8_t* at = options_edge.data() ? options_edge.data() : options_heap.data();
+  std::memcpy(at, &cpu_v1, sizeof(cpu_v1));
+  maxsim_context* made = nullptr;
+  ASSERT_EQ(maxsim_context_create(reinterpret_cast<const maxsim_options*>(at), &made), MAXSIM_OK) << maxsim_last_error();
+  EXPECT_EQ(maxsim_context_num_threads(made), 1);
+  EXPECT_STREQ(maxsim_context_backend(made), "cpu");
+  maxsim_context_destroy(made);
+  maxsim_options small_options;
+  std::memset(&small_options, kPoison, sizeof(small_options));
+  maxsim_options_init_sized(&small_options, 8);
+  made = nullptr;
+  EXPECT_EQ(maxsim_context_create(&small_options, &made), MAXSIM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(made, nullptr);
+  EXPECT_NE(std::string(maxsim_last_error()).find("maxsim_options.struct_size is 0"), std::string::npos)
+      << maxsim_last_error();
+}
+
 }  // namespace
 }  // namespace maxsim::test

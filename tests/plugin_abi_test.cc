@@ -5,9 +5,6 @@
 // call on the CPU); memory kinds a plugin does not accept are refused; several devices shard a corpus and give the
 // CPU's bits, a 1.3 plugin writing its columns of the caller's score matrix itself.
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -36,29 +33,6 @@ maxsim_options Options(const std::string& path, const char* backend, Log* log) {
   log->min_level = MAXSIM_LOG_DEBUG;
   return PluginOptions(path, backend, log);
 }
-
-// `bytes` bytes that end where an inaccessible page begins: a read past them faults (what a caller's struct built
-// against an older maxsim.h, ending at the edge of its memory, meets).
-class BytesBeforeGuardPage {
- public:
-  explicit BytesBeforeGuardPage(size_t bytes) : page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))) {
-    void* m = mmap(nullptr, 2 * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return;
-    base_ = static_cast<uint8_t*>(m);
-    if (mprotect(base_ + page_, page_, PROT_NONE) == 0) data_ = base_ + page_ - bytes;
-  }
-  ~BytesBeforeGuardPage() {
-    if (base_) munmap(base_, 2 * page_);
-  }
-  BytesBeforeGuardPage(const BytesBeforeGuardPage&) = delete;
-  BytesBeforeGuardPage& operator=(const BytesBeforeGuardPage&) = delete;
-  uint8_t* data() const { return data_; }  // NULL when the pages could not be made
-
- private:
-  size_t page_;
-  uint8_t* base_ = nullptr;
-  uint8_t* data_ = nullptr;
-};
 
 maxsim_options CpuOptions(Log* log) {
   static const std::string kNoPath;

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "test_util.h"
 
+#if !defined(__wasi__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -28,6 +33,25 @@ void TokenSets::Encode(maxsim_dtype d) {
     out[i] = d == MAXSIM_F16 ? F32ToF16(values[i]) : F32ToBf16(values[i]);
     values[i] = d == MAXSIM_F16 ? F16ToF32(out[i]) : Bf16ToF32(out[i]);
   }
+}
+
+BytesBeforeGuardPage::BytesBeforeGuardPage(size_t bytes) : page_(0) {
+#if !defined(__wasi__)  // WASI has no page protection: data() stays NULL
+  page_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (bytes > page_) return;
+  void* m = mmap(nullptr, 2 * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return;
+  base_ = static_cast<uint8_t*>(m);
+  if (mprotect(base_ + page_, page_, PROT_NONE) == 0) data_ = base_ + page_ - bytes;
+#else
+  (void)bytes;
+#endif
+}
+
+BytesBeforeGuardPage::~BytesBeforeGuardPage() {
+#if !defined(__wasi__)
+  if (base_) munmap(base_, 2 * page_);
+#endif
 }
 
 Context CpuContext(int threads, const char* isa) {

@@ -110,6 +110,22 @@ class AlignedBytes {
   size_t size_ = 0;
 };
 
+// `bytes` bytes that end where an inaccessible page begins: a read or write past them faults (what a caller's
+// struct built against an older maxsim.h, ending at the edge of its memory, meets).
+class BytesBeforeGuardPage {
+ public:
+  explicit BytesBeforeGuardPage(size_t bytes);
+  ~BytesBeforeGuardPage();
+  BytesBeforeGuardPage(const BytesBeforeGuardPage&) = delete;
+  BytesBeforeGuardPage& operator=(const BytesBeforeGuardPage&) = delete;
+  uint8_t* data() const { return data_; }  // NULL when the pages could not be made (always under WASI)
+
+ private:
+  size_t page_;
+  uint8_t* base_ = nullptr;
+  uint8_t* data_ = nullptr;
+};
+
 // Indices 0..n-1 ordered by value descending, ties by index ascending (the library's top-k order). std::sort
 // with the index as the tie-break instead of std::stable_sort, whose libstdc++ 12 buffer call (the deprecated
 // get_temporary_buffer) warned under clang 19.

@@ -103,11 +103,20 @@ class LibMaxsim:
         L.maxsim_context_backend.restype = ctypes.c_char_p
         L.maxsim_context_backend.argtypes = [ctypes.c_void_p]
         o = Options()
-        L.maxsim_options_init(ctypes.byref(o))
+        self.init(o, "maxsim_options_init")
         o.backend = b"cuda"
         self.ctx = ctypes.c_void_p()
         self.check(L.maxsim_context_create(ctypes.byref(o), ctypes.byref(self.ctx)), "maxsim_context_create")
         self.backend = L.maxsim_context_backend(self.ctx).decode()
+
+    def init(self, struct, name):
+        """Defaults into the whole ctypes struct: NAME_sized with its size (the exported NAME fills the first layout
+        only, maxsim.h); a library from before the sized inits has only NAME, which fills its whole struct."""
+        sized = getattr(self.lib, name + "_sized", None)
+        if sized is None:
+            getattr(self.lib, name)(ctypes.byref(struct))
+        else:
+            sized(ctypes.byref(struct), ctypes.c_size_t(ctypes.sizeof(struct)))
 
     def check(self, status, what):
         if status != 0:
@@ -131,7 +140,7 @@ class LibMaxsim:
         qs, ds = self.dense(q), self.dense(d)
         qa, da = Sets(None, ctypes.pointer(qs)), Sets(None, ctypes.pointer(ds))
         o = ScoreOptions()
-        self.lib.maxsim_score_options_init(ctypes.byref(o))
+        self.init(o, "maxsim_score_options_init")
         o.cuda_stream = stream
         self.check(self.lib.maxsim_score_matrix(self.ctx, ctypes.byref(qa), ctypes.byref(da), ctypes.byref(o),
                                                 scores.data_ptr(), argmax.data_ptr() if argmax is not None else None),

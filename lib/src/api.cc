@@ -19,6 +19,10 @@
 #include "progress.h"
 #include "status.h"
 
+// maxsim.h makes these two names macros that pass the caller's sizeof; the exported functions are defined below.
+#undef maxsim_options_init
+#undef maxsim_score_options_init
+
 using maxsim::Error;
 using maxsim::Report;
 using maxsim::Status;
@@ -55,6 +59,46 @@ Status CheckContext(const maxsim_context* ctx) {
   return Status::Ok();
 }
 
+// The size of a C API struct's first released layout: its sizeof in the header whose last member was the one of
+// `last_size` bytes at `last_offset`.
+constexpr size_t FirstLayout(size_t last_offset, size_t last_size, size_t align) {
+  return (last_offset + last_size + align - 1) / align * align;
+}
+constexpr size_t kOptionsFirstLayout =
+    FirstLayout(offsetof(maxsim_options, log_user_data), sizeof(void*), alignof(maxsim_options));
+constexpr size_t kScoreOptionsFirstLayout =
+    FirstLayout(offsetof(maxsim_score_options, cuda_stream), sizeof(void*), alignof(maxsim_score_options));
+
+// Writes the defaults `full` (every field this library knows) into the caller's first `size` bytes of *out, never
+// past them nor past sizeof(T), with struct_size = the bytes written. A size below the first released layout
+// writes struct_size = 0 only (nothing when even that does not fit), so that the call taking the struct fails
+// naming it.
+template <typename T>
+void InitSized(T* out, size_t size, size_t first_layout, const T& full) {
+  static_assert(offsetof(T, struct_size) == 0, "struct_size leads every C API struct");
+  if (out == nullptr || size < sizeof(uint32_t)) return;
+  const uint32_t written = size < first_layout ? 0u : static_cast<uint32_t>(std::min(size, sizeof(T)));
+  if (written != 0) std::memcpy(out, &full, written);
+  std::memcpy(out, &written, sizeof(written));
+}
+
+maxsim_options DefaultOptions() {
+  maxsim_options o;
+  std::memset(&o, 0, sizeof(o));
+  o.struct_size = sizeof(o);
+  o.load_plugins = 1;
+  return o;
+}
+
+maxsim_score_options DefaultScoreOptions() {
+  maxsim_score_options o;
+  std::memset(&o, 0, sizeof(o));
+  o.struct_size = sizeof(o);
+  o.metric = MAXSIM_METRIC_DOT;
+  o.mode = MAXSIM_MODE_EXACT;
+  return o;
+}
+
 // MAXSIM_CALL_* bits of a call's options: known bits only.
 Status CheckCallFlags(uint32_t flags, const char* where) {
   if ((flags & ~MAXSIM_CALL_STREAM_ORDERED) != 0) {
@@ -77,8 +121,7 @@ Status CheckStreamOrdered(uint32_t flags, maxsim_memory queries, maxsim_memory d
 
 Status ReadScoreOptions(const maxsim_score_options* o, ScoreRequest* req, maxsim_stats** stats, void** stream,
                         uint32_t* flags) {
-  maxsim_score_options def;
-  maxsim_score_options_init(&def);
+  maxsim_score_options def = DefaultScoreOptions();
   if (o) {
     if (o->struct_size < offsetof(maxsim_score_options, cuda_stream) + sizeof(void*)) {
       return Error(MAXSIM_ERR_INVALID_ARGUMENT,
@@ -272,11 +315,12 @@ MAXSIM_API uint32_t maxsim_version(void) { return MAXSIM_VERSION_NUMBER; }
 
 MAXSIM_API const char* maxsim_version_string(void) { return MAXSIM_VERSION_STRING; }
 
+MAXSIM_API void maxsim_options_init_sized(maxsim_options* o, size_t size) {
+  maxsim::InitSized(o, size, maxsim::kOptionsFirstLayout, maxsim::DefaultOptions());
+}
+
 MAXSIM_API void maxsim_options_init(maxsim_options* o) {
-  if (!o) return;
-  std::memset(o, 0, sizeof(*o));
-  o->struct_size = sizeof(*o);
-  o->load_plugins = 1;
+  maxsim::InitSized(o, maxsim::kOptionsFirstLayout, maxsim::kOptionsFirstLayout, maxsim::DefaultOptions());
 }
 
 MAXSIM_API maxsim_status maxsim_context_create(const maxsim_options* options, maxsim_context** out) {
@@ -479,12 +523,13 @@ MAXSIM_API maxsim_status maxsim_packed_string_id(const maxsim_packed* packed, ui
 
 // ---- scoring -----------------------------------------------------------------------------------------------
 
+MAXSIM_API void maxsim_score_options_init_sized(maxsim_score_options* o, size_t size) {
+  maxsim::InitSized(o, size, maxsim::kScoreOptionsFirstLayout, maxsim::DefaultScoreOptions());
+}
+
 MAXSIM_API void maxsim_score_options_init(maxsim_score_options* o) {
-  if (!o) return;
-  std::memset(o, 0, sizeof(*o));
-  o->struct_size = sizeof(*o);
-  o->metric = MAXSIM_METRIC_DOT;
-  o->mode = MAXSIM_MODE_EXACT;
+  maxsim::InitSized(o, maxsim::kScoreOptionsFirstLayout, maxsim::kScoreOptionsFirstLayout,
+                    maxsim::DefaultScoreOptions());
 }
 
 MAXSIM_API maxsim_status maxsim_score_matrix(maxsim_context* ctx, const maxsim_sets* queries,

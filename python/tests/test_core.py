@@ -414,6 +414,63 @@ def test_same_bits_as_the_c_api(real_data):
         lib.maxsim_context_destroy(ctx)
 
 
+def test_the_exported_inits_fill_only_the_first_layout(real_data):
+    """A ctypes caller of maxsim_score_options_init / maxsim_options_init (the exported functions, not maxsim.h's
+    macros) gets the first released layout filled and nothing written past it; the *_sized functions fill the
+    size they are given; either struct then works."""
+    lib, Dense, Sets, ScoreOptions = _c_api()
+
+    class Guarded(ctypes.Structure):  # the first-layout struct, then bytes that must stay as they are
+        _fields_ = [("o", ScoreOptions), ("canary", ctypes.c_uint64 * 2)]
+
+    class ScoreOptionsFull(ctypes.Structure):
+        _fields_ = ScoreOptions._fields_ + [("flags", ctypes.c_uint32)]
+
+    class Options(ctypes.Structure):
+        _fields_ = [("struct_size", ctypes.c_uint32), ("num_threads", ctypes.c_int32), ("backend", ctypes.c_char_p),
+                    ("isa", ctypes.c_char_p), ("plugin_path", ctypes.c_char_p), ("load_plugins", ctypes.c_uint32),
+                    ("log", ctypes.c_void_p), ("log_user_data", ctypes.c_void_p)]
+
+    class GuardedOptions(ctypes.Structure):
+        _fields_ = [("o", Options), ("canary", ctypes.c_uint64 * 2)]
+
+    canary = 0xA5A5A5A5A5A5A5A5
+    g = Guarded()
+    g.canary[0] = g.canary[1] = canary
+    lib.maxsim_score_options_init(ctypes.byref(g.o))
+    assert list(g.canary) == [canary, canary]
+    assert g.o.struct_size == ctypes.sizeof(ScoreOptions) and g.o.metric == 0 and g.o.mode == 0
+    go = GuardedOptions()
+    go.canary[0] = go.canary[1] = canary
+    lib.maxsim_options_init(ctypes.byref(go.o))
+    assert list(go.canary) == [canary, canary]
+    assert go.o.struct_size == ctypes.sizeof(Options) and go.o.load_plugins == 1
+    full = ScoreOptionsFull()
+    full.flags = 7
+    lib.maxsim_score_options_init_sized(ctypes.byref(full), ctypes.c_size_t(ctypes.sizeof(full)))
+    assert full.struct_size == ctypes.sizeof(full) and full.flags == 0
+
+    go.o.backend = b"cpu"
+    go.o.num_threads = 1
+    ctx = ctypes.c_void_p()
+    assert lib.maxsim_context_create(ctypes.byref(go.o), ctypes.byref(ctx)) == 0
+    try:
+        q, qo = real_data["queries_tokens"], real_data["queries_offsets"].astype(np.uint64)
+        d, do = real_data["docs_tokens"], real_data["docs_offsets"].astype(np.uint64)
+        qd = Dense(ctypes.sizeof(Dense), 0, q.ctypes.data, 1, q.shape[1], 0, len(qo) - 1, qo.ctypes.data, 0, None)
+        dd = Dense(ctypes.sizeof(Dense), 0, d.ctypes.data, 1, d.shape[1], 0, len(do) - 1, do.ctypes.data, 0, None)
+        qs, ds = Sets(None, ctypes.pointer(qd)), Sets(None, ctypes.pointer(dd))
+        want = maxsim.scores(maxsim.Sets(q, offsets=qo), maxsim.Sets(d, offsets=do), metric="cosine")
+        for opts in (g.o, full):
+            opts.metric = 1  # cosine
+            out = np.zeros((len(qo) - 1, len(do) - 1), np.float32)
+            assert lib.maxsim_score_matrix(ctx, ctypes.byref(qs), ctypes.byref(ds), ctypes.byref(opts),
+                                           out.ctypes.data_as(ctypes.c_void_p), None) == 0
+            assert np.array_equal(want.view(np.uint32), out.view(np.uint32))
+    finally:
+        lib.maxsim_context_destroy(ctx)
+
+
 def test_threads_backend_isa_options():
     ctx = maxsim.context(threads=1, backend="cpu", isa="scalar")
     assert ctx.threads == 1 and ctx.kernel == "scalar" and ctx.backend == "cpu"

@@ -161,8 +161,20 @@ typedef struct maxsim_options {
   const char* devices;
 } maxsim_options;
 
-/* Fills defaults (struct_size set, everything from the environment, plugins loaded). */
+/* Fills defaults (everything from the environment, plugins loaded) into the first `size` bytes of *options (the
+ * caller's sizeof(maxsim_options)) and sets struct_size = size: a caller built against an older maxsim.h, whose
+ * struct is shorter, gets nothing written past it. A size beyond this library's struct (a newer maxsim.h) gets
+ * this library's fields and struct_size = this library's sizeof; the bytes past it are left alone and never read.
+ * A size below the first released layout (the fields up to log_user_data) writes only struct_size = 0 (nothing
+ * when size < 4), so that maxsim_context_create then fails naming it. NULL: nothing. */
+MAXSIM_API void maxsim_options_init_sized(maxsim_options* options, size_t size);
+/* maxsim_options_init(&o) fills the whole struct the caller was compiled with (a macro passing its sizeof). The
+ * exported function of this name (called by binaries built before the macro, or through a foreign-function
+ * interface that does not expand macros) fills the first released layout only, up to log_user_data, with
+ * struct_size set to that size: the appended fields are then not read, even if set; call maxsim_options_init_sized
+ * with the struct's full size to use them. */
 MAXSIM_API void maxsim_options_init(maxsim_options* options);
+#define maxsim_options_init(options) maxsim_options_init_sized((options), sizeof(maxsim_options))
 
 /* Creates a context: detects CPU features, selects the CPU kernel, loads plugins, selects the backend.
  * options may be NULL (defaults). */
@@ -330,7 +342,16 @@ typedef struct maxsim_score_options {
  * reuse of scratch memory between them on the device. docs/cuda.md says when to use it. */
 #define MAXSIM_CALL_STREAM_ORDERED 1u
 
+/* Fills defaults (metric DOT, mode EXACT, no stats, default stream, no flags) into the first `size` bytes of
+ * *options (the caller's sizeof(maxsim_score_options)) as maxsim_options_init_sized does: nothing is written past
+ * the caller's struct or this library's; a size below the first released layout (the fields up to cuda_stream)
+ * writes only struct_size = 0 (nothing when size < 4), so that the scoring call then fails naming it. */
+MAXSIM_API void maxsim_score_options_init_sized(maxsim_score_options* options, size_t size);
+/* maxsim_score_options_init(&o): the whole struct the caller was compiled with (a macro passing its sizeof). The
+ * exported function of this name fills the first released layout only (up to cuda_stream; flags are then not
+ * read): use maxsim_score_options_init_sized with the full size from a foreign-function interface. */
 MAXSIM_API void maxsim_score_options_init(maxsim_score_options* options);
+#define maxsim_score_options_init(options) maxsim_score_options_init_sized((options), sizeof(maxsim_score_options))
 
 /* Device memory (the CUDA backend, docs/cuda.md). When the queries and documents are dense sets with memory =
  * MAXSIM_MEMORY_CUDA (both must be), every output of the scoring calls below (scores, argmax) is device memory
