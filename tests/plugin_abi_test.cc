@@ -691,6 +691,66 @@ TEST(PluginAbi, StreamOrderedCallsDeferTheValueChecksToSynchronize) {
   EXPECT_EQ(maxsim_synchronize(v12.get()), MAXSIM_OK) << maxsim_last_error();
 }
 
+// A host-input call while a stream-ordered call's deferred error is pending, which the plugin's next operation
+// reports instead of running: a bad dense host query of the call's own fails it as on the CPU without reaching the
+// plugin, so that the deferred error is still reported afterwards (by maxsim_synchronize, or by the next call that
+// reaches the plugin, which then does nothing), naming the stream-ordered call.
+void HostCallAfterADeferredError(const char* variant) {
+  Log log;
+  const std::string path = std::string(variant) == "testcpu"
+                               ? std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so"
+                               : VariantPath(variant);
+  Context ctx(Options(path, variant, &log));
+  Context cpu(CpuOptions(&log));
+  DeviceInputs bad;
+  bad.PoisonQueryRow(5);
+  const Data data;  // DeviceInputs' sets, in host memory
+  Packed corpus = Packed::Pack(ctx, data.d.Dense());
+  const DenseSets bad_q = bad.data.q.Dense(), good_q = data.q.Dense();
+  maxsim_sets bad_qs{nullptr, bad_q.get()}, good_qs{nullptr, good_q.get()}, ds{corpus.get(), nullptr};
+  maxsim_score_options o;
+  maxsim_score_options_init(&o);
+  const size_t n = data.q.n_sets() * data.d.n_sets();
+  std::vector<float> want(n), scores(n);
+  ASSERT_EQ(maxsim_score_matrix(cpu.get(), &good_qs, &ds, &o, want.data(), nullptr), MAXSIM_OK) << maxsim_last_error();
+  ASSERT_EQ(maxsim_score_matrix(cpu.get(), &bad_qs, &ds, &o, scores.data(), nullptr), MAXSIM_ERR_NON_FINITE);
+  const std::string cpu_message = maxsim_last_error();
+  for (bool synchronize : {true, false}) {
+    SCOPED_TRACE(synchronize ? "then maxsim_synchronize" : "then a host call");
+    ASSERT_EQ(bad.Forward(ctx, MAXSIM_CALL_STREAM_ORDERED), MAXSIM_OK) << maxsim_last_error();
+    EXPECT_EQ(maxsim_score_matrix(ctx.get(), &bad_qs, &ds, &o, scores.data(), nullptr), MAXSIM_ERR_NON_FINITE);
+    EXPECT_EQ(maxsim_last_error(), cpu_message);
+    if (synchronize) {
+      EXPECT_EQ(maxsim_synchronize(ctx.get()), MAXSIM_ERR_NON_FINITE);
+      EXPECT_NE(std::string(maxsim_last_error()).find("maxsim_score_matrix (stream-ordered): "), std::string::npos)
+          << maxsim_last_error();
+    } else {
+      std::fill(scores.begin(), scores.end(), 7.0f);
+      EXPECT_EQ(maxsim_score_matrix(ctx.get(), &good_qs, &ds, &o, scores.data(), nullptr), MAXSIM_ERR_NON_FINITE);
+      EXPECT_NE(std::string(maxsim_last_error()).find("maxsim_score_matrix (stream-ordered): "), std::string::npos)
+          << maxsim_last_error();
+      // One device: that call did nothing. Sharded, the other shard's backend had nothing to report and ran.
+      if (std::string(variant) == "testcpu") {
+        for (float v : scores) EXPECT_EQ(v, 7.0f);
+      }
+      ASSERT_EQ(maxsim_score_matrix(ctx.get(), &good_qs, &ds, &o, scores.data(), nullptr), MAXSIM_OK)
+          << maxsim_last_error();
+      EXPECT_EQ(std::memcmp(scores.data(), want.data(), n * sizeof(float)), 0);
+    }
+    EXPECT_EQ(maxsim_synchronize(ctx.get()), MAXSIM_OK) << maxsim_last_error();  // reported once
+  }
+  // Nothing pending after maxsim_synchronize: the plugin checks the queries, the host names the row as before.
+  EXPECT_EQ(maxsim_score_matrix(ctx.get(), &bad_qs, &ds, &o, scores.data(), nullptr), MAXSIM_ERR_NON_FINITE);
+  EXPECT_EQ(maxsim_last_error(), cpu_message);
+}
+
+TEST(PluginAbi, AHostCallsOwnBadQueryDoesNotHideADeferredError) {
+  for (const char* variant : {"testcpu", "testcpu-2dev"}) {
+    SCOPED_TRACE(variant);
+    HostCallAfterADeferredError(variant);
+  }
+}
+
 // The flag's validation: known bits only, device tensors only (host memory and packed corpora are refused, on
 // every backend), read only where struct_size covers it; maxsim_synchronize needs a context and has nothing to
 // wait for on the CPU.

@@ -50,6 +50,9 @@ struct maxsim_context {
   std::string backend_note;                         // why this backend
 
   maxsim::Mutex plugin_mu;                           // serialises calls on the backends and the cache
+  // A stream-ordered call went to the plugin since the last maxsim_synchronize, so the plugin's next operation may
+  // report its deferred error instead of running (guarded by plugin_mu).
+  bool stream_ordered_pending = false;
   std::unordered_map<uint64_t, maxsim::DeviceCorpus> corpora;  // packed uid -> device copies
 #ifndef MAXSIM_SINGLE_THREADED
   std::unique_ptr<maxsim::ShardWorkers> shard_workers;  // host threads of sharded calls (made by the first)

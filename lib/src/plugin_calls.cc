@@ -503,6 +503,7 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
     a.stream = call.stream;
     a.flags = ctx.accel->synchronize ? call.flags : 0u;
     a.call = call.name;
+    if (a.flags & MAXSIM_CALL_STREAM_ORDERED) ctx.stream_ordered_pending = true;
     const maxsim_status st = api->train_forward(ctx.accel_backend, &a, err, sizeof(err));
     if (st != MAXSIM_OK) return PluginError(ctx, st, err);
     return Status::Ok();
@@ -523,6 +524,15 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
     MAXSIM_RETURN_IF_ERROR(PackTemporary(q, "queries", ctx, &qtemp, &qsize, &qpacked));
   }
   const maxsim_packed_view qview = dense_query ? maxsim_packed_view{} : ViewOf(qpacked, 0, qpacked.n_sets);
+  // The plugin checks dense queries itself; on a non-finite value the host re-checks them to name the row. But
+  // while a stream-ordered call may have left a deferred error, the plugin's operation may return that error (an
+  // earlier call's) instead of running: the queries are then checked here first, so that a bad query fails this
+  // call without reaching the plugin (the deferred error stays for its next operation or maxsim_synchronize) and a
+  // non-finite error from the plugin is returned as the plugin gives it.
+  const bool queries_checked_first = dense_query && ctx.stream_ordered_pending;
+  if (queries_checked_first) {
+    MAXSIM_RETURN_IF_ERROR(CheckDenseValues(q.dense, "queries", ctx.threads, ctx.engine->row_ops()));
+  }
   DeviceCorpus temporary;
   const DeviceCorpus* corpus = nullptr;
   if (d.is_packed) {
@@ -580,7 +590,7 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
     st = RunSharded(ctx, call.op, *corpus, lq, a);
   }
   if (!temporary.shard.empty()) FreeDeviceCorpus(ctx, temporary);
-  if (dense_query && st.code() == MAXSIM_ERR_NON_FINITE) {
+  if (dense_query && !queries_checked_first && st.code() == MAXSIM_ERR_NON_FINITE) {
     // The plugin found a bad query row (and wrote nothing): the CPU's check names it.
     const Status named = CheckDenseValues(q.dense, "queries", ctx.threads, ctx.engine->row_ops());
     if (!named.ok()) return named;
@@ -623,6 +633,7 @@ Status BackwardOnPlugin(maxsim_context& ctx, const maxsim_dense_sets* q, const m
   a.stream = args.cuda_stream;
   a.flags = ctx.accel->synchronize ? flags : 0u;
   a.call = "maxsim_backward";
+  if (a.flags & MAXSIM_CALL_STREAM_ORDERED) ctx.stream_ordered_pending = true;
   char err[1024] = {};
   const maxsim_status st = ctx.accel->api->train_backward(ctx.accel_backend, &a, err, sizeof(err));
   if (st != MAXSIM_OK) return PluginError(ctx, st, err);
@@ -639,6 +650,7 @@ Status SynchronizeBackends(maxsim_context& ctx) {
     err[sizeof(err) - 1] = '\0';
     if (code != MAXSIM_OK && first.ok()) first = PluginError(ctx, code, err);
   }
+  ctx.stream_ordered_pending = false;  // every deferred error is reported or dropped (maxsim.h)
   return first;
 }
 
