@@ -24,7 +24,9 @@ namespace {
 
 constexpr uint64_t kMarker = kPluginMarker;
 
+// The test plugin's file: one of its ABI variants, or "testcpu", the plugin itself.
 std::string VariantPath(const std::string& name) {
+  if (name == "testcpu") return std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so";
   return std::string(MAXSIM_TEST_PLUGIN_ABI_DIR) + "/libmaxsim-plugin-" + name + ".so";
 }
 
@@ -464,10 +466,7 @@ TEST(PluginAbi, ANonFiniteDenseQueryFailsWithNothingWritten) {
   const uint64_t nq = data.q.n_sets(), nd = data.d.n_sets();
   for (const char* variant : {"testcpu", "testcpu-2dev"}) {
     Log log;
-    const std::string path = std::string(variant) == "testcpu"
-                                 ? std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so"
-                                 : VariantPath(variant);
-    Context ctx(Options(path, variant, &log));
+    Context ctx(Options(VariantPath(variant), variant, &log));
     Context cpu(CpuOptions(&log));
     Packed corpus = Packed::Pack(ctx, data.d.Dense());
     // The last token of the last non-empty query set, then a row with a norm above 1e19.
@@ -697,10 +696,7 @@ TEST(PluginAbi, StreamOrderedCallsDeferTheValueChecksToSynchronize) {
 // reaches the plugin, which then does nothing), naming the stream-ordered call.
 void HostCallAfterADeferredError(const char* variant) {
   Log log;
-  const std::string path = std::string(variant) == "testcpu"
-                               ? std::string(MAXSIM_TEST_PLUGIN_DIR) + "/libmaxsim-plugin-testcpu.so"
-                               : VariantPath(variant);
-  Context ctx(Options(path, variant, &log));
+  Context ctx(Options(VariantPath(variant), variant, &log));
   Context cpu(CpuOptions(&log));
   DeviceInputs bad;
   bad.PoisonQueryRow(5);
