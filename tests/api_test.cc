@@ -750,7 +750,9 @@ template <typename F>
 std::vector<uint8_t> InitInto(size_t size, F&& init) {
   std::vector<uint8_t> buf(size + 64, kPoison);
   init(buf.data());
-  for (size_t i = size; i < buf.size(); ++i) EXPECT_EQ(buf[i], kPoison) << "byte " << i << " of a " << size << "-byte struct";
+  for (size_t i = size; i < buf.size(); ++i) {
+    EXPECT_EQ(buf[i], kPoison) << "byte " << i << " of a " << size << "-byte struct";
+  }
   BytesBeforeGuardPage guarded(size);
 #if !defined(__wasi__)
   EXPECT_NE(guarded.data(), nullptr);
@@ -832,7 +834,8 @@ TEST(Api, StructInitsWriteOnlyTheCallersSize) {
   EXPECT_EQ(StructSize(newer), sizeof(full));
   for (size_t i = sizeof(full); i < newer.size(); ++i) EXPECT_EQ(newer[i], kPoison);
   EXPECT_EQ(As<maxsim_score_options>(newer).flags, 0u);
-  const std::vector<uint8_t> newer_options = InitInto(sizeof(full_options) + 8, options_sized(sizeof(full_options) + 8));
+  const size_t newer_size = sizeof(full_options) + 8;
+  const std::vector<uint8_t> newer_options = InitInto(newer_size, options_sized(newer_size));
   EXPECT_EQ(StructSize(newer_options), sizeof(full_options));
   maxsim_score_options_init_sized(nullptr, sizeof(full));  // NULL: nothing, no crash
   maxsim_options_init_sized(nullptr, sizeof(full_options));
@@ -885,7 +888,8 @@ TEST(Api, StructInitsWriteOnlyTheCallersSize) {
   uint8_t* at = options_edge.data() ? options_edge.data() : options_heap.data();
   std::memcpy(at, &cpu_v1, sizeof(cpu_v1));
   maxsim_context* made = nullptr;
-  ASSERT_EQ(maxsim_context_create(reinterpret_cast<const maxsim_options*>(at), &made), MAXSIM_OK) << maxsim_last_error();
+  ASSERT_EQ(maxsim_context_create(reinterpret_cast<const maxsim_options*>(at), &made), MAXSIM_OK)
+      << maxsim_last_error();
   EXPECT_EQ(maxsim_context_num_threads(made), 1);
   EXPECT_STREQ(maxsim_context_backend(made), "cpu");
   maxsim_context_destroy(made);

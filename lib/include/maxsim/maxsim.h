@@ -337,9 +337,11 @@ typedef struct maxsim_score_options {
  * maxsim_synchronize reports the error with the message the synchronous call gives, naming the call; so does the
  * next call on the context whose start finds the failure already recorded (that call then does nothing). Without
  * the flag (the default) every call with device tensors waits for its stream and reports everything itself. A
- * backend without deferred work (the CPU, a plugin without a synchronize member) runs flagged calls as
- * synchronous ones. Consecutive stream-ordered calls may use different streams: the library orders its own
- * reuse of scratch memory between them on the device. docs/cuda.md says when to use it. */
+ * plugin without deferred work (no synchronize member) runs flagged calls as synchronous ones. No flagged call
+ * runs on the CPU: host memory fails as above, and device tensors in a context without an accelerator backend
+ * fail with MAXSIM_ERR_BACKEND_UNAVAILABLE, as they do without the flag. Consecutive stream-ordered calls may use
+ * different streams: the library orders its own reuse of scratch memory between them on the device. docs/cuda.md
+ * says when to use it. */
 #define MAXSIM_CALL_STREAM_ORDERED 1u
 
 /* Fills defaults (metric DOT, mode EXACT, no stats, default stream, no flags) into the first `size` bytes of
