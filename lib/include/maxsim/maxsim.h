@@ -335,7 +335,10 @@ typedef struct maxsim_score_options {
  * non-finite or overflowing token, a bad argmax or gradient entry in the backward) are deferred: the outputs of a
  * call that fails one are NaN (scores, gradients) and -1 (argmax) once the stream reaches them, and
  * maxsim_synchronize reports the error with the message the synchronous call gives, naming the call; so does the
- * next call on the context whose start finds the failure already recorded (that call then does nothing). Without
+ * next call on the context that reaches the accelerator backend and finds the failure already recorded (that
+ * call then fails without scoring on that backend; with several devices the other devices' shares of its outputs
+ * may be written, so treat its outputs as on any failure; calls the context keeps on the CPU do not report it).
+ * Without
  * the flag (the default) every call with device tensors waits for its stream and reports everything itself. A
  * plugin without deferred work (no synchronize member) runs flagged calls as synchronous ones. No flagged call
  * runs on the CPU: host memory fails as above, and device tensors in a context without an accelerator backend
