@@ -15,6 +15,13 @@ namespace {
 constexpr uint64_t kWordsStride = 64;
 static_assert(sizeof(DeferredWords) <= kWordsStride, "a slot's host words fit their stride");
 
+// A slot's device words with no check fired.
+DeferredDevice ClearDevice() {
+  DeferredDevice d{};
+  d.flags[0] = d.flags[1] = ~0ull;
+  return d;
+}
+
 volatile DeferredWords* HostWords(Backend& b, uint32_t slot) {
   return reinterpret_cast<volatile DeferredWords*>(b.deferred.words.data() + slot * kWordsStride);
 }
@@ -39,8 +46,7 @@ Status Init(Backend& b) {
   MSC_RETURN(st.words.Reserve(kDeferredSlots * kWordsStride, "stream-ordered call flags"));
   MSC_RETURN(st.device.Reserve(kDeferredSlots * sizeof(DeferredDevice), "stream-ordered call flags"));
   DeferredDevice clear[kDeferredSlots];
-  std::memset(clear, 0, sizeof(clear));
-  for (DeferredDevice& d : clear) d.flags[0] = d.flags[1] = ~0ull;
+  for (DeferredDevice& d : clear) d = ClearDevice();
   MSC_CUDA(cudaMemcpy(st.device.data(), clear, sizeof(clear), cudaMemcpyHostToDevice));
   // Every slot's event before any slot is handed out: a failure part-way leaves no free slot without its event
   // (the next call creates the rest).
@@ -91,11 +97,7 @@ Status PollDeferred(Backend& b, bool wait) {
 Status BeginOperation(Backend& b, cudaStream_t stream) {
   DeferredState& st = b.deferred;
   if (!st.pending.empty()) MSC_RETURN(PollDeferred(b, false));
-  if (!st.error.ok()) {
-    Status e = std::move(st.error);
-    st.error = Status::Ok();
-    return e;
-  }
+  if (!st.error.ok()) return std::exchange(st.error, Status::Ok());
   if (st.last_ordered && stream != st.last_stream) {
     MSC_CUDA(cudaSetDevice(b.device));
     MSC_CUDA(cudaStreamWaitEvent(stream, st.last_event, 0));
@@ -110,9 +112,7 @@ Status SynchronizeDeferred(Backend& b) {
     MSC_RETURN(PollDeferred(b, true));
   }
   st.last_ordered = false;
-  Status e = std::move(st.error);
-  st.error = Status::Ok();
-  return e;
+  return std::exchange(st.error, Status::Ok());
 }
 
 Status AcquireSlot(Backend& b, cudaStream_t stream, DeferredSlot* out) {
@@ -156,8 +156,7 @@ void AbandonSlot(Backend& b, DeferredSlot& slot) {
   slot.held = false;
   // The call failed before its settle kernel: once its stream has finished, the device words are cleared here (a
   // kernel of the call may have set them) and the slot is free again.
-  DeferredDevice clear{};
-  clear.flags[0] = clear.flags[1] = ~0ull;
+  const DeferredDevice clear = ClearDevice();
   if (cudaStreamSynchronize(slot.stream) == cudaSuccess &&
       cudaMemcpy(slot.dev, &clear, sizeof(clear), cudaMemcpyHostToDevice) == cudaSuccess) {
     b.deferred.free_slots.push_back(slot.index);
