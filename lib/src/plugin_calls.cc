@@ -226,6 +226,15 @@ Status PluginError(const maxsim_context& ctx, maxsim_status code, const char* er
                err[0] ? err : maxsim_status_name(code));
 }
 
+// The MAXSIM_CALL_* flags a training-args call passes to the plugin: stream-ordered only for a plugin that can
+// report deferred errors (a synchronize member; others run the call synchronously). A stream-ordered call marks
+// the context as having deferred errors pending until maxsim_synchronize.
+uint32_t PluginCallFlags(maxsim_context& ctx, uint32_t flags) {
+  const uint32_t passed = ctx.accel->synchronize ? flags : 0u;
+  if (passed & MAXSIM_CALL_STREAM_ORDERED) ctx.stream_ordered_pending = true;
+  return passed;
+}
+
 // Runs fn(s) for every shard s, shards after the first on the context's persistent shard workers (one after the
 // other in a build without threads); the first error wins.
 template <typename F>
@@ -501,9 +510,8 @@ Status RunOnPlugin(maxsim_context& ctx, const SetsRef& q, const SetsRef& d, cons
     a.scores = call.scores;
     a.argmax = call.argmax;
     a.stream = call.stream;
-    a.flags = ctx.accel->synchronize ? call.flags : 0u;
+    a.flags = PluginCallFlags(ctx, call.flags);
     a.call = call.name;
-    if (a.flags & MAXSIM_CALL_STREAM_ORDERED) ctx.stream_ordered_pending = true;
     const maxsim_status st = api->train_forward(ctx.accel_backend, &a, err, sizeof(err));
     if (st != MAXSIM_OK) return PluginError(ctx, st, err);
     return Status::Ok();
@@ -631,9 +639,8 @@ Status BackwardOnPlugin(maxsim_context& ctx, const maxsim_dense_sets* q, const m
   a.grad_documents = args.grad_documents;
   a.deterministic = args.deterministic;
   a.stream = args.cuda_stream;
-  a.flags = ctx.accel->synchronize ? flags : 0u;
+  a.flags = PluginCallFlags(ctx, flags);
   a.call = "maxsim_backward";
-  if (a.flags & MAXSIM_CALL_STREAM_ORDERED) ctx.stream_ordered_pending = true;
   char err[1024] = {};
   const maxsim_status st = ctx.accel->api->train_backward(ctx.accel_backend, &a, err, sizeof(err));
   if (st != MAXSIM_OK) return PluginError(ctx, st, err);
