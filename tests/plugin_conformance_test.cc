@@ -94,6 +94,27 @@ class DeviceBuffer {
   std::string error_;
 };
 
+// Encoded token sets q and d uploaded through the plugin's hooks, as dense sets of memory kind `mem`: the C structs
+// directly, whatever the plugin's memory kind is.
+struct DeviceInputs {
+  DeviceInputs(maxsim_context* ctx, const TokenSets& q, const TokenSets& d, maxsim_dtype dtype, uint32_t dim,
+               maxsim_memory mem)
+      : dq(ctx, q.encoded.size()), dd(ctx, d.encoded.size()) {
+    if (!ok()) return;
+    dq.Up(q.encoded.data(), q.encoded.size());
+    dd.Up(d.encoded.data(), d.encoded.size());
+    rq = *DenseSets(dq.get(), dtype, dim, q.offsets).get();
+    rd = *DenseSets(dd.get(), dtype, dim, d.offsets).get();
+    rq.memory = mem;
+    rd.memory = mem;
+  }
+  bool ok() const { return dq.ok() && dd.ok(); }
+  std::string error() const { return dq.error() + dd.error(); }
+  DeviceBuffer dq, dd;
+  maxsim_dense_sets rq{}, rd{};
+  const maxsim_sets qs{nullptr, &rq}, ds{nullptr, &rd};
+};
+
 class PluginConformance : public ::testing::TestWithParam<PluginCase> {
  protected:
   void SetUp() override {
@@ -252,16 +273,10 @@ TEST_P(PluginConformance, DeviceTensorsThroughThePluginsMemoryHooks) {
     q.Encode(c.dtype);
     d.Encode(c.dtype);
     const uint64_t nq = q.n_sets(), nd = d.n_sets();
-    DeviceBuffer dq(ctx(), q.encoded.size()), dd(ctx(), d.encoded.size());
-    ASSERT_TRUE(dq.ok() && dd.ok()) << dq.error() << dd.error();
-    dq.Up(q.encoded.data(), q.encoded.size());
-    dd.Up(d.encoded.data(), d.encoded.size());
-    // The plugin's memory kind, whatever it is: the C structs directly.
-    maxsim_dense_sets rq = *DenseSets(dq.get(), c.dtype, c.dim, q.offsets).get();
-    maxsim_dense_sets rd = *DenseSets(dd.get(), c.dtype, c.dim, d.offsets).get();
-    rq.memory = mem;
-    rd.memory = mem;
-    const maxsim_sets qs{nullptr, &rq}, ds{nullptr, &rd};
+    const DeviceInputs in(ctx(), q, d, c.dtype, c.dim, mem);
+    ASSERT_TRUE(in.ok()) << in.error();
+    const maxsim_sets &qs = in.qs, &ds = in.ds;
+    const maxsim_dense_sets &rq = in.rq, &rd = in.rd;
     maxsim_score_options so;
     maxsim_score_options_init(&so);
     const std::string what = Describe(c, MAXSIM_METRIC_DOT);
@@ -347,15 +362,10 @@ TEST_P(PluginConformance, StreamOrderedCallsMatchSynchronousOnes) {
   q.Encode(c.dtype);
   d.Encode(c.dtype);
   const uint64_t nq = q.n_sets(), nd = d.n_sets();
-  DeviceBuffer dq(ctx(), q.encoded.size()), dd(ctx(), d.encoded.size());
-  ASSERT_TRUE(dq.ok() && dd.ok()) << dq.error() << dd.error();
-  dq.Up(q.encoded.data(), q.encoded.size());
-  dd.Up(d.encoded.data(), d.encoded.size());
-  maxsim_dense_sets rq = *DenseSets(dq.get(), c.dtype, c.dim, q.offsets).get();
-  maxsim_dense_sets rd = *DenseSets(dd.get(), c.dtype, c.dim, d.offsets).get();
-  rq.memory = mem;
-  rd.memory = mem;
-  const maxsim_sets qs{nullptr, &rq}, ds{nullptr, &rd};
+  DeviceInputs in(ctx(), q, d, c.dtype, c.dim, mem);
+  ASSERT_TRUE(in.ok()) << in.error();
+  const maxsim_sets &qs = in.qs, &ds = in.ds;
+  const maxsim_dense_sets &rq = in.rq, &rd = in.rd;
   DeviceBuffer o_scores(ctx(), nq * nd * 4), o_argmax(ctx(), nd * q.rows() * 4);
   // The matrix forward with argmax, flags as given; its outputs (host copies) and status.
   auto forward = [&](uint32_t flags, std::vector<float>* scores, std::vector<int32_t>* argmax) {
@@ -426,7 +436,7 @@ TEST_P(PluginConformance, StreamOrderedCallsMatchSynchronousOnes) {
   TokenSets bad = q;
   bad.values[(bad.offsets[nq - 1]) * bad.dim + 1] = std::nanf("");
   bad.Encode(c.dtype);
-  dq.Up(bad.encoded.data(), bad.encoded.size());
+  in.dq.Up(bad.encoded.data(), bad.encoded.size());
   ASSERT_EQ(forward(0, &s_sync, &a_sync), MAXSIM_ERR_NON_FINITE);
   const std::string message = after_prefix(maxsim_last_error());
   maxsim_score_options so;
