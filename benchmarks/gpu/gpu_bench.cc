@@ -295,25 +295,25 @@ void RunApi(Backend& b, const Shape& s, const std::vector<uint16_t>& qdata, cons
     b.sync_calls = false;
     KeepBusy(b.stream, 50, dense_call);
     b.sync_calls = true;
-    for (int round = 0; round < kApiRounds; ++round) {
-      api_ms.push_back(WallIt(3, 10, [&](int i) {
+    // The public call on the i-th copy of the tensors, with options `opt`.
+    auto public_call = [&](const maxsim_score_options& opt) {
+      return [&, opt](int i) {
         const maxsim_dense_sets qs = DenseSets(qd[i % copies], MAXSIM_MEMORY_CUDA, nq, s.lq, s.dim);
         const maxsim_dense_sets ds = DenseSets(dd[i % copies], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
         const maxsim_sets qa{nullptr, &qs}, da{nullptr, &ds};
-        CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, nullptr));
-      }, (std::string(s.name) + " api-dense").c_str()));
+        CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &opt, scores, nullptr));
+      };
+    };
+    for (int round = 0; round < kApiRounds; ++round) {
+      api_ms.push_back(WallIt(3, 10, public_call(o), (std::string(s.name) + " api-dense").c_str()));
       if (round == 0) CHECK_CUDA(cudaMemcpy(out.data(), scores, nq * nd * 4, cudaMemcpyDeviceToHost));
       b.sync_calls = false;
       kernel_ms.push_back(TimeIt(b.stream, 3, 10, dense_call, false, (std::string(s.name) + " dense-kernels").c_str()));
       b.sync_calls = true;
       // api-dense-ordered: the same public call, stream-ordered, kOrderedCalls back to back + one synchronize.
       CHECK_CUDA(cudaMemset(scores, 0, nq * nd * 4));
-      ordered_ms.push_back(OrderedWall(3, kOrderedCalls, [&](int i) {
-        const maxsim_dense_sets qs = DenseSets(qd[i % copies], MAXSIM_MEMORY_CUDA, nq, s.lq, s.dim);
-        const maxsim_dense_sets ds = DenseSets(dd[i % copies], MAXSIM_MEMORY_CUDA, nd, s.ld, s.dim);
-        const maxsim_sets qa{nullptr, &qs}, da{nullptr, &ds};
-        CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &oo, scores, nullptr));
-      }, (std::string(s.name) + " api-dense-ordered").c_str()));
+      ordered_ms.push_back(
+          OrderedWall(3, kOrderedCalls, public_call(oo), (std::string(s.name) + " api-dense-ordered").c_str()));
       if (round == 0) CHECK_CUDA(cudaMemcpy(ordered_out.data(), scores, nq * nd * 4, cudaMemcpyDeviceToHost));
     }
     Emit(s.name, "api-dense", Median(api_ms), flops, bytes, extra(out));
@@ -720,6 +720,13 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
     maxsim_backward_args bo = ba;
     bo.flags = MAXSIM_CALL_STREAM_ORDERED;
     std::vector<double> step_ms, fwd_ms, api_step, ordered_step;
+    // One training step through the public API with the given forward options and backward arguments.
+    auto public_step = [&](const maxsim_score_options& fwd_opt, const maxsim_backward_args& bwd_args) {
+      return [&, fwd_opt, bwd_args](int) {
+        CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &fwd_opt, scores, argmax));
+        CHECK_MS(maxsim_backward(g_api, &sq, &sd, &bwd_args));
+      };
+    };
     for (int round = 0; round < kApiRounds; ++round) {
       b.sync_calls = false;
       step_ms.push_back(TimeIt(b.stream, 3, 10, [&](int) {
@@ -731,17 +738,12 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
       fwd_ms.push_back(TimeIt(b.stream, 3, 10, [&](int) { CHECK_ST(mscuda::TrainForward(b, a)); }));
       b.sync_calls = true;
       if (!g_api) continue;
-      api_step.push_back(WallIt(3, 10, [&](int) {
-        CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, argmax));
-        CHECK_MS(maxsim_backward(g_api, &sq, &sd, &ba));
-      }, det ? "train api-fwd+bwd-det" : "train api-fwd+bwd-atomic"));
+      api_step.push_back(WallIt(3, 10, public_step(o, ba), det ? "train api-fwd+bwd-det" : "train api-fwd+bwd-atomic"));
       api_fwd.push_back(WallIt(3, 10, [&](int) { CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &o, scores, argmax)); },
                                "train api-fwd"));
       // The same step stream-ordered: kOrderedCalls steps back to back, one synchronize.
-      ordered_step.push_back(OrderedWall(3, kOrderedCalls, [&](int) {
-        CHECK_MS(maxsim_score_matrix(g_api, &qa, &da, &oo, scores, argmax));
-        CHECK_MS(maxsim_backward(g_api, &sq, &sd, &bo));
-      }, det ? "train api-fwd+bwd-det-ordered" : "train api-fwd+bwd-atomic-ordered"));
+      ordered_step.push_back(OrderedWall(3, kOrderedCalls, public_step(oo, bo),
+                                         det ? "train api-fwd+bwd-det-ordered" : "train api-fwd+bwd-atomic-ordered"));
     }
     CHECK_ST(mscuda::TrainForward(b, a));  // with its checks, once
     CHECK_ST(mscuda::TrainBackward(b, a));
