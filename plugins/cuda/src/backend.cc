@@ -155,6 +155,13 @@ Status StageUpload(Backend& b, uint64_t& stage_used, void* dst, const void* src,
   return Status::Ok();
 }
 
+Status EndStaging(Backend& b, uint64_t stage_used, cudaStream_t stream) {
+  if (stage_used == 0) return Status::Ok();
+  MSC_CUDA(cudaEventRecord(b.staged, stream));
+  b.staged_pending = true;
+  return Status::Ok();
+}
+
 Status StagesFree(Backend& b) {
   if (b.qstage_busy) {
     MSC_CUDA(cudaStreamSynchronize(b.stream));

@@ -60,6 +60,9 @@ inline uint64_t MaxLen(const uint64_t* offsets, uint64_t n) {
 // reused by the next call only after the stream synchronises.
 Status StageUpload(Backend& b, uint64_t& stage_used, void* dst, const void* src, uint64_t bytes,
                    cudaStream_t stream);
+// After a call's StageUpload copies (stage_used > 0): records b.staged on the stream and marks it pending, so that
+// the next call's StagesFree waits for those copies if this call returns without synchronising.
+Status EndStaging(Backend& b, uint64_t stage_used, cudaStream_t stream);
 
 // Builds a resident corpus's per-document-scale codes once (on b.stream, waited for).
 Status EnsureDocScaleCodes(Backend& b, const Corpus& c);

@@ -196,10 +196,7 @@ Status TrainForward(Backend& b, const maxsim_plugin_train_args& a, int documents
     MSC_RETURN(StageUpload(b, used, s + o_pd, pd.data(), n_pairs * 4, stream));
     MSC_RETURN(StageUpload(b, used, s + o_am, am.data(), n_pairs * 8, stream));
   }
-  if (used > 0) {
-    MSC_CUDA(cudaEventRecord(b.staged, stream));
-    b.staged_pending = true;
-  }
+  MSC_RETURN(EndStaging(b, used, stream));
   q.view.offsets = q.uniform ? nullptr : reinterpret_cast<const uint64_t*>(s + o_qoff);
   d.view.offsets = d.uniform ? nullptr : reinterpret_cast<const uint64_t*>(s + o_doff);
   // A stream-ordered call checks into its slot's device words (clear when taken), settled on the device.
@@ -368,10 +365,7 @@ Status TrainBackward(Backend& b, const maxsim_plugin_train_args& a) {
     MSC_RETURN(StageUpload(b, used, s + o_am, am.data(), n_pairs * 8, stream));
     MSC_RETURN(StageUpload(b, used, s + o_qps, a.cand_offsets, (nq + 1) * 8, stream));
   }
-  if (used > 0) {
-    MSC_CUDA(cudaEventRecord(b.staged, stream));
-    b.staged_pending = true;
-  }
+  MSC_RETURN(EndStaging(b, used, stream));
   BackwardArgs ba;
   ba.q = q.view;
   ba.d = d.view;
