@@ -115,6 +115,21 @@ struct DeviceInputs {
   const maxsim_sets qs{nullptr, &rq}, ds{nullptr, &rd};
 };
 
+// The matrix layout's backward over device buffers: the forward's argmax, the score gradients, both outputs.
+maxsim_backward_args MatrixBackwardArgs(const DeviceBuffer& argmax, const DeviceBuffer& grad_scores,
+                                        const DeviceBuffer& grad_queries, const DeviceBuffer& grad_documents,
+                                        int deterministic) {
+  maxsim_backward_args args{};
+  args.struct_size = sizeof(args);
+  args.layout = MAXSIM_LAYOUT_MATRIX;
+  args.argmax = static_cast<const int32_t*>(argmax.get());
+  args.grad_scores = static_cast<const float*>(grad_scores.get());
+  args.grad_queries = static_cast<float*>(grad_queries.get());
+  args.grad_documents = static_cast<float*>(grad_documents.get());
+  args.deterministic = deterministic;
+  return args;
+}
+
 class PluginConformance : public ::testing::TestWithParam<PluginCase> {
  protected:
   void SetUp() override {
@@ -324,14 +339,7 @@ TEST_P(PluginConformance, DeviceTensorsThroughThePluginsMemoryHooks) {
     DeviceBuffer d_grad(ctx(), grad.size() * 4), o_gq(ctx(), q.rows() * c.dim * 4), o_gd(ctx(), d.rows() * c.dim * 4);
     d_grad.Up(grad.data(), grad.size() * 4);
     for (int deterministic = 0; deterministic < 2; ++deterministic) {
-      maxsim_backward_args args{};
-      args.struct_size = sizeof(args);
-      args.layout = MAXSIM_LAYOUT_MATRIX;
-      args.argmax = static_cast<const int32_t*>(o_argmax.get());
-      args.grad_scores = static_cast<const float*>(d_grad.get());
-      args.grad_queries = static_cast<float*>(o_gq.get());
-      args.grad_documents = static_cast<float*>(o_gd.get());
-      args.deterministic = deterministic;
+      const maxsim_backward_args args = MatrixBackwardArgs(o_argmax, d_grad, o_gq, o_gd, deterministic);
       ASSERT_EQ(maxsim_backward(ctx(), &rq, &rd, &args), MAXSIM_OK) << maxsim_last_error();
       std::vector<float> gq(q.rows() * c.dim), gd(d.rows() * c.dim);
       o_gq.Down(gq.data(), gq.size() * 4);
@@ -392,14 +400,7 @@ TEST_P(PluginConformance, StreamOrderedCallsMatchSynchronousOnes) {
   DeviceBuffer d_grad(ctx(), grad.size() * 4), o_gq(ctx(), q.rows() * c.dim * 4), o_gd(ctx(), d.rows() * c.dim * 4);
   auto backward = [&](int deterministic, uint32_t flags, std::vector<float>* gq, std::vector<float>* gd) {
     d_grad.Up(grad.data(), grad.size() * 4);
-    maxsim_backward_args args{};
-    args.struct_size = sizeof(args);
-    args.layout = MAXSIM_LAYOUT_MATRIX;
-    args.argmax = static_cast<const int32_t*>(o_argmax.get());
-    args.grad_scores = static_cast<const float*>(d_grad.get());
-    args.grad_queries = static_cast<float*>(o_gq.get());
-    args.grad_documents = static_cast<float*>(o_gd.get());
-    args.deterministic = deterministic;
+    maxsim_backward_args args = MatrixBackwardArgs(o_argmax, d_grad, o_gq, o_gd, deterministic);
     args.flags = flags;
     const maxsim_status st = maxsim_backward(ctx(), &rq, &rd, &args);
     gq->resize(q.rows() * c.dim);
