@@ -5,6 +5,8 @@ message when Ray is not installed."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -54,16 +56,30 @@ def test_two_workers_bit_identical_to_one_process(local_ray, corpus):
         index.close()
 
 
+def _kill(actor) -> None:
+    """Kills a shard actor and waits until a call on it fails: ray.kill returns before the actor has stopped, and a
+    call made in between may still be answered."""
+    ray.kill(actor)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.info.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    pytest.fail("a killed shard actor still answers after 60 s")
+
+
 def test_failover_and_no_partial_results(local_ray, corpus):
     directory, whole, Q = corpus
     index = md.ShardedIndex(directory, replicas=2, threads=1, actor_options={"num_cpus": 0.5})
     try:
         want = maxsim.topk(Q, whole, 10)
-        ray.kill(index.actors[0][0])  # shard 0 loses a replica: the other one answers
+        _kill(index.actors[0][0])  # shard 0 loses a replica: the other one answers
         got = index.topk(Q, 10)
         assert np.array_equal(got.indices, want.indices) and np.array_equal(got.scores, want.scores)
         for a in index.actors[1]:  # shard 1 loses every replica: an error, never a partial answer
-            ray.kill(a)
+            _kill(a)
         with pytest.raises(md.ShardUnavailableError, match="shard 1"):
             index.topk(Q, 10)
     finally:
