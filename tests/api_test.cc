@@ -908,5 +908,62 @@ TEST(Api, StructInitsWriteOnlyTheCallersSize) {
       << maxsim_last_error();
 }
 
+// maxsim_backward_args has the same three ways in: the exported function (first layout, up to cuda_stream), the
+// _sized function (never past the caller's size) and the macro (this header's whole struct).
+struct BackwardArgsV1 {
+  uint32_t struct_size;
+  maxsim_layout layout;
+  const uint64_t* cand_offsets;
+  const uint64_t* candidates;
+  const int32_t* argmax;
+  const float* grad_scores;
+  float* grad_queries;
+  float* grad_documents;
+  int deterministic;
+  void* cuda_stream;
+};
+static_assert(offsetof(BackwardArgsV1, cuda_stream) == offsetof(maxsim_backward_args, cuda_stream), "first layout");
+static_assert(sizeof(BackwardArgsV1) < sizeof(maxsim_backward_args), "flags were appended since");
+
+TEST(Api, BackwardArgsInitWritesOnlyTheCallersSize) {
+  auto exported = [](uint8_t* p) { (maxsim_backward_args_init)(reinterpret_cast<maxsim_backward_args*>(p)); };
+  auto sized = [](size_t size) {
+    return [size](uint8_t* p) { maxsim_backward_args_init_sized(reinterpret_cast<maxsim_backward_args*>(p), size); };
+  };
+  const std::vector<uint8_t> v1 = InitInto(sizeof(BackwardArgsV1), exported);
+  const BackwardArgsV1 a1 = As<BackwardArgsV1>(v1);
+  EXPECT_EQ(a1.struct_size, sizeof(BackwardArgsV1));
+  EXPECT_EQ(a1.layout, MAXSIM_LAYOUT_MATRIX);
+  EXPECT_EQ(a1.cand_offsets, nullptr);
+  EXPECT_EQ(a1.candidates, nullptr);
+  EXPECT_EQ(a1.argmax, nullptr);
+  EXPECT_EQ(a1.grad_scores, nullptr);
+  EXPECT_EQ(a1.grad_queries, nullptr);
+  EXPECT_EQ(a1.grad_documents, nullptr);
+  EXPECT_EQ(a1.deterministic, 0);
+  EXPECT_EQ(a1.cuda_stream, nullptr);
+  EXPECT_EQ(InitInto(sizeof(BackwardArgsV1), sized(sizeof(BackwardArgsV1))), v1);
+
+  maxsim_backward_args full;
+  std::memset(&full, kPoison, sizeof(full));
+  maxsim_backward_args_init(&full);
+  EXPECT_EQ(full.struct_size, sizeof(full));
+  EXPECT_EQ(full.flags, 0u);
+  EXPECT_EQ(full.layout, MAXSIM_LAYOUT_MATRIX);
+  EXPECT_EQ(std::memcmp(reinterpret_cast<const uint8_t*>(&full) + 4, v1.data() + 4, sizeof(BackwardArgsV1) - 4), 0);
+
+  for (size_t size : {size_t{4}, size_t{16}, sizeof(BackwardArgsV1) - 1}) {
+    const std::vector<uint8_t> b = InitInto(size, sized(size));
+    EXPECT_EQ(StructSize(b), 0u) << size;
+    for (size_t i = 4; i < size; ++i) EXPECT_EQ(b[i], kPoison) << size;
+  }
+  EXPECT_EQ(InitInto(3, sized(3)), std::vector<uint8_t>(3, kPoison));
+  const std::vector<uint8_t> newer = InitInto(sizeof(full) + 16, sized(sizeof(full) + 16));
+  EXPECT_EQ(StructSize(newer), sizeof(full));
+  for (size_t i = sizeof(full); i < newer.size(); ++i) EXPECT_EQ(newer[i], kPoison);
+  maxsim_backward_args_init_sized(nullptr, sizeof(full));  // NULL: nothing, no crash
+  (maxsim_backward_args_init)(nullptr);
+}
+
 }  // namespace
 }  // namespace maxsim::test

@@ -227,9 +227,8 @@ TEST(Backward, RejectsBadArguments) {
   const Layout l{MAXSIM_LAYOUT_MATRIX, {}, {}};
   Forward f = RunForward(ctx, q, d, l);
   std::vector<float> g(4, 1.0f), gq(q.rows() * 8), gdd(d.rows() * 8);
-  maxsim_backward_args a{};
-  a.struct_size = sizeof(a);
-  a.layout = MAXSIM_LAYOUT_MATRIX;
+  maxsim_backward_args a;
+  maxsim_backward_args_init(&a);
   a.argmax = f.argmax.data();
   a.grad_scores = g.data();
   a.grad_queries = gq.data();
@@ -256,8 +255,19 @@ TEST(Backward, RejectsBadArguments) {
   a.argmax = nullptr;
   expect(MAXSIM_ERR_INVALID_ARGUMENT, "argmax");
   a.argmax = f.argmax.data();
-  a.struct_size = 16;
-  expect(MAXSIM_ERR_INVALID_ARGUMENT, "struct_size");
+  // The exported init fills the first layout: flags past it are not read (a stream-ordered flag on host tensors
+  // would fail the call); from the macro's struct they are. A too-small size names struct_size.
+  a.flags = MAXSIM_CALL_STREAM_ORDERED;
+  expect(MAXSIM_ERR_INVALID_ARGUMENT, "MAXSIM_CALL_STREAM_ORDERED");
+  maxsim_backward_args first;
+  (maxsim_backward_args_init)(&first);
+  first.argmax = f.argmax.data();
+  first.grad_scores = g.data();
+  first.grad_queries = gq.data();
+  first.flags = MAXSIM_CALL_STREAM_ORDERED;
+  EXPECT_EQ(maxsim_backward(ctx.get(), qd.get(), dd.get(), &first), MAXSIM_OK) << maxsim_last_error();
+  maxsim_backward_args_init_sized(&a, 16);
+  expect(MAXSIM_ERR_INVALID_ARGUMENT, "maxsim_backward_args.struct_size is 0; call maxsim_backward_args_init");
 }
 
 }  // namespace

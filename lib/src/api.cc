@@ -19,9 +19,10 @@
 #include "progress.h"
 #include "status.h"
 
-// maxsim.h makes these two names macros that pass the caller's sizeof; the exported functions are defined below.
+// maxsim.h makes these names macros that pass the caller's sizeof; the exported functions are defined below.
 #undef maxsim_options_init
 #undef maxsim_score_options_init
+#undef maxsim_backward_args_init
 
 using maxsim::Error;
 using maxsim::Report;
@@ -68,6 +69,8 @@ constexpr size_t kOptionsFirstLayout =
     FirstLayout(offsetof(maxsim_options, log_user_data), sizeof(void*), alignof(maxsim_options));
 constexpr size_t kScoreOptionsFirstLayout =
     FirstLayout(offsetof(maxsim_score_options, cuda_stream), sizeof(void*), alignof(maxsim_score_options));
+constexpr size_t kBackwardArgsFirstLayout =
+    FirstLayout(offsetof(maxsim_backward_args, cuda_stream), sizeof(void*), alignof(maxsim_backward_args));
 
 // Writes the defaults `full` (every field this library knows) into the caller's first `size` bytes of *out, never
 // past them nor past sizeof(T), with struct_size = the bytes written. A size below the first released layout
@@ -97,6 +100,14 @@ maxsim_score_options DefaultScoreOptions() {
   o.metric = MAXSIM_METRIC_DOT;
   o.mode = MAXSIM_MODE_EXACT;
   return o;
+}
+
+maxsim_backward_args DefaultBackwardArgs() {
+  maxsim_backward_args a;
+  std::memset(&a, 0, sizeof(a));
+  a.struct_size = sizeof(a);
+  a.layout = MAXSIM_LAYOUT_MATRIX;
+  return a;
 }
 
 // MAXSIM_CALL_* bits of a call's options: known bits only.
@@ -603,14 +614,23 @@ MAXSIM_API maxsim_status maxsim_topk(maxsim_context* ctx, const maxsim_sets* que
   });
 }
 
+MAXSIM_API void maxsim_backward_args_init_sized(maxsim_backward_args* a, size_t size) {
+  maxsim::InitSized(a, size, maxsim::kBackwardArgsFirstLayout, maxsim::DefaultBackwardArgs());
+}
+
+MAXSIM_API void maxsim_backward_args_init(maxsim_backward_args* a) {
+  maxsim::InitSized(a, maxsim::kBackwardArgsFirstLayout, maxsim::kBackwardArgsFirstLayout,
+                    maxsim::DefaultBackwardArgs());
+}
+
 MAXSIM_API maxsim_status maxsim_backward(maxsim_context* ctx, const maxsim_dense_sets* queries,
                                          const maxsim_dense_sets* documents, const maxsim_backward_args* args) {
   return Guard([&]() -> Status {
     MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
     if (!args) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "backward args are NULL");
     if (args->struct_size < offsetof(maxsim_backward_args, cuda_stream) + sizeof(void*)) {
-      return Error(MAXSIM_ERR_INVALID_ARGUMENT, "maxsim_backward_args.struct_size is %u, expected %zu",
-                   args->struct_size, sizeof(maxsim_backward_args));
+      return Error(MAXSIM_ERR_INVALID_ARGUMENT,
+                   "maxsim_backward_args.struct_size is %u; call maxsim_backward_args_init first", args->struct_size);
     }
     const int32_t layout = RawEnum(args->layout);
     if (layout != MAXSIM_LAYOUT_MATRIX && layout != MAXSIM_LAYOUT_PAIRS && layout != MAXSIM_LAYOUT_CANDIDATES) {

@@ -612,8 +612,7 @@ void Backward(Context* ctx, const DenseSets& queries, const DenseSets& documents
   if (grad_queries) CheckOut(*grad_queries, queries.rows() * queries.dim(), queries.on_cuda(), "grad_queries");
   if (grad_documents) CheckOut(*grad_documents, documents.rows() * documents.dim(), documents.on_cuda(), "grad_documents");
   maxsim_backward_args a;
-  std::memset(&a, 0, sizeof(a));
-  a.struct_size = sizeof(a);
+  maxsim_backward_args_init(&a);
   a.layout = static_cast<maxsim_layout>(layout);
   a.cand_offsets = cand_offsets ? cand_offsets->data() : nullptr;
   a.candidates = candidates ? candidates->data() : nullptr;

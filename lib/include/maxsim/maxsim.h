@@ -417,7 +417,7 @@ typedef enum maxsim_layout {
 } maxsim_layout;
 
 typedef struct maxsim_backward_args {
-  uint32_t struct_size;              /* sizeof(maxsim_backward_args) */
+  uint32_t struct_size;              /* sizeof(maxsim_backward_args): maxsim_backward_args_init(&a) fills it */
   maxsim_layout layout;
   const uint64_t* cand_offsets;      /* CANDIDATES layout only */
   const uint64_t* candidates;        /* CANDIDATES layout only */
@@ -432,6 +432,17 @@ typedef struct maxsim_backward_args {
   /* Appended (read only when struct_size covers it): MAXSIM_CALL_* bits, 0 by default. */
   uint32_t flags;
 } maxsim_backward_args;
+
+/* Fills defaults (layout MATRIX, every pointer NULL, deterministic 0, default stream, no flags) into the first
+ * `size` bytes of *args (the caller's sizeof(maxsim_backward_args)) as maxsim_options_init_sized does: nothing is
+ * written past the caller's struct or this library's; a size below the first released layout (the fields up to
+ * cuda_stream) writes only struct_size = 0 (nothing when size < 4), so that maxsim_backward then fails naming it. */
+MAXSIM_API void maxsim_backward_args_init_sized(maxsim_backward_args* args, size_t size);
+/* maxsim_backward_args_init(&a): the whole struct the caller was compiled with (a macro passing its sizeof). The
+ * exported function of this name fills the first released layout only (up to cuda_stream; flags are then not
+ * read): use maxsim_backward_args_init_sized with the full size from a foreign-function interface. */
+MAXSIM_API void maxsim_backward_args_init(maxsim_backward_args* args);
+#define maxsim_backward_args_init(args) maxsim_backward_args_init_sized((args), sizeof(maxsim_backward_args))
 
 /* Gradients of sum(grad_scores * scores) for the dot metric given the forward's argmax:
  *   grad_Q[i, s]  = sum over scored documents j of g[i, j] * D[j, argmax[i, j, s]]        (a gather)
