@@ -1091,6 +1091,91 @@ TEST_F(Gpu, ManyPairsPipelineKernelUnmaskedDeviceTensors) {
   }
 }
 
+TEST_F(Gpu, ManyPairsCoopKernel) {
+  // Enough short-query dot pairs for the one-block-per-pair grid (exact_coop.cu: 48 pairs per SM; a block of 2
+  // warps per pair, warp w folding steps w, w + 2, ... and the warps' row maxima merged by value, then the lowest
+  // index): it must give the ring kernel's and the one-pair-per-warp kernel's bits, scores only and with argmax,
+  // packed and dense device inputs (the folded input check on), over ragged documents with empty ones and lengths
+  // that are no multiple of 32 (and shorter than one step per warp), duplicated tokens and near ties (equal
+  // similarities: the lowest token index wins across the warps), 16- and 32-row queries, dims 128 and 64
+  // (predicated copies). A non-finite value in a document step of either warp or in a query fails the call.
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const uint64_t nd = 16 * static_cast<uint64_t>(sms) + 17;  // 3 queries: 48 pairs per SM and more
+  Context grid(Options("cuda"));
+  Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
+  Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
+  struct Case {
+    uint32_t dim;
+    uint64_t max_lq;
+    Shape docs;
+  };
+  const Case cases[] = {{128, 32, Shape::kClustered}, {128, 16, Shape::kDuplicates}, {64, 32, Shape::kNearTies},
+                        {128, 32, Shape::kDuplicates}};
+  uint64_t salt = 170;
+  for (const Case& c : cases) {
+    auto rng = Rng(++salt);
+    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 1, c.max_lq, c.dim), MAXSIM_BF16);
+    const TokenSets d = Encoded(Generate(rng, c.docs, nd, 0, 170, c.dim), MAXSIM_BF16);
+    const Packed pq = Packed::Pack(grid, q.Dense()), pd = Packed::Pack(grid, d.Dense());
+    const DeviceSets dq(q), dd(d);
+    const uint64_t nq = q.n_sets(), am = nd * q.rows();
+    const std::string what = "dim " + std::to_string(c.dim) + " lq <= " + std::to_string(c.max_lq) + " docs " +
+                             std::to_string(static_cast<int>(c.docs));
+    const Matrix want = ScoreMatrix(one, pq, nq, q.rows(), pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    ExpectReference(q, d, MAXSIM_METRIC_DOT, want, what + " one pair per warp", 400);
+    const std::vector<float> want_values = ScoreValues(one, pq, nq, pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    for (Context* ctx : {&grid, &ring}) {
+      const std::string side = what + (ctx == &grid ? " grid" : " ring");
+      ExpectIdentical(ScoreMatrix(*ctx, pq, nq, q.rows(), pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want, side);
+      ExpectSameBits(ScoreValues(*ctx, pq, nq, pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want_values,
+                     side + " scores only");
+      ExpectIdentical(DeviceForward(*ctx, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, am, MAXSIM_METRIC_DOT), want,
+                      side + " dense");
+      ExpectSameBits(DeviceScoreValues(*ctx, dq, dd, MAXSIM_METRIC_DOT), want_values, side + " dense scores only");
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  // The folded input check on the grid: a document token in warp 1's first step and in warp 0's second, a
+  // document's last token, query tokens; NaN and both infinities. Scores only and with argmax.
+  auto rng = Rng(179);
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 32, 32, 128), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, nd, 100, 170, 128), MAXSIM_BF16);
+  struct Bad {
+    bool query;
+    uint64_t set, token;
+    uint32_t k;
+    float value;
+  };
+  const Bad bads[] = {{false, 7, 40, 17, std::nanf("")},
+                      {false, nd / 2, 70, 0, INFINITY},
+                      {false, nd - 1, d.length(nd - 1) - 1, 127, -INFINITY},
+                      {true, 1, 31, 64, INFINITY},
+                      {true, 2, 0, 3, std::nanf("")}};
+  for (const Bad& b : bads) {
+    TokenSets bq = q, bd = d;
+    TokenSets& t = b.query ? bq : bd;
+    t.values[(t.offsets[b.set] + b.token) * t.dim + b.k] = b.value;
+    t.Encode(MAXSIM_BF16);
+    const DeviceSets xq(bq), xd(bd);
+    const std::string want = std::string(b.query ? "queries" : "documents") + ": set " + std::to_string(b.set) +
+                             " token " + std::to_string(b.token) + " ";
+    for (bool argmax : {false, true}) {
+      Dev<float> sc(q.n_sets() * nd);
+      Dev<int32_t> am(nd * q.rows());
+      sc.Fill(0);  // finite: a partial result would show
+      maxsim_score_options o;
+      maxsim_score_options_init(&o);
+      maxsim_sets qs{nullptr, &xq.s}, ds{nullptr, &xd.s};
+      const maxsim_status st = maxsim_score_matrix(grid.get(), &qs, &ds, &o, sc.p, argmax ? am.p : nullptr);
+      const std::string msg = st == MAXSIM_OK ? "" : maxsim_last_error();
+      EXPECT_EQ(st, MAXSIM_ERR_NON_FINITE) << want << (argmax ? "argmax" : "scores only");
+      EXPECT_NE(msg.find(want), std::string::npos) << "'" << msg << "' does not name " << want;
+      for (float v : sc.Down()) ASSERT_TRUE(std::isnan(v)) << want << ": a score survived a failed call: " << v;
+    }
+  }
+}
+
 // maxsim_backward's arguments; the candidate lists are passed for the candidates layout only.
 maxsim_backward_args BackwardCall(maxsim_layout layout, const int32_t* argmax, const float* grad, float* grad_q,
                                   float* grad_d, int deterministic, const std::vector<uint64_t>* off = nullptr,

@@ -231,6 +231,7 @@ Tuning ReadTuning() {
   t.kernels.batch_tma = !EnvIs("MAXSIM_CUDA_BATCH_TMA", "0");
   t.kernels.wgmma_int_fold = !EnvIs("MAXSIM_CUDA_WGMMA_INT_FOLD", "0");
   t.kernels.wgmma_tma = !EnvIs("MAXSIM_CUDA_WGMMA_TMA", "0");
+  t.kernels.coop = !EnvFlag("MAXSIM_CUDA_NO_COOP");
   t.smem_kernel = !EnvFlag("MAXSIM_CUDA_NO_SMEM_KERNEL");
   t.screen_wgmma_min_lq = EnvU64("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", 256);
   if (const char* e = std::getenv("MAXSIM_CUDA_EXPERIMENTAL")) {
@@ -367,6 +368,12 @@ std::string SettingsText(const Backend& b) {
   const Tuning& k = b.tuning;
   auto onoff = [](bool on) { return on ? "on" : "off"; };
   std::snprintf(line, sizeof(line), "exact ring kernel: %s%s\n", onoff(k.kernels.pipe), source("MAXSIM_CUDA_NO_PIPE").c_str());
+  t += line;
+  std::snprintf(line, sizeof(line),
+                "exact one-block-per-pair grid (the ring's dot calls without a document mask, from %u pairs per SM): "
+                "%s%s\n",
+                static_cast<unsigned>(kCoopMinPairsPerSm), onoff(k.kernels.coop),
+                source("MAXSIM_CUDA_NO_COOP").c_str());
   t += line;
   std::snprintf(line, sizeof(line), "exact shared-memory kernel (long queries): %s%s\n", onoff(k.smem_kernel),
                 source("MAXSIM_CUDA_NO_SMEM_KERNEL").c_str());

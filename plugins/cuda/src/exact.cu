@@ -19,6 +19,7 @@
 #include <cstdlib>
 
 #include "forward_common.cuh"
+#include "ring_common.cuh"
 #include "row_check.cuh"
 
 namespace mscuda {
@@ -26,49 +27,6 @@ namespace {
 
 constexpr int kTcWarps = 8;
 constexpr int kTcTiles = 4;  // n8 tiles per pipeline step (32 tokens)
-
-// Folds one 16x8 accumulator tile per m tile into the running max. n0 = first of this lane's two columns. PLAIN:
-// the caller knows the launch is dot without a document mask (the same arithmetic, without those branches).
-template <int MT, bool PLAIN = false, typename Acc>
-__device__ __forceinline__ void FoldTile(const ForwardArgs& a, uint64_t db, uint64_t ld, uint64_t n0,
-                                         Acc (&c)[MT][4], Best<MT>& b, bool& saw_kept) {
-  const uint64_t n1 = n0 + 1;
-  bool v0 = n0 < ld, v1 = n1 < ld;
-  if (!PLAIN && a.d.mask) {
-    v0 = v0 && a.d.mask[db + n0];
-    v1 = v1 && a.d.mask[db + n1];
-  }
-  saw_kept |= v0 | v1;
-  float w0 = 1.0f, w1 = 1.0f;
-  if (!PLAIN && a.cosine) {
-    w0 = v0 ? InvNorm(RowNorm(a.d, db + n0)) : 0.0f;
-    w1 = v1 ? InvNorm(RowNorm(a.d, db + n1)) : 0.0f;
-  }
-  const bool check = a.bad != nullptr;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float k0 = c[mt][2 * h], k1 = c[mt][2 * h + 1];
-      if (check) {
-        if (v0) b.chk = MaxNaN(b.chk, fabsf(k0));
-        if (v1) b.chk = MaxNaN(b.chk, fabsf(k1));
-      }
-      if (!PLAIN && a.cosine) {
-        k0 *= w0;
-        k1 *= w1;
-      }
-      if (v0 && k0 > b.v[mt][h]) {
-        b.v[mt][h] = k0;
-        b.i[mt][h] = static_cast<int>(n0);
-      }
-      if (v1 && k1 > b.v[mt][h]) {
-        b.v[mt][h] = k1;
-        b.i[mt][h] = static_cast<int>(n1);
-      }
-    }
-  }
-}
 
 template <typename T, int MT, int KC>
 __global__ void __launch_bounds__(kTcWarps * 32, 1) ExactTcKernel(const ForwardArgs a) {
@@ -429,16 +387,8 @@ cudaError_t LaunchSmemT(const ForwardArgs& a, cudaStream_t stream) {
 // No block-level barrier: the ring is private to the warp (cp.async.wait_group + __syncwarp). Per element it is
 // exactly ExactTcKernel's arithmetic. Whole steps are copied under an L2 evict-first policy.
 
-constexpr int kPipeStep = 32;  // tokens per step
-constexpr int kPipeStageBytes = kPipeStep * kRowBytes;
-
-// A 16-byte cp.async of a whole ring step under an L2 evict-first policy (createpolicy; `policy`): the corpus is
-// streamed once, so its lines are the first L2 replaces. Measured on the H100 against the same copies without the
-// policy, in one run: textual-10k 0.2611 -> 0.2554 ms, textual-1k 0.0343 -> 0.0336, colpali-rerank 0.0953 ->
-// 0.0947 (docs/cuda.md, "Memory-bound shapes"). The .L2::256B prefetch size added nothing.
-__device__ __forceinline__ void CpAsync16EvictFirst(uint32_t smem, const void* gmem, uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "l"(policy));
-}
+constexpr int kPipeStep = kRingStep;
+constexpr int kPipeStageBytes = kRingStageBytes;
 
 // FOLD: 0 any call (the fold chosen per launch); 1 dot without a document mask, scores only; 2 the same with
 // argmax (LaunchPipe).
@@ -453,8 +403,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   if (wid >= n_warps) return;
   const PairRange range(a.pairs.n_pairs, wid, n_warps);
   if (range.begin >= range.end) return;
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  const uint64_t policy = EvictFirstPolicy();
   const uint32_t dim = a.q.dim;
   const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) +
@@ -463,30 +412,8 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   uint32_t produced = 0;
   auto produce = [&]() {
     if (cur.Active()) {
-      const uint32_t st = ring + (produced % kPipeStages) * kPipeStageBytes;
-      const uint8_t* dbase = a.d.orig + cur.first_row * drb;
-      // Copy i moves 16-byte slot lane % 16 of step token 2i + lane / 16: the same slot for every copy of a lane,
-      // the token advancing by 2 (so its swizzle, (2i + lane / 16) % 8, repeats every 4 copies).
-      const uint32_t slot16 = static_cast<uint32_t>(lane) & 15u, half = static_cast<uint32_t>(lane) >> 4;
-      const uint8_t* src = dbase + (cur.token + half) * drb + slot16 * 16;
-      const uint32_t dst = st + half * kRowBytes;
-      const uint64_t left = cur.len - cur.token;  // rows of the document from this step's first token
-      if (left >= kPipeStep && dim == 128) {
-        // A whole step of whole rows: no predicates, no per-copy 64-bit multiplies.
-#pragma unroll
-        for (int i = 0; i < kPipeStep / 2; ++i) {
-          CpAsync16EvictFirst(dst + 2 * i * kRowBytes + (RingSlot16(slot16, 2 * i + half) << 4), src + 2 * i * drb,
-                              policy);
-        }
-      } else {
-        const bool slot_ok = slot16 * 8 < dim;
-#pragma unroll
-        for (int i = 0; i < kPipeStep / 2; ++i) {
-          const bool pred = slot_ok && 2 * i + half < left;
-          CpAsync16(dst + 2 * i * kRowBytes + (RingSlot16(slot16, 2 * i + half) << 4), pred ? src + 2 * i * drb : dbase,
-                    pred);
-        }
-      }
+      CopyRingStep(ring + (produced % kPipeStages) * kPipeStageBytes, a.d.orig + cur.first_row * drb, cur.token,
+                   cur.len, drb, dim, policy, lane);
       ++produced;
       cur.Advance(a);
     }
@@ -527,11 +454,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
       }
     }
     Best<MT> best;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      best.v[mt][0] = best.v[mt][1] = -INFINITY;
-      best.i[mt][0] = best.i[mt][1] = -1;
-    }
+    InitBest(best);
     bool saw_kept = false;
     for (uint64_t base = 0; base < ld; base += kPipeStep) {
       CpAsyncWait<kPipeStages - 2>();
@@ -539,80 +462,9 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
       produce();
       const uint32_t st = ring + (consumed % kPipeStages) * kPipeStageBytes;
       ++consumed;
-      auto tile = [&](int u, float (&acc)[MT][4]) {
-        uint4 bv[4];
-#pragma unroll
-        for (int c = 0; c < 4; ++c) bv[c] = LdsmFrag16(st, u * 8, c, lane);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) MmaChunk16<T>(acc[mt], qa[mt][c], qc[mt][c], bv[c]);
-        }
-      };
-      if (fast && base + kPipeStep <= ld) {
-        // A whole step of kept tokens: no per-column tests. With argmax, FoldTile's (value, index) fold (strict >,
-        // this lane's tokens in increasing order, 32-bit indices); scores only, the row maxima alone (the
-        // maximum's value is the same whichever of equal keys the strict fold would keep, and -0 or +0 adds the
-        // same to a score). The folded input check samples: a non-finite element of a row makes every
-        // similarity of that row non-finite (0 * inf is NaN), so two similarities per lane and tile meet every
-        // document row (query row g, columns 2t and 2t + 1), the pair's first tile meets every query row, and an
-        // overflow to +inf elsewhere reaches the row maximum, checked when the pair ends.
-#pragma unroll
-        for (int u = 0; u < kPipeStep / 8; ++u) {
-          float acc[MT][4];
-          tile(u, acc);
-          if (want_arg) {
-            const int n0 = static_cast<int>(base) + u * 8 + 2 * t;
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                if (acc[mt][2 * h] > best.v[mt][h]) {
-                  best.v[mt][h] = acc[mt][2 * h];
-                  best.i[mt][h] = n0;
-                }
-                if (acc[mt][2 * h + 1] > best.v[mt][h]) {
-                  best.v[mt][h] = acc[mt][2 * h + 1];
-                  best.i[mt][h] = n0 + 1;
-                }
-              }
-            }
-          } else {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              best.v[mt][0] = fmaxf(best.v[mt][0], fmaxf(acc[mt][0], acc[mt][1]));
-              best.v[mt][1] = fmaxf(best.v[mt][1], fmaxf(acc[mt][2], acc[mt][3]));
-            }
-          }
-          if (check) {
-            best.chk = MaxNaN(best.chk, MaxNaN(fabsf(acc[0][0]), fabsf(acc[0][1])));
-            if (u == 0 && base == 0) {
-#pragma unroll
-              for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) best.chk = MaxNaN(best.chk, fabsf(acc[mt][e]));
-              }
-            }
-          }
-        }
-        saw_kept = true;
-      } else {
-#pragma unroll
-        for (int u = 0; u < kPipeStep / 8; ++u) {
-          if (base + u * 8 < ld) {
-            float acc[MT][4];
-            tile(u, acc);
-            FoldTile<MT, FOLD != 0>(a, db, ld, base + u * 8 + 2 * t, acc, best, saw_kept);
-          }
-        }
-      }
+      FoldRingStep<T, MT, FOLD>(a, st, base, db, ld, qa, qc, fast, want_arg, check, best, saw_kept);
     }
-    if (fast && check && saw_kept) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) best.chk = MaxNaN(best.chk, MaxNaN(fabsf(best.v[mt][0]), fabsf(best.v[mt][1])));
-    }
+    CheckRowMaxima(fast, check, saw_kept, best);
     const bool doc_nonempty = FOLD == 0 && a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
     WriteRows<MT>(a, p, qi, dj, 0, qb, lq, doc_nonempty, best, s_term[warp], s_arg[warp]);
     __syncwarp();
@@ -631,10 +483,10 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
 }
 
 // Ring shape (warps per block x stages of 8 KB, one block per SM): 8x3, the fastest of 8x3, 6x4, 4x7 and 5x5 on
-// textual-10k on the H100 (git history keeps the others). One pair per warp in blocks of 1, 2 or 4 warps scheduled
-// by the hardware instead (the peers' kind of grid) measured 0.6% faster on textual-10k at best and the same on
-// textual-1k and colpali-rerank (docs/cuda.md); the persistent ring is kept because it streams across document
-// boundaries, where a warp per pair waits for its ring to fill at every pair (short documents).
+// textual-10k on the H100 (git history keeps the others). The ring streams across document boundaries; a grid of
+// one block per pair (the peers' kind of grid) fills its rings at every pair, which only enough pairs per SM hide:
+// dot calls without a document mask over at least kCoopMinPairsPerSm pairs per SM run that grid (exact_coop.cu),
+// the others keep the ring.
 //
 // Dot calls without a document mask (the memory-bound shapes' calls) run a kernel compiled for their fold (FOLD 1
 // or 2: no cosine or mask branches, values only or with argmax; the same arithmetic, so the same bits) with one copy
@@ -647,6 +499,9 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
 template <typename T, int MT>
 cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
   if (a.cosine || a.d.mask != nullptr) return LaunchPipeWS<T, MT, 8, 3, 0>(a, sms, stream);
+  if (a.sw.coop && a.pairs.n_pairs >= kCoopMinPairsPerSm * static_cast<uint64_t>(sms)) {
+    return LaunchExactCoop(a, stream);
+  }
   return a.pairs.argmax ? LaunchPipeWS<T, MT, 8, 3, 2>(a, sms, stream) : LaunchPipeWS<T, MT, 8, 3, 1>(a, sms, stream);
 }
 

@@ -152,6 +152,9 @@ struct KernelSwitches {
   // cp.async copies, which 128-row groups always take).
   bool wgmma_int_fold = true;
   bool wgmma_tma = true;
+  // exact: the ring kernel's dot calls without a document mask over at least kCoopMinPairsPerSm pairs per SM run
+  // as a hardware-scheduled grid of one block per pair (exact_coop.cu)
+  bool coop = true;
 };
 
 // The batch kernel's default stages copied ahead (KernelSwitches::batch_ahead 0): 3 where a block's first document
@@ -206,6 +209,13 @@ bool TcSupported(const SetsView& q, const SetsView& d);
 // Rows per group the tensor-core kernel uses for queries of at most max_lq tokens (16 or 32).
 uint32_t TcGroupRows(uint64_t max_lq);
 cudaError_t LaunchExactTc(const ForwardArgs& a, cudaStream_t stream);
+// The cooperative grid (exact_coop.cu): the ring kernel's dot calls without a document mask (group_rows 16 or 32,
+// dim <= 128), one block per pair, where there are at least kCoopMinPairsPerSm pairs per SM. On the H100 it took
+// 2.8% off textual-10k (76 pairs per SM, a 768 MB corpus); with 8 (textual-1k, colpali-rerank) and 31 (the
+// training forward's in-batch pairs, documents in L2) it was slower, as every block fills its rings before it
+// computes (benchmarks/results/gpu-mem-coop-h100.md). 48 lies between; it was not tuned.
+constexpr uint64_t kCoopMinPairsPerSm = 48;
+cudaError_t LaunchExactCoop(const ForwardArgs& a, cudaStream_t stream);
 // Shared-memory tiled tensor-core forward for long queries (max_lq > 32, 96 < dim <= 128): blocks of
 // TcSmemGroupRows(max_lq) query rows (64, 128 or 256) share each document tile.
 bool TcSmemSupported(const SetsView& q, const SetsView& d, uint64_t max_lq);

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: Apache-2.0
+// ExactTcCoopKernel: dot calls without a document mask (the ring kernel's FOLD 1 and 2 calls, exact.cu) over many
+// pairs, as a plain grid that the hardware schedules: block p, of kCoopWarps warps, scores pair p. Warp w takes
+// steps w, w + kCoopWarps, ... (32 tokens each) of the pair's document through its own shared-memory ring of
+// kCoopStages stages (8 KB each: the ring kernel's copies, swizzle, L2 evict-first policy and fold). The block copies
+// the query rows into a ring stage once (the ring's swizzle; ldmatrix gives each warp the ring kernel's
+// natural-placement fragments), so the query is read once per block, not once per warp, and takes no shared memory
+// of its own. At the end the warps' row maxima meet in shared memory: the larger value, of equal ones the lower token
+// index, which is what one warp's strict > fold over the tokens in increasing order keeps; so every score and argmax
+// has the ring kernel's bits. Four blocks stay resident per SM and the next block starts on whichever SM frees up
+// first, where the ring's static split leaves the SMs that memory serves slower waiting (docs/cuda.md,
+// "Memory-bound shapes").
+#include <math.h>
+
+#include "forward_common.cuh"
+#include "ring_common.cuh"
+
+namespace mscuda {
+namespace {
+
+// The grid's shape: 2 warps x 3 stages, four 49 KB blocks per SM, the fastest of the shapes measured on textual-10k
+// on the H100 (benchmarks/results/gpu-mem-coop-h100.md: blocks of 1-8 warps with 2-4 stages, one or two pairs per
+// block, one 64-token pipeline per block of 2 or 4 warps). Resident blocks per SM mattered most: 1, 2, 3 and 4 took
+// 0.42, 0.267, 0.251 and 0.247 ms; smaller blocks, 6 or 8 per SM, were slower again (0.248-0.252).
+constexpr int kCoopWarps = 2;
+constexpr int kCoopStages = 3;
+constexpr int kCoopBlocksPerSm = 4;  // __launch_bounds__: 49 KB of shared memory each
+
+// The query rows of a pair, zero past lq and dim, into `qbuf` (a free ring stage) in the ring's layout, with plain
+// loads (the cp.async groups stay the ring's); then each warp takes its fragments. Every thread of the block calls
+// it; the stage may be reused after it returns.
+template <int MT, int NW>
+__device__ __forceinline__ void StageQuery(const ForwardArgs& a, uint64_t qb, uint64_t lq, uint32_t qbuf,
+                                           uint4 (&qa)[MT][4], uint4 (&qc)[MT][4]) {
+  const int lane = threadIdx.x & 31;
+  const uint8_t* qbase = a.q.orig + qb * a.q.row_bytes;
+  for (int e = threadIdx.x; e < MT * 16 * 16; e += NW * 32) {
+    const uint32_t row = static_cast<uint32_t>(e) >> 4, slot = static_cast<uint32_t>(e) & 15u;
+    uint4 v = Zero4();
+    if (row < lq && slot * 8 < a.q.dim) v = Ld16(qbase + row * a.q.row_bytes + slot * 16);
+    const uint32_t dst = qbuf + row * kRingRowBytes + (RingSlot16(slot, row) << 4);
+    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+  }
+  __syncthreads();
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      qa[mt][c] = LdsmFrag16(qbuf, mt * 16, c, lane);
+      qc[mt][c] = LdsmFrag16(qbuf, mt * 16 + 8, c, lane);
+    }
+  }
+  __syncthreads();
+}
+
+// The end of a pair scored by NW warps, each over its own tokens in increasing order: the row maxima merge in
+// shared memory (the larger value; of equal ones the lower token index, which is what one warp's strict > fold over
+// all the tokens in increasing order keeps), and warp 0 writes the pair's rows (WriteRows).
+template <int MT, int NW>
+__device__ __forceinline__ void MergeAndWrite(const ForwardArgs& a, uint64_t p, uint64_t qi, uint64_t dj,
+                                              uint64_t qb, uint64_t lq, uint64_t ld, bool check, bool saw_kept,
+                                              Best<MT>& best) {
+  __shared__ float s_v[NW][MT * 16];
+  __shared__ int s_i[NW][MT * 16];
+  __shared__ float s_term[MT * 16];
+  __shared__ int s_arg[MT * 16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  CheckRowMaxima(true, check, saw_kept, best);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      MergeBest(best.v[mt][h], best.i[mt][h], 1);
+      MergeBest(best.v[mt][h], best.i[mt][h], 2);
+      if (t == 0) {
+        s_v[warp][mt * 16 + g + 8 * h] = best.v[mt][h];
+        s_i[warp][mt * 16 + g + 8 * h] = best.i[mt][h];
+      }
+    }
+  }
+  __syncthreads();
+  if (warp != 0) {
+    ReportCheck(a, best.chk);
+    return;
+  }
+  // Every lane of a quad takes its rows' merge over the warps (WriteRows' quad merge then keeps it).
+  Best<MT> m;
+  m.chk = best.chk;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = mt * 16 + g + 8 * h;
+      float v = s_v[0][r];
+      int i = s_i[0][r];
+#pragma unroll
+      for (int w = 1; w < NW; ++w) {
+        const float ov = s_v[w][r];
+        const int oi = s_i[w][r];
+        if (ov > v || (ov == v && static_cast<unsigned>(oi) < static_cast<unsigned>(i))) {
+          v = ov;
+          i = oi;
+        }
+      }
+      m.v[mt][h] = v;
+      m.i[mt][h] = i;
+    }
+  }
+  WriteRows<MT>(a, p, qi, dj, 0, qb, lq, ld > 0, m, s_term, s_arg);
+}
+
+// FOLD 1: values only; 2: with argmax. Block p scores pair p.
+template <typename T, int MT, int FOLD>
+__global__ void __launch_bounds__(kCoopWarps * 32, kCoopBlocksPerSm) ExactTcCoopKernel(const ForwardArgs a) {
+  constexpr int CW = kCoopWarps, S = kCoopStages;
+  extern __shared__ __align__(128) uint8_t coop_smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint64_t p = blockIdx.x;
+  uint64_t qi, dj;
+  a.pairs.Resolve(p, &qi, &dj);
+  const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
+  const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+  const uint64_t policy = EvictFirstPolicy();
+  const uint32_t dim = a.q.dim;
+  const uint64_t drb = a.d.row_bytes;
+  const uint32_t smem0 = static_cast<uint32_t>(__cvta_generic_to_shared(coop_smem));
+  const uint32_t ring = smem0 + static_cast<uint32_t>(warp) * (S * kRingStageBytes);
+  const uint8_t* dbase = a.d.orig + db * drb;
+
+  // The producer: this warp's next step is tokens [next, next + 32).
+  uint64_t next = static_cast<uint64_t>(warp) * kRingStep;
+  uint32_t produced = 0;
+  auto produce = [&]() {
+    if (next < ld) {
+      CopyRingStep(ring + (produced % S) * kRingStageBytes, dbase, next, ld, drb, dim, policy, lane);
+      ++produced;
+      next += static_cast<uint64_t>(CW) * kRingStep;
+    }
+    CpAsyncCommit();
+  };
+#pragma unroll 1
+  for (int s = 0; s < S - 1; ++s) produce();
+
+  // The query into warp 0's last ring stage, which the prologue leaves free, while the prologue's copies are in
+  // flight; warp 0's ring reuses the stage after StageQuery's second barrier.
+  uint4 qa[MT][4], qc[MT][4];
+  StageQuery<MT, CW>(a, qb, lq, smem0 + (S - 1) * kRingStageBytes, qa, qc);
+  const bool check = a.bad != nullptr;
+  Best<MT> best;
+  InitBest(best);
+  bool saw_kept = false;
+  uint32_t consumed = 0;
+  for (uint64_t base = static_cast<uint64_t>(warp) * kRingStep; base < ld; base += CW * kRingStep) {
+    CpAsyncWait<S - 2>();
+    __syncwarp();
+    produce();
+    const uint32_t st = ring + (consumed % S) * kRingStageBytes;
+    ++consumed;
+    FoldRingStep<T, MT, FOLD>(a, st, base, db, ld, qa, qc, true, FOLD == 2, check, best, saw_kept);
+  }
+  CpAsyncWait<0>();
+  MergeAndWrite<MT, CW>(a, p, qi, dj, qb, lq, ld, check, saw_kept, best);
+}
+
+template <typename T, int MT, int FOLD>
+cudaError_t LaunchCoopFold(const ForwardArgs& a, cudaStream_t stream) {
+  constexpr int smem = kCoopWarps * kCoopStages * kRingStageBytes;
+  const cudaError_t e = AllowDynamicSmemOnce<ExactTcCoopKernel<T, MT, FOLD>>(smem);
+  if (e != cudaSuccess) return e;
+  if (a.pairs.n_pairs == 0) return cudaSuccess;
+  if (a.pairs.n_pairs > 0x7fffffffull) return cudaErrorInvalidConfiguration;
+  ExactTcCoopKernel<T, MT, FOLD><<<static_cast<unsigned>(a.pairs.n_pairs), kCoopWarps * 32, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <typename T, int MT>
+cudaError_t LaunchCoopT(const ForwardArgs& a, cudaStream_t stream) {
+  return a.pairs.argmax ? LaunchCoopFold<T, MT, 2>(a, stream) : LaunchCoopFold<T, MT, 1>(a, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchExactCoop(const ForwardArgs& a, cudaStream_t stream) {
+  const bool bf16 = a.q.dtype == kBF16;
+  if (a.part.group_rows == 16) {
+    return bf16 ? LaunchCoopT<__nv_bfloat16, 1>(a, stream) : LaunchCoopT<__half, 1>(a, stream);
+  }
+  return bf16 ? LaunchCoopT<__nv_bfloat16, 2>(a, stream) : LaunchCoopT<__half, 2>(a, stream);
+}
+
+}  // namespace mscuda
