@@ -499,7 +499,9 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
 template <typename T, int MT>
 cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
   if (a.cosine || a.d.mask != nullptr) return LaunchPipeWS<T, MT, 8, 3, 0>(a, sms, stream);
-  if (a.sw.coop && a.pairs.n_pairs >= kCoopMinPairsPerSm * static_cast<uint64_t>(sms)) {
+  // (One block per pair: a grid of at most 2^31 - 1 blocks; more pairs stay on the ring.)
+  if (a.sw.coop && a.pairs.n_pairs >= kCoopMinPairsPerSm * static_cast<uint64_t>(sms) &&
+      a.pairs.n_pairs <= 0x7fffffffull) {
     return LaunchExactCoop(a, stream);
   }
   return a.pairs.argmax ? LaunchPipeWS<T, MT, 8, 3, 2>(a, sms, stream) : LaunchPipeWS<T, MT, 8, 3, 1>(a, sms, stream);
