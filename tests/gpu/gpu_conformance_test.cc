@@ -1023,15 +1023,18 @@ TEST_F(Gpu, ManyPairsPipelineKernelDeviceTensors) {
 TEST_F(Gpu, ManyPairsPipelineKernelUnmaskedDeviceTensors) {
   // Unmasked dense device tensors, dot: the ring kernel folds whole steps without per-column tests (by value
   // alone for scores only) and samples the folded input check (exact.cu). It must give the one-pair-per-warp kernel's bits, and a non-finite value
-  // anywhere in a document row or a query row must fail the call naming its token.
+  // anywhere in a document row or a query row must fail the call naming its token. Both contexts are made with
+  // MAXSIM_CUDA_NO_BATCH=1: on an sm_90 device these scores-only calls (3 queries, dim 128) would otherwise run the
+  // wgmma batch kernel in both.
+  setenv("MAXSIM_CUDA_NO_BATCH", "1", 1);
   Context gpu(Options("cuda"));
+  Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
+  unsetenv("MAXSIM_CUDA_NO_BATCH");
   auto rng = Rng(161);
   const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 1, 32, 128), MAXSIM_BF16);
   const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 700, 0, 200, 128), MAXSIM_BF16);
   const DeviceSets dq(q), dd(d);
-  const std::vector<float> plain = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [&](Context& g) {
-    return DeviceScoreValues(g, dq, dd, MAXSIM_METRIC_DOT);
-  });
+  const std::vector<float> plain = DeviceScoreValues(one, dq, dd, MAXSIM_METRIC_DOT);
   const Matrix ref = ScoreMatrix(gpu, q.Dense(), q.n_sets(), q.rows(), d.Dense(), d.n_sets(), MAXSIM_METRIC_DOT,
                                  MAXSIM_MODE_EXACT);
   ExpectReference(q, d, MAXSIM_METRIC_DOT, ref, "values-only reference");
@@ -1044,10 +1047,8 @@ TEST_F(Gpu, ManyPairsPipelineKernelUnmaskedDeviceTensors) {
     const DeviceSets xd(*docs);
     const uint64_t am = docs->n_sets() * q.rows();
     const Matrix ring = DeviceForward(gpu, dq, xd, MAXSIM_LAYOUT_MATRIX, {}, {}, am, MAXSIM_METRIC_DOT);
-    const Matrix one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [&](Context& g) {
-      return DeviceForward(g, dq, xd, MAXSIM_LAYOUT_MATRIX, {}, {}, am, MAXSIM_METRIC_DOT);
-    });
-    ExpectIdentical(ring, one, docs == &d ? "argmax ring vs one pair per warp" : "argmax ring, duplicated tokens");
+    const Matrix per_warp = DeviceForward(one, dq, xd, MAXSIM_LAYOUT_MATRIX, {}, {}, am, MAXSIM_METRIC_DOT);
+    ExpectIdentical(ring, per_warp, docs == &d ? "argmax ring vs one pair per warp" : "argmax ring, duplicated tokens");
     ExpectReference(q, *docs, MAXSIM_METRIC_DOT, ring, "argmax ring reference", 300);
   }
   // Non-finite values: a document token in the middle of a long document (a step that is neither its first nor
@@ -1099,12 +1100,22 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
   // that are no multiple of 32 (and shorter than one step per warp), duplicated tokens and near ties (equal
   // similarities: the lowest token index wins across the warps), 16- and 32-row queries, dims 128 and 64
   // (predicated copies). A non-finite value in a document step of either warp or in a query fails the call.
+  // The three contexts are made with MAXSIM_CUDA_NO_BATCH=1: scores-only matrix calls of several queries at
+  // 96 < dim <= 128 would otherwise run the wgmma batch kernel in all three on an sm_90 device (WgmmaBatchUsable),
+  // and the grid's values-only fold (FOLD 1) would meet only dim 64. Documents are sized for every device a context
+  // shards them over (MAXSIM_CUDA_DEVICES), each with device 0's SM count.
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  const uint64_t nd = 16 * static_cast<uint64_t>(sms) + 17;  // 3 queries: 48 pairs per SM and more
+  uint64_t devices = 1;
+  if (const char* e = std::getenv("MAXSIM_CUDA_DEVICES")) {
+    for (const char* c = e; *c; ++c) devices += *c == ',';
+  }
+  const uint64_t nd = 16 * static_cast<uint64_t>(sms) * devices + 17;  // 3 queries: 48 pairs per SM and more
+  setenv("MAXSIM_CUDA_NO_BATCH", "1", 1);
   Context grid(Options("cuda"));
   Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
   Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
+  unsetenv("MAXSIM_CUDA_NO_BATCH");
   struct Case {
     uint32_t dim;
     uint64_t max_lq;
