@@ -67,8 +67,8 @@ Grads RunBackward(Context& ctx, const TokenSets& q, const TokenSets& d, const La
   Grads out;
   out.q.assign(q.rows() * q.dim, std::nanf(""));
   out.d.assign(d.rows() * d.dim, std::nanf(""));
-  maxsim_backward_args a{};
-  a.struct_size = sizeof(a);
+  maxsim_backward_args a;
+  maxsim_backward_args_init(&a);
   a.layout = l.layout;
   a.cand_offsets = l.cand_offsets.empty() ? nullptr : l.cand_offsets.data();
   a.candidates = l.candidates.empty() ? nullptr : l.candidates.data();

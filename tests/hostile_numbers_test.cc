@@ -272,9 +272,8 @@ void WalkEverything(Walk& w) {
   for (int field = 0; field < 3; ++field) {
     for (int32_t v : field == 0 ? std::vector<int32_t>(std::begin(kEnumValues), std::end(kEnumValues))
                                 : std::vector<int32_t>(std::begin(kInts), std::end(kInts))) {
-      maxsim_backward_args a{};
-      a.struct_size = sizeof(a);
-      a.layout = MAXSIM_LAYOUT_MATRIX;
+      maxsim_backward_args a;
+      maxsim_backward_args_init(&a);
       int32_t am[4] = {0, 0, 0, 0};
       a.argmax = am;
       a.grad_scores = grad_scores;

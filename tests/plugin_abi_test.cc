@@ -211,9 +211,8 @@ struct DeviceInputs {
     if (grad_scores.size() != scores.size()) grad_scores.assign(scores.size(), 0.5f);
     grad_q.assign(data.q.rows() * 32, 0.0f);
     grad_d.assign(data.d.rows() * 32, 0.0f);
-    maxsim_backward_args args{};
-    args.struct_size = sizeof(args);
-    args.layout = MAXSIM_LAYOUT_MATRIX;
+    maxsim_backward_args args;
+    maxsim_backward_args_init(&args);
     args.argmax = argmax.data();
     args.grad_scores = grad_scores.data();
     args.grad_queries = grad_q.data();
@@ -783,9 +782,8 @@ TEST(PluginAbi, TheStreamOrderedFlagIsChecked) {
     EXPECT_EQ(maxsim_topk(c->get(), &qs, &ps, 1, &o, scores.data(), top.data(), nullptr), MAXSIM_ERR_INVALID_ARGUMENT);
     std::vector<int32_t> am(data.d.n_sets() * data.q.rows(), -1);
     std::vector<float> g(scores.size(), 1.0f), gq(data.q.rows() * 32);
-    maxsim_backward_args b{};
-    b.struct_size = sizeof(b);
-    b.layout = MAXSIM_LAYOUT_MATRIX;
+    maxsim_backward_args b;
+    maxsim_backward_args_init(&b);
     b.argmax = am.data();
     b.grad_scores = g.data();
     b.grad_queries = gq.data();

@@ -119,9 +119,8 @@ struct DeviceInputs {
 maxsim_backward_args MatrixBackwardArgs(const DeviceBuffer& argmax, const DeviceBuffer& grad_scores,
                                         const DeviceBuffer& grad_queries, const DeviceBuffer& grad_documents,
                                         int deterministic) {
-  maxsim_backward_args args{};
-  args.struct_size = sizeof(args);
-  args.layout = MAXSIM_LAYOUT_MATRIX;
+  maxsim_backward_args args;
+  maxsim_backward_args_init(&args);
   args.argmax = static_cast<const int32_t*>(argmax.get());
   args.grad_scores = static_cast<const float*>(grad_scores.get());
   args.grad_queries = static_cast<float*>(grad_queries.get());

@@ -211,9 +211,8 @@ TEST(PluginHost, DeviceMemoryInputsGoToTheTrainingEntryPoints) {
   EXPECT_EQ(a1, a2);
   std::vector<float> g(nq * nd), gq1(data.q.rows() * 32), gd1(data.d.rows() * 32), gq2(gq1.size()), gd2(gd1.size());
   for (size_t i = 0; i < g.size(); ++i) g[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
-  maxsim_backward_args args{};
-  args.struct_size = sizeof(args);
-  args.layout = MAXSIM_LAYOUT_MATRIX;
+  maxsim_backward_args args;
+  maxsim_backward_args_init(&args);
   args.argmax = a1.data();
   args.grad_scores = g.data();
   args.grad_queries = gq1.data();

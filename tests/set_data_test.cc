@@ -136,9 +136,8 @@ TEST(SetData, BackwardGivesTheSameGradients) {
     auto run = [&](const DenseSets& q, const DenseSets& d, std::vector<float>* gq, std::vector<float>* gd) {
       gq->assign(data.q.rows() * data.q.dim, -1.0f);
       gd->assign(data.d.rows() * data.d.dim, -1.0f);
-      maxsim_backward_args a{};
-      a.struct_size = sizeof(a);
-      a.layout = MAXSIM_LAYOUT_MATRIX;
+      maxsim_backward_args a;
+      maxsim_backward_args_init(&a);
       a.argmax = argmax.data();
       a.grad_scores = grad.data();
       a.grad_queries = gq->data();

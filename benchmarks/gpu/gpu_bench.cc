@@ -708,9 +708,8 @@ void RunTrain(Backend& b, uint64_t nq, uint64_t nd, uint64_t lq, uint64_t ld, ui
   b.sync_calls = true;
   for (int det : {1, 0}) {
     a.deterministic = det;
-    maxsim_backward_args ba{};
-    ba.struct_size = sizeof(ba);
-    ba.layout = MAXSIM_LAYOUT_MATRIX;
+    maxsim_backward_args ba;
+    maxsim_backward_args_init(&ba);
     ba.argmax = argmax;
     ba.grad_scores = grad;
     ba.grad_queries = gq;

@@ -134,7 +134,7 @@ Status ReadScoreOptions(const maxsim_score_options* o, ScoreRequest* req, maxsim
                         uint32_t* flags) {
   maxsim_score_options def = DefaultScoreOptions();
   if (o) {
-    if (o->struct_size < offsetof(maxsim_score_options, cuda_stream) + sizeof(void*)) {
+    if (o->struct_size < kScoreOptionsFirstLayout) {
       return Error(MAXSIM_ERR_INVALID_ARGUMENT,
                    "maxsim_score_options.struct_size is %u; call maxsim_score_options_init first", o->struct_size);
     }
@@ -628,7 +628,7 @@ MAXSIM_API maxsim_status maxsim_backward(maxsim_context* ctx, const maxsim_dense
   return Guard([&]() -> Status {
     MAXSIM_RETURN_IF_ERROR(CheckContext(ctx));
     if (!args) return Error(MAXSIM_ERR_INVALID_ARGUMENT, "backward args are NULL");
-    if (args->struct_size < offsetof(maxsim_backward_args, cuda_stream) + sizeof(void*)) {
+    if (args->struct_size < maxsim::kBackwardArgsFirstLayout) {
       return Error(MAXSIM_ERR_INVALID_ARGUMENT,
                    "maxsim_backward_args.struct_size is %u; call maxsim_backward_args_init first", args->struct_size);
     }

@@ -1191,8 +1191,8 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
 maxsim_backward_args BackwardCall(maxsim_layout layout, const int32_t* argmax, const float* grad, float* grad_q,
                                   float* grad_d, int deterministic, const std::vector<uint64_t>* off = nullptr,
                                   const std::vector<uint64_t>* cand = nullptr) {
-  maxsim_backward_args a{};
-  a.struct_size = sizeof(a);
+  maxsim_backward_args a;
+  maxsim_backward_args_init(&a);
   a.layout = layout;
   if (layout == MAXSIM_LAYOUT_CANDIDATES) {
     a.cand_offsets = off->data();
@@ -2652,9 +2652,8 @@ TEST_F(Gpu, SanitizeSmallEveryOperation) {
   Dev<float> d_grad(grad.size()), o_q(dq.offsets.back() * 64), o_d(dd.offsets.back() * 64);
   d_grad.Up(grad.data());
   for (int det : {0, 1}) {
-    maxsim_backward_args a{};
-    a.struct_size = sizeof(a);
-    a.layout = MAXSIM_LAYOUT_MATRIX;
+    maxsim_backward_args a;
+    maxsim_backward_args_init(&a);
     a.argmax = d_am.p;
     a.grad_scores = d_grad.p;
     a.grad_queries = o_q.p;
