@@ -1093,9 +1093,10 @@ TEST_F(Gpu, ManyPairsPipelineKernelUnmaskedDeviceTensors) {
 }
 
 TEST_F(Gpu, ManyPairsCoopKernel) {
-  // Enough short-query dot pairs for the one-block-per-pair grid (exact_coop.cu: 48 pairs per SM; a block of 2
-  // warps per pair, warp w folding steps w, w + 2, ... and the warps' row maxima merged by value, then the lowest
-  // index): it must give the ring kernel's and the one-pair-per-warp kernel's bits, scores only and with argmax,
+  // Enough short-query dot pairs for the one-block-per-pair grid (exact_coop.cu: 48 pairs per SM; a block of 4
+  // warps per pair, warp w folding steps w, w + 4, ... and the warps' row maxima merged by value, then the lowest
+  // index), and one query over long documents (the grid's other rule: 512+ tokens on average, one pair per
+  // document): it must give the ring kernel's and the one-pair-per-warp kernel's bits, scores only and with argmax,
   // packed and dense device inputs (the folded input check on), over ragged documents with empty ones and lengths
   // that are no multiple of 32 (and shorter than one step per warp), duplicated tokens and near ties (equal
   // similarities: the lowest token index wins across the warps), 16- and 32-row queries, dims 128 and 64
@@ -1147,8 +1148,33 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
-  // The folded input check on the grid: a document token in warp 1's first step and in warp 0's second, a
-  // document's last token, query tokens; NaN and both infinities. Scores only and with argmax.
+  // One query over long documents (colpali-rerank's kind: 4 pairs per SM and more, so that the ring, and so the
+  // grid, is chosen at all (EnoughPairsForWarpRings); 0-1400 tokens, about 700 on average, so every warp folds
+  // several steps and wraps its ring), ragged with empty ones and duplicated tokens.
+  {
+    auto lrng = Rng(178);
+    const uint64_t ndl = 4 * static_cast<uint64_t>(sms) * devices + 37;
+    const TokenSets q = Encoded(Generate(lrng, Shape::kUnitGaussian, 1, 20, 32, 128), MAXSIM_BF16);
+    const TokenSets d = Encoded(Generate(lrng, Shape::kDuplicates, ndl, 0, 1400, 128), MAXSIM_BF16);
+    ASSERT_GE(d.rows(), 600 * ndl) << "the long-document case must average well over 512 tokens";
+    const Packed pq = Packed::Pack(grid, q.Dense()), pd = Packed::Pack(grid, d.Dense());
+    const DeviceSets dq(q), dd(d);
+    const Matrix want = ScoreMatrix(one, pq, 1, q.rows(), pd, ndl, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    ExpectReference(q, d, MAXSIM_METRIC_DOT, want, "long documents one pair per warp", 400);
+    const std::vector<float> want_values = ScoreValues(one, pq, 1, pd, ndl, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    for (Context* ctx : {&grid, &ring}) {
+      const std::string side = std::string("long documents") + (ctx == &grid ? " grid" : " ring");
+      ExpectIdentical(ScoreMatrix(*ctx, pq, 1, q.rows(), pd, ndl, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want, side);
+      ExpectSameBits(ScoreValues(*ctx, pq, 1, pd, ndl, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want_values,
+                     side + " scores only");
+      ExpectIdentical(DeviceForward(*ctx, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, ndl * q.rows(), MAXSIM_METRIC_DOT),
+                      want, side + " dense");
+      ExpectSameBits(DeviceScoreValues(*ctx, dq, dd, MAXSIM_METRIC_DOT), want_values, side + " dense scores only");
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  // The folded input check on the grid: a document token in the first step of warps 1, 2 and 3 and in warp 0's
+  // second, a document's last token, query tokens; NaN and both infinities. Scores only and with argmax.
   auto rng = Rng(179);
   const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 32, 32, 128), MAXSIM_BF16);
   const TokenSets d = Encoded(Generate(rng, Shape::kClustered, nd, 100, 170, 128), MAXSIM_BF16);
@@ -1158,8 +1184,12 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
     uint32_t k;
     float value;
   };
+  uint64_t long_set = 0;  // a document with a fifth step (tokens 128-159: warp 0's second)
+  while (d.length(long_set) <= 140) ++long_set;
   const Bad bads[] = {{false, 7, 40, 17, std::nanf("")},
                       {false, nd / 2, 70, 0, INFINITY},
+                      {false, nd / 3, 99, 5, -INFINITY},
+                      {false, long_set, 140, 9, std::nanf("")},
                       {false, nd - 1, d.length(nd - 1) - 1, 127, -INFINITY},
                       {true, 1, 31, 64, INFINITY},
                       {true, 2, 0, 3, std::nanf("")}};

@@ -370,9 +370,9 @@ std::string SettingsText(const Backend& b) {
   std::snprintf(line, sizeof(line), "exact ring kernel: %s%s\n", onoff(k.kernels.pipe), source("MAXSIM_CUDA_NO_PIPE").c_str());
   t += line;
   std::snprintf(line, sizeof(line),
-                "exact one-block-per-pair grid (the ring's dot calls without a document mask, from %u pairs per SM): "
-                "%s%s\n",
-                static_cast<unsigned>(kCoopMinPairsPerSm), onoff(k.kernels.coop),
+                "exact one-block-per-pair grid (the ring's dot calls without a document mask, from %u pairs per SM "
+                "or documents of %u+ tokens scored once each): %s%s\n",
+                static_cast<unsigned>(kCoopMinPairsPerSm), static_cast<unsigned>(kCoopLongDocRows), onoff(k.kernels.coop),
                 source("MAXSIM_CUDA_NO_COOP").c_str());
   t += line;
   std::snprintf(line, sizeof(line), "exact shared-memory kernel (long queries): %s%s\n", onoff(k.smem_kernel),

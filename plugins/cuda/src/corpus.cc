@@ -77,6 +77,7 @@ SetsView PackedView(const PackedInfo& in, const uint8_t* base) {
   v.meta = reinterpret_cast<const maxsim_vector_meta*>(base + in.off_meta);
   v.offsets = reinterpret_cast<const uint64_t*>(base + in.off_offsets);
   v.n_sets = in.n_sets;
+  v.n_rows = in.n_vectors;
   return v;
 }
 
@@ -275,6 +276,7 @@ Status UploadDenseQueries(Backend& b, const maxsim_dense_sets& s, bool cosine, D
   v.offsets = s.offsets ? reinterpret_cast<const uint64_t*>(dst.data() + o_off) : nullptr;
   v.set_length = s.offsets ? 0 : s.set_length;
   v.n_sets = n;
+  v.n_rows = rows;
   *out = std::move(q);
   return Status::Ok();
 }

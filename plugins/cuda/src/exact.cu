@@ -484,9 +484,9 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
 
 // Ring shape (warps per block x stages of 8 KB, one block per SM): 8x3, the fastest of 8x3, 6x4, 4x7 and 5x5 on
 // textual-10k on the H100 (git history keeps the others). The ring streams across document boundaries; a grid of
-// one block per pair (the peers' kind of grid) fills its rings at every pair, which only enough pairs per SM hide:
-// dot calls without a document mask over at least kCoopMinPairsPerSm pairs per SM run that grid (exact_coop.cu),
-// the others keep the ring.
+// one block per pair (the peers' kind of grid) fills its rings at every pair, which only enough pairs per SM or long
+// documents hide: dot calls without a document mask that CoopChosen picks (kernels.h) run that grid
+// (exact_coop.cu), the others keep the ring.
 //
 // Dot calls without a document mask (the memory-bound shapes' calls) run a kernel compiled for their fold (FOLD 1
 // or 2: no cosine or mask branches, values only or with argmax; the same arithmetic, so the same bits) with one copy
@@ -499,11 +499,7 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
 template <typename T, int MT>
 cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
   if (a.cosine || a.d.mask != nullptr) return LaunchPipeWS<T, MT, 8, 3, 0>(a, sms, stream);
-  // (One block per pair: a grid of at most 2^31 - 1 blocks; more pairs stay on the ring.)
-  if (a.sw.coop && a.pairs.n_pairs >= kCoopMinPairsPerSm * static_cast<uint64_t>(sms) &&
-      a.pairs.n_pairs <= 0x7fffffffull) {
-    return LaunchExactCoop(a, stream);
-  }
+  if (CoopChosen(a, sms)) return LaunchExactCoop(a, stream);
   return a.pairs.argmax ? LaunchPipeWS<T, MT, 8, 3, 2>(a, sms, stream) : LaunchPipeWS<T, MT, 8, 3, 1>(a, sms, stream);
 }
 

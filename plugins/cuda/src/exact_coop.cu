@@ -7,7 +7,7 @@
 // natural-placement fragments), so the query is read once per block, not once per warp, and takes no shared memory
 // of its own. At the end the warps' row maxima meet in shared memory: the larger value, of equal ones the lower token
 // index, which is what one warp's strict > fold over the tokens in increasing order keeps; so every score and argmax
-// has the ring kernel's bits. Four blocks stay resident per SM and the next block starts on whichever SM frees up
+// has the ring kernel's bits. Three blocks stay resident per SM and the next block starts on whichever SM frees up
 // first, where the ring's static split leaves the SMs that memory serves slower waiting (docs/cuda.md,
 // "Memory-bound shapes").
 #include <math.h>
@@ -18,13 +18,16 @@
 namespace mscuda {
 namespace {
 
-// The grid's shape: 2 warps x 3 stages, four 49 KB blocks per SM, the fastest of the shapes measured on textual-10k
-// on the H100 (benchmarks/results/gpu-mem-coop-h100.md: blocks of 1-8 warps with 2-4 stages, one or two pairs per
-// block, one 64-token pipeline per block of 2 or 4 warps). Resident blocks per SM mattered most: 1, 2, 3 and 4 took
-// 0.42, 0.267, 0.251 and 0.247 ms; smaller blocks, 6 or 8 per SM, were slower again (0.248-0.252).
-constexpr int kCoopWarps = 2;
-constexpr int kCoopStages = 3;
-constexpr int kCoopBlocksPerSm = 4;  // __launch_bounds__: 49 KB of shared memory each
+// The grid's shape: 4 warps x 2 stages, three 64 KB blocks per SM. On textual-10k (76 pairs per SM) the shapes
+// of one block per pair measured on the H100 came down to resident blocks per SM: 1, 2, 3 and 4 took 0.42, 0.267,
+// 0.251 and 0.247 ms (2-warp blocks), and 6 or 8 were slower again (benchmarks/results/gpu-mem-coop-h100.md).
+// Then 2x3 at 4 per SM, 4x2 at 3, 4x3 at 2 and 8x2 at 1, in one call, two rounds each
+// (benchmarks/results/gpu-mem-coop-colpali-h100.md): on colpali-rerank (1030-token documents, 7.6 pairs per SM)
+// 0.0929, 0.0914, 0.0922 and 0.0946 ms against the ring's 0.0934; on textual-10k 0.2480, 0.2469, 0.2545 and 0.3808
+// against 0.2530. 4x2 is the one shape that leads on both.
+constexpr int kCoopWarps = 4;
+constexpr int kCoopStages = 2;
+constexpr int kCoopBlocksPerSm = 3;  // __launch_bounds__: 64 KB of shared memory each
 
 // The query rows of a pair, zero past lq and dim, into `qbuf` (a free ring stage) in the ring's layout, with plain
 // loads (the cp.async groups stay the ring's); then each warp takes its fragments. Every thread of the block calls
@@ -180,6 +183,12 @@ cudaError_t LaunchCoopT(const ForwardArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool CoopChosen(const ForwardArgs& a, int sms) {
+  if (!a.sw.coop || a.pairs.n_pairs > 0x7fffffffull) return false;  // a grid of at most 2^31 - 1 blocks
+  if (a.pairs.n_pairs >= kCoopMinPairsPerSm * static_cast<uint64_t>(sms)) return true;
+  return a.pairs.n_pairs <= a.d.n_sets && a.d.MeanRows() >= kCoopLongDocRows;
+}
 
 cudaError_t LaunchExactCoop(const ForwardArgs& a, cudaStream_t stream) {
   const bool bf16 = a.q.dtype == kBF16;

@@ -42,6 +42,9 @@ struct SetsView {
   uint64_t row_base = 0;                     // subtracted from offsets (a chunk of a larger collection)
   const uint8_t* mask = nullptr;             // dense: per row, 0 = padding token (else null)
   uint64_t n_sets = 0;
+  // Rows of the n_sets sets (offsets[n_sets] - offsets[0]) where the host knows them, for launch choices only
+  // (MeanRows); 0 where it was not set.
+  uint64_t n_rows = 0;
   // Per-document-scale codes of a resident corpus (screen_wgmma.cu), once built: row r at dscodes + r * 128,
   // and per set {scale, max norm, max residual norm, 0} at dsinfo[i] (else null).
   const int8_t* dscodes = nullptr;
@@ -54,6 +57,8 @@ struct SetsView {
     return (offsets ? offsets[i + 1] : (i + 1) * set_length) - row_base;
   }
   __host__ __device__ bool Kept(uint64_t row) const { return mask == nullptr || mask[row] != 0; }
+  // Host: the sets' mean length in rows (0 where n_rows was not set on ragged sets).
+  __host__ uint64_t MeanRows() const { return offsets ? (n_sets ? n_rows / n_sets : 0) : set_length; }
 };
 
 enum PairLayout : int {
@@ -152,8 +157,8 @@ struct KernelSwitches {
   // cp.async copies, which 128-row groups always take).
   bool wgmma_int_fold = true;
   bool wgmma_tma = true;
-  // exact: the ring kernel's dot calls without a document mask over at least kCoopMinPairsPerSm pairs per SM run
-  // as a hardware-scheduled grid of one block per pair (exact_coop.cu)
+  // exact: the ring kernel's dot calls without a document mask run as a hardware-scheduled grid of one block per
+  // pair where CoopChosen says so (exact_coop.cu)
   bool coop = true;
 };
 
@@ -210,11 +215,20 @@ bool TcSupported(const SetsView& q, const SetsView& d);
 uint32_t TcGroupRows(uint64_t max_lq);
 cudaError_t LaunchExactTc(const ForwardArgs& a, cudaStream_t stream);
 // The cooperative grid (exact_coop.cu): the ring kernel's dot calls without a document mask (group_rows 16 or 32,
-// dim <= 128), one block per pair, where there are at least kCoopMinPairsPerSm pairs per SM. On the H100 it took
-// 2.8% off textual-10k (76 pairs per SM, a 768 MB corpus); with 8 (textual-1k, colpali-rerank) and 31 (the
-// training forward's in-batch pairs, documents in L2) it was slower, as every block fills its rings before it
-// computes (benchmarks/results/gpu-mem-coop-h100.md). 48 lies between; it was not tuned.
+// dim <= 128), one block per pair. The ring streams across document boundaries; the grid fills its rings at every
+// pair but lets the hardware give the next pair to whichever SM frees up first. Measured on the H100
+// (benchmarks/results/gpu-mem-coop-h100.md, gpu-mem-coop-colpali-h100.md), against the ring:
+//  - textual-10k, 76 pairs per SM of 300-token documents: 2.4% faster;
+//  - colpali-rerank, 7.6 pairs per SM of 1030-token documents, each scored once: 2.1% faster;
+//  - textual-1k, 7.6 pairs per SM of 300-token documents: 1.8% slower;
+//  - the training forward, 31 pairs per SM, 64 pairs per 300-token document (in L2): 45% slower.
+// So the grid runs from kCoopMinPairsPerSm pairs per SM, or where every pair has a document of its own
+// (n_pairs <= documents) of at least kCoopLongDocRows rows on average (SetsView::MeanRows; 0 where the host does
+// not know). Both thresholds lie between measured shapes; neither was tuned.
 constexpr uint64_t kCoopMinPairsPerSm = 48;
+constexpr uint64_t kCoopLongDocRows = 512;
+// Whether a ring launch of `a` (on a device of `sms` SMs) runs the grid.
+bool CoopChosen(const ForwardArgs& a, int sms);
 cudaError_t LaunchExactCoop(const ForwardArgs& a, cudaStream_t stream);
 // Shared-memory tiled tensor-core forward for long queries (max_lq > 32, 96 < dim <= 128): blocks of
 // TcSmemGroupRows(max_lq) query rows (64, 128 or 256) share each document tile.

@@ -25,6 +25,7 @@ Status ForEachChunk(Backend& b, const Corpus& c, const std::vector<DocChunk>& ch
       d.offsets = v.offsets + ch.j0;
       if (v.dsinfo) d.dsinfo = v.dsinfo + ch.j0;
       d.n_sets = ch.j1 - ch.j0;
+      d.n_rows = c.offsets[ch.j1] - c.offsets[ch.j0];
       MSC_RETURN(fn(ch, d));
     }
     return Status::Ok();
@@ -76,6 +77,7 @@ Status ForEachChunk(Backend& b, const Corpus& c, const std::vector<DocChunk>& ch
     d.offsets = dev_offsets + ch.j0;
     d.row_base = c.offsets[ch.j0];
     d.n_sets = ch.j1 - ch.j0;
+    d.n_rows = c.offsets[ch.j1] - c.offsets[ch.j0];
     MSC_RETURN(fn(ch, d));
     MSC_CUDA(cudaEventRecord(b.done[buf], b.stream));
   }

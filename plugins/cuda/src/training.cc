@@ -50,6 +50,7 @@ Status ReadDense(const maxsim_dense_sets* s, const char* role, DenseInfo* out) {
   }
   d.first_row = d.Offset(0);
   d.n_rows = d.Offset(s->n_sets);
+  v.n_rows = d.n_rows - d.first_row;
   d.max_len = d.uniform ? (s->n_sets ? s->set_length : 0) : MaxLen(d.offsets, s->n_sets);
   if (d.max_len > 0x7fffffffull) return Fail(MAXSIM_ERR_UNSUPPORTED, "%s: a set is too long for the CUDA backend", role);
   if (s->n_sets > 0xffffffffull) return Fail(MAXSIM_ERR_UNSUPPORTED, "%s: too many sets for the CUDA backend", role);
