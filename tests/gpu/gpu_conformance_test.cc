@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
@@ -1092,6 +1093,126 @@ TEST_F(Gpu, ManyPairsPipelineKernelUnmaskedDeviceTensors) {
   }
 }
 
+// The devices a context made without maxsim_options.devices shards a corpus over, as the CUDA plugin reads them
+// (MAXSIM_CUDA_DEVICES, a comma-separated list of ordinals that may repeat one; else MAXSIM_CUDA_DEVICE, default 0):
+// how many backends, and the most SMs any of them has (0 if a device cannot be asked).
+struct ShardDevices {
+  uint64_t count = 0;
+  uint64_t max_sms = 0;
+};
+ShardDevices ContextDevices() {
+  std::vector<int> list;
+  const char* e = std::getenv("MAXSIM_CUDA_DEVICES");
+  if (e != nullptr && e[0] != '\0') {
+    for (const char* p = e; *p;) {
+      char* end = nullptr;
+      list.push_back(static_cast<int>(std::strtol(p, &end, 10)));
+      if (end == p) return {};
+      p = *end == ',' ? end + 1 : end;
+    }
+  } else {
+    const char* one = std::getenv("MAXSIM_CUDA_DEVICE");
+    list.push_back(one != nullptr && one[0] != '\0' ? std::atoi(one) : 0);
+  }
+  ShardDevices r;
+  r.count = list.size();
+  for (int dev : list) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) return {};
+    r.max_sms = std::max<uint64_t>(r.max_sms, static_cast<uint64_t>(sms));
+  }
+  return r;
+}
+
+// One designed query row of the cross-warp tie case: the row is s * e_k, so its similarity with a document token is
+// s * token[k], exact in every kernel (one nonzero product). Every document token's element k is s times a
+// background similarity drawn from [lo, hi], except at the listed tokens (where the document is that long), whose
+// similarity is the listed value. In the grid's 4-warp blocks warp w holds the 32-token steps w, w + 4, ...
+// (tokens [32 step, 32 step + 32)); each row puts its maximum in steps of different warps.
+struct TiePattern {
+  uint32_t k;
+  float s, lo, hi;
+  std::vector<std::pair<uint64_t, float>> at;  // (token, similarity)
+};
+
+const std::vector<TiePattern>& TiePatterns() {
+  static const std::vector<TiePattern> p = {
+      // First in warp 1's step 1, again in warp 2's step 2 and warp 0's step 4: 37.
+      {9, 1.0f, -2.0f, 2.5f, {{37, 3.0f}, {95, 3.0f}, {130, 3.0f}}},
+      // First at warp 3's step 3, again at the end of warp 0's step 4; a lower value at token 0: 96.
+      {22, 1.0f, -2.0f, 2.0f, {{0, 2.5f}, {96, 2.75f}, {159, 2.75f}}},
+      // Lower values in every warp's first step; first in warp 0's step 4, again in warp 1's step 5 and warp 3's
+      // step 7; a negative query element: 140.
+      {35, -1.0f, -2.0f, 3.0f,
+       {{10, 3.5f}, {40, 3.9375f}, {70, 3.75f}, {100, 3.875f}, {140, 4.0f}, {170, 4.0f}, {250, 4.0f}}},
+      // The maximum is 0, from elements -0 and +0: first in warp 1 (-0), then warps 2, 3 and 0's step 4: 50.
+      {48, 1.0f, -3.0f, -0.5f, {{50, -0.0f}, {66, 0.0f}, {100, 0.0f}, {135, -0.0f}}},
+      // The same with a negative query element (products -0 and +0): first in warp 1, then warp 2 and warp 0: 33.
+      {61, -1.0f, -3.0f, -0.5f, {{33, 0.0f}, {65, -0.0f}, {129, 0.0f}}},
+      // A negative maximum: first in warp 2's step 2, again in warp 3's step 3, warp 0's step 4, warp 2's step 6: 80.
+      {74, 1.0f, -6.0f, -1.25f, {{80, -1.0f}, {110, -1.0f}, {131, -1.0f}, {200, -1.0f}}},
+      // First at the start of warp 2's step 2, again in warp 1's step 5: 64.
+      {87, 1.0f, -2.0f, 4.5f, {{64, 5.0f}, {170, 5.0f}, {191, 5.0f}}},
+      // First at the end of warp 0's step 0, again at the start of every other warp's step and warp 0's step 4: 31.
+      {100, -1.0f, -1.0f, 1.5f, {{31, 2.0f}, {32, 2.0f}, {64, 2.0f}, {96, 2.0f}, {128, 2.0f}}},
+  };
+  return p;
+}
+
+// nd bf16 documents of dim 128 for TiePatterns(): lengths 160-280 (every designed token of most rows present), and
+// every 16th 0-159 (some designed tokens cut off, empty documents); other elements Gaussian.
+TokenSets TieDocuments(std::mt19937_64& rng, uint64_t nd) {
+  TokenSets d;
+  d.dim = 128;
+  d.offsets.assign(1, 0);
+  std::uniform_int_distribution<uint64_t> long_len(160, 280), short_len(0, 159);
+  for (uint64_t j = 0; j < nd; ++j) {
+    d.offsets.push_back(d.offsets.back() + (j % 16 == 5 ? short_len(rng) : long_len(rng)));
+  }
+  d.values.resize(d.rows() * d.dim);
+  std::normal_distribution<float> g(0.0f, 0.25f);
+  for (float& v : d.values) v = g(rng);
+  for (const TiePattern& p : TiePatterns()) {
+    std::uniform_real_distribution<float> bg(p.lo, p.hi);
+    for (uint64_t j = 0; j < nd; ++j) {
+      for (uint64_t t = 0; t < d.length(j); ++t) d.values[(d.offsets[j] + t) * d.dim + p.k] = p.s * bg(rng);
+      for (const auto& [t, v] : p.at) {
+        if (t < d.length(j)) d.values[(d.offsets[j] + t) * d.dim + p.k] = p.s * v;
+      }
+    }
+  }
+  d.Encode(MAXSIM_BF16);  // lo, hi and every listed value are bf16 numbers: rounding keeps the design
+  return d;
+}
+
+// nq bf16 queries of max_lq rows (one of them shorter, max_lq - 5), Gaussian rows except that pattern p of
+// TiePatterns() is row (3 + 5 p + 7 i) % lq of query i (distinct rows: 5 is prime to every lq used). *pattern_row[i]
+// lists query i's designed rows (pattern p at entry p).
+TokenSets TieQueries(std::mt19937_64& rng, uint64_t nq, uint64_t max_lq,
+                     std::vector<std::vector<uint64_t>>* pattern_row) {
+  const std::vector<TiePattern>& pats = TiePatterns();
+  TokenSets q;
+  q.dim = 128;
+  q.offsets.assign(1, 0);
+  for (uint64_t i = 0; i < nq; ++i) q.offsets.push_back(q.offsets.back() + (i == 3 ? max_lq - 5 : max_lq));
+  q.values.resize(q.rows() * q.dim);
+  std::normal_distribution<float> g(0.0f, 0.25f);
+  for (float& v : q.values) v = g(rng);
+  pattern_row->assign(nq, {});
+  for (uint64_t i = 0; i < nq; ++i) {
+    const uint64_t lq = q.length(i);
+    for (uint64_t p = 0; p < pats.size(); ++p) {
+      const uint64_t r = (3 + 5 * p + 7 * i) % lq;
+      (*pattern_row)[i].push_back(r);
+      float* row = q.values.data() + (q.offsets[i] + r) * q.dim;
+      std::fill(row, row + q.dim, 0.0f);
+      row[pats[p].k] = pats[p].s;
+    }
+  }
+  q.Encode(MAXSIM_BF16);
+  return q;
+}
+
 TEST_F(Gpu, ManyPairsCoopKernel) {
   // Enough short-query dot pairs for the one-block-per-pair grid (exact_coop.cu: 48 pairs per SM; a block of 4
   // warps per pair, warp w folding steps w, w + 4, ... and the warps' row maxima merged by value, then the lowest
@@ -1100,23 +1221,51 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
   // packed and dense device inputs (the folded input check on), over ragged documents with empty ones and lengths
   // that are no multiple of 32 (and shorter than one step per warp), duplicated tokens and near ties (equal
   // similarities: the lowest token index wins across the warps), 16- and 32-row queries, dims 128 and 64
-  // (predicated copies). A non-finite value in a document step of either warp or in a query fails the call.
+  // (predicated copies). Exact ties between tokens of different warps' steps, by design (TiePatterns), where the
+  // argmax must also be the host's. A non-finite value in a document step of any warp or in a query fails the call.
   // The three contexts are made with MAXSIM_CUDA_NO_BATCH=1: scores-only matrix calls of several queries at
   // 96 < dim <= 128 would otherwise run the wgmma batch kernel in all three on an sm_90 device (WgmmaBatchUsable),
   // and the grid's values-only fold (FOLD 1) would meet only dim 64. Documents are sized for every device a context
-  // shards them over (MAXSIM_CUDA_DEVICES), each with device 0's SM count.
-  int sms = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  uint64_t devices = 1;
-  if (const char* e = std::getenv("MAXSIM_CUDA_DEVICES")) {
-    for (const char* c = e; *c; ++c) devices += *c == ',';
-  }
-  const uint64_t nd = 16 * static_cast<uint64_t>(sms) * devices + 17;  // 3 queries: 48 pairs per SM and more
+  // shards them over (MAXSIM_CUDA_DEVICES), each taken to have the most SMs of any of them, with room for shards
+  // cut by token counts (ShardBounds) to hold fewer documents than an even split.
+  const ShardDevices dev = ContextDevices();
+  ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
+  const uint64_t sms = dev.max_sms, devices = dev.count;
+  // 3 queries: 48 pairs per SM on every shard, 12.5% over (a shard's count of 0-170-token documents varies by ~30)
+  const uint64_t nd = 18 * sms * devices + 17;
   setenv("MAXSIM_CUDA_NO_BATCH", "1", 1);
   Context grid(Options("cuda"));
   Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
   Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
   unsetenv("MAXSIM_CUDA_NO_BATCH");
+  // The one-pair kernel's results for queries q over documents d (pd, dd: d packed and on the device), checked
+  // against the float64 reference on 400 pairs; the grid's and the ring's four calls (packed and dense inputs, with
+  // argmax and scores only) must have their bits. check(m, label), where given, runs on every argmax result too.
+  using ArgmaxCheck = std::function<void(const Matrix&, const std::string&)>;
+  auto expect_kernels_agree = [&](const TokenSets& q, const TokenSets& d, const Packed& pd, const DeviceSets& dd,
+                                  const std::string& what, const ArgmaxCheck& check) {
+    const Packed pq = Packed::Pack(grid, q.Dense());
+    const DeviceSets dq(q);
+    const uint64_t nq = q.n_sets(), ndocs = d.n_sets();
+    const Matrix want = ScoreMatrix(one, pq, nq, q.rows(), pd, ndocs, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    ExpectReference(q, d, MAXSIM_METRIC_DOT, want, what + " one pair per warp", 400);
+    if (check) check(want, what + " one pair per warp");
+    const std::vector<float> want_values = ScoreValues(one, pq, nq, pd, ndocs, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    for (Context* ctx : {&grid, &ring}) {
+      const std::string side = what + (ctx == &grid ? " grid" : " ring");
+      const Matrix packed = ScoreMatrix(*ctx, pq, nq, q.rows(), pd, ndocs, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+      if (check) check(packed, side);
+      ExpectIdentical(packed, want, side);
+      ExpectSameBits(ScoreValues(*ctx, pq, nq, pd, ndocs, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want_values,
+                     side + " scores only");
+      const Matrix dense =
+          DeviceForward(*ctx, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, ndocs * q.rows(), MAXSIM_METRIC_DOT);
+      if (check) check(dense, side + " dense");
+      ExpectIdentical(dense, want, side + " dense");
+      ExpectSameBits(DeviceScoreValues(*ctx, dq, dd, MAXSIM_METRIC_DOT), want_values, side + " dense scores only");
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  };
   struct Case {
     uint32_t dim;
     uint64_t max_lq;
@@ -1129,47 +1278,77 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
     auto rng = Rng(++salt);
     const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 1, c.max_lq, c.dim), MAXSIM_BF16);
     const TokenSets d = Encoded(Generate(rng, c.docs, nd, 0, 170, c.dim), MAXSIM_BF16);
-    const Packed pq = Packed::Pack(grid, q.Dense()), pd = Packed::Pack(grid, d.Dense());
-    const DeviceSets dq(q), dd(d);
-    const uint64_t nq = q.n_sets(), am = nd * q.rows();
     const std::string what = "dim " + std::to_string(c.dim) + " lq <= " + std::to_string(c.max_lq) + " docs " +
                              std::to_string(static_cast<int>(c.docs));
-    const Matrix want = ScoreMatrix(one, pq, nq, q.rows(), pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
-    ExpectReference(q, d, MAXSIM_METRIC_DOT, want, what + " one pair per warp", 400);
-    const std::vector<float> want_values = ScoreValues(one, pq, nq, pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
-    for (Context* ctx : {&grid, &ring}) {
-      const std::string side = what + (ctx == &grid ? " grid" : " ring");
-      ExpectIdentical(ScoreMatrix(*ctx, pq, nq, q.rows(), pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want, side);
-      ExpectSameBits(ScoreValues(*ctx, pq, nq, pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want_values,
-                     side + " scores only");
-      ExpectIdentical(DeviceForward(*ctx, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, am, MAXSIM_METRIC_DOT), want,
-                      side + " dense");
-      ExpectSameBits(DeviceScoreValues(*ctx, dq, dd, MAXSIM_METRIC_DOT), want_values, side + " dense scores only");
-      if (::testing::Test::HasFatalFailure()) return;
-    }
+    expect_kernels_agree(q, d, Packed::Pack(grid, d.Dense()), DeviceSets(d), what, {});
+    if (::testing::Test::HasFatalFailure()) return;
   }
-  // One query over long documents (colpali-rerank's kind: 4 pairs per SM and more, so that the ring, and so the
-  // grid, is chosen at all (EnoughPairsForWarpRings); 0-1400 tokens, about 700 on average, so every warp folds
-  // several steps and wraps its ring), ragged with empty ones and duplicated tokens.
+  // One query over long documents (colpali-rerank's kind: 4 pairs per SM and more on every shard, so that the ring,
+  // and so the grid, is chosen at all (EnoughPairsForWarpRings), with 64 documents to spare per shard (a shard's
+  // count varies by ~15); 0-1400 tokens, about 700 on average, so every warp folds several steps and wraps its
+  // ring), ragged with empty ones and duplicated tokens.
   {
     auto lrng = Rng(178);
-    const uint64_t ndl = 4 * static_cast<uint64_t>(sms) * devices + 37;
+    const uint64_t ndl = (4 * sms + 64) * devices + 37;
     const TokenSets q = Encoded(Generate(lrng, Shape::kUnitGaussian, 1, 20, 32, 128), MAXSIM_BF16);
     const TokenSets d = Encoded(Generate(lrng, Shape::kDuplicates, ndl, 0, 1400, 128), MAXSIM_BF16);
     ASSERT_GE(d.rows(), 600 * ndl) << "the long-document case must average well over 512 tokens";
-    const Packed pq = Packed::Pack(grid, q.Dense()), pd = Packed::Pack(grid, d.Dense());
-    const DeviceSets dq(q), dd(d);
-    const Matrix want = ScoreMatrix(one, pq, 1, q.rows(), pd, ndl, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
-    ExpectReference(q, d, MAXSIM_METRIC_DOT, want, "long documents one pair per warp", 400);
-    const std::vector<float> want_values = ScoreValues(one, pq, 1, pd, ndl, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
-    for (Context* ctx : {&grid, &ring}) {
-      const std::string side = std::string("long documents") + (ctx == &grid ? " grid" : " ring");
-      ExpectIdentical(ScoreMatrix(*ctx, pq, 1, q.rows(), pd, ndl, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want, side);
-      ExpectSameBits(ScoreValues(*ctx, pq, 1, pd, ndl, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want_values,
-                     side + " scores only");
-      ExpectIdentical(DeviceForward(*ctx, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, ndl * q.rows(), MAXSIM_METRIC_DOT),
-                      want, side + " dense");
-      ExpectSameBits(DeviceScoreValues(*ctx, dq, dd, MAXSIM_METRIC_DOT), want_values, side + " dense scores only");
+    expect_kernels_agree(q, d, Packed::Pack(grid, d.Dense()), DeviceSets(d), "long documents", {});
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // Exact ties across the grid's warps, by design (TiePatterns): for 8 rows of every query the largest similarity
+  // is reached by tokens in steps that different warps hold, so the warps' row maxima are equal and only the
+  // merge's lowest-index rule picks the argmax. 32 queries of 32 rows (two m tiles) and of 16 rows (one), 48
+  // pairs per SM on every shard and 25% over (the documents' lengths vary little). The argmax of those rows must be
+  // the host's: the lowest token index of the float64 maximum over the bf16 values; and every kernel's bits must
+  // be the one-pair kernel's.
+  {
+    auto trng = Rng(180);
+    const std::vector<TiePattern>& pats = TiePatterns();
+    const uint64_t tnq = 32, tnd = (48 * sms * 5 / 4 + tnq - 1) / tnq * devices + 13;
+    const TokenSets d = TieDocuments(trng, tnd);
+    // The host's expectation per (pattern, document), and how many documents tie the maximum across warps.
+    std::vector<int32_t> expect(pats.size() * tnd, -1);
+    for (uint64_t p = 0; p < pats.size(); ++p) {
+      TokenSets row;  // the pattern's query row alone
+      row.dim = d.dim;
+      row.offsets = {0, 1};
+      row.values.assign(d.dim, 0.0f);
+      row.values[pats[p].k] = pats[p].s;
+      uint64_t across = 0;
+      for (uint64_t j = 0; j < tnd; ++j) {
+        double best = -std::numeric_limits<double>::infinity();
+        uint32_t warps = 0;  // bit w: warp w holds a token of the maximum
+        for (uint64_t t = 0; t < d.length(j); ++t) {
+          const double v = RefSim(row, 0, 0, d, j, t, MAXSIM_METRIC_DOT);
+          if (v > best) {
+            best = v;
+            expect[p * tnd + j] = static_cast<int32_t>(t);
+            warps = 0;
+          }
+          if (v == best) warps |= 1u << ((t / 32) % 4);
+        }
+        across += __builtin_popcount(warps) >= 2;
+      }
+      ASSERT_GE(across, tnd / 2) << "pattern " << p << " ties across warps in only " << across << " documents";
+    }
+    const Packed pd = Packed::Pack(grid, d.Dense());
+    const DeviceSets dd(d);
+    for (uint64_t max_lq : {32, 16}) {
+      std::vector<std::vector<uint64_t>> prow;
+      const TokenSets q = TieQueries(trng, tnq, max_lq, &prow);
+      auto expect_host = [&](const Matrix& m, const std::string& side) {
+        for (uint64_t i = 0; i < tnq; ++i) {
+          for (uint64_t j = 0; j < tnd; ++j) {
+            const int32_t* am = m.argmax.data() + tnd * q.offsets[i] + j * q.length(i);
+            for (uint64_t p = 0; p < pats.size(); ++p) {
+              ASSERT_EQ(am[prow[i][p]], expect[p * tnd + j])
+                  << side << ": query " << i << " row " << prow[i][p] << " (pattern " << p << ") doc " << j;
+            }
+          }
+        }
+      };
+      expect_kernels_agree(q, d, pd, dd, "cross-warp ties lq <= " + std::to_string(max_lq), expect_host);
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
