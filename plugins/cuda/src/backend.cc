@@ -371,7 +371,7 @@ std::string SettingsText(const Backend& b) {
   t += line;
   std::snprintf(line, sizeof(line),
                 "exact one-block-per-pair grid (the ring's dot calls without a document mask, from %u pairs per SM "
-                "or documents of %u+ tokens scored once each): %s%s\n",
+                "or documents of %u+ tokens scored once each, not candidate lists): %s%s\n",
                 static_cast<unsigned>(kCoopMinPairsPerSm), static_cast<unsigned>(kCoopLongDocRows), onoff(k.kernels.coop),
                 source("MAXSIM_CUDA_NO_COOP").c_str());
   t += line;

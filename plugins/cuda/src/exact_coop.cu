@@ -187,7 +187,10 @@ cudaError_t LaunchCoopT(const ForwardArgs& a, cudaStream_t stream) {
 bool CoopChosen(const ForwardArgs& a, int sms) {
   if (!a.sw.coop || a.pairs.n_pairs > 0x7fffffffull) return false;  // a grid of at most 2^31 - 1 blocks
   if (a.pairs.n_pairs >= kCoopMinPairsPerSm * static_cast<uint64_t>(sms)) return true;
-  return a.pairs.n_pairs <= a.d.n_sets && a.d.MeanRows() >= kCoopLongDocRows;
+  // Each document scored once: a one-query matrix launch, or the pairs layout. Candidate lists may name a document
+  // for several queries, which then reuse it from L2 as the training forward does, so they keep the ring.
+  const bool once = a.pairs.layout == kPairsDiagonal || (a.pairs.layout == kPairsMatrix && a.pairs.n_pairs == a.pairs.nd);
+  return once && a.d.MeanRows() >= kCoopLongDocRows;
 }
 
 cudaError_t LaunchExactCoop(const ForwardArgs& a, cudaStream_t stream) {

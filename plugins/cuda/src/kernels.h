@@ -222,9 +222,10 @@ cudaError_t LaunchExactTc(const ForwardArgs& a, cudaStream_t stream);
 //  - colpali-rerank, 7.6 pairs per SM of 1030-token documents, each scored once: 2.1% faster;
 //  - textual-1k, 7.6 pairs per SM of 300-token documents: 1.8% slower;
 //  - the training forward, 31 pairs per SM, 64 pairs per 300-token document (in L2): 45% slower.
-// So the grid runs from kCoopMinPairsPerSm pairs per SM, or where every pair has a document of its own
-// (n_pairs <= documents) of at least kCoopLongDocRows rows on average (SetsView::MeanRows; 0 where the host does
-// not know). Both thresholds lie between measured shapes; neither was tuned.
+// So the grid runs from kCoopMinPairsPerSm pairs per SM, or where every document is scored once (a one-query matrix
+// launch or the pairs layout; not candidate lists, which may repeat a document) and the documents hold at least
+// kCoopLongDocRows rows on average (SetsView::MeanRows; 0 where the host does not know). Both thresholds lie
+// between measured shapes; neither was tuned.
 constexpr uint64_t kCoopMinPairsPerSm = 48;
 constexpr uint64_t kCoopLongDocRows = 512;
 // Whether a ring launch of `a` (on a device of `sms` SMs) runs the grid.
