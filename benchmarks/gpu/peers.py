@@ -390,18 +390,23 @@ def main():
     ap.add_argument("--lib", required=True, help="path to libmaxsim.so (its folder holds the CUDA plugin)")
     ap.add_argument("--json", required=True, help="output file (one JSON object per line), '-' for stdout")
     ap.add_argument("--shape", help="one shape, in this process; default: every shape, each in a child process")
-    ap.add_argument("--shapes", default=" ".join(SHAPES), help="shapes for the child processes")
+    ap.add_argument("--shapes", default=" ".join(SHAPES),
+                    help="shapes for the child processes, separated by spaces or commas")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per shape (Triton autotuning included)")
     ap.add_argument("--profile", help="with --shape: run only this implementation's call (lik, flash, flash-single or "
                     "libmaxsim), 3 times between cudaProfilerStart and cudaProfilerStop after 5 warm-up calls")
     args = ap.parse_args()
+    shapes = args.shapes.replace(",", " ").split()
+    unknown = [n for n in ([args.shape] if args.shape else shapes) if n not in SHAPES]
+    if unknown:
+        ap.error(f"unknown shape {unknown[0]!r}; the shapes are: {' '.join(SHAPES)}")
     if args.shape:
         out = sys.stdout if args.json == "-" else open(args.json, "a")
         run_shape(args.shape, args.lib, out, args.profile)
         return 0
     open(args.json, "w").close()
     status = 0
-    for name in args.shapes.split():
+    for name in shapes:
         t0 = time.time()
         try:
             r = subprocess.run([sys.executable, __file__, "--lib", args.lib, "--json", args.json, "--shape", name],
