@@ -771,6 +771,17 @@ std::vector<uint8_t> InitInto(size_t size, F&& init) {
   return buf;
 }
 
+// InitInto's callables for an init function of struct S: the exported first-layout one (f), and a _sized one (g)
+// at `size` bytes.
+template <typename S>
+auto Exported(void (*f)(S*)) {
+  return [f](uint8_t* p) { f(reinterpret_cast<S*>(p)); };
+}
+template <typename S>
+auto Sized(void (*g)(S*, size_t), size_t size) {
+  return [g, size](uint8_t* p) { g(reinterpret_cast<S*>(p), size); };
+}
+
 template <typename T>
 T As(const std::vector<uint8_t>& bytes) {
   T t;
@@ -786,14 +797,10 @@ uint32_t StructSize(const std::vector<uint8_t>& bytes) { return As<uint32_t>(byt
 // the caller's size and never write past it; the macros fill the caller's whole struct. A struct filled by any of
 // them scores / creates a context with what it holds, and a too-small size leaves a struct_size the call refuses.
 TEST(Api, StructInitsWriteOnlyTheCallersSize) {
-  auto score_init = [](uint8_t* p) { (maxsim_score_options_init)(reinterpret_cast<maxsim_score_options*>(p)); };
-  auto options_init = [](uint8_t* p) { (maxsim_options_init)(reinterpret_cast<maxsim_options*>(p)); };
-  auto score_sized = [](size_t size) {
-    return [size](uint8_t* p) { maxsim_score_options_init_sized(reinterpret_cast<maxsim_score_options*>(p), size); };
-  };
-  auto options_sized = [](size_t size) {
-    return [size](uint8_t* p) { maxsim_options_init_sized(reinterpret_cast<maxsim_options*>(p), size); };
-  };
+  const auto score_init = Exported(&maxsim_score_options_init);
+  const auto options_init = Exported(&maxsim_options_init);
+  auto score_sized = [](size_t size) { return Sized(&maxsim_score_options_init_sized, size); };
+  auto options_sized = [](size_t size) { return Sized(&maxsim_options_init_sized, size); };
   const std::vector<uint8_t> score_v1 = InitInto(sizeof(ScoreOptionsV1), score_init);
   const ScoreOptionsV1 s1 = As<ScoreOptionsV1>(score_v1);
   EXPECT_EQ(s1.struct_size, sizeof(ScoreOptionsV1));
@@ -926,10 +933,8 @@ static_assert(offsetof(BackwardArgsV1, cuda_stream) == offsetof(maxsim_backward_
 static_assert(sizeof(BackwardArgsV1) < sizeof(maxsim_backward_args), "flags were appended since");
 
 TEST(Api, BackwardArgsInitWritesOnlyTheCallersSize) {
-  auto exported = [](uint8_t* p) { (maxsim_backward_args_init)(reinterpret_cast<maxsim_backward_args*>(p)); };
-  auto sized = [](size_t size) {
-    return [size](uint8_t* p) { maxsim_backward_args_init_sized(reinterpret_cast<maxsim_backward_args*>(p), size); };
-  };
+  const auto exported = Exported(&maxsim_backward_args_init);
+  auto sized = [](size_t size) { return Sized(&maxsim_backward_args_init_sized, size); };
   const std::vector<uint8_t> v1 = InitInto(sizeof(BackwardArgsV1), exported);
   const BackwardArgsV1 a1 = As<BackwardArgsV1>(v1);
   EXPECT_EQ(a1.struct_size, sizeof(BackwardArgsV1));
