@@ -31,7 +31,9 @@
 
 #include "backend.h"
 #include "bench_util.h"
+#include "plan.h"
 #include "read_bw.h"
+#include "schedule_read.h"
 #include "maxsim/maxsim.h"
 
 namespace {
@@ -48,7 +50,7 @@ maxsim_context* g_cpu = nullptr;  // packs the benchmark's data (CPU, all thread
 maxsim_context* g_api = nullptr;  // the public API's context (backend "cuda"); NULL when it cannot be created
 // MAXSIM_GPU_BENCH_ROWS=api: per shape only the rows of the public path (exact, steps, plugin and API calls, the
 // candidate-list comparison), for scripts/device/gpu-api.sh. =kernel: per shape the "exact" row and its read
-// ceiling (read-same-bytes), for scripts/device/gpu-mem.sh. =dense: per shape the "exact" row on the packed corpus
+// ceilings (read-same-bytes; read-ring-schedule and read-grid-schedule), for scripts/device/gpu-mem.sh. =dense: per shape the "exact" row on the packed corpus
 // and the same scores from dense device tensors (api-dense, dense-kernels), for the packed/dense comparison of
 // scripts/device/gpu-visual.sh.
 bool g_api_rows_only = false;
@@ -453,6 +455,8 @@ void RunCandidatesAll(Backend& b, const Shape& s, const maxsim_packed_view& qvie
 }
 
 void ReadSameBytes(Backend& b, const Shape& s, uint64_t copies, double flops);
+void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std::vector<Corpus*>& corpora,
+                   double flops);
 
 // Whether `name` is selected by --only (empty: every shape; else a comma-separated list of names).
 bool Selected(const std::string& only, const std::string& name) {
@@ -497,7 +501,10 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   Emit(s.name, "exact", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
   std::vector<float> kernel_scores(s.nq * s.nd);
   CHECK_CUDA(cudaMemcpy(kernel_scores.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
-  if (s.nq == 1 && !g_api_rows_only && !g_dense_rows) ReadSameBytes(b, s, copies, flops);
+  if (s.nq == 1 && !g_api_rows_only && !g_dense_rows) {
+    ReadSameBytes(b, s, copies, flops);
+    ScheduleReads(b, s, q, corpora, flops);
+  }
   if (g_kernel_only || g_dense_rows) {
     for (Corpus* c : corpora) mscuda::FreeCorpus(b, c);
     cudaFree(scores);
@@ -841,6 +848,43 @@ void ReadSameBytes(Backend& b, const Shape& s, uint64_t copies, double flops) {
        std::string("\"variant\": \"") + ReadVariantName(best_v) + "\"");
   for (void* p : bufs) cudaFree(p);
   cudaFree(sink);
+}
+
+// The shape's ceiling under the scoring kernels' own schedules (schedule_read.cu): the copy-only twins of the ring
+// kernel ("read-ring-schedule": 8 warps x 3 stages per SM, each warp a contiguous range of pairs) and of the
+// one-block-per-pair grid ("read-grid-schedule": 4 warps x 2 stages, 3 blocks per SM), over the same corpus copies
+// as the exact row, with the same arguments block (the exact plan's), timed the same way. Which of the two the
+// exact row runs is the plugin's choice (CoopChosen); both are measured on every shape they apply to.
+void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std::vector<Corpus*>& corpora,
+                   double flops) {
+  const mscuda::SetsView d0 = corpora[0]->View();
+  const mscuda::Plan plan = mscuda::MakePlan(b, q.view, d0, q.max_len, MAXSIM_MODE_EXACT);
+  float* out = nullptr;
+  CHECK_CUDA(cudaMalloc(&out, s.nq * s.nd * 4));
+  std::vector<mscuda::ForwardArgs> args;
+  for (const Corpus* c : corpora) {
+    mscuda::ForwardArgs a = mscuda::MatrixForwardArgs(q.view, c->View(), s.nq, s.nd, MAXSIM_METRIC_DOT,
+                                                      MAXSIM_MODE_EXACT, nullptr, out, nullptr, nullptr, plan);
+    a.sw = b.tuning.kernels;  // as LaunchForward sets them
+    a.part.groups = 1;
+    a.part.group_rows = plan.rows;
+    args.push_back(a);
+  }
+  if (plan.kind != mscuda::KernelKind::kTc || plan.groups != 1 || !ScheduleReadApplies(args[0], q.max_len)) {
+    std::printf("%-16s schedule reads skipped: the exact call does not run the ring or the grid\n", s.name);
+    cudaFree(out);
+    return;
+  }
+  const double bytes = static_cast<double>(s.nd) * s.ld * s.dim * 2;
+  const int sms = b.prop.multiProcessorCount;
+  const size_t n = args.size();
+  Emit(s.name, "read-ring-schedule", TimeIt(b.stream, 5, 30, [&](int i) {
+         CHECK_CUDA(LaunchRingScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, sms, b.stream));
+       }), flops, bytes);
+  Emit(s.name, "read-grid-schedule", TimeIt(b.stream, 5, 30, [&](int i) {
+         CHECK_CUDA(LaunchGridScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, b.stream));
+       }), flops, bytes);
+  cudaFree(out);
 }
 
 void CopyBandwidth(Backend& b) {

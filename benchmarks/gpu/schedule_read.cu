@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copy-only twins of the exact ring kernels: the documents read with the scoring kernel's own schedule, nothing
+// computed. If a twin takes about as long as its kernel, that kernel's time on the shape is bounded by the schedule
+// and the bandwidth it gets, not by its arithmetic; if the twin is much faster, the arithmetic or the fold is what
+// costs.
+//
+// Both twins run the plugin's own device code for what they keep: the pair split (PairRange), the step cursor
+// across document boundaries (StepCursor), the 16-byte cp.async copies of a 32-token step under the L2
+// evict-first policy (CopyRingStep, EvictFirstPolicy), and the same waits (cp.async.wait_group S - 2 and
+// __syncwarp before each step, a copy issued before the step is used, wait_group 0 at the end).
+// What differs from the scoring kernels, and nothing else:
+//  - in place of a step's ldmatrix fragments, mma and fold, each lane reads one 4-byte word of the stage (row
+//    `lane`, a conflict-free word) and XORs it into a running word, a dependency on the copied bytes;
+//  - the query: the ring twin loads its fragments from global memory as the ring does (LdFragNatural, once per
+//    query) and XORs them in; the grid twin stages it into warp 0's free stage with StageQuery's loads, stores and
+//    two block barriers, and reads one word per lane back in place of the ldmatrix fragments;
+//  - the end of a pair: the ring twin's lane 0 writes the running word as one float at the pair's score slot (the
+//    ring: a quad merge, the ordered double sum of the row terms, the same one store); the grid twin's warps meet
+//    at one block barrier (MergeAndWrite's) and thread 0 writes one float.
+// The shapes are restated here (they live in exact.cu's LaunchPipe and exact_coop.cu's constants): keep them equal.
+#include <stdint.h>
+
+#include "forward_common.cuh"
+#include "ring_common.cuh"
+#include "schedule_read.h"
+
+namespace {
+
+using mscuda::ForwardArgs;
+using mscuda::kRingStageBytes;
+using mscuda::kRingStep;
+
+constexpr int kRingWarps = 8, kRingStages = 3;                    // exact.cu: LaunchPipeWS<T, MT, 8, 3, FOLD>
+constexpr int kGridWarps = 4, kGridStages = 2, kGridPerSm = 3;  // exact_coop.cu: kCoopWarps, kCoopStages, ...
+
+// One word of row `lane` of a stage (word `lane`, so the 32 lanes hit 32 banks).
+__device__ __forceinline__ uint32_t TouchStage(uint32_t stage, int lane) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(stage + static_cast<uint32_t>(lane) * (mscuda::kRingRowBytes + 4)));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t Xor4(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
+
+template <int MT, int W, int S>
+__global__ void __launch_bounds__(W * 32, 1) RingScheduleKernel(const ForwardArgs a, uint64_t n_warps) {
+  extern __shared__ __align__(128) uint8_t ring_all[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * W + warp;
+  if (wid >= n_warps) return;
+  const mscuda::PairRange range(a.pairs.n_pairs, wid, n_warps);
+  if (range.begin >= range.end) return;
+  const uint64_t policy = mscuda::EvictFirstPolicy();
+  const uint32_t dim = a.q.dim;
+  const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
+  const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) +
+                        static_cast<uint32_t>(warp) * (S * kRingStageBytes);
+  mscuda::StepCursor<kRingStep> cur(a, range);
+  uint32_t produced = 0;
+  auto produce = [&]() {
+    if (cur.Active()) {
+      mscuda::CopyRingStep(ring + (produced % S) * kRingStageBytes, a.d.orig + cur.first_row * drb, cur.token,
+                           cur.len, drb, dim, policy, lane);
+      ++produced;
+      cur.Advance(a);
+    }
+    mscuda::CpAsyncCommit();
+  };
+#pragma unroll 1
+  for (int s = 0; s < S - 1; ++s) produce();
+  uint32_t acc = 0, consumed = 0;
+  uint64_t loaded_q = ~0ull;
+  for (uint64_t p = range.begin; p < range.end; ++p) {
+    uint64_t qi, dj;
+    a.pairs.Resolve(p, &qi, &dj);
+    const uint64_t ld = a.d.End(dj) - a.d.Begin(dj);
+    if (qi != loaded_q) {
+      loaded_q = qi;
+      const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+      const uint8_t* qbase = a.q.orig + qb * qrb;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint64_t ra = mt * 16 + g, rb = ra + 8;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          acc ^= Xor4(mscuda::LdFragNatural(qbase + ra * qrb, c, t, dim, ra < lq)) ^
+                 Xor4(mscuda::LdFragNatural(qbase + rb * qrb, c, t, dim, rb < lq));
+        }
+      }
+    }
+    for (uint64_t base = 0; base < ld; base += kRingStep) {
+      mscuda::CpAsyncWait<S - 2>();
+      __syncwarp();
+      produce();
+      const uint32_t st = ring + (consumed % S) * kRingStageBytes;
+      ++consumed;
+      acc ^= TouchStage(st, lane);
+    }
+    if (lane == 0) *a.pairs.ScorePtr(p, qi, dj) = __uint_as_float(acc);
+    __syncwarp();
+  }
+  mscuda::CpAsyncWait<0>();
+}
+
+// StageQuery's reads of the query (exact_coop.cu): rows into `qbuf` in the ring's layout, two block barriers;
+// returns one word per lane of it in place of the ldmatrix fragments.
+template <int MT, int NW>
+__device__ __forceinline__ uint32_t StageQueryWord(const ForwardArgs& a, uint64_t qb, uint64_t lq, uint32_t qbuf) {
+  const uint8_t* qbase = a.q.orig + qb * a.q.row_bytes;
+  for (int e = threadIdx.x; e < MT * 16 * 16; e += NW * 32) {
+    const uint32_t row = static_cast<uint32_t>(e) >> 4, slot = static_cast<uint32_t>(e) & 15u;
+    uint4 v = mscuda::Zero4();
+    if (row < lq && slot * 8 < a.q.dim) v = mscuda::Ld16(qbase + row * a.q.row_bytes + slot * 16);
+    const uint32_t dst = qbuf + row * mscuda::kRingRowBytes + (mscuda::RingSlot16(slot, row) << 4);
+    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+  }
+  __syncthreads();
+  const uint32_t w = TouchStage(qbuf, threadIdx.x & 31);
+  __syncthreads();
+  return w;
+}
+
+template <int MT, int CW, int S, int BPS>
+__global__ void __launch_bounds__(CW * 32, BPS) GridScheduleKernel(const ForwardArgs a) {
+  extern __shared__ __align__(128) uint8_t grid_smem[];
+  __shared__ uint32_t s_acc[CW];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint64_t p = blockIdx.x;
+  uint64_t qi, dj;
+  a.pairs.Resolve(p, &qi, &dj);
+  const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
+  const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
+  const uint64_t policy = mscuda::EvictFirstPolicy();
+  const uint32_t dim = a.q.dim;
+  const uint64_t drb = a.d.row_bytes;
+  const uint32_t smem0 = static_cast<uint32_t>(__cvta_generic_to_shared(grid_smem));
+  const uint32_t ring = smem0 + static_cast<uint32_t>(warp) * (S * kRingStageBytes);
+  const uint8_t* dbase = a.d.orig + db * drb;
+  uint64_t next = static_cast<uint64_t>(warp) * kRingStep;
+  uint32_t produced = 0;
+  auto produce = [&]() {
+    if (next < ld) {
+      mscuda::CopyRingStep(ring + (produced % S) * kRingStageBytes, dbase, next, ld, drb, dim, policy, lane);
+      ++produced;
+      next += static_cast<uint64_t>(CW) * kRingStep;
+    }
+    mscuda::CpAsyncCommit();
+  };
+#pragma unroll 1
+  for (int s = 0; s < S - 1; ++s) produce();
+  uint32_t acc = StageQueryWord<MT, CW>(a, qb, lq, smem0 + (S - 1) * kRingStageBytes);
+  uint32_t consumed = 0;
+  for (uint64_t base = static_cast<uint64_t>(warp) * kRingStep; base < ld; base += CW * kRingStep) {
+    mscuda::CpAsyncWait<S - 2>();
+    __syncwarp();
+    produce();
+    const uint32_t st = ring + (consumed % S) * kRingStageBytes;
+    ++consumed;
+    acc ^= TouchStage(st, lane);
+  }
+  mscuda::CpAsyncWait<0>();
+  if (lane == 0) s_acc[warp] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t x = 0;
+#pragma unroll
+    for (int w = 0; w < CW; ++w) x ^= s_acc[w];
+    *a.pairs.ScorePtr(p, qi, dj) = __uint_as_float(x);
+  }
+}
+
+template <int MT>
+cudaError_t LaunchRing(const ForwardArgs& a, int sms, cudaStream_t stream) {
+  constexpr auto kernel = &RingScheduleKernel<MT, kRingWarps, kRingStages>;
+  constexpr int smem = kRingWarps * kRingStages * kRingStageBytes;
+  const cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
+  if (e != cudaSuccess) return e;
+  const uint64_t n_warps = static_cast<uint64_t>(sms) * kRingWarps;
+  kernel<<<static_cast<unsigned>(sms), kRingWarps * 32, smem, stream>>>(a, n_warps);
+  return cudaGetLastError();
+}
+
+template <int MT>
+cudaError_t LaunchGrid(const ForwardArgs& a, cudaStream_t stream) {
+  constexpr auto kernel = &GridScheduleKernel<MT, kGridWarps, kGridStages, kGridPerSm>;
+  constexpr int smem = kGridWarps * kGridStages * kRingStageBytes;
+  const cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
+  if (e != cudaSuccess) return e;
+  if (a.pairs.n_pairs == 0) return cudaSuccess;
+  if (a.pairs.n_pairs > 0x7fffffffull) return cudaErrorInvalidConfiguration;
+  kernel<<<static_cast<unsigned>(a.pairs.n_pairs), kGridWarps * 32, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool ScheduleReadApplies(const ForwardArgs& a, uint64_t max_lq) {
+  return mscuda::TcSupported(a.q, a.d) && a.q.dim <= 128 && max_lq <= 32 && a.d.mask == nullptr &&
+         a.pairs.scores != nullptr;
+}
+
+cudaError_t LaunchRingScheduleRead(const ForwardArgs& a, uint64_t max_lq, int sms, cudaStream_t stream) {
+  if (!ScheduleReadApplies(a, max_lq) || sms <= 0) return cudaErrorInvalidValue;
+  return max_lq <= 16 ? LaunchRing<1>(a, sms, stream) : LaunchRing<2>(a, sms, stream);
+}
+
+cudaError_t LaunchGridScheduleRead(const ForwardArgs& a, uint64_t max_lq, cudaStream_t stream) {
+  if (!ScheduleReadApplies(a, max_lq)) return cudaErrorInvalidValue;
+  return max_lq <= 16 ? LaunchGrid<1>(a, stream) : LaunchGrid<2>(a, stream);
+}

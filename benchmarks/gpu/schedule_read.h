@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copy-only twins of the exact ring kernels' schedules (schedule_read.cu), for the GPU benchmark's
+// read-ring-schedule and read-grid-schedule rows: what a kernel that reads a shape's documents exactly as the
+// scoring kernel does, and computes nothing, takes.
+#ifndef MAXSIM_BENCHMARKS_GPU_SCHEDULE_READ_H_
+#define MAXSIM_BENCHMARKS_GPU_SCHEDULE_READ_H_
+
+#include <cuda_runtime.h>
+
+#include "kernels.h"
+
+// Whether the twins apply to `a` (the arguments of a one-group dot launch of 16-bit rows, dim <= 128, at most 32
+// query rows: the launches the ring and the grid take), MT = 1 for up to 16 query rows, else 2.
+bool ScheduleReadApplies(const mscuda::ForwardArgs& a, uint64_t max_lq);
+// ExactTcPipeKernel's schedule (exact.cu, 8 warps x 3 stages, one block per SM): `sms` blocks, each warp a
+// contiguous range of pairs. One float per pair goes to a.pairs.scores (not a score).
+cudaError_t LaunchRingScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, int sms, cudaStream_t stream);
+// ExactTcCoopKernel's schedule (exact_coop.cu, 4 warps x 2 stages, 3 blocks per SM): one block per pair.
+cudaError_t LaunchGridScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, cudaStream_t stream);
+
+#endif  // MAXSIM_BENCHMARKS_GPU_SCHEDULE_READ_H_
