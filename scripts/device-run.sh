@@ -17,6 +17,8 @@
 #   gpu-visual  the long-query wgmma kernel: its tests, visual and q128 packed and from dense device tensors
 #               against .carry/base-prebuilt.tar.xz and settings variants, cuBLAS, and profiles of both calls
 #   gpu-mem     the memory-bound shapes: ring tests, the read ceilings (read_bw.cu variants), kernel rows, the peers
+#   gpu-schedule the memory-bound shapes' kernel rows beside the best plain read of their bytes and the copy-only
+#               twins of the ring and the grid (benchmarks/gpu/schedule_read.cu), as built and with the ring forced
 #   gpu-api     the public API's overhead: the GPU suite, then gpu_bench's kernel, step and API rows of the
 #               one-query shapes, against .carry/base-prebuilt.tar.xz (another build's binaries) when present,
 #               and api_floor_probe (the floors of such a call in plain CUDA)

@@ -878,12 +878,27 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
   const double bytes = static_cast<double>(s.nd) * s.ld * s.dim * 2;
   const int sms = b.prop.multiProcessorCount;
   const size_t n = args.size();
-  Emit(s.name, "read-ring-schedule", TimeIt(b.stream, 5, 30, [&](int i) {
-         CHECK_CUDA(LaunchRingScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, sms, b.stream));
-       }), flops, bytes);
-  Emit(s.name, "read-grid-schedule", TimeIt(b.stream, 5, 30, [&](int i) {
-         CHECK_CUDA(LaunchGridScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, b.stream));
-       }), flops, bytes);
+  // Which of the two the exact row ran (this process's kernel switches, e.g. MAXSIM_CUDA_NO_COOP).
+  const std::string ran = std::string("\"exact_ran\": \"") + ExactScheduleName(args[0], q.max_len, sms) + "\"";
+  // Every pair's slot written once by one launch (all ones before it: a word the XOR leaves there by chance is
+  // counted as missed, about once in 2^32 pairs), so that a twin that skipped pairs would show.
+  auto missed = [&](const std::function<void()>& launch) {
+    CHECK_CUDA(cudaMemsetAsync(out, 0xFF, s.nq * s.nd * 4, b.stream));
+    launch();
+    std::vector<uint32_t> w(s.nq * s.nd);
+    CHECK_CUDA(cudaMemcpyAsync(w.data(), out, w.size() * 4, cudaMemcpyDeviceToHost, b.stream));
+    CHECK_CUDA(cudaStreamSynchronize(b.stream));
+    return std::to_string(std::count(w.begin(), w.end(), 0xFFFFFFFFu));
+  };
+  auto ring = [&](int i) {
+    CHECK_CUDA(LaunchRingScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, sms, b.stream));
+  };
+  auto grid = [&](int i) { CHECK_CUDA(LaunchGridScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, b.stream)); };
+  const std::string ring_missed = missed([&] { ring(0); }), grid_missed = missed([&] { grid(0); });
+  Emit(s.name, "read-ring-schedule", TimeIt(b.stream, 5, 30, ring), flops, bytes,
+       ran + ", \"pairs_missed\": " + ring_missed);
+  Emit(s.name, "read-grid-schedule", TimeIt(b.stream, 5, 30, grid), flops, bytes,
+       ran + ", \"pairs_missed\": " + grid_missed);
   cudaFree(out);
 }
 

@@ -200,6 +200,13 @@ bool ScheduleReadApplies(const ForwardArgs& a, uint64_t max_lq) {
          a.pairs.scores != nullptr;
 }
 
+const char* ExactScheduleName(const ForwardArgs& a, uint64_t max_lq, int sms) {
+  if (!ScheduleReadApplies(a, max_lq) || a.cosine || !a.sw.pipe || !mscuda::EnoughPairsForWarpRings(a.pairs.n_pairs, sms)) {
+    return "other";
+  }
+  return mscuda::CoopChosen(a, sms) ? "grid" : "ring";
+}
+
 cudaError_t LaunchRingScheduleRead(const ForwardArgs& a, uint64_t max_lq, int sms, cudaStream_t stream) {
   if (!ScheduleReadApplies(a, max_lq) || sms <= 0) return cudaErrorInvalidValue;
   return max_lq <= 16 ? LaunchRing<1>(a, sms, stream) : LaunchRing<2>(a, sms, stream);

@@ -12,6 +12,10 @@
 // Whether the twins apply to `a` (the arguments of a one-group dot launch of 16-bit rows, dim <= 128, at most 32
 // query rows: the launches the ring and the grid take), MT = 1 for up to 16 query rows, else 2.
 bool ScheduleReadApplies(const mscuda::ForwardArgs& a, uint64_t max_lq);
+// Which of the two the plugin's exact call with arguments `a` runs on a device of `sms` SMs (exact.cu, LaunchTcMt and
+// LaunchPipe: the ring where its pairs fill the warp rings, then the grid where CoopChosen says so): "ring",
+// "grid", or "other" (neither).
+const char* ExactScheduleName(const mscuda::ForwardArgs& a, uint64_t max_lq, int sms);
 // ExactTcPipeKernel's schedule (exact.cu, 8 warps x 3 stages, one block per SM): `sms` blocks, each warp a
 // contiguous range of pairs. One float per pair goes to a.pairs.scores (not a score).
 cudaError_t LaunchRingScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, int sms, cudaStream_t stream);
