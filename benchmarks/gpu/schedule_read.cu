@@ -40,6 +40,18 @@ __device__ __forceinline__ uint32_t TouchStage(uint32_t stage, int lane) {
   return v;
 }
 
+// One step of a ring's consumer, as both kernels take it: wait for the oldest copy group but S - 2, __syncwarp,
+// issue the next step's copies (into the stage consumed last), then use this step's stage (TouchStage).
+template <int S, typename Produce>
+__device__ __forceinline__ uint32_t ConsumeStep(uint32_t ring, uint32_t& consumed, Produce& produce, int lane) {
+  mscuda::CpAsyncWait<S - 2>();
+  __syncwarp();
+  produce();
+  const uint32_t st = ring + (consumed % S) * kRingStageBytes;
+  ++consumed;
+  return TouchStage(st, lane);
+}
+
 __device__ __forceinline__ uint32_t Xor4(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
 
 template <int MT, int W, int S>
@@ -90,12 +102,7 @@ __global__ void __launch_bounds__(W * 32, 1) RingScheduleKernel(const ForwardArg
       }
     }
     for (uint64_t base = 0; base < ld; base += kRingStep) {
-      mscuda::CpAsyncWait<S - 2>();
-      __syncwarp();
-      produce();
-      const uint32_t st = ring + (consumed % S) * kRingStageBytes;
-      ++consumed;
-      acc ^= TouchStage(st, lane);
+      acc ^= ConsumeStep<S>(ring, consumed, produce, lane);
     }
     if (lane == 0) *a.pairs.ScorePtr(p, qi, dj) = __uint_as_float(acc);
     __syncwarp();
@@ -152,12 +159,7 @@ __global__ void __launch_bounds__(CW * 32, BPS) GridScheduleKernel(const Forward
   uint32_t acc = StageQueryWord<MT, CW>(a, qb, lq, smem0 + (S - 1) * kRingStageBytes);
   uint32_t consumed = 0;
   for (uint64_t base = static_cast<uint64_t>(warp) * kRingStep; base < ld; base += CW * kRingStep) {
-    mscuda::CpAsyncWait<S - 2>();
-    __syncwarp();
-    produce();
-    const uint32_t st = ring + (consumed % S) * kRingStageBytes;
-    ++consumed;
-    acc ^= TouchStage(st, lane);
+    acc ^= ConsumeStep<S>(ring, consumed, produce, lane);
   }
   mscuda::CpAsyncWait<0>();
   if (lane == 0) s_acc[warp] = acc;
