@@ -50,9 +50,9 @@ maxsim_context* g_cpu = nullptr;  // packs the benchmark's data (CPU, all thread
 maxsim_context* g_api = nullptr;  // the public API's context (backend "cuda"); NULL when it cannot be created
 // MAXSIM_GPU_BENCH_ROWS=api: per shape only the rows of the public path (exact, steps, plugin and API calls, the
 // candidate-list comparison), for scripts/device/gpu-api.sh. =kernel: per shape the "exact" row and its read
-// ceilings (read-same-bytes; read-ring-schedule and read-grid-schedule), for scripts/device/gpu-mem.sh. =dense: per shape the "exact" row on the packed corpus
-// and the same scores from dense device tensors (api-dense, dense-kernels), for the packed/dense comparison of
-// scripts/device/gpu-visual.sh.
+// ceilings (read-same-bytes, read-ring-schedule, read-grid-schedule), for scripts/device/gpu-mem.sh and
+// gpu-schedule.sh. =dense: per shape the "exact" row on the packed corpus and the same scores from dense device
+// tensors (api-dense, dense-kernels), for the packed/dense comparison of scripts/device/gpu-visual.sh.
 bool g_api_rows_only = false;
 bool g_kernel_only = false;
 bool g_dense_rows = false;

@@ -36,7 +36,8 @@ constexpr int kGridWarps = 4, kGridStages = 2, kGridPerSm = 3;  // exact_coop.cu
 // One word of row `lane` of a stage (word `lane`, so the 32 lanes hit 32 banks).
 __device__ __forceinline__ uint32_t TouchStage(uint32_t stage, int lane) {
   uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(stage + static_cast<uint32_t>(lane) * (mscuda::kRingRowBytes + 4)));
+  const uint32_t addr = stage + static_cast<uint32_t>(lane) * (mscuda::kRingRowBytes + 4);
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
   return v;
 }
 
@@ -203,9 +204,9 @@ bool ScheduleReadApplies(const ForwardArgs& a, uint64_t max_lq) {
 }
 
 const char* ExactScheduleName(const ForwardArgs& a, uint64_t max_lq, int sms) {
-  if (!ScheduleReadApplies(a, max_lq) || a.cosine || !a.sw.pipe || !mscuda::EnoughPairsForWarpRings(a.pairs.n_pairs, sms)) {
-    return "other";
-  }
+  const bool ring = ScheduleReadApplies(a, max_lq) && !a.cosine && a.sw.pipe &&
+                    mscuda::EnoughPairsForWarpRings(a.pairs.n_pairs, sms);
+  if (!ring) return "other";
   return mscuda::CoopChosen(a, sms) ? "grid" : "ring";
 }
 
