@@ -12,11 +12,12 @@ set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_bench || exit 1
 S="$OUT/summary-gpu-schedule.txt"
-: > "$S"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader > "$OUT/machine.txt" 2>&1
-cat "$OUT/machine.txt" >> "$S"
-echo "binaries: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here from $(tree_revision))" >> "$S"
-echo "command: $(run_command 'SCHED_[A-Z_]+' gpu-schedule)" >> "$S"
+{
+  cat "$OUT/machine.txt"
+  echo "binaries: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo "built here from $(tree_revision)")"
+  echo "command: $(run_command 'SCHED_[A-Z_]+' gpu-schedule)"
+} > "$S"
 B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
 shapes=${SCHED_SHAPES:-textual-1k,textual-10k,colpali-rerank}
 A="$OUT/rows.txt"
@@ -79,5 +80,7 @@ for shape in shapes:
 print("(%: read ms / exact ms, means over rounds; 'default' and 'ring' are the processes: the plugin as built, and"
       " MAXSIM_CUDA_NO_COOP=1; the read rows of the ring processes are listed as a repeat)")
 EOF
-  grep -E "^round [0-9]+ \S+: rc" "$A"
+  grep -E "^round [0-9]+ \S+: rc" "$A" || echo "every gpu_bench process exited 0"
 } >> "$S"
+# The section's status: non-zero when any gpu_bench process failed (those are listed above).
+! grep -qE "^round [0-9]+ \S+: rc" "$A"
