@@ -87,7 +87,7 @@ __device__ __forceinline__ void MergeAndWrite(const ForwardArgs& a, uint64_t p, 
     ReportCheck(a, best.chk);
     return;
   }
-  // Every lane of a quad takes its rows' merge over the warps (WriteRows' quad merge then keeps it).
+  // Every lane of a quad takes its rows' merge over the warps, so WriteRows needs no quad merge of its own.
   Best<MT> m;
   m.chk = best.chk;
 #pragma unroll
@@ -110,7 +110,7 @@ __device__ __forceinline__ void MergeAndWrite(const ForwardArgs& a, uint64_t p, 
       m.i[mt][h] = i;
     }
   }
-  WriteRows<MT>(a, p, qi, dj, 0, qb, lq, ld > 0, m, s_term, s_arg);
+  WriteRows<MT, true>(a, p, qi, dj, 0, qb, lq, ld > 0, m, s_term, s_arg);
 }
 
 // FOLD 1: values only; 2: with argmax. Block p scores pair p.

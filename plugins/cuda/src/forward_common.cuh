@@ -70,20 +70,23 @@ __device__ __forceinline__ void ReportCheck(const ForwardArgs& a, float chk) {
 }
 
 // After the quad merge, lane t == 0 of group g holds rows mt*16 + g (+8). Writes the warp's rows: directly into
-// scores/argmax when one group covers the query (G == 1), else into the partials.
-template <int MT>
+// scores/argmax when one group covers the query (G == 1), else into the partials. MERGED: the caller has already
+// given every lane of a quad its rows' merged maxima (the grid's MergeAndWrite), so the quad merge is skipped.
+template <int MT, bool MERGED = false>
 __device__ __forceinline__ void WriteRows(const ForwardArgs& a, uint64_t p, uint64_t qi, uint64_t dj,
                                           uint32_t grp, uint64_t qb, uint64_t lq, bool doc_nonempty,
                                           Best<MT>& b, float* s_term, int* s_arg) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint32_t r0 = grp * MT * 16;
   ReportCheck(a, b.chk);
+  if constexpr (!MERGED) {
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      MergeBest(b.v[mt][h], b.i[mt][h], 1);
-      MergeBest(b.v[mt][h], b.i[mt][h], 2);
+      for (int h = 0; h < 2; ++h) {
+        MergeBest(b.v[mt][h], b.i[mt][h], 1);
+        MergeBest(b.v[mt][h], b.i[mt][h], 2);
+      }
     }
   }
   if (t == 0) {
