@@ -375,6 +375,11 @@ std::string SettingsText(const Backend& b) {
                 static_cast<unsigned>(kCoopMinPairsPerSm), static_cast<unsigned>(kCoopLongDocRows), onoff(k.kernels.coop),
                 source("MAXSIM_CUDA_NO_COOP").c_str());
   t += line;
+  const int granted = CoopBlocksPerSmGranted(), designed = CoopBlocksPerSmDesigned();
+  std::snprintf(line, sizeof(line), "  the grid's blocks resident per SM: %d granted by the driver, %d designed%s\n",
+                granted, designed,
+                granted == designed ? "" : granted < 0 ? " (the occupancy query failed)" : " (the grid runs slower)");
+  t += line;
   std::snprintf(line, sizeof(line), "exact shared-memory kernel (long queries): %s%s\n", onoff(k.smem_kernel),
                 source("MAXSIM_CUDA_NO_SMEM_KERNEL").c_str());
   t += line;

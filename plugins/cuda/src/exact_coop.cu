@@ -193,6 +193,20 @@ bool CoopChosen(const ForwardArgs& a, int sms) {
   return once && a.d.MeanRows() >= kCoopLongDocRows;
 }
 
+int CoopBlocksPerSmGranted() {
+  constexpr int smem = kCoopWarps * kCoopStages * kRingStageBytes;
+  int n = 0;
+  if (AllowDynamicSmemOnce<ExactTcCoopKernel<__nv_bfloat16, 2, 1>>(smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ExactTcCoopKernel<__nv_bfloat16, 2, 1>, kCoopWarps * 32,
+                                                    smem) != cudaSuccess) {
+    cudaGetLastError();  // a failed query must not surface as a later launch error
+    return -1;
+  }
+  return n;
+}
+
+int CoopBlocksPerSmDesigned() { return kCoopBlocksPerSm; }
+
 cudaError_t LaunchExactCoop(const ForwardArgs& a, cudaStream_t stream) {
   const bool bf16 = a.q.dtype == kBF16;
   if (a.part.group_rows == 16) {

@@ -231,6 +231,11 @@ constexpr uint64_t kCoopLongDocRows = 512;
 // Whether a ring launch of `a` (on a device of `sms` SMs) runs the grid.
 bool CoopChosen(const ForwardArgs& a, int sms);
 cudaError_t LaunchExactCoop(const ForwardArgs& a, cudaStream_t stream);
+// The grid's resident blocks per SM on the current device as the driver grants them (occupancy query of the bf16,
+// 32-row, values-only kernel with its shared memory; -1 if the query fails), and as the kernel was designed and
+// measured (kCoopBlocksPerSm: a lower grant would be a slower grid). maxsim info shows both.
+int CoopBlocksPerSmGranted();
+int CoopBlocksPerSmDesigned();
 // Shared-memory tiled tensor-core forward for long queries (max_lq > 32, 96 < dim <= 128): blocks of
 // TcSmemGroupRows(max_lq) query rows (64, 128 or 256) share each document tile.
 bool TcSmemSupported(const SetsView& q, const SetsView& d, uint64_t max_lq);
