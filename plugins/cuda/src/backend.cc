@@ -243,6 +243,8 @@ Tuning ReadTuning() {
       const std::string name = list.substr(start, end - start);
       if (name == "screen-wgmma") {
         t.experimental_screen_wgmma = true;
+      } else if (name == "coop-always") {
+        t.kernels.coop_always = true;
       } else if (!name.empty()) {
         t.unknown_experimental += (t.unknown_experimental.empty() ? "" : ",") + name;
       }
@@ -369,12 +371,13 @@ std::string SettingsText(const Backend& b) {
   auto onoff = [](bool on) { return on ? "on" : "off"; };
   std::snprintf(line, sizeof(line), "exact ring kernel: %s%s\n", onoff(k.kernels.pipe), source("MAXSIM_CUDA_NO_PIPE").c_str());
   t += line;
-  std::snprintf(line, sizeof(line),
-                "exact one-block-per-pair grid (the ring's dot calls without a document mask, from %u pairs per SM "
-                "or documents of %u+ tokens scored once each, not candidate lists): %s%s\n",
-                static_cast<unsigned>(kCoopMinPairsPerSm), static_cast<unsigned>(kCoopLongDocRows), onoff(k.kernels.coop),
-                source("MAXSIM_CUDA_NO_COOP").c_str());
-  t += line;
+  // Built as strings, not in line[]: the variables' values are the user's, of any length.
+  const std::string rule = "from " + std::to_string(kCoopMinPairsPerSm) + " pairs per SM or documents of " +
+                           std::to_string(kCoopLongDocRows) + "+ tokens scored once each, not candidate lists";
+  t += std::string("exact one-block-per-pair grid (the ring's dot calls without a document mask, ") +
+       (k.kernels.coop && k.kernels.coop_always ? "every one: MAXSIM_CUDA_EXPERIMENTAL=coop-always" : rule) +
+       "): " + onoff(k.kernels.coop) + source("MAXSIM_CUDA_NO_COOP") +
+       (k.kernels.coop_always && !k.kernels.coop ? "; coop-always ignored: MAXSIM_CUDA_NO_COOP wins" : "") + "\n";
   const int granted = CoopBlocksPerSmGranted(), designed = CoopBlocksPerSmDesigned();
   std::snprintf(line, sizeof(line), "  the grid's blocks resident per SM: %d granted by the driver, %d designed%s\n",
                 granted, designed,
@@ -426,12 +429,16 @@ std::string SettingsText(const Backend& b) {
                                       : "written into the caller's columns by each device",
                 source("MAXSIM_CUDA_MATRIX_COLUMNS").c_str());
   t += line;
-  const std::string experimental =
+  std::string experimental =
       k.experimental_screen_wgmma ? "screen-wgmma (wgmma screening on the default certified route)" : "";
-  std::snprintf(line, sizeof(line), "experimental: %s%s%s%s\n", experimental.empty() ? "none" : experimental.c_str(),
-                source("MAXSIM_CUDA_EXPERIMENTAL").c_str(), k.unknown_experimental.empty() ? "" : "; unknown, ignored: ",
-                k.unknown_experimental.c_str());
-  t += line;
+  if (k.kernels.coop_always) {
+    experimental += std::string(experimental.empty() ? "" : ", ") +
+                    "coop-always (the one-block-per-pair grid on every call it can run" +
+                    (k.kernels.coop ? ")" : "; off: MAXSIM_CUDA_NO_COOP wins)");
+  }
+  t += "experimental: " + (experimental.empty() ? std::string("none") : experimental) +
+       source("MAXSIM_CUDA_EXPERIMENTAL") +
+       (k.unknown_experimental.empty() ? "" : "; unknown, ignored: " + k.unknown_experimental) + "\n";
   return t;
 }
 

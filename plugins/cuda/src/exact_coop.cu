@@ -186,6 +186,7 @@ cudaError_t LaunchCoopT(const ForwardArgs& a, cudaStream_t stream) {
 
 bool CoopChosen(const ForwardArgs& a, int sms) {
   if (!a.sw.coop || a.pairs.n_pairs > 0x7fffffffull) return false;  // a grid of at most 2^31 - 1 blocks
+  if (a.sw.coop_always) return true;
   if (a.pairs.n_pairs >= kCoopMinPairsPerSm * static_cast<uint64_t>(sms)) return true;
   // Each document scored once: a one-query matrix launch, or the pairs layout. Candidate lists may name a document
   // for several queries, which then reuse it from L2 as the training forward does, so they keep the ring.

@@ -158,8 +158,10 @@ struct KernelSwitches {
   bool wgmma_int_fold = true;
   bool wgmma_tma = true;
   // exact: the ring kernel's dot calls without a document mask run as a hardware-scheduled grid of one block per
-  // pair where CoopChosen says so (exact_coop.cu)
+  // pair where CoopChosen says so (exact_coop.cu); coop_always (MAXSIM_CUDA_EXPERIMENTAL=coop-always): on every
+  // such call, whatever its rule says, for measuring the rule at its boundaries (coop false wins)
   bool coop = true;
+  bool coop_always = false;
 };
 
 // The batch kernel's default stages copied ahead (KernelSwitches::batch_ahead 0): 3 where a block's first document
@@ -228,7 +230,8 @@ cudaError_t LaunchExactTc(const ForwardArgs& a, cudaStream_t stream);
 // between measured shapes; neither was tuned.
 constexpr uint64_t kCoopMinPairsPerSm = 48;
 constexpr uint64_t kCoopLongDocRows = 512;
-// Whether a ring launch of `a` (on a device of `sms` SMs) runs the grid.
+// Whether a ring launch of `a` (on a device of `sms` SMs) runs the grid: never where a.sw.coop is off, always
+// (below 2^31 pairs) where a.sw.coop_always is on, else by the rule above.
 bool CoopChosen(const ForwardArgs& a, int sms);
 cudaError_t LaunchExactCoop(const ForwardArgs& a, cudaStream_t stream);
 // The grid's resident blocks per SM on the current device as the driver grants them (occupancy query of the bf16,
