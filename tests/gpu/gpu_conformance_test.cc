@@ -1213,6 +1213,100 @@ TokenSets TieQueries(std::mt19937_64& rng, uint64_t nq, uint64_t max_lq,
   return q;
 }
 
+// The grid (exact_coop.cu) against the ring and the one-pair-per-warp kernel: contexts made with
+// MAXSIM_CUDA_NO_BATCH=1 (scores-only matrix calls of several queries at 96 < dim <= 128 would otherwise run the
+// wgmma batch kernel on an sm_90 device, WgmmaBatchUsable, and the grid's values-only fold, FOLD 1, would meet only
+// dim 64): `one` with MAXSIM_CUDA_NO_PIPE=1 and the sides, here the grid (as built, or forced by
+// MAXSIM_CUDA_EXPERIMENTAL=coop-always) and the ring (MAXSIM_CUDA_NO_COOP=1).
+struct CoopSide {
+  Context* ctx;
+  const char* name;
+};
+using ArgmaxCheck = std::function<void(const Matrix&, const std::string&)>;
+
+// The one-pair kernel's results for queries q over documents d (pd, dd: d packed and on the device), checked
+// against the float64 reference on 400 pairs; each side's four calls (packed and dense inputs, with argmax and
+// scores only) must have their bits. check(m, label), where given, runs on every argmax result too.
+void ExpectCoopSidesAgree(Context& one, const std::vector<CoopSide>& sides, const TokenSets& q, const TokenSets& d,
+                          const Packed& pd, const DeviceSets& dd, const std::string& what, const ArgmaxCheck& check) {
+  const Packed pq = Packed::Pack(one, q.Dense());
+  const DeviceSets dq(q);
+  const uint64_t nq = q.n_sets(), ndocs = d.n_sets();
+  const Matrix want = ScoreMatrix(one, pq, nq, q.rows(), pd, ndocs, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+  ExpectReference(q, d, MAXSIM_METRIC_DOT, want, what + " one pair per warp", 400);
+  if (check) check(want, what + " one pair per warp");
+  const std::vector<float> want_values = ScoreValues(one, pq, nq, pd, ndocs, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+  for (const CoopSide& s : sides) {
+    Context& ctx = *s.ctx;
+    const std::string side = what + " " + s.name;
+    const Matrix packed = ScoreMatrix(ctx, pq, nq, q.rows(), pd, ndocs, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    if (check) check(packed, side);
+    ExpectIdentical(packed, want, side);
+    ExpectSameBits(ScoreValues(ctx, pq, nq, pd, ndocs, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want_values,
+                   side + " scores only");
+    const Matrix dense = DeviceForward(ctx, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, ndocs * q.rows(), MAXSIM_METRIC_DOT);
+    if (check) check(dense, side + " dense");
+    ExpectIdentical(dense, want, side + " dense");
+    ExpectSameBits(DeviceScoreValues(ctx, dq, dd, MAXSIM_METRIC_DOT), want_values, side + " dense scores only");
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// Exact ties across the grid's warps, by design (TiePatterns): for 8 rows of every query the largest similarity
+// is reached by tokens in steps that different warps hold, so the warps' row maxima are equal and only the
+// merge's lowest-index rule picks the argmax. tnq = 32 queries of 32 rows (two m tiles) and of 16 rows (one) over
+// tnd documents (ExpectCoopSidesAgree's contexts). The argmax of those rows must be the host's: the lowest token
+// index of the float64 maximum over the bf16 values; and every side's bits must be the one-pair kernel's.
+void ExpectCrossWarpTies(Context& one, const std::vector<CoopSide>& sides, std::mt19937_64& trng, uint64_t tnq,
+                         uint64_t tnd) {
+  const std::vector<TiePattern>& pats = TiePatterns();
+  const TokenSets d = TieDocuments(trng, tnd);
+  // The host's expectation per (pattern, document), and how many documents tie the maximum across warps.
+  std::vector<int32_t> expect(pats.size() * tnd, -1);
+  for (uint64_t p = 0; p < pats.size(); ++p) {
+    TokenSets row;  // the pattern's query row alone
+    row.dim = d.dim;
+    row.offsets = {0, 1};
+    row.values.assign(d.dim, 0.0f);
+    row.values[pats[p].k] = pats[p].s;
+    uint64_t across = 0;
+    for (uint64_t j = 0; j < tnd; ++j) {
+      double best = -std::numeric_limits<double>::infinity();
+      uint32_t warps = 0;  // bit w: warp w holds a token of the maximum
+      for (uint64_t t = 0; t < d.length(j); ++t) {
+        const double v = RefSim(row, 0, 0, d, j, t, MAXSIM_METRIC_DOT);
+        if (v > best) {
+          best = v;
+          expect[p * tnd + j] = static_cast<int32_t>(t);
+          warps = 0;
+        }
+        if (v == best) warps |= 1u << ((t / 32) % 4);
+      }
+      across += __builtin_popcount(warps) >= 2;
+    }
+    ASSERT_GE(across, tnd / 2) << "pattern " << p << " ties across warps in only " << across << " documents";
+  }
+  const Packed pd = Packed::Pack(one, d.Dense());
+  const DeviceSets dd(d);
+  for (uint64_t max_lq : {32, 16}) {
+    std::vector<std::vector<uint64_t>> prow;
+    const TokenSets q = TieQueries(trng, tnq, max_lq, &prow);
+    auto expect_host = [&](const Matrix& m, const std::string& side) {
+      for (uint64_t i = 0; i < tnq; ++i) {
+        for (uint64_t j = 0; j < tnd; ++j) {
+          const int32_t* am = m.argmax.data() + tnd * q.offsets[i] + j * q.length(i);
+          for (uint64_t p = 0; p < pats.size(); ++p) {
+            ASSERT_EQ(am[prow[i][p]], expect[p * tnd + j])
+                << side << ": query " << i << " row " << prow[i][p] << " (pattern " << p << ") doc " << j;
+          }
+        }
+      }
+    };
+    ExpectCoopSidesAgree(one, sides, q, d, pd, dd, "cross-warp ties lq <= " + std::to_string(max_lq), expect_host);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 TEST_F(Gpu, ManyPairsCoopKernel) {
   // Enough short-query dot pairs for the one-block-per-pair grid (exact_coop.cu: 48 pairs per SM; a block of 4
   // warps per pair, warp w folding steps w, w + 4, ... and the warps' row maxima merged by value, then the lowest
@@ -1223,11 +1317,9 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
   // similarities: the lowest token index wins across the warps), 16- and 32-row queries, dims 128 and 64
   // (predicated copies). Exact ties between tokens of different warps' steps, by design (TiePatterns), where the
   // argmax must also be the host's. A non-finite value in a document step of any warp or in a query fails the call.
-  // The three contexts are made with MAXSIM_CUDA_NO_BATCH=1: scores-only matrix calls of several queries at
-  // 96 < dim <= 128 would otherwise run the wgmma batch kernel in all three on an sm_90 device (WgmmaBatchUsable),
-  // and the grid's values-only fold (FOLD 1) would meet only dim 64. Documents are sized for every device a context
-  // shards them over (MAXSIM_CUDA_DEVICES), each taken to have the most SMs of any of them, with room for shards
-  // cut by token counts (ShardBounds) to hold fewer documents than an even split.
+  // The three contexts are made with MAXSIM_CUDA_NO_BATCH=1 (ExpectCoopSidesAgree). Documents are sized for every
+  // device a context shards them over (MAXSIM_CUDA_DEVICES), each taken to have the most SMs of any of them, with
+  // room for shards cut by token counts (ShardBounds) to hold fewer documents than an even split.
   const ShardDevices dev = ContextDevices();
   ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
   const uint64_t sms = dev.max_sms, devices = dev.count;
@@ -1238,34 +1330,7 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
   Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
   Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
   unsetenv("MAXSIM_CUDA_NO_BATCH");
-  // The one-pair kernel's results for queries q over documents d (pd, dd: d packed and on the device), checked
-  // against the float64 reference on 400 pairs; the grid's and the ring's four calls (packed and dense inputs, with
-  // argmax and scores only) must have their bits. check(m, label), where given, runs on every argmax result too.
-  using ArgmaxCheck = std::function<void(const Matrix&, const std::string&)>;
-  auto expect_kernels_agree = [&](const TokenSets& q, const TokenSets& d, const Packed& pd, const DeviceSets& dd,
-                                  const std::string& what, const ArgmaxCheck& check) {
-    const Packed pq = Packed::Pack(grid, q.Dense());
-    const DeviceSets dq(q);
-    const uint64_t nq = q.n_sets(), ndocs = d.n_sets();
-    const Matrix want = ScoreMatrix(one, pq, nq, q.rows(), pd, ndocs, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
-    ExpectReference(q, d, MAXSIM_METRIC_DOT, want, what + " one pair per warp", 400);
-    if (check) check(want, what + " one pair per warp");
-    const std::vector<float> want_values = ScoreValues(one, pq, nq, pd, ndocs, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
-    for (Context* ctx : {&grid, &ring}) {
-      const std::string side = what + (ctx == &grid ? " grid" : " ring");
-      const Matrix packed = ScoreMatrix(*ctx, pq, nq, q.rows(), pd, ndocs, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
-      if (check) check(packed, side);
-      ExpectIdentical(packed, want, side);
-      ExpectSameBits(ScoreValues(*ctx, pq, nq, pd, ndocs, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want_values,
-                     side + " scores only");
-      const Matrix dense =
-          DeviceForward(*ctx, dq, dd, MAXSIM_LAYOUT_MATRIX, {}, {}, ndocs * q.rows(), MAXSIM_METRIC_DOT);
-      if (check) check(dense, side + " dense");
-      ExpectIdentical(dense, want, side + " dense");
-      ExpectSameBits(DeviceScoreValues(*ctx, dq, dd, MAXSIM_METRIC_DOT), want_values, side + " dense scores only");
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-  };
+  const std::vector<CoopSide> sides = {{&grid, "grid"}, {&ring, "ring"}};
   struct Case {
     uint32_t dim;
     uint64_t max_lq;
@@ -1280,7 +1345,7 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
     const TokenSets d = Encoded(Generate(rng, c.docs, nd, 0, 170, c.dim), MAXSIM_BF16);
     const std::string what = "dim " + std::to_string(c.dim) + " lq <= " + std::to_string(c.max_lq) + " docs " +
                              std::to_string(static_cast<int>(c.docs));
-    expect_kernels_agree(q, d, Packed::Pack(grid, d.Dense()), DeviceSets(d), what, {});
+    ExpectCoopSidesAgree(one, sides, q, d, Packed::Pack(grid, d.Dense()), DeviceSets(d), what, {});
     if (::testing::Test::HasFatalFailure()) return;
   }
   // One query over long documents (colpali-rerank's kind: 4 pairs per SM and more on every shard, so that the ring,
@@ -1293,64 +1358,16 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
     const TokenSets q = Encoded(Generate(lrng, Shape::kUnitGaussian, 1, 20, 32, 128), MAXSIM_BF16);
     const TokenSets d = Encoded(Generate(lrng, Shape::kDuplicates, ndl, 0, 1400, 128), MAXSIM_BF16);
     ASSERT_GE(d.rows(), 600 * ndl) << "the long-document case must average well over 512 tokens";
-    expect_kernels_agree(q, d, Packed::Pack(grid, d.Dense()), DeviceSets(d), "long documents", {});
+    ExpectCoopSidesAgree(one, sides, q, d, Packed::Pack(grid, d.Dense()), DeviceSets(d), "long documents", {});
     if (::testing::Test::HasFatalFailure()) return;
   }
-  // Exact ties across the grid's warps, by design (TiePatterns): for 8 rows of every query the largest similarity
-  // is reached by tokens in steps that different warps hold, so the warps' row maxima are equal and only the
-  // merge's lowest-index rule picks the argmax. 32 queries of 32 rows (two m tiles) and of 16 rows (one), 48
-  // pairs per SM on every shard and 25% over (the documents' lengths vary little). The argmax of those rows must be
-  // the host's: the lowest token index of the float64 maximum over the bf16 values; and every kernel's bits must
-  // be the one-pair kernel's.
+  // Exact ties across the grid's warps (ExpectCrossWarpTies): 32 queries, 48 pairs per SM on every shard and 25%
+  // over (the documents' lengths vary little).
   {
     auto trng = Rng(180);
-    const std::vector<TiePattern>& pats = TiePatterns();
-    const uint64_t tnq = 32, tnd = (48 * sms * 5 / 4 + tnq - 1) / tnq * devices + 13;
-    const TokenSets d = TieDocuments(trng, tnd);
-    // The host's expectation per (pattern, document), and how many documents tie the maximum across warps.
-    std::vector<int32_t> expect(pats.size() * tnd, -1);
-    for (uint64_t p = 0; p < pats.size(); ++p) {
-      TokenSets row;  // the pattern's query row alone
-      row.dim = d.dim;
-      row.offsets = {0, 1};
-      row.values.assign(d.dim, 0.0f);
-      row.values[pats[p].k] = pats[p].s;
-      uint64_t across = 0;
-      for (uint64_t j = 0; j < tnd; ++j) {
-        double best = -std::numeric_limits<double>::infinity();
-        uint32_t warps = 0;  // bit w: warp w holds a token of the maximum
-        for (uint64_t t = 0; t < d.length(j); ++t) {
-          const double v = RefSim(row, 0, 0, d, j, t, MAXSIM_METRIC_DOT);
-          if (v > best) {
-            best = v;
-            expect[p * tnd + j] = static_cast<int32_t>(t);
-            warps = 0;
-          }
-          if (v == best) warps |= 1u << ((t / 32) % 4);
-        }
-        across += __builtin_popcount(warps) >= 2;
-      }
-      ASSERT_GE(across, tnd / 2) << "pattern " << p << " ties across warps in only " << across << " documents";
-    }
-    const Packed pd = Packed::Pack(grid, d.Dense());
-    const DeviceSets dd(d);
-    for (uint64_t max_lq : {32, 16}) {
-      std::vector<std::vector<uint64_t>> prow;
-      const TokenSets q = TieQueries(trng, tnq, max_lq, &prow);
-      auto expect_host = [&](const Matrix& m, const std::string& side) {
-        for (uint64_t i = 0; i < tnq; ++i) {
-          for (uint64_t j = 0; j < tnd; ++j) {
-            const int32_t* am = m.argmax.data() + tnd * q.offsets[i] + j * q.length(i);
-            for (uint64_t p = 0; p < pats.size(); ++p) {
-              ASSERT_EQ(am[prow[i][p]], expect[p * tnd + j])
-                  << side << ": query " << i << " row " << prow[i][p] << " (pattern " << p << ") doc " << j;
-            }
-          }
-        }
-      };
-      expect_kernels_agree(q, d, pd, dd, "cross-warp ties lq <= " + std::to_string(max_lq), expect_host);
-      if (::testing::Test::HasFatalFailure()) return;
-    }
+    const uint64_t tnq = 32;
+    ExpectCrossWarpTies(one, sides, trng, tnq, (48 * sms * 5 / 4 + tnq - 1) / tnq * devices + 13);
+    if (::testing::Test::HasFatalFailure()) return;
   }
   // The folded input check on the grid: a document token in the first step of warps 1, 2 and 3 and in warp 0's
   // second, a document's last token, query tokens; NaN and both infinities. Scores only and with argmax.
@@ -1394,6 +1411,68 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
       for (float v : sc.Down()) ASSERT_TRUE(std::isnan(v)) << want << ": a score survived a failed call: " << v;
     }
   }
+}
+
+TEST_F(Gpu, CoopAlwaysBelowTheRule) {
+  // MAXSIM_CUDA_EXPERIMENTAL=coop-always runs the one-block-per-pair grid on the calls its rule (CoopChosen) leaves
+  // on the ring, so that scripts/device/gpu-coop-rule.sh can time both sides of the rule. Here the calls the rule
+  // sends to the ring: short documents (0-170 tokens, far under 512 on average; TieDocuments' 0-280) and 4 to 48
+  // pairs per SM on every shard (the ring, and so CoopChosen, is asked only from 4, EnoughPairsForWarpRings; the
+  // rule takes the grid from 48): one query over ~6.5 pairs per SM (each document scored once, as on
+  // colpali-rerank, but short), 3 queries over ~12, and 32 queries over ~12 with exact ties across the grid's
+  // warps (ExpectCrossWarpTies). The forced grid must give the ring's (MAXSIM_CUDA_NO_COOP=1) and the one-pair-per-
+  // warp kernel's bits, scores only and with argmax, packed and dense, over ragged documents with empty ones,
+  // duplicated tokens and near ties, 16- and 32-row queries, dims 128 and 64. Sized per shard as
+  // ManyPairsCoopKernel is. MAXSIM_CUDA_NO_COOP=1 wins over coop-always: with it set for the whole run there is
+  // no grid to force, and the test is skipped.
+  const char* no_coop = std::getenv("MAXSIM_CUDA_NO_COOP");
+  if (no_coop != nullptr && no_coop[0] != '\0' && std::strcmp(no_coop, "0") != 0) {
+    GTEST_SKIP() << "MAXSIM_CUDA_NO_COOP is set: the grid is off, coop-always has nothing to force";
+  }
+  const ShardDevices dev = ContextDevices();
+  ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
+  const uint64_t sms = dev.max_sms, devices = dev.count;
+  setenv("MAXSIM_CUDA_NO_BATCH", "1", 1);
+  Context forced = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always", [](Context& g) { return std::move(g); });
+  Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
+  Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
+  unsetenv("MAXSIM_CUDA_NO_BATCH");
+  // The backend read the option (its settings, in the context's report): else the forced side would be the ring.
+  const std::string report = forced.Report();
+  ASSERT_NE(report.find("every one: MAXSIM_CUDA_EXPERIMENTAL=coop-always"), std::string::npos) << report;
+  // With both set, MAXSIM_CUDA_NO_COOP wins, and the settings say so.
+  setenv("MAXSIM_CUDA_NO_COOP", "1", 1);
+  const std::string both = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always", [](Context& g) { return g.Report(); });
+  unsetenv("MAXSIM_CUDA_NO_COOP");
+  EXPECT_NE(both.find("coop-always ignored: MAXSIM_CUDA_NO_COOP wins"), std::string::npos) << both;
+  const std::vector<CoopSide> sides = {{&forced, "forced grid"}, {&ring, "ring"}};
+  struct Case {
+    uint32_t dim;
+    uint64_t nq, max_lq;
+    Shape docs;
+    uint64_t nd;  // documents per shard, before the spare ones
+  };
+  // 1 query: 6 pairs per SM per shard and 64 documents to spare (a shard's count of 0-170-token documents varies
+  // by ~30); 3 queries: 12 per SM, three times the ring's 4.
+  const Case cases[] = {{128, 1, 32, Shape::kClustered, 6 * sms + 64},
+                        {128, 3, 16, Shape::kDuplicates, 4 * sms},
+                        {64, 3, 32, Shape::kNearTies, 4 * sms}};
+  uint64_t salt = 190;
+  for (const Case& c : cases) {
+    auto rng = Rng(++salt);
+    const uint64_t nd = c.nd * devices + 17;
+    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, c.nq, 1, c.max_lq, c.dim), MAXSIM_BF16);
+    const TokenSets d = Encoded(Generate(rng, c.docs, nd, 0, 170, c.dim), MAXSIM_BF16);
+    ASSERT_LT(d.rows(), 512 * nd) << "below the rule: documents of under 512 tokens on average";
+    const std::string what = "below the rule: " + std::to_string(c.nq) + " queries dim " + std::to_string(c.dim) +
+                             " lq <= " + std::to_string(c.max_lq) + " docs " + ShapeName(c.docs);
+    ExpectCoopSidesAgree(one, sides, q, d, Packed::Pack(one, d.Dense()), DeviceSets(d), what, {});
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // 32 queries over 12 pairs per SM on every shard (the documents' lengths vary little).
+  auto trng = Rng(195);
+  const uint64_t tnq = 32;
+  ExpectCrossWarpTies(one, sides, trng, tnq, (12 * sms + tnq - 1) / tnq * devices + 13);
 }
 
 // maxsim_backward's arguments; the candidate lists are passed for the candidates layout only.
