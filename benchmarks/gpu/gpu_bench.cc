@@ -8,8 +8,12 @@
 // do not measure the cache. Also measured in the same run: the read ceiling (read_bw.cu: the fastest of several
 // read kernels, over 2 GiB and, per one-query shape, over the shape's own document bytes), device-to-device copy
 // bandwidth (bytes read + written), and the end-to-end latency of the public call (host queries in, host scores
-// out) for one shape. --only a,b,... runs the named shapes (and "train"); MAXSIM_GPU_BENCH_ROWS (below) keeps
-// some rows only.
+// out) for one shape. MAXSIM_GPU_BENCH_ROWS (below) keeps some rows only.
+// Usage (Usage() prints it; a bad argument exits 2, naming what is wrong):
+//   maxsim_gpu_bench [--json FILE] [--only NAME,...] [--shape NAME=nq,lq,nd,ld[,dim]]...
+//   --only runs the named shapes (built-in, added by --shape, and "train"); --shape adds a shape to the built-in
+//   list (repeatable; dim 128 by default), scored as the built-in retrieval shapes are (bf16, the certified rows),
+//   e.g. --shape l512=1,32,1000,512 for the rule of the one-block-per-pair grid (scripts/device/gpu-coop-rule.sh).
 // cuBLAS and the naive PyTorch baseline are measured by baselines.py in the same run; report.py
 // joins everything into one table.
 //
@@ -19,11 +23,13 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <random>
 #include <string>
@@ -35,6 +41,7 @@
 #include "read_bw.h"
 #include "schedule_read.h"
 #include "maxsim/maxsim.h"
+#include "maxsim/packed_format.h"
 
 namespace {
 
@@ -190,6 +197,63 @@ struct Shape {
   bool certified;
   bool topk;
 };
+
+// `problem` and the usage on stderr, then exit status 2 (as a failed CUDA or plugin call).
+[[noreturn]] void Usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "maxsim_gpu_bench: %s\n"
+               "usage: maxsim_gpu_bench [--json FILE] [--only NAME,...] [--shape NAME=nq,lq,nd,ld[,dim]]...\n"
+               "  --json FILE    one JSON object per row into FILE\n"
+               "  --only LIST    only these shapes: built-in, added by --shape, or \"train\"\n"
+               "  --shape SPEC   add a shape (repeatable): NAME (letters, digits, '-', '_'), then queries, query\n"
+               "                 tokens, documents, document tokens, dimension (default 128), all positive\n",
+               problem.c_str());
+  std::exit(2);
+}
+
+// One positive decimal number of at most `max`, for field `what` of --shape `spec`.
+uint64_t ShapeNumber(const std::string& text, uint64_t max, const char* what, const std::string& spec) {
+  const bool digits = !text.empty() && text.size() <= 19 && text.find_first_not_of("0123456789") == std::string::npos;
+  const uint64_t v = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
+  if (v == 0 || v > max) {
+    Usage("--shape " + spec + ": " + what + " '" + text + "' is not a number in 1.." + std::to_string(max));
+  }
+  return v;
+}
+
+// --shape NAME=nq,lq,nd,ld[,dim] into a Shape named by *name (kept by the caller; `taken` holds the names in use).
+Shape ParseShape(const std::string& spec, const std::deque<std::string>& taken, std::string* name) {
+  const size_t eq = spec.find('=');
+  *name = spec.substr(0, eq == std::string::npos ? 0 : eq);
+  const char* allowed = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_";
+  if (eq == std::string::npos || name->empty() || name->size() > 32 ||
+      name->find_first_not_of(allowed) != std::string::npos) {
+    Usage("--shape " + spec + ": expected NAME=nq,lq,nd,ld[,dim] with a NAME of 1-32 letters, digits, '-' or '_'");
+  }
+  if (std::find(taken.begin(), taken.end(), *name) != taken.end()) {
+    Usage("--shape " + spec + ": the name '" + *name + "' is taken (a built-in shape, \"train\" or another --shape)");
+  }
+  std::vector<std::string> f;
+  for (size_t start = eq + 1;;) {
+    const size_t comma = spec.find(',', start);
+    f.push_back(spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (f.size() != 4 && f.size() != 5) {
+    Usage("--shape " + spec + ": expected 4 or 5 numbers after '=' (nq,lq,nd,ld[,dim]), got " +
+          std::to_string(f.size()));
+  }
+  const uint64_t nq = ShapeNumber(f[0], 1ull << 20, "nq", spec), lq = ShapeNumber(f[1], 1ull << 20, "lq", spec);
+  const uint64_t nd = ShapeNumber(f[2], 1ull << 32, "nd", spec), ld = ShapeNumber(f[3], 1ull << 20, "ld", spec);
+  const uint64_t dim = f.size() == 5 ? ShapeNumber(f[4], MAXSIM_PACK_MAX_DIM, "dim", spec) : 128;
+  // In long double: no product overflows.
+  const long double doc_bytes = static_cast<long double>(nd) * ld * dim * 2, query_bytes = 2.0L * nq * lq * dim;
+  if (doc_bytes > (16ull << 30) || query_bytes > (1ull << 30) || static_cast<long double>(nq) * nd > (1ull << 31)) {
+    Usage("--shape " + spec + ": too large (at most 16 GiB of bf16 documents, 1 GiB of queries, 2^31 scores)");
+  }
+  return Shape{nullptr, nq, lq, nd, ld, static_cast<uint32_t>(dim), true, false};
+}
 
 void HostLog(void*, maxsim_log_level, const char*) {}
 
@@ -926,9 +990,47 @@ int main(int argc, char** argv) {
   g_api_rows_only = rows != nullptr && std::strcmp(rows, "api") == 0;
   g_kernel_only = rows != nullptr && std::strcmp(rows, "kernel") == 0;
   g_dense_rows = rows != nullptr && std::strcmp(rows, "dense") == 0;
+  std::vector<Shape> shapes = {
+      {"textual-1k", 1, 32, 1000, 300, 128, true, false},
+      {"textual-10k", 1, 32, 10000, 300, 128, true, true},
+      {"colpali-rerank", 1, 32, 1000, 1030, 128, true, false},
+      {"q128", 1, 128, 1000, 1030, 128, true, false},
+      {"visual", 1, 1024, 1000, 1024, 128, true, false},
+      // Serving: queries arrive in batches.
+      {"serve-textual-10k-64q", 64, 32, 10000, 300, 128, false, false},
+      {"serve-colpali-16q", 16, 32, 1000, 1030, 128, false, false},
+  };
+  // Every shape's name; the custom ones' storage (a deque: the shapes point into it, and it never moves them).
+  std::deque<std::string> names = {"train"};
+  for (const Shape& s : shapes) names.push_back(s.name);
+  const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) g_json = std::fopen(argv[++i], "w");
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    const std::string arg = argv[i];
+    if (arg != "--json" && arg != "--only" && arg != "--shape") Usage("unknown argument '" + arg + "'");
+    if (i + 1 >= argc) Usage(arg + " needs a value");
+    const std::string value = argv[++i];
+    if (arg == "--json") {
+      json = argv[i];
+    } else if (arg == "--only") {
+      only = value;
+    } else {
+      std::string name;
+      Shape s = ParseShape(value, names, &name);
+      names.push_back(name);
+      s.name = names.back().c_str();
+      shapes.push_back(s);
+    }
+  }
+  for (size_t start = 0; !only.empty() && start <= only.size();) {
+    const size_t comma = std::min(only.find(',', start), only.size());
+    const std::string name = only.substr(start, comma - start);
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      Usage("--only " + only + ": no shape '" + name + "' (built-in, added by --shape, or \"train\")");
+    }
+    start = comma + 1;
+  }
+  if (json != nullptr && (g_json = std::fopen(json, "w")) == nullptr) {
+    Usage(std::string("--json ") + json + ": cannot open it for writing: " + std::strerror(errno));
   }
   maxsim_plugin_host host{};
   host.struct_size = sizeof(host);
@@ -950,16 +1052,6 @@ int main(int argc, char** argv) {
   }
   if (only.empty()) CopyBandwidth(*b);
   if (!g_dense_rows) ReadBandwidth(*b);
-  const Shape shapes[] = {
-      {"textual-1k", 1, 32, 1000, 300, 128, true, false},
-      {"textual-10k", 1, 32, 10000, 300, 128, true, true},
-      {"colpali-rerank", 1, 32, 1000, 1030, 128, true, false},
-      {"q128", 1, 128, 1000, 1030, 128, true, false},
-      {"visual", 1, 1024, 1000, 1024, 128, true, false},
-      // Serving: queries arrive in batches.
-      {"serve-textual-10k-64q", 64, 32, 10000, 300, 128, false, false},
-      {"serve-colpali-16q", 16, 32, 1000, 1030, 128, false, false},
-  };
   for (const Shape& s : shapes) RunShape(*b, s, only);
   if (Selected(only, "train")) RunTrain(*b, 64, 64, 32, 300, 128);
   mscuda::DestroyBackend(b);
