@@ -19,6 +19,8 @@
 #   gpu-mem     the memory-bound shapes: ring tests, the read ceilings (read_bw.cu variants), kernel rows, the peers
 #   gpu-schedule the memory-bound shapes' kernel rows beside the best plain read of their bytes and the copy-only
 #               twins of the ring and the grid (benchmarks/gpu/schedule_read.cu), as built and with the ring forced
+#   gpu-coop-rule the grid's selection rule at its boundaries: kernel rows of one-query shapes around 48 pairs per SM
+#               and 512-token documents (and 16-row queries, dim 64), as built, with the ring and with the grid forced
 #   gpu-api     the public API's overhead: the GPU suite, then gpu_bench's kernel, step and API rows of the
 #               one-query shapes, against .carry/base-prebuilt.tar.xz (another build's binaries) when present,
 #               and api_floor_probe (the floors of such a call in plain CUDA)

@@ -21,6 +21,16 @@ run_command() {
     sed -E "s/=(.*)/='\1'/" | tr '\n' ' ')bash scripts/device-run.sh ${DEVICE_RUN_SECTIONS:-$default}"
 }
 
+# The first lines of a GPU section's summary, on stdout: the GPU (also kept in $OUT/machine.txt), the binaries
+# (their PREBUILT_REV, or the tree they were built from) and the command (run_command PATTERN SECTION).
+gpu_summary_head() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader \
+    > "$OUT/machine.txt" 2>&1
+  cat "$OUT/machine.txt"
+  echo "binaries: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo "built here from $(tree_revision)")"
+  echo "command: $(run_command "$1" "$2")"
+}
+
 # The revision a result file names: a REVISION file beside the checkout if one was carried; else, when the
 # binaries came prebuilt (.carry/prebuilt.tar.xz), the revision they were built from (PREBUILT_REV), since that
 # is what ran; else the checkout's own git description (a GPU machine's copy of the tree may carry stale git

@@ -12,12 +12,7 @@ set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_bench || exit 1
 S="$OUT/summary-gpu-schedule.txt"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader > "$OUT/machine.txt" 2>&1
-{
-  cat "$OUT/machine.txt"
-  echo "binaries: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo "built here from $(tree_revision)")"
-  echo "command: $(run_command 'SCHED_[A-Z_]+' gpu-schedule)"
-} > "$S"
+gpu_summary_head 'SCHED_[A-Z_]+' gpu-schedule > "$S"
 B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
 shapes=${SCHED_SHAPES:-textual-1k,textual-10k,colpali-rerank}
 A="$OUT/rows.txt"
