@@ -341,9 +341,9 @@ std::string SettingsText(const Backend& b) {
   std::string t;
   std::string why, devices_source;
   DeviceList(b.host, &why, &devices_source);
-  std::snprintf(line, sizeof(line), "device %d: %s, %d SMs (%s)\n", b.device, b.prop.name, b.prop.multiProcessorCount,
-                devices_source.c_str());
-  t += line;
+  // Built as a string: the device name (up to 255 bytes) and the source would not fit a fixed line.
+  t += "device " + std::to_string(b.device) + ": " + b.prop.name + ", " + std::to_string(b.prop.multiProcessorCount) +
+       " SMs (" + devices_source + ")\n";
   std::snprintf(line, sizeof(line), "auto routing threshold: %llu operations%s\n", static_cast<ull>(b.min_ops),
                 source("MAXSIM_CUDA_MIN_AUTO_OPS").c_str());
   t += line;
