@@ -37,7 +37,9 @@ for sp in $specs; do
   names+=("${sp%%=*}")
 done
 only=$(IFS=,; echo "${names[*]}")
-A="$OUT/rows.txt"
+D="$OUT/coop-rule"  # this section's per-process files (other sections write bench-*.json too)
+mkdir -p "$D"
+A="$D/rows.txt"
 : > "$A"
 t0=$(date +%s)
 for r in $(seq "${RULE_ROUNDS:-2}"); do
@@ -46,15 +48,15 @@ for r in $(seq "${RULE_ROUNDS:-2}"); do
     [ "$side" = ring ] && e=(MAXSIM_CUDA_NO_COOP=1)
     [ "$side" = grid ] && e=(MAXSIM_CUDA_EXPERIMENTAL=coop-always)
     env "${e[@]}" MAXSIM_GPU_BENCH_ROWS=kernel timeout 240 "$B" "${args[@]}" --only "$only" \
-      --json "$OUT/bench-$side-$r.json" > "$OUT/bench-$side-$r.txt" 2>&1 || echo "round $r $side: rc $?" >> "$A"
-    grep -E " (exact|read-ring-schedule) " "$OUT/bench-$side-$r.txt" | sed "s|^|round $r $side  |" >> "$A"
+      --json "$D/bench-$side-$r.json" > "$D/bench-$side-$r.txt" 2>&1 || echo "round $r $side: rc $?" >> "$A"
+    grep -E " (exact|read-ring-schedule) " "$D/bench-$side-$r.txt" | sed "s|^|round $r $side  |" >> "$A"
   done
   echo "[$(( $(date +%s) - t0 )) s] round $r done" >> "$S"
 done
-grep -hE "^device:" "$OUT"/bench-*-1.txt | sort -u >> "$S"
+grep -hE "^device:" "$D"/bench-*-1.txt | sort -u >> "$S"
 {
   echo "== the exact row per side (ms, mean over rounds), and the kernel the rule picked"
-  python3 - "$OUT" "$specs" << 'EOF'
+  python3 - "$D" "$specs" << 'EOF'
 import glob, json, os, re, sys
 out, specs = sys.argv[1], sys.argv[2].split()
 shape = {}  # name -> (nq, lq, nd, ld, dim)

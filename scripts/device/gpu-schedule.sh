@@ -15,24 +15,26 @@ S="$OUT/summary-gpu-schedule.txt"
 gpu_summary_head 'SCHED_[A-Z_]+' gpu-schedule > "$S"
 B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
 shapes=${SCHED_SHAPES:-textual-1k,textual-10k,colpali-rerank}
-A="$OUT/rows.txt"
+D="$OUT/schedule"  # this section's per-process files (other sections write bench-*.json too)
+mkdir -p "$D"
+A="$D/rows.txt"
 : > "$A"
 t0=$(date +%s)
 for r in $(seq "${SCHED_ROUNDS:-3}"); do
   for side in ${SCHED_SIDES:-default ring}; do
     e=()
     [ "$side" = ring ] && e=(MAXSIM_CUDA_NO_COOP=1)
-    env "${e[@]}" MAXSIM_GPU_BENCH_ROWS=kernel timeout 180 "$B" --only "$shapes" --json "$OUT/bench-$side-$r.json" \
-      > "$OUT/bench-$side-$r.txt" 2>&1 || echo "round $r $side: rc $?" >> "$A"
-    grep -E " (exact|read-same-bytes|read-ring-schedule|read-grid-schedule) " "$OUT/bench-$side-$r.txt" |
+    env "${e[@]}" MAXSIM_GPU_BENCH_ROWS=kernel timeout 180 "$B" --only "$shapes" --json "$D/bench-$side-$r.json" \
+      > "$D/bench-$side-$r.txt" 2>&1 || echo "round $r $side: rc $?" >> "$A"
+    grep -E " (exact|read-same-bytes|read-ring-schedule|read-grid-schedule) " "$D/bench-$side-$r.txt" |
       sed "s|^|round $r $side  |" >> "$A"
   done
   echo "[$(( $(date +%s) - t0 )) s] round $r done" >> "$S"
 done
-grep -hE "^device" "$OUT"/bench-*-1.txt | sort -u >> "$S"
+grep -hE "^device" "$D"/bench-*-1.txt | sort -u >> "$S"
 {
   echo "== kernel and read rows (ms per round, in order; mean)"
-  python3 - "$OUT" << 'EOF'
+  python3 - "$D" << 'EOF'
 import collections, glob, json, os, re, sys
 rows = collections.OrderedDict()  # (shape, row) -> [ms]
 ran = {}

@@ -1317,7 +1317,8 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
   // similarities: the lowest token index wins across the warps), 16- and 32-row queries, dims 128 and 64
   // (predicated copies). Exact ties between tokens of different warps' steps, by design (TiePatterns), where the
   // argmax must also be the host's. A non-finite value in a document step of any warp or in a query fails the call.
-  // The three contexts are made with MAXSIM_CUDA_NO_BATCH=1 (ExpectCoopSidesAgree). Documents are sized for every
+  // The three contexts are made with MAXSIM_CUDA_NO_BATCH=1 (ExpectCoopSidesAgree); the grid's forces the grid with
+  // MAXSIM_CUDA_EXPERIMENTAL=coop-always, since the rule keeps dim 64 on the ring. Documents are sized for every
   // device a context shards them over (MAXSIM_CUDA_DEVICES), each taken to have the most SMs of any of them, with
   // room for shards cut by token counts (ShardBounds) to hold fewer documents than an even split.
   const ShardDevices dev = ContextDevices();
@@ -1326,7 +1327,7 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
   // 3 queries: 48 pairs per SM on every shard, 12.5% over (a shard's count of 0-170-token documents varies by ~30)
   const uint64_t nd = 18 * sms * devices + 17;
   setenv("MAXSIM_CUDA_NO_BATCH", "1", 1);
-  Context grid(Options("cuda"));
+  Context grid = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always", [](Context& g) { return std::move(g); });
   Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
   Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
   unsetenv("MAXSIM_CUDA_NO_BATCH");

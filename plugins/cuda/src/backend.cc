@@ -372,7 +372,7 @@ std::string SettingsText(const Backend& b) {
   std::snprintf(line, sizeof(line), "exact ring kernel: %s%s\n", onoff(k.kernels.pipe), source("MAXSIM_CUDA_NO_PIPE").c_str());
   t += line;
   // Built as strings, not in line[]: the variables' values are the user's, of any length.
-  const std::string rule = "from " + std::to_string(kCoopMinPairsPerSm) + " pairs per SM or documents of " +
+  const std::string rule = "at dim 128, from " + std::to_string(kCoopMinPairsPerSm) + " pairs per SM or documents of " +
                            std::to_string(kCoopLongDocRows) + "+ tokens scored once each, not candidate lists";
   t += std::string("exact one-block-per-pair grid (the ring's dot calls without a document mask, ") +
        (k.kernels.coop && k.kernels.coop_always ? "every one: MAXSIM_CUDA_EXPERIMENTAL=coop-always" : rule) +

@@ -187,12 +187,14 @@ cudaError_t LaunchCoopT(const ForwardArgs& a, cudaStream_t stream) {
 bool CoopChosen(const ForwardArgs& a, int sms) {
   if (!a.sw.coop || a.pairs.n_pairs > 0x7fffffffull) return false;  // a grid of at most 2^31 - 1 blocks
   if (a.sw.coop_always) return true;
+  // Dim 128 only: below it the grid copies every step through the predicated path, and the ring was faster on every
+  // shape measured (dim 64: 10-29%, dim 96: 1-2%; benchmarks/results/gpu-coop-rule-h100.md).
+  if (a.q.dim != 128) return false;
   if (a.pairs.n_pairs >= kCoopMinPairsPerSm * static_cast<uint64_t>(sms)) return true;
   // Each document scored once: a one-query matrix launch, or the pairs layout. Candidate lists may name a document
   // for several queries, which then reuse it from L2 as the training forward does, so they keep the ring.
   const bool once = a.pairs.layout == kPairsDiagonal || (a.pairs.layout == kPairsMatrix && a.pairs.n_pairs == a.pairs.nd);
-  // Long documents at dim 128 only: over colpali-rerank's documents at dim 64 the ring was 10.7% faster.
-  return once && a.q.dim == 128 && a.d.MeanRows() >= kCoopLongDocRows;
+  return once && a.d.MeanRows() >= kCoopLongDocRows;
 }
 
 int CoopBlocksPerSmGranted() {

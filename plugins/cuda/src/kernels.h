@@ -224,14 +224,15 @@ cudaError_t LaunchExactTc(const ForwardArgs& a, cudaStream_t stream);
 //  - colpali-rerank, 7.6 pairs per SM of 1030-token documents, each scored once: 2.1% faster;
 //  - textual-1k, 7.6 pairs per SM of 300-token documents: 1.8% slower;
 //  - the training forward, 31 pairs per SM, 64 pairs per 300-token document (in L2): 45% slower.
-// So the grid runs from kCoopMinPairsPerSm pairs per SM, or where every document is scored once (a one-query matrix
-// launch or the pairs layout; not candidate lists, which may repeat a document), the dimension is 128 and the
-// documents hold at least kCoopLongDocRows rows on average (SetsView::MeanRows; 0 where the host does not know).
+// So the grid runs at dim 128, from kCoopMinPairsPerSm pairs per SM, or where every document is scored once (a
+// one-query matrix launch or the pairs layout; not candidate lists, which may repeat a document) and the documents
+// hold at least kCoopLongDocRows rows on average (SetsView::MeanRows; 0 where the host does not know).
 // Around that rule (benchmarks/results/gpu-coop-rule-h100.md, one query, the ring and the grid forced): the grid was
 // faster from 512 tokens (3.3-4.6%), at 600 pairs of 1030 tokens (3.4%) and for 16-row queries (1.4-2.3%); it was
 // also faster on 256-, 384- and 448-token documents (5.8, 5.2, 2.7%) and at 30 pairs per SM (1.6%), which the rule
-// leaves to the ring, since textual-1k's 300-token documents and the training forward are faster there; at dim 64
-// over 1030-token documents the ring was 10.7% faster.
+// leaves to the ring, since textual-1k's 300-token documents and the training forward are faster there. Below dim
+// 128 the ring was faster everywhere: dim 64 by 10% (1030-token documents), 15% (512) and 29% (10000 x 300), dim 96
+// by 1.9% and 0.9%.
 constexpr uint64_t kCoopMinPairsPerSm = 48;
 constexpr uint64_t kCoopLongDocRows = 512;
 // Whether a ring launch of `a` (on a device of `sms` SMs) runs the grid: never where a.sw.coop is off, always
