@@ -56,13 +56,43 @@ const bool kScreenCertified = [] {
 
 Context CudaContext();
 
-// fn(ctx) on a CUDA context created while the environment variable `name` is `value` (the plugin reads its
-// settings once, when a backend is created; packed handles work in any context).
+// An environment variable set to `value` while this lives (the plugin reads its settings once, when a backend is
+// created), then given back the value it had before, or unset (at Restore() or at the end of the scope): a run with
+// the variable set for the whole suite keeps it for the tests after this one.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* before = std::getenv(name);
+    had_ = before != nullptr;
+    if (had_) saved_ = before;
+    setenv(name, value, 1);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() { Restore(); }
+  void Restore() {
+    if (restored_) return;
+    restored_ = true;
+    if (had_) {
+      setenv(name_.c_str(), saved_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_, saved_;
+  bool had_ = false, restored_ = false;
+};
+
+// fn(ctx) on a CUDA context created while the environment variable `name` is `value` (ScopedEnv; packed handles
+// work in any context).
 template <typename F>
 auto WithEnv(const char* name, const char* value, F&& fn) {
-  setenv(name, value, 1);
-  Context ctx = CudaContext();
-  unsetenv(name);
+  Context ctx = [&] {
+    ScopedEnv env(name, value);
+    return CudaContext();
+  }();
   return fn(ctx);
 }
 
@@ -407,9 +437,7 @@ TEST_F(Gpu, ManyPairsPipelineKernel) {
       // The screening kernel's per-warp ring (ScreenPipeKernel) against its one-pair-per-warp kernel: the same
       // candidate sets (so the same refinement counts) and the same bits, certified and approximate.
       const Matrix approx = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_APPROXIMATE);
-      setenv("MAXSIM_CUDA_NO_SCREEN_PIPE", "1", 1);
-      Context no_ring = CudaContext();
-      unsetenv("MAXSIM_CUDA_NO_SCREEN_PIPE");
+      Context no_ring = WithEnv("MAXSIM_CUDA_NO_SCREEN_PIPE", "1", [](Context& g) { return std::move(g); });
       const Matrix cert_plain =
           ScoreMatrix(no_ring, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED, &st_plain);
       const Matrix approx_plain =
@@ -750,9 +778,7 @@ TEST_F(Gpu, CertifiedWgmmaScreeningEqualsExact) {
     }
   });
   // Short queries forced onto the kernel: most of each 256-row group is past the query.
-  setenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", "1", 1);
-  Context short_gpu = CudaContext();
-  unsetenv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ");
+  Context short_gpu = WithEnv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", "1", [](Context& g) { return std::move(g); });
   for (maxsim_dtype dtype : {MAXSIM_BF16, MAXSIM_F16}) {
     Context& gpu = short_gpu;
     auto rng = Rng(++salt);
@@ -881,11 +907,10 @@ TEST_F(Gpu, StreamedCorpusEqualsResident) {
   const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 0, 40, 128), MAXSIM_BF16);
   const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 300, 0, 120, 128), MAXSIM_BF16);
   Context resident(Options("cuda"));
-  setenv("MAXSIM_CUDA_STREAM", "1", 1);
-  setenv("MAXSIM_CUDA_STREAM_CHUNK_BYTES", "65536", 1);
-  Context streamed(Options("cuda"));
-  unsetenv("MAXSIM_CUDA_STREAM");
-  unsetenv("MAXSIM_CUDA_STREAM_CHUNK_BYTES");
+  Context streamed = [] {
+    ScopedEnv stream("MAXSIM_CUDA_STREAM", "1"), chunk("MAXSIM_CUDA_STREAM_CHUNK_BYTES", "65536");
+    return Context(Options("cuda"));
+  }();
   Packed pq = Packed::Pack(resident, q.Dense());
   Packed pd = Packed::Pack(resident, d.Dense());
   std::vector<uint64_t> off = {0, 5, 5, 17}, cand;
@@ -1027,10 +1052,10 @@ TEST_F(Gpu, ManyPairsPipelineKernelUnmaskedDeviceTensors) {
   // anywhere in a document row or a query row must fail the call naming its token. Both contexts are made with
   // MAXSIM_CUDA_NO_BATCH=1: on an sm_90 device these scores-only calls (3 queries, dim 128) would otherwise run the
   // wgmma batch kernel in both.
-  setenv("MAXSIM_CUDA_NO_BATCH", "1", 1);
+  ScopedEnv no_batch("MAXSIM_CUDA_NO_BATCH", "1");
   Context gpu(Options("cuda"));
   Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
-  unsetenv("MAXSIM_CUDA_NO_BATCH");
+  no_batch.Restore();
   auto rng = Rng(161);
   const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 1, 32, 128), MAXSIM_BF16);
   const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 700, 0, 200, 128), MAXSIM_BF16);
@@ -1326,11 +1351,11 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
   const uint64_t sms = dev.max_sms, devices = dev.count;
   // 3 queries: 48 pairs per SM on every shard, 12.5% over (a shard's count of 0-170-token documents varies by ~30)
   const uint64_t nd = 18 * sms * devices + 17;
-  setenv("MAXSIM_CUDA_NO_BATCH", "1", 1);
+  ScopedEnv no_batch("MAXSIM_CUDA_NO_BATCH", "1");
   Context grid = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always", [](Context& g) { return std::move(g); });
   Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
   Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
-  unsetenv("MAXSIM_CUDA_NO_BATCH");
+  no_batch.Restore();
   const std::vector<CoopSide> sides = {{&grid, "grid"}, {&ring, "ring"}};
   struct Case {
     uint32_t dim;
@@ -1433,18 +1458,19 @@ TEST_F(Gpu, CoopAlwaysBelowTheRule) {
   const ShardDevices dev = ContextDevices();
   ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
   const uint64_t sms = dev.max_sms, devices = dev.count;
-  setenv("MAXSIM_CUDA_NO_BATCH", "1", 1);
+  ScopedEnv no_batch("MAXSIM_CUDA_NO_BATCH", "1");
   Context forced = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always", [](Context& g) { return std::move(g); });
   Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
   Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
-  unsetenv("MAXSIM_CUDA_NO_BATCH");
+  no_batch.Restore();
   // The backend read the option (its settings, in the context's report): else the forced side would be the ring.
   const std::string report = forced.Report();
   ASSERT_NE(report.find("every one: MAXSIM_CUDA_EXPERIMENTAL=coop-always"), std::string::npos) << report;
   // With both set, MAXSIM_CUDA_NO_COOP wins, and the settings say so.
-  setenv("MAXSIM_CUDA_NO_COOP", "1", 1);
-  const std::string both = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always", [](Context& g) { return g.Report(); });
-  unsetenv("MAXSIM_CUDA_NO_COOP");
+  const std::string both = [] {
+    ScopedEnv no_coop("MAXSIM_CUDA_NO_COOP", "1");
+    return WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always", [](Context& g) { return g.Report(); });
+  }();
   EXPECT_NE(both.find("coop-always ignored: MAXSIM_CUDA_NO_COOP wins"), std::string::npos) << both;
   const std::vector<CoopSide> sides = {{&forced, "forced grid"}, {&ring, "ring"}};
   struct Case {
@@ -2067,9 +2093,8 @@ void RandomCandidates(std::mt19937_64& rng, uint64_t nq, uint64_t nd, std::vecto
 // packed, and certified mode on the default route (the exact kernel) the same bits again.
 TEST_F(Gpu, DenseHostQueriesEqualPackedQueries) {
   Context gpu = CudaContext();  // MAXSIM_CUDA_CERTIFIED=screen (see kScreenCertified): certified queries packed
-  setenv("MAXSIM_CUDA_CERTIFIED", "auto", 1);
-  Context def = CudaContext();  // the default route: certified queries dense too
-  setenv("MAXSIM_CUDA_CERTIFIED", "screen", 1);
+  // The default route: certified queries dense too.
+  Context def = WithEnv("MAXSIM_CUDA_CERTIFIED", "auto", [](Context& g) { return std::move(g); });
   const struct {
     maxsim_dtype dtype;
     uint32_t dim;
@@ -2220,9 +2245,10 @@ TEST_F(Gpu, SeveralDeviceBackendsEqualOne) {
   o2.devices = "0,0";
   o3.devices = "0,0,0";
   Context two(o2), three(o3);
-  setenv("MAXSIM_CUDA_MATRIX_COLUMNS", "0", 1);  // read when the context loads the plugin
-  Context staged(o2);
-  unsetenv("MAXSIM_CUDA_MATRIX_COLUMNS");
+  Context staged = [&] {
+    ScopedEnv columns("MAXSIM_CUDA_MATRIX_COLUMNS", "0");  // read when the context loads the plugin
+    return Context(o2);
+  }();
   EXPECT_NE(two.Report().find("cuda on 2 devices"), std::string::npos) << two.Report();
   EXPECT_NE(three.Report().find("cuda on 3 devices"), std::string::npos) << three.Report();
   EXPECT_NE(two.Report().find("score matrix into columns"), std::string::npos) << two.Report();
