@@ -115,14 +115,7 @@ __global__ void __launch_bounds__(W * 32, 1) RingScheduleKernel(const ForwardArg
 // returns one word per lane of it in place of the ldmatrix fragments.
 template <int MT, int NW>
 __device__ __forceinline__ uint32_t StageQueryWord(const ForwardArgs& a, uint64_t qb, uint64_t lq, uint32_t qbuf) {
-  const uint8_t* qbase = a.q.orig + qb * a.q.row_bytes;
-  for (int e = threadIdx.x; e < MT * 16 * 16; e += NW * 32) {
-    const uint32_t row = static_cast<uint32_t>(e) >> 4, slot = static_cast<uint32_t>(e) & 15u;
-    uint4 v = mscuda::Zero4();
-    if (row < lq && slot * 8 < a.q.dim) v = mscuda::Ld16(qbase + row * a.q.row_bytes + slot * 16);
-    const uint32_t dst = qbuf + row * mscuda::kRingRowBytes + (mscuda::RingSlot16(slot, row) << 4);
-    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
-  }
+  mscuda::StoreQueryRows<MT, NW>(a, qb, lq, qbuf);
   __syncthreads();
   const uint32_t w = TouchStage(qbuf, threadIdx.x & 31);
   __syncthreads();

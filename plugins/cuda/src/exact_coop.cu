@@ -36,14 +36,7 @@ template <int MT, int NW>
 __device__ __forceinline__ void StageQuery(const ForwardArgs& a, uint64_t qb, uint64_t lq, uint32_t qbuf,
                                            uint4 (&qa)[MT][4], uint4 (&qc)[MT][4]) {
   const int lane = threadIdx.x & 31;
-  const uint8_t* qbase = a.q.orig + qb * a.q.row_bytes;
-  for (int e = threadIdx.x; e < MT * 16 * 16; e += NW * 32) {
-    const uint32_t row = static_cast<uint32_t>(e) >> 4, slot = static_cast<uint32_t>(e) & 15u;
-    uint4 v = Zero4();
-    if (row < lq && slot * 8 < a.q.dim) v = Ld16(qbase + row * a.q.row_bytes + slot * 16);
-    const uint32_t dst = qbuf + row * kRingRowBytes + (RingSlot16(slot, row) << 4);
-    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
-  }
+  StoreQueryRows<MT, NW>(a, qb, lq, qbuf);
   __syncthreads();
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {

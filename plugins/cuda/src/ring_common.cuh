@@ -56,6 +56,22 @@ __device__ __forceinline__ void CopyRingStep(uint32_t st, const uint8_t* doc, ui
   }
 }
 
+// The query rows of a pair (rows past lq and dimensions past dim as zeros) stored into `qbuf`, a ring stage, in the
+// ring's layout by the NW warps of a block, with plain loads (a block's cp.async groups stay its rings'); the caller
+// then waits at a block barrier. The grid's StageQuery (exact_coop.cu) and its copy-only twin
+// (benchmarks/gpu/schedule_read.cu).
+template <int MT, int NW>
+__device__ __forceinline__ void StoreQueryRows(const ForwardArgs& a, uint64_t qb, uint64_t lq, uint32_t qbuf) {
+  const uint8_t* qbase = a.q.orig + qb * a.q.row_bytes;
+  for (int e = threadIdx.x; e < MT * 16 * 16; e += NW * 32) {
+    const uint32_t row = static_cast<uint32_t>(e) >> 4, slot = static_cast<uint32_t>(e) & 15u;
+    uint4 v = Zero4();
+    if (row < lq && slot * 8 < a.q.dim) v = Ld16(qbase + row * a.q.row_bytes + slot * 16);
+    const uint32_t dst = qbuf + row * kRingRowBytes + (RingSlot16(slot, row) << 4);
+    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+  }
+}
+
 // Folds one 16x8 accumulator tile per m tile into the running max. n0 = first of this lane's two columns. PLAIN:
 // the caller knows the launch is dot without a document mask (the same arithmetic, without those branches).
 template <int MT, bool PLAIN = false, typename Acc>
