@@ -56,16 +56,20 @@ const bool kScreenCertified = [] {
 
 Context CudaContext();
 
-// An environment variable set to `value` while this lives (the plugin reads its settings once, when a backend is
-// created), then given back the value it had before, or unset (at Restore() or at the end of the scope): a run with
-// the variable set for the whole suite keeps it for the tests after this one.
+// An environment variable set to `value` (nullptr: unset) while this lives (the plugin reads its settings once,
+// when a backend is created), then given back the value it had before, or unset (at Restore() or at the end of the
+// scope): a run with the variable set for the whole suite keeps it for the tests after this one.
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     const char* before = std::getenv(name);
     had_ = before != nullptr;
     if (had_) saved_ = before;
-    setenv(name, value, 1);
+    if (value) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
@@ -85,8 +89,8 @@ class ScopedEnv {
   bool had_ = false, restored_ = false;
 };
 
-// fn(ctx) on a CUDA context created while the environment variable `name` is `value` (ScopedEnv; packed handles
-// work in any context).
+// fn(ctx) on a CUDA context created while the environment variable `name` is `value` (ScopedEnv: nullptr unsets
+// it; packed handles work in any context).
 template <typename F>
 auto WithEnv(const char* name, const char* value, F&& fn) {
   Context ctx = [&] {
@@ -338,15 +342,10 @@ TEST_F(Gpu, ScreeningRoutesByModeAndShape) {
   // never screens, =screen always does. Certified gives exact's bits on every route; the refinement counters
   // tell the routes apart.
   ASSERT_TRUE(kScreenCertified);
-  const std::string saved = std::getenv("MAXSIM_CUDA_CERTIFIED") ? std::getenv("MAXSIM_CUDA_CERTIFIED") : "";
-  unsetenv("MAXSIM_CUDA_CERTIFIED");
-  Context routed(Options("cuda"));
-  setenv("MAXSIM_CUDA_CERTIFIED", "exact", 1);
-  Context never(Options("cuda"));
-  setenv("MAXSIM_CUDA_CERTIFIED", "screen", 1);
-  Context screened(Options("cuda"));
-  if (saved.empty()) unsetenv("MAXSIM_CUDA_CERTIFIED");
-  else setenv("MAXSIM_CUDA_CERTIFIED", saved.c_str(), 1);
+  auto keep = [](Context& g) { return std::move(g); };
+  Context routed = WithEnv("MAXSIM_CUDA_CERTIFIED", nullptr, keep);
+  Context never = WithEnv("MAXSIM_CUDA_CERTIFIED", "exact", keep);
+  Context screened = WithEnv("MAXSIM_CUDA_CERTIFIED", "screen", keep);
   struct RouteCase {
     uint64_t nd, lq;
     bool approx_screens;  // by default
