@@ -13,7 +13,6 @@
 #   rule  the plugin as built (the exact row runs the ring or the grid, as CoopChosen picks)
 #   ring  MAXSIM_CUDA_NO_COOP=1
 #   grid  MAXSIM_CUDA_EXPERIMENTAL=coop-always (the grid wherever CoopChosen is asked)
-#   grid16  the same in 16-token steps (MAXSIM_CUDA_EXPERIMENTAL=coop-always,coop-step16; not in the default list)
 # gpu_bench has no kernel row that asks for the argmax, so every row here is values only.
 # Printed last, per shape: pairs per SM and tokens per document, the exact row's ms per side (mean over rounds)
 # and the spread of its rounds, the kernel each side's exact row ran (gpu_bench's exact_ran), the faster of ring and
@@ -48,7 +47,6 @@ for r in $(seq "${RULE_ROUNDS:-2}"); do
     e=()
     [ "$side" = ring ] && e=(MAXSIM_CUDA_NO_COOP=1)
     [ "$side" = grid ] && e=(MAXSIM_CUDA_EXPERIMENTAL=coop-always)
-    [ "$side" = grid16 ] && e=(MAXSIM_CUDA_EXPERIMENTAL=coop-always,coop-step16)
     env "${e[@]}" MAXSIM_GPU_BENCH_ROWS=kernel timeout 240 "$B" "${args[@]}" --only "$only" \
       --json "$D/bench-$side-$r.json" > "$D/bench-$side-$r.txt" 2>&1 || echo "round $r $side: rc $?" >> "$A"
     grep -E " (exact|read-ring-schedule) " "$D/bench-$side-$r.txt" | sed "s|^|round $r $side  |" >> "$A"
@@ -93,7 +91,7 @@ sm = max(sms) if sms else 0
 if len(sms) > 1:
     print(f"(!) the processes saw different SM counts: {sorted(sms)}; pairs per SM below use {sm}")
 mean = lambda v: sum(v) / len(v)
-sides = tuple(s for s in ("rule", "ring", "grid", "grid16") if any(k[1] == s for k in ms))
+sides = ("rule", "ring", "grid")
 print(f"{'shape':10s} {'nq,lq,nd,ld,dim':22s} {'pairs/SM':>8s} " + " ".join(f"{s + ' ms':>8s}" for s in sides) +
       f" {'spread':>6s}  {'rule ran':8s} {'faster':6s} {'by':>6s}")
 losses, notes, uncompared = [], [], []
@@ -102,9 +100,9 @@ for name in shape:
     mean_ms = {s: mean(ms[(name, s)]) for s in sides if ms.get((name, s))}
     spread = max((100 * (max(ms[(name, s)]) - min(ms[(name, s)])) / mean_ms[s] for s in mean_ms), default=0)
     picked = "/".join(sorted(ran.get((name, "rule"), {"?"})))
-    for s in ("ring", "grid", "grid16"):
+    for s in ("ring", "grid"):
         got = ran.get((name, s))
-        if got is not None and got != {s.replace("16", "")}:
+        if got is not None and got != {s}:
             notes.append(f"(!) {name}: the {s} side's exact row ran the {'/'.join(sorted(got))}")
     faster, by, flag = "?", "", ""
     if "ring" in mean_ms and "grid" in mean_ms:

@@ -245,8 +245,6 @@ Tuning ReadTuning() {
         t.experimental_screen_wgmma = true;
       } else if (name == "coop-always") {
         t.kernels.coop_always = true;
-      } else if (name == "coop-step16") {
-        t.kernels.coop_step16 = true;
       } else if (!name.empty()) {
         t.unknown_experimental += (t.unknown_experimental.empty() ? "" : ",") + name;
       }
@@ -437,9 +435,6 @@ std::string SettingsText(const Backend& b) {
     experimental += std::string(experimental.empty() ? "" : ", ") +
                     "coop-always (the one-block-per-pair grid on every call it can run" +
                     (k.kernels.coop ? ")" : "; off: MAXSIM_CUDA_NO_COOP wins)");
-  }
-  if (k.kernels.coop_step16) {
-    experimental += std::string(experimental.empty() ? "" : ", ") + "coop-step16 (the grid in 16-token steps)";
   }
   t += "experimental: " + (experimental.empty() ? std::string("none") : experimental) +
        source("MAXSIM_CUDA_EXPERIMENTAL") +

@@ -106,17 +106,10 @@ __device__ __forceinline__ void MergeAndWrite(const ForwardArgs& a, uint64_t p, 
   WriteRows<MT, true>(a, p, qi, dj, 0, qb, lq, ld > 0, m, s_term, s_arg);
 }
 
-// Bytes of ring per warp: kCoopStages stages of 32-token steps, or twice as many stages of 16-token steps.
-constexpr int kCoopRingBytes = kCoopStages * kRingStageBytes;
-
-// FOLD 1: values only; 2: with argmax. STEP: tokens per step, 32 (two stages) or 16 (four stages, three in flight;
-// a document's steps split more evenly over the block's warps). Block p scores pair p.
-template <typename T, int MT, int FOLD, int STEP>
+// FOLD 1: values only; 2: with argmax. Block p scores pair p.
+template <typename T, int MT, int FOLD>
 __global__ void __launch_bounds__(kCoopWarps * 32, kCoopBlocksPerSm) ExactTcCoopKernel(const ForwardArgs a) {
-  constexpr int CW = kCoopWarps, SB = STEP * kRingRowBytes, S = kCoopRingBytes / SB;
-  // The query's rows take QS stages of warp 0's ring, its last ones; the prologue copies into the others first.
-  constexpr int QS = (MT * 16 * kRingRowBytes + SB - 1) / SB;
-  static_assert(QS < S, "the query must leave a stage of warp 0's ring for the prologue");
+  constexpr int CW = kCoopWarps, S = kCoopStages;
   extern __shared__ __align__(128) uint8_t coop_smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint64_t p = blockIdx.x;
@@ -128,65 +121,58 @@ __global__ void __launch_bounds__(kCoopWarps * 32, kCoopBlocksPerSm) ExactTcCoop
   const uint32_t dim = a.q.dim;
   const uint64_t drb = a.d.row_bytes;
   const uint32_t smem0 = static_cast<uint32_t>(__cvta_generic_to_shared(coop_smem));
-  const uint32_t ring = smem0 + static_cast<uint32_t>(warp) * kCoopRingBytes;
+  const uint32_t ring = smem0 + static_cast<uint32_t>(warp) * (S * kRingStageBytes);
   const uint8_t* dbase = a.d.orig + db * drb;
 
-  // The producer: this warp's next step is tokens [next, next + STEP).
-  uint64_t next = static_cast<uint64_t>(warp) * STEP;
+  // The producer: this warp's next step is tokens [next, next + 32).
+  uint64_t next = static_cast<uint64_t>(warp) * kRingStep;
   uint32_t produced = 0;
   auto produce = [&]() {
     if (next < ld) {
-      CopyRingStep<STEP>(ring + (produced % S) * SB, dbase, next, ld, drb, dim, policy, lane);
+      CopyRingStep(ring + (produced % S) * kRingStageBytes, dbase, next, ld, drb, dim, policy, lane);
       ++produced;
-      next += static_cast<uint64_t>(CW) * STEP;
+      next += static_cast<uint64_t>(CW) * kRingStep;
     }
     CpAsyncCommit();
   };
 #pragma unroll 1
-  for (int s = 0; s < S - QS; ++s) produce();
+  for (int s = 0; s < S - 1; ++s) produce();
 
-  // The query into warp 0's last QS ring stages, which the prologue leaves free, while the prologue's copies are in
-  // flight; warp 0's ring reuses them after StageQuery's second barrier.
+  // The query into warp 0's last ring stage, which the prologue leaves free, while the prologue's copies are in
+  // flight; warp 0's ring reuses the stage after StageQuery's second barrier.
   uint4 qa[MT][4], qc[MT][4];
-  StageQuery<MT, CW>(a, qb, lq, smem0 + (S - QS) * SB, qa, qc);
-#pragma unroll 1
-  for (int s = 1; s < QS; ++s) produce();
+  StageQuery<MT, CW>(a, qb, lq, smem0 + (S - 1) * kRingStageBytes, qa, qc);
   const bool check = a.bad != nullptr;
   Best<MT> best;
   InitBest(best);
   bool saw_kept = false;
   uint32_t consumed = 0;
-  for (uint64_t base = static_cast<uint64_t>(warp) * STEP; base < ld; base += CW * STEP) {
+  for (uint64_t base = static_cast<uint64_t>(warp) * kRingStep; base < ld; base += CW * kRingStep) {
     CpAsyncWait<S - 2>();
     __syncwarp();
     produce();
-    const uint32_t st = ring + (consumed % S) * SB;
+    const uint32_t st = ring + (consumed % S) * kRingStageBytes;
     ++consumed;
-    FoldRingStep<T, MT, FOLD, STEP>(a, st, base, db, ld, qa, qc, true, FOLD == 2, check, best, saw_kept);
+    FoldRingStep<T, MT, FOLD>(a, st, base, db, ld, qa, qc, true, FOLD == 2, check, best, saw_kept);
   }
   CpAsyncWait<0>();
   MergeAndWrite<MT, CW>(a, p, qi, dj, qb, lq, ld, check, saw_kept, best);
 }
 
-template <typename T, int MT, int FOLD, int STEP>
+template <typename T, int MT, int FOLD>
 cudaError_t LaunchCoopFold(const ForwardArgs& a, cudaStream_t stream) {
-  constexpr int smem = kCoopWarps * kCoopRingBytes;
-  const cudaError_t e = AllowDynamicSmemOnce<ExactTcCoopKernel<T, MT, FOLD, STEP>>(smem);
+  constexpr int smem = kCoopWarps * kCoopStages * kRingStageBytes;
+  const cudaError_t e = AllowDynamicSmemOnce<ExactTcCoopKernel<T, MT, FOLD>>(smem);
   if (e != cudaSuccess) return e;
   if (a.pairs.n_pairs == 0) return cudaSuccess;
   if (a.pairs.n_pairs > 0x7fffffffull) return cudaErrorInvalidConfiguration;
-  ExactTcCoopKernel<T, MT, FOLD, STEP><<<static_cast<unsigned>(a.pairs.n_pairs), kCoopWarps * 32, smem, stream>>>(a);
+  ExactTcCoopKernel<T, MT, FOLD><<<static_cast<unsigned>(a.pairs.n_pairs), kCoopWarps * 32, smem, stream>>>(a);
   return cudaGetLastError();
-}
-
-template <typename T, int MT, int STEP>
-cudaError_t LaunchCoopStep(const ForwardArgs& a, cudaStream_t stream) {
-  return a.pairs.argmax ? LaunchCoopFold<T, MT, 2, STEP>(a, stream) : LaunchCoopFold<T, MT, 1, STEP>(a, stream);
 }
 
 template <typename T, int MT>
 cudaError_t LaunchCoopT(const ForwardArgs& a, cudaStream_t stream) {
-  return a.sw.coop_step16 ? LaunchCoopStep<T, MT, 16>(a, stream) : LaunchCoopStep<T, MT, 32>(a, stream);
+  return a.pairs.argmax ? LaunchCoopFold<T, MT, 2>(a, stream) : LaunchCoopFold<T, MT, 1>(a, stream);
 }
 
 }  // namespace
@@ -205,10 +191,10 @@ bool CoopChosen(const ForwardArgs& a, int sms) {
 }
 
 int CoopBlocksPerSmGranted() {
-  constexpr int smem = kCoopWarps * kCoopRingBytes;
+  constexpr int smem = kCoopWarps * kCoopStages * kRingStageBytes;
   int n = 0;
-  if (AllowDynamicSmemOnce<ExactTcCoopKernel<__nv_bfloat16, 2, 1, 32>>(smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ExactTcCoopKernel<__nv_bfloat16, 2, 1, 32>, kCoopWarps * 32,
+  if (AllowDynamicSmemOnce<ExactTcCoopKernel<__nv_bfloat16, 2, 1>>(smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ExactTcCoopKernel<__nv_bfloat16, 2, 1>, kCoopWarps * 32,
                                                     smem) != cudaSuccess) {
     cudaGetLastError();  // a failed query must not surface as a later launch error
     return -1;

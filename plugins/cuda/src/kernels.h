@@ -162,8 +162,6 @@ struct KernelSwitches {
   // such call, whatever its rule says, for measuring the rule at its boundaries (coop false wins)
   bool coop = true;
   bool coop_always = false;
-  // coop_step16 (MAXSIM_CUDA_EXPERIMENTAL=coop-step16): the grid in 16-token steps, four stages per warp
-  bool coop_step16 = false;
 };
 
 // The batch kernel's default stages copied ahead (KernelSwitches::batch_ahead 0): 3 where a block's first document

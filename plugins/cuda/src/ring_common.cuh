@@ -32,24 +32,23 @@ __device__ __forceinline__ uint64_t EvictFirstPolicy() {
 // `st`; every lane of the warp calls it. Copy i moves 16-byte slot lane % 16 of step token 2i + lane / 16: the same
 // slot for every copy of a lane, the token advancing by 2 (so its swizzle, (2i + lane / 16) % 8, repeats every 4
 // copies). Rows past `len` and dimensions past `dim` are zero-filled.
-template <int STEP = kRingStep>
 __device__ __forceinline__ void CopyRingStep(uint32_t st, const uint8_t* doc, uint64_t token, uint64_t len,
                                              uint64_t drb, uint32_t dim, uint64_t policy, int lane) {
   const uint32_t slot16 = static_cast<uint32_t>(lane) & 15u, half = static_cast<uint32_t>(lane) >> 4;
   const uint8_t* src = doc + (token + half) * drb + slot16 * 16;
   const uint32_t dst = st + half * kRingRowBytes;
   const uint64_t left = len - token;  // rows of the document from this step's first token
-  if (left >= STEP && dim == 128) {
+  if (left >= kRingStep && dim == 128) {
     // A whole step of whole rows: no predicates, no per-copy 64-bit multiplies.
 #pragma unroll
-    for (int i = 0; i < STEP / 2; ++i) {
+    for (int i = 0; i < kRingStep / 2; ++i) {
       CpAsync16EvictFirst(dst + 2 * i * kRingRowBytes + (RingSlot16(slot16, 2 * i + half) << 4), src + 2 * i * drb,
                           policy);
     }
   } else {
     const bool slot_ok = slot16 * 8 < dim;
 #pragma unroll
-    for (int i = 0; i < STEP / 2; ++i) {
+    for (int i = 0; i < kRingStep / 2; ++i) {
       const bool pred = slot_ok && 2 * i + half < left;
       CpAsync16(dst + 2 * i * kRingRowBytes + (RingSlot16(slot16, 2 * i + half) << 4), pred ? src + 2 * i * drb : doc,
                 pred);
@@ -137,7 +136,7 @@ __device__ __forceinline__ void InitBest(Best<MT>& best) {
 // so two similarities per lane and tile meet every document row (query row g, columns 2t and 2t + 1), the
 // document's first tile meets every query row, and an overflow to +inf elsewhere reaches the row maximum, which the
 // caller checks when the pair ends. Otherwise FoldTile per 8 tokens.
-template <typename T, int MT, int FOLD, int STEP = kRingStep>
+template <typename T, int MT, int FOLD>
 __device__ __forceinline__ void FoldRingStep(const ForwardArgs& a, uint32_t st, uint64_t base, uint64_t db,
                                              uint64_t ld, const uint4 (&qa)[MT][4], const uint4 (&qc)[MT][4],
                                              bool fast, bool want_arg, bool check, Best<MT>& best, bool& saw_kept) {
@@ -154,9 +153,9 @@ __device__ __forceinline__ void FoldRingStep(const ForwardArgs& a, uint32_t st, 
       for (int mt = 0; mt < MT; ++mt) MmaChunk16<T>(acc[mt], qa[mt][c], qc[mt][c], bv[c]);
     }
   };
-  if (fast && base + STEP <= ld) {
+  if (fast && base + kRingStep <= ld) {
 #pragma unroll
-    for (int u = 0; u < STEP / 8; ++u) {
+    for (int u = 0; u < kRingStep / 8; ++u) {
       float acc[MT][4];
       tile(u, acc);
       if (want_arg) {
@@ -196,7 +195,7 @@ __device__ __forceinline__ void FoldRingStep(const ForwardArgs& a, uint32_t st, 
     saw_kept = true;
   } else {
 #pragma unroll
-    for (int u = 0; u < STEP / 8; ++u) {
+    for (int u = 0; u < kRingStep / 8; ++u) {
       if (base + u * 8 < ld) {
         float acc[MT][4];
         tile(u, acc);
