@@ -1441,7 +1441,7 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
 TEST_F(Gpu, CoopAlwaysBelowTheRule) {
   // MAXSIM_CUDA_EXPERIMENTAL=coop-always runs the one-block-per-pair grid on the calls its rule (CoopChosen) leaves
   // on the ring, so that scripts/device/gpu-coop-rule.sh can time both sides of the rule. Here the calls the rule
-  // sends to the ring: short documents (0-170 tokens, far under 512 on average; TieDocuments' 0-280) and 4 to 48
+  // sends to the ring: short documents (0-170 tokens, under 224 on average; TieDocuments' 0-280) and 4 to 48
   // pairs per SM on every shard (the ring, and so CoopChosen, is asked only from 4, EnoughPairsForWarpRings; the
   // rule takes the grid from 48): one query over ~6.5 pairs per SM (each document scored once, as on
   // colpali-rerank, but short), 3 queries over ~12, and 32 queries over ~12 with exact ties across the grid's
@@ -1489,7 +1489,7 @@ TEST_F(Gpu, CoopAlwaysBelowTheRule) {
     const uint64_t nd = c.nd * devices + 17;
     const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, c.nq, 1, c.max_lq, c.dim), MAXSIM_BF16);
     const TokenSets d = Encoded(Generate(rng, c.docs, nd, 0, 170, c.dim), MAXSIM_BF16);
-    ASSERT_LT(d.rows(), 512 * nd) << "below the rule: documents of under 512 tokens on average";
+    ASSERT_LT(d.rows(), 224 * nd) << "below the rule: documents of under 224 tokens on average";
     const std::string what = "below the rule: " + std::to_string(c.nq) + " queries dim " + std::to_string(c.dim) +
                              " lq <= " + std::to_string(c.max_lq) + " docs " + ShapeName(c.docs);
     ExpectCoopSidesAgree(one, sides, q, d, Packed::Pack(one, d.Dense()), DeviceSets(d), what, {});

@@ -372,8 +372,10 @@ std::string SettingsText(const Backend& b) {
   std::snprintf(line, sizeof(line), "exact ring kernel: %s%s\n", onoff(k.kernels.pipe), source("MAXSIM_CUDA_NO_PIPE").c_str());
   t += line;
   // Built as strings, not in line[]: the variables' values are the user's, of any length.
-  const std::string rule = "at dim 128, from " + std::to_string(kCoopMinPairsPerSm) + " pairs per SM or documents of " +
-                           std::to_string(kCoopLongDocRows) + "+ tokens scored once each, not candidate lists";
+  const std::string rule = "at dim 128, from " + std::to_string(kCoopMinPairsPerSm) +
+                           " pairs per SM, or documents scored once each (not candidate lists) of " +
+                           std::to_string(kCoopLongDocRows) + "+ tokens, or " + std::to_string(kCoopMinEvenRows) +
+                           "+ whose 32-token steps split evenly over the grid's 4 warps";
   t += std::string("exact one-block-per-pair grid (the ring's dot calls without a document mask, ") +
        (k.kernels.coop && k.kernels.coop_always ? "every one: MAXSIM_CUDA_EXPERIMENTAL=coop-always" : rule) +
        "): " + onoff(k.kernels.coop) + source("MAXSIM_CUDA_NO_COOP") +

@@ -187,7 +187,16 @@ bool CoopChosen(const ForwardArgs& a, int sms) {
   // Each document scored once: a one-query matrix launch, or the pairs layout. Candidate lists may name a document
   // for several queries, which then reuse it from L2 as the training forward does, so they keep the ring.
   const bool once = a.pairs.layout == kPairsDiagonal || (a.pairs.layout == kPairsMatrix && a.pairs.n_pairs == a.pairs.nd);
-  return once && a.d.MeanRows() >= kCoopLongDocRows;
+  return once && CoopFitsDocuments(a.d.MeanRows());
+}
+
+bool CoopFitsDocuments(uint64_t rows) {
+  if (rows >= kCoopLongDocRows) return true;
+  if (rows < kCoopMinEvenRows) return false;
+  // Each warp of a block takes every kCoopWarps-th 32-token step, so the block lasts `rounds` steps of its busiest
+  // warp; its warps carry tokens for rows / (32 x kCoopWarps x rounds) of that, which must reach 4/5.
+  const uint64_t steps = (rows + kRingStep - 1) / kRingStep, rounds = (steps + kCoopWarps - 1) / kCoopWarps;
+  return 5 * rows >= 4 * static_cast<uint64_t>(kRingStep) * kCoopWarps * rounds;
 }
 
 int CoopBlocksPerSmGranted() {
