@@ -10,16 +10,23 @@ Implementations (each on the same bf16 torch tensors, d = 128, unit-norm Gaussia
   libmaxsim             maxsim_score_matrix through ctypes (the public C API) with MAXSIM_MEMORY_CUDA dense sets,
                         device scores out, EXACT mode, on torch's current stream (training: with argmax, then
                         maxsim_backward, atomic and deterministic)
+  libmaxsim-py          the Python binding (the maxsim package; it loads the CUDA plugin beside --lib unless
+                        MAXSIM_PLUGIN_PATH is set): maxsim.scores(Q, D), which returns a new torch tensor, and
+                        libmaxsim-py-ordered the same with stream_ordered=True (returns once enqueued); training:
+                        maxsim.torch.maxsim(Q, D) with autograd's backward, atomic (libmaxsim-py-atomic) and
+                        deterministic (libmaxsim-py-det). Each scoring row says whether its scores have the bits of
+                        the ctypes call's (same_bits)
   lik                   late-interaction-kernels: maxsim(Q, D) (training: autograd backward)
   flash                 flash-maxsim: flash_maxsim_batched(Q, D) (Nq = 1: also flash_maxsim(Q[0], D));
                         training: flash_maxsim_batched_train(Q, D) + autograd backward
 Whichever peer package is not importable is reported as missing, not skipped silently.
-MAXSIM_PEERS_IMPLS (a comma-separated subset of libmaxsim,lik,flash; default all) limits the implementations run,
+MAXSIM_PEERS_IMPLS (a comma-separated subset of libmaxsim,libmaxsim-py,lik,flash; default all) limits the
+implementations run,
 and MAXSIM_PEERS_LIB_TAG is appended to libmaxsim's row names (a build variant selected by the environment).
 Each peer row names the launch configuration its Triton autotuner chose ("configs").
 
     ncu --profile-from-start off ... python3 benchmarks/gpu/peers.py --lib L --shape textual-1k --profile lik --json -
-runs one implementation's call (lik, flash, flash-single or libmaxsim) a few times after warming up, between
+runs one implementation's call (lik, flash, flash-single, libmaxsim or libmaxsim-py) a few times after warming up, between
 cudaProfilerStart and cudaProfilerStop, for a profiler (scripts/device/gpu-ncu.sh, NCU_PEERS).
 
 Per implementation and shape:
@@ -240,6 +247,47 @@ def triton_configs(package):
     return found
 
 
+def run_binding(torch, name, nq, lq, nd, Qs, Ds, lib_path, gen, train, lib, stream, measure, emit):
+    """The libmaxsim-py rows: the maxsim package on the shape's tensors."""
+    os.environ.setdefault("MAXSIM_PLUGIN_PATH", os.path.dirname(os.path.abspath(lib_path)))
+    try:
+        import maxsim
+        import maxsim.torch as mtorch
+        where = {"version": maxsim.__version__, "module": os.path.dirname(maxsim.__file__),
+                 "backend": maxsim.info(backend="cuda")["backend"]}
+    except Exception as e:
+        emit("libmaxsim-py", error=f"not usable: {type(e).__name__}: {str(e)[:300]}")
+        return
+    if not train:
+        # The ctypes call's scores on the first copy, for the bits check.
+        want = None
+        if lib is not None and lib.backend == "cuda":
+            want = torch.empty(nq, nd, device="cuda", dtype=torch.float32)
+            lib.score_matrix(Qs[0], Ds[0], want, stream=stream)
+            torch.cuda.synchronize()
+        for ordered in (False, True):
+            res = {}
+            def f(i, ordered=ordered):
+                res["s"] = maxsim.scores(Qs[i], Ds[i], stream_ordered=ordered)
+            extra = dict(where)
+            if want is not None:
+                f(0)
+                torch.cuda.synchronize()
+                extra["same_bits"] = int(torch.equal(res["s"].reshape(want.shape).view(torch.int32),
+                                                     want.view(torch.int32)))
+            measure("libmaxsim-py" + ("-ordered" if ordered else ""), f, result=lambda: res["s"], extra=extra)
+        maxsim.synchronize()  # the stream-ordered rows' deferred errors, if any, raise here
+        return
+    grad = torch.randn(nq, nd, device="cuda", generator=gen)
+    qg = [q.detach().clone().requires_grad_(True) for q in Qs]
+    dg = [d.detach().clone().requires_grad_(True) for d in Ds]
+    for det in (False, True):
+        def step(i, det=det):
+            s = mtorch.maxsim(qg[i], dg[i], deterministic=det)
+            s.backward(grad)
+        measure("libmaxsim-py-" + ("det" if det else "atomic"), step, extra=where)
+
+
 def run_shape(name, lib_path, out, profile=None):
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -302,9 +350,9 @@ def run_shape(name, lib_path, out, profile=None):
             emit(impl, error=f"{type(e).__name__}: {str(e)[:300]}")
 
     stream = torch.cuda.current_stream().cuda_stream
-    impls = set(os.environ.get("MAXSIM_PEERS_IMPLS", "libmaxsim,lik,flash").split(","))
+    impls = set(os.environ.get("MAXSIM_PEERS_IMPLS", "libmaxsim,libmaxsim-py,lik,flash").split(","))
     if profile is not None:
-        impls = {profile.split("-")[0]}
+        impls = {"libmaxsim-py" if profile.startswith("libmaxsim-py") else profile.split("-")[0]}
     # libmaxsim, public C API.
     lib = None
     try:
@@ -331,6 +379,10 @@ def run_shape(name, lib_path, out, profile=None):
                     lib.backward(Qs[i], Ds[i], argmax, grad, gq, gd, det, stream=stream)
                 measure("libmaxsim-" + ("det" if det else "atomic"), step)
             measure("libmaxsim-fwd", lambda i: lib.score_matrix(Qs[i], Ds[i], scores, argmax, stream=stream))
+
+    # libmaxsim's Python binding, on the same tensors (and the same plugin as the ctypes rows).
+    if "libmaxsim-py" in impls:
+        run_binding(torch, name, nq, lq, nd, Qs, Ds, lib_path, gen, train, lib, stream, measure, emit)
 
     def peer(impl, module):
         """The peer's module, or None (not asked for, or not importable: reported as a row)."""
@@ -393,8 +445,8 @@ def main():
     ap.add_argument("--shapes", default=" ".join(SHAPES),
                     help="shapes for the child processes, separated by spaces or commas")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per shape (Triton autotuning included)")
-    ap.add_argument("--profile", help="with --shape: run only this implementation's call (lik, flash, flash-single or "
-                    "libmaxsim), 3 times between cudaProfilerStart and cudaProfilerStop after 5 warm-up calls")
+    ap.add_argument("--profile", help="with --shape: run only this implementation's call (lik, flash, flash-single, "
+                    "libmaxsim or libmaxsim-py), 3 times between cudaProfilerStart and cudaProfilerStop after 5 warm-up calls")
     args = ap.parse_args()
     shapes = args.shapes.replace(",", " ").split()
     unknown = [n for n in ([args.shape] if args.shape else shapes) if n not in SHAPES]

@@ -32,7 +32,15 @@ Table 1, side by side per shape (ms; ratios > 1 mean libmaxsim is faster):
                  by gpu_bench with CUDA events around launches enqueued back to back (read-same-bytes / exact);
                  the launch, ramp-up and tail of a read of that size are in both
   %GEMM          libmaxsim's kernel-only TFLOP/s over the in-run cuBLAS bf16 rate
-Table 2: every gpu_bench row with TFLOP/s, GB/s, % of the in-run rates and the speed-up over naive PyTorch.
+Table 2, the Python binding (peers.py's libmaxsim-py rows: the maxsim package on the same tensors) per shape:
+  py e2e         wall clock per maxsim.scores call (training: maxsim.torch.maxsim forward + autograd backward,
+                 atomic), synchronised; py ordered: the same call with stream_ordered=True
+  py events      CUDA events around binding calls enqueued back to back (stream-ordered where there is a row)
+  ctypes e2e     the C API through ctypes (lib e2e above); lib kernel as above
+  py over kernel py e2e - lib kernel - check, in us and as % of lib kernel
+  peer e2e, e2e ratio   the best peer's wall clock, and it over py e2e (> 1: the binding is faster)
+  bits           whether the binding's scores have the ctypes call's bits (same_bits; training rows: -)
+Table 3: every gpu_bench row with TFLOP/s, GB/s, % of the in-run rates and the speed-up over naive PyTorch.
 """
 import argparse
 import json
@@ -143,6 +151,38 @@ def side_by_side(bench, base, peers):
     return out, read_bw, cublas, copy_bw
 
 
+def binding(peers):
+    """Table 2: the Python binding's rows (libmaxsim-py*) beside the ctypes call and the best peer."""
+    if not any(r.get("impl", "").startswith("libmaxsim-py") for r in peers):
+        return []
+    out = ["", "The Python binding (maxsim package) on the same tensors, ms:", "",
+           "| shape | py e2e | py ordered | py events | ctypes e2e | lib kernel | py over kernel us (%) | peer e2e "
+           "| e2e ratio | bits |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for shape in ORDER:
+        prs = [r for r in peers if r.get("shape") == shape and "error" not in r]
+        is_train = shape.startswith("train")
+        py = next((r for r in prs if r["impl"] == ("libmaxsim-py-atomic" if is_train else "libmaxsim-py")), None)
+        if py is None:
+            continue
+        ordered = next((r for r in prs if r["impl"] == "libmaxsim-py-ordered"), None)
+        lib = next((r for r in prs if r["impl"] == ("libmaxsim-atomic" if is_train else "libmaxsim")), None)
+        peer_rows = [r for r in prs if not r["impl"].startswith("libmaxsim") and not r["impl"].endswith("-fwd")]
+        pe = min(peer_rows, key=lambda r: r["e2e_ms"]) if peer_rows else None
+        lk = lib["kernel_ms"] - lib.get("check_ms", 0.0) if lib else None
+        over = ("%.1f (%.0f%%)" % ((py["e2e_ms"] - lk) * 1e3, 100 * (py["e2e_ms"] - lk) / lk) if lk else "-")
+        bits = "-" if "same_bits" not in py else ("same" if py["same_bits"] and (
+            ordered is None or ordered.get("same_bits", 1)) else "DIFFER")
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            shape, fmt(py["e2e_ms"]), fmt(ordered["e2e_ms"] if ordered else None),
+            fmt((ordered or py)["device_ms"]), fmt(lib["e2e_ms"] if lib else None), fmt(lk), over,
+            fmt(pe["e2e_ms"] if pe else None), fmt(pe["e2e_ms"] / py["e2e_ms"] if pe else None, "%.2f"), bits))
+    mods = sorted({"%s from %s" % (r.get("version"), r.get("module")) for r in peers
+                   if r.get("impl", "").startswith("libmaxsim-py") and r.get("module")})
+    if mods:
+        out.append("- maxsim package: " + "; ".join(mods))
+    return out
+
+
 def detail(bench, base, read_bw, cublas):
     naive = {r["shape"]: r for r in base if r.get("baseline") == "naive" and "ms" in r}
     out = ["| shape | mode | ms | TFLOP/s | GB/s | %GEMM | %read | naive ms | x naive | |",
@@ -181,7 +221,7 @@ def tables(bench, base, peers, ctx, brief):
             out += ["Note: " + ctx["note"]]
         out += [""]
     t1, read_bw, cublas, _ = side_by_side(bench, base, peers)
-    out += t1
+    out += t1 + binding(peers)
     if not brief:
         out += [""] + detail(bench, base, read_bw, cublas)
         var = [r for r in bench if r.get("shape") == "read-variant"]

@@ -5,7 +5,9 @@
 # tensors through benchmarks/gpu/peers.py, one process per shape; in-run baselines (plain read kernel, device
 # copy, cuBLAS bf16, naive PyTorch); one result file and its tables (benchmarks/gpu/report.py).
 # The peers come from their PyPI wheels, carried in .whl/ (docs/cuda.md, "Benchmarks"); without them their rows
-# say "not importable".
+# say "not importable". So does the Python binding (peers.py's libmaxsim-py rows): the maxsim wheel that
+# scripts/make-py-wheels.sh builds into .whl/ from this checkout (its revision is named in the machine lines);
+# it loads the CUDA plugin of $BUILD.
 # Knobs: MAXSIM_GPU_VARIANTS=1 (long-query kernel variants), MAXSIM_GPU_PROFILE=1 (Nsight Compute speed of light),
 # GPU_PEER_SHAPES (shapes for peers.py, default all).
 set -uo pipefail
@@ -30,6 +32,7 @@ fi
 PYTHONUNBUFFERED=1 timeout 150 python3 benchmarks/gpu/baselines.py --json "$OUT/gpu-baselines.json" > "$OUT/gpu-baselines.txt" 2>&1
 prc=$?
 peer_wheels
+[ -f .whl/maxsim-wheel-rev.txt ] && echo "maxsim wheel (the binding's rows): $(cat .whl/maxsim-wheel-rev.txt)" >> "$OUT/gpu-machine.txt"
 LIB=$(ls "$BUILD"/libmaxsim.so 2> /dev/null || ls "$BUILD"/libmaxsim.so.* | head -1)
 PYTHONUNBUFFERED=1 timeout 900 python3 benchmarks/gpu/peers.py --lib "$LIB" --json "$OUT/peers.json" \
   ${GPU_PEER_SHAPES:+--shapes "$GPU_PEER_SHAPES"} > "$OUT/peers.txt" 2>&1
