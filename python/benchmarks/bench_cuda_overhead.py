@@ -29,6 +29,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--profile", action="store_true", help="cProfile the timed calls; print the top functions")
+    ap.add_argument("--pieces", action="store_true", help="also time the pieces of a call one by one")
     ap.add_argument("--out", default=None, help="write the medians (JSON) here")
     args = ap.parse_args()
     import torch
@@ -92,9 +93,76 @@ def main() -> None:
             s = io.StringIO()
             pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(22)
             print("\n".join(l for l in s.getvalue().splitlines() if l.strip())[:6000])
+    if args.pieces:
+        rows += pieces(torch, maxsim, mtorch, q, d1k, tq, td, grad)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def pieces(torch, maxsim, mtorch, q, d1k, tq, td, grad):
+    """The binding's steps one by one (us per call, median of rounds of 200 calls each)."""
+    from maxsim import _api, _core
+    dev = q.device
+
+    def per_call(fn, n=200, rounds=9):
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        t = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            t.append((time.perf_counter() - t0) * 1e6 / n)
+        torch.cuda.synchronize()
+        return statistics.median(t)
+
+    qd = q.detach()
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    qs, ds = _api._side(q, None, "queries"), _api._side(d1k, None, "documents")
+    ctx = _api.context(0, None, None, str(dev.index))
+    out = torch.empty((1, 1000), dtype=torch.float32, device=dev)
+    metric, mode = _api._enum(_api._METRICS, "dot", "metric"), _api._enum(_api._MODES, "exact", "mode")
+
+    def c_call():
+        _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, out, None, False, stream, None, 0)
+
+    def progress():
+        with _api._Progress(False, 1000, "scores", "pairs"):
+            pass
+
+    def dev_guard():
+        with torch.cuda.device(dev):
+            pass
+
+    ql, dl = tq.detach(), td.detach()
+    s_arg = _api.scores(ql, dl, return_argmax=True)
+    g = grad.float().contiguous()
+    cases = {
+        "q.__dlpack__()": lambda: qd.__dlpack__(),
+        "_core.DenseSets(q)": lambda: _core.DenseSets(qd, None, 0, None, 0),
+        "maxsim.Sets(q)": lambda: maxsim.Sets(q),
+        "_side(q)": lambda: _api._side(q, None, "queries"),
+        "torch.empty(1 x 1000)": lambda: torch.empty((1, 1000), dtype=torch.float32, device=dev),
+        "current_stream().cuda_stream": lambda: torch.cuda.current_stream(dev).cuda_stream,
+        "with torch.cuda.device": dev_guard,
+        "context() lookup": lambda: _api.context(0, None, None, str(dev.index)),
+        "_Progress enter/exit": progress,
+        "_core.score_matrix (1k; prebuilt sides, output, context)": c_call,
+        "maxsim.scores (1k)": lambda: maxsim.scores(q, d1k),
+        "train: _api.scores + argmax": lambda: _api.scores(ql, dl, return_argmax=True),
+        "train: _api.backward": lambda: _api.backward(ql, dl, s_arg[1], g, deterministic=False),
+        "train: forward (autograd)": lambda: mtorch.maxsim(tq, td, deterministic=False),
+        "train: fp32 -> bf16 of dD": lambda: torch.empty((64, 300, 128), device=dev).to(torch.bfloat16),
+    }
+    rows = []
+    print("== pieces, us per call (calls enqueued back to back, no synchronisation between them):")
+    for name, fn in cases.items():
+        us = per_call(fn)
+        rows.append({"piece": name, "us": us})
+        print(f"  {us:8.2f}  {name}")
+    return rows
 
 
 if __name__ == "__main__":
