@@ -156,12 +156,56 @@ def pieces(torch, maxsim, mtorch, q, d1k, tq, td, grad):
         "train: forward (autograd)": lambda: mtorch.maxsim(tq, td, deterministic=False),
         "train: fp32 -> bf16 of dD": lambda: torch.empty((64, 300, 128), device=dev).to(torch.bfloat16),
     }
-    rows = []
+    rows = steps(torch, _api, _core, q, d1k, "scores 1k", False) + steps(torch, _api, _core, ql, dl, "train fwd", True)
     print("== pieces, us per call (calls enqueued back to back, no synchronisation between them):")
     for name, fn in cases.items():
         us = per_call(fn)
         rows.append({"piece": name, "us": us})
         print(f"  {us:8.2f}  {name}")
+    return rows
+
+
+def steps(torch, _api, _core, Q, D, label, want_arg, n=300):
+    """maxsim.scores' statements (as in _api.py) with a clock between them: us per call for each."""
+    names = ["_side x2 + _host_for_packed", "_out_where + _route", "outputs (torch.empty)", "enter guards",
+             "context()", "_stream()", "_core.score_matrix", "exit guards", "_to + result"]
+    acc = [0.0] * len(names)
+    for it in range(n + 20):
+        t = [time.perf_counter()]
+        q, d, back = _api._host_for_packed(_api._side(Q, None, "queries"), _api._side(D, None, "documents"))
+        t.append(time.perf_counter())
+        where = _api._out_where(q, d)
+        devices = _api._route(q, d, None)
+        t.append(time.perf_counter())
+        nq, nd = q.obj.n_sets, d.obj.n_sets
+        out = _api._empty(where, (nq, nd), "float32")
+        arg = _api._empty(where, (nq, nd, q.length), "int32") if want_arg else None
+        t.append(time.perf_counter())
+        g1, g2 = _api._Progress(False, nq * nd, "scores", "pairs"), _api._on_device(where)
+        bar = g1.__enter__()
+        g2.__enter__()
+        t.append(time.perf_counter())
+        ctx = _api.context(0, None, None, devices)
+        t.append(time.perf_counter())
+        stream = _api._stream(where)
+        t.append(time.perf_counter())
+        _core.score_matrix(ctx, q.obj, d.obj, 0, 0, out, arg, False, stream, bar, 0)
+        t.append(time.perf_counter())
+        g2.__exit__(None, None, None)
+        g1.__exit__(None, None, None)
+        t.append(time.perf_counter())
+        out, arg = _api._to(out, back), _api._to(arg, back)
+        result = (out, arg) if want_arg else out
+        t.append(time.perf_counter())
+        if it >= 20:
+            for i in range(len(names)):
+                acc[i] += t[i + 1] - t[i]
+    print(f"== {label}: maxsim.scores' steps, us per call (mean of {n})")
+    rows = []
+    for name, a in zip(names, acc):
+        print(f"  {a * 1e6 / n:8.2f}  {name}")
+        rows.append({"step": f"{label}: {name}", "us": a * 1e6 / n})
+    print(f"  {sum(acc) * 1e6 / n:8.2f}  total")
     return rows
 
 
