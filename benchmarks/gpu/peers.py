@@ -13,9 +13,9 @@ Implementations (each on the same bf16 torch tensors, d = 128, unit-norm Gaussia
   libmaxsim-py          the Python binding (the maxsim package; it loads the CUDA plugin beside --lib unless
                         MAXSIM_PLUGIN_PATH is set): maxsim.scores(Q, D), which returns a new torch tensor, and
                         libmaxsim-py-ordered the same with stream_ordered=True (returns once enqueued); training:
-                        maxsim.torch.maxsim(Q, D) with autograd's backward, atomic (libmaxsim-py-atomic) and
-                        deterministic (libmaxsim-py-det). Each scoring row says whether its scores have the bits of
-                        the ctypes call's (same_bits)
+                        maxsim.torch.maxsim(Q, D) with autograd's backward, atomic (libmaxsim-py-atomic),
+                        deterministic (libmaxsim-py-det), and atomic with stream_ordered=True (libmaxsim-py-ordered).
+                        Each scoring row says whether its scores have the bits of the ctypes call's (same_bits)
   lik                   late-interaction-kernels: maxsim(Q, D) (training: autograd backward)
   flash                 flash-maxsim: flash_maxsim_batched(Q, D) (Nq = 1: also flash_maxsim(Q[0], D));
                         training: flash_maxsim_batched_train(Q, D) + autograd backward
@@ -281,11 +281,12 @@ def run_binding(torch, name, nq, lq, nd, Qs, Ds, lib_path, gen, train, lib, stre
     grad = torch.randn(nq, nd, device="cuda", generator=gen)
     qg = [q.detach().clone().requires_grad_(True) for q in Qs]
     dg = [d.detach().clone().requires_grad_(True) for d in Ds]
-    for det in (False, True):
-        def step(i, det=det):
-            s = mtorch.maxsim(qg[i], dg[i], deterministic=det)
+    for impl, det, ordered in (("atomic", False, False), ("det", True, False), ("ordered", False, True)):
+        def step(i, det=det, ordered=ordered):
+            s = mtorch.maxsim(qg[i], dg[i], deterministic=det, stream_ordered=ordered)
             s.backward(grad)
-        measure("libmaxsim-py-" + ("det" if det else "atomic"), step, extra=where)
+        measure("libmaxsim-py-" + impl, step, extra=where)
+    maxsim.synchronize()
 
 
 def run_shape(name, lib_path, out, profile=None):

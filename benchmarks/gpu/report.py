@@ -34,7 +34,7 @@ Table 1, side by side per shape (ms; ratios > 1 mean libmaxsim is faster):
   %GEMM          libmaxsim's kernel-only TFLOP/s over the in-run cuBLAS bf16 rate
 Table 2, the Python binding (peers.py's libmaxsim-py rows: the maxsim package on the same tensors) per shape:
   py e2e         wall clock per maxsim.scores call (training: maxsim.torch.maxsim forward + autograd backward,
-                 atomic), synchronised; py ordered: the same call with stream_ordered=True
+                 atomic), synchronised; py ordered: the same calls with stream_ordered=True
   py events      CUDA events around binding calls enqueued back to back (stream-ordered where there is a row)
   ctypes e2e     the C API through ctypes (lib e2e above); lib kernel as above
   py over kernel py e2e - lib kernel - check, in us and as % of lib kernel

@@ -465,6 +465,16 @@ def _side(x: Any, mask: Any, what: str) -> _Side:
         if mask is not None:
             raise InvalidArgumentError(f"give the {what} mask to maxsim.Sets(...)")
         return _Side(x._dense, x.where, False, x.uniform_length, x)
+    if mask is None and _is_torch(x) and (x.ndim == 2 or x.ndim == 3):
+        # The common torch case, kept short: what Sets(x) builds for an unmasked [rows, dim] or [n, L, dim]
+        # tensor, without its general branches (the binding's host time per call is mostly such steps).
+        data = x.detach()
+        s = Sets.__new__(Sets)
+        s._dense = _core.DenseSets(data, None, 0, None, 0)
+        s.where = _Where("torch", data.device, bool(data.is_cuda))
+        s.uniform_length = data.shape[x.ndim - 2]
+        s._keep = (data, None, None)
+        return _Side(s._dense, s.where, x.ndim == 2, s.uniform_length, s)
     s = Sets(x, mask=mask, _what=what)
     single = getattr(x, "ndim", None) == 2
     return _Side(s._dense, s.where, single, s.uniform_length, s)
@@ -494,6 +504,11 @@ def _stream(where: _Where) -> int:
         return 0
     import torch
 
+    # torch's current stream on the tensors' device as a raw cudaStream_t: the accessor Triton uses, a fraction of
+    # the microseconds torch.cuda.current_stream() takes to build a Stream object; that one where it is missing.
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None and where.device.index is not None:
+        return int(raw(where.device.index))
     return int(torch.cuda.current_stream(where.device).cuda_stream)
 
 
