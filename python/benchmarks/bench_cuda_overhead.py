@@ -142,6 +142,7 @@ def pieces(torch, maxsim, mtorch, q, d1k, tq, td, grad):
     cases = {
         "q.__dlpack__()": lambda: qd.__dlpack__(),
         "_core.DenseSets(q)": lambda: _core.DenseSets(qd, None, 0, None, 0),
+        "_core.DenseSets(_dl(q)) (torch's C exporter)": lambda: _core.DenseSets(_api._dl(qd), None, 0, None, 0),
         "maxsim.Sets(q)": lambda: maxsim.Sets(q),
         "_side(q)": lambda: _api._side(q, None, "queries"),
         "torch.empty(1 x 1000)": lambda: torch.empty((1, 1000), dtype=torch.float32, device=dev),
@@ -189,7 +190,7 @@ def steps(torch, _api, _core, Q, D, label, want_arg, n=300):
         t.append(time.perf_counter())
         stream = _api._stream(where)
         t.append(time.perf_counter())
-        _core.score_matrix(ctx, q.obj, d.obj, 0, 0, out, arg, False, stream, bar, 0)
+        _core.score_matrix(ctx, q.obj, d.obj, 0, 0, _api._dl(out), _api._dl(arg), False, stream, bar, 0)
         t.append(time.perf_counter())
         g2.__exit__(None, None, None)
         g1.__exit__(None, None, None)

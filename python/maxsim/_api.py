@@ -58,6 +58,20 @@ def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "detach") and hasattr(x, "is_cuda")
 
 
+def _dl(x: Any) -> Any:
+    """A torch tensor as a DLPack capsule made by torch's C exporter (what Tensor.__dlpack__ ends in, without its
+    Python steps: a few microseconds per tensor of a call); anything else as it is. The capsule holds the tensor.
+    The library orders its work on the stream it is given (the caller's current one), so the stream handshake that
+    __dlpack__ makes with the consumer's stream is not needed."""
+    if _is_torch(x):
+        import torch
+
+        export = getattr(torch._C, "_to_dlpack", None)
+        if export is not None and x.layout == torch.strided and not x.requires_grad:
+            return export(x)
+    return x
+
+
 class _Where(NamedTuple):
     framework: str  # "numpy" or "torch"
     device: Any  # torch.device for torch, None for numpy
@@ -470,7 +484,7 @@ def _side(x: Any, mask: Any, what: str) -> _Side:
         # tensor, without its general branches (the binding's host time per call is mostly such steps).
         data = x.detach()
         s = Sets.__new__(Sets)
-        s._dense = _core.DenseSets(data, None, 0, None, 0)
+        s._dense = _core.DenseSets(_dl(data), None, 0, None, 0)
         s.where = _Where("torch", data.device, bool(data.is_cuda))
         s.uniform_length = data.shape[x.ndim - 2]
         s._keep = (data, None, None)
@@ -605,7 +619,7 @@ def scores(
     with _Progress(progress, nq * nd, "scores", "pairs") as bar, _on_device(where):
         ctx = context(threads, backend, isa, devices)  # creating one selects its device: inside the guard
         stats = _core.score_matrix(ctx, q.obj, d.obj, _enum(_METRICS, metric, "metric"), _enum(_MODES, mode, "mode"),
-                                   out, arg, return_stats, _stream(where), bar, _flags(stream_ordered))
+                                   _dl(out), _dl(arg), return_stats, _stream(where), bar, _flags(stream_ordered))
     out, arg = _to(out, back), _to(arg, back)
     if q.single or d.single:
         idx = tuple(0 if single else slice(None) for single in (q.single, d.single))
@@ -957,8 +971,9 @@ def backward(
     ca = None if candidates is None else _as_offsets(candidates)
     with _on_device(where):
         ctx = context(threads, backend, isa, devices)
-        _core.backward(ctx, q.obj, d.obj, _enum(_LAYOUTS, layout, "layout"), co, ca, _host_or_same(argmax),
-                       _host_or_same(grad_scores), gq, gd, bool(deterministic), _stream(where), _flags(stream_ordered))
+        _core.backward(ctx, q.obj, d.obj, _enum(_LAYOUTS, layout, "layout"), co, ca, _dl(_host_or_same(argmax)),
+                       _dl(_host_or_same(grad_scores)), _dl(gq), _dl(gd), bool(deterministic), _stream(where),
+                       _flags(stream_ordered))
     return gq, gd
 
 
