@@ -128,6 +128,20 @@ def pieces(torch, maxsim, mtorch, q, d1k, tq, td, grad):
     def c_call():
         _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, out, None, False, stream, None, 0)
 
+    ordered = _core.CALL_STREAM_ORDERED
+    side_stream = torch.cuda.Stream(device=dev)
+
+    def c_sync_then_sync():
+        _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, out, None, False, stream, None, 0)
+        torch.cuda.synchronize()
+
+    def c_ordered_then_sync():
+        _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, out, None, False, stream, None, ordered)
+        torch.cuda.synchronize()
+
+    def c_sync_side_stream():
+        _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, out, None, False, side_stream.cuda_stream, None, 0)
+
     def progress():
         with _api._Progress(False, 1000, "scores", "pairs"):
             pass
@@ -151,6 +165,10 @@ def pieces(torch, maxsim, mtorch, q, d1k, tq, td, grad):
         "context() lookup": lambda: _api.context(0, None, None, str(dev.index)),
         "_Progress enter/exit": progress,
         "_core.score_matrix (1k; prebuilt sides, output, context)": c_call,
+        "  the same + torch.cuda.synchronize()": c_sync_then_sync,
+        "  the same stream-ordered + torch.cuda.synchronize()": c_ordered_then_sync,
+        "  the same on a stream torch created (not the legacy default stream)": c_sync_side_stream,
+        "torch.cuda.synchronize() alone": torch.cuda.synchronize,
         "maxsim.scores (1k)": lambda: maxsim.scores(q, d1k),
         "train: _api.scores + argmax": lambda: _api.scores(ql, dl, return_argmax=True),
         "train: _api.backward": lambda: _api.backward(ql, dl, s_arg[1], g, deterministic=False),
