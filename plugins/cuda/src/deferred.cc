@@ -65,12 +65,18 @@ Status PollDeferred(Backend& b, bool wait) {
   DeferredState& st = b.deferred;
   size_t keep = 0;
   bool blocked = false;  // an earlier call has not finished: later ones (same stream, mostly) are not asked
-  for (size_t i = 0; i < st.pending.size(); ++i) {
+  Status failed;         // a wait that failed (a broken device): the calls from it on stay pending
+  size_t i = 0;
+  for (; i < st.pending.size(); ++i) {
     DeferredState::Pending& p = st.pending[i];
     const volatile DeferredWords* w = HostWords(b, p.slot);
     bool done = false;
     if (wait || w->failed != 0u) {
-      MSC_CUDA(cudaEventSynchronize(st.done[p.slot]));
+      const cudaError_t e = cudaEventSynchronize(st.done[p.slot]);
+      if (e != cudaSuccess) {
+        failed = CudaFail(e, "cudaEventSynchronize (a stream-ordered call)");
+        break;
+      }
       done = true;
     } else if (!blocked) {
       const cudaError_t q = cudaEventQuery(st.done[p.slot]);
@@ -79,7 +85,8 @@ Status PollDeferred(Backend& b, bool wait) {
       } else if (q == cudaErrorNotReady) {
         blocked = true;
       } else {
-        return CudaFail(q, "cudaEventQuery (a stream-ordered call)");
+        failed = CudaFail(q, "cudaEventQuery (a stream-ordered call)");
+        break;
       }
     }
     if (!done) {
@@ -90,8 +97,13 @@ Status PollDeferred(Backend& b, bool wait) {
     if (w->failed != 0u && st.error.ok()) st.error = Describe(p, w);
     st.free_slots.push_back(p.slot);
   }
+  // The list holds each pending call once, in order, whether or not a wait failed part-way: a retired call's slot
+  // is free and never also pending (else a later call could be handed a slot that a stale entry still names).
+  for (; i < st.pending.size(); ++i, ++keep) {
+    if (keep != i) st.pending[keep] = std::move(st.pending[i]);
+  }
   st.pending.resize(keep);
-  return Status::Ok();
+  return failed;
 }
 
 Status BeginOperation(Backend& b, cudaStream_t stream) {
