@@ -58,16 +58,18 @@ def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "detach") and hasattr(x, "is_cuda")
 
 
-def _dl(x: Any) -> Any:
+def _dl(x: Any, dtype: Optional[str] = None) -> Any:
     """A torch tensor as a DLPack capsule made by torch's C exporter (what Tensor.__dlpack__ ends in, without its
     Python steps: a few microseconds per tensor of a call); anything else as it is. The capsule holds the tensor.
     The library orders its work on the stream it is given (the caller's current one), so the stream handshake that
-    __dlpack__ makes with the consumer's stream is not needed."""
+    __dlpack__ makes with the consumer's stream is not needed. nanobind converts a tensor of another dtype than an
+    argument's but never a capsule: with `dtype` ("int32", "float32"), a tensor of another dtype is passed as it is."""
     if _is_torch(x):
         import torch
 
         export = getattr(torch._C, "_to_dlpack", None)
-        if export is not None and x.layout == torch.strided and not x.requires_grad:
+        if (export is not None and x.layout == torch.strided and not x.requires_grad and
+                (dtype is None or x.dtype == getattr(torch, dtype))):
             return export(x)
     return x
 
@@ -561,29 +563,29 @@ def _on_device(where: _Where) -> Any:
         return contextlib.nullcontext()
     import torch
 
-    get, put = getattr(torch._C, "_cuda_getDevice", None), getattr(torch._C, "_cuda_setDevice", None)
-    if get is None or put is None or where.device.index is None:
+    exchange = getattr(torch._C, "_cuda_exchangeDevice", None)
+    maybe_exchange = getattr(torch._C, "_cuda_maybeExchangeDevice", None)
+    if exchange is None or maybe_exchange is None or where.device.index is None:
         return torch.cuda.device(where.device)
-    return _DeviceGuard(where.device.index, get, put)
+    return _DeviceGuard(where.device.index, exchange, maybe_exchange)
 
 
 class _DeviceGuard:
-    """torch.cuda.device(index) in torch's two C calls, without its Python steps (a few microseconds per call):
-    makes `index` current, and on exit puts back the device that was current before if the call changed it."""
+    """torch.cuda.device(index) as the two C calls it makes (torch._C._cuda_exchangeDevice on entry,
+    _cuda_maybeExchangeDevice on exit), without its Python steps (a few microseconds per call). The exit call puts
+    the caller's device back only where it already has a CUDA context, as torch.cuda.device does, so a process that
+    uses cuda:1 alone gets no context on GPU 0."""
 
-    __slots__ = ("index", "get", "put", "prev")
+    __slots__ = ("index", "exchange", "maybe_exchange", "prev")
 
-    def __init__(self, index: int, get: Any, put: Any):
-        self.index, self.get, self.put = index, get, put
+    def __init__(self, index: int, exchange: Any, maybe_exchange: Any):
+        self.index, self.exchange, self.maybe_exchange = index, exchange, maybe_exchange
 
     def __enter__(self) -> None:
-        self.prev = self.get()
-        if self.prev != self.index:
-            self.put(self.index)
+        self.prev = self.exchange(self.index)
 
     def __exit__(self, *exc: Any) -> None:
-        if self.get() != self.prev:
-            self.put(self.prev)
+        self.maybe_exchange(self.prev)
 
 
 def _host_for_packed(q: _Side, d: _Side) -> tuple[_Side, _Side, Any]:
@@ -993,9 +995,9 @@ def backward(
     ca = None if candidates is None else _as_offsets(candidates)
     with _on_device(where):
         ctx = context(threads, backend, isa, devices)
-        _core.backward(ctx, q.obj, d.obj, _enum(_LAYOUTS, layout, "layout"), co, ca, _dl(_host_or_same(argmax)),
-                       _dl(_host_or_same(grad_scores)), _dl(gq), _dl(gd), bool(deterministic), _stream(where),
-                       _flags(stream_ordered))
+        _core.backward(ctx, q.obj, d.obj, _enum(_LAYOUTS, layout, "layout"), co, ca,
+                       _dl(_host_or_same(argmax), "int32"), _dl(_host_or_same(grad_scores), "float32"),
+                       _dl(gq), _dl(gd), bool(deterministic), _stream(where), _flags(stream_ordered))
     return gq, gd
 
 
