@@ -22,7 +22,10 @@ Implementations (each on the same bf16 torch tensors, d = 128, unit-norm Gaussia
 Whichever peer package is not importable is reported as missing, not skipped silently.
 MAXSIM_PEERS_IMPLS (a comma-separated subset of libmaxsim,libmaxsim-py,lik,flash; default all) limits the
 implementations run,
-and MAXSIM_PEERS_LIB_TAG is appended to libmaxsim's row names (a build variant selected by the environment).
+and MAXSIM_PEERS_LIB_TAG is appended to libmaxsim's C API row names (a build variant selected by the environment;
+not to the binding's rows, which report.py reads by name). The binding's rows name the libmaxsim shared objects
+the process had mapped (libmaxsim_loaded): the ctypes rows load --lib first, and a library of the same soname
+then serves the binding's extension too.
 Each peer row names the launch configuration its Triton autotuner chose ("configs").
 
     ncu --profile-from-start off ... python3 benchmarks/gpu/peers.py --lib L --shape textual-1k --profile lik --json -
@@ -247,46 +250,60 @@ def triton_configs(package):
     return found
 
 
+def loaded_libmaxsim():
+    """The libmaxsim shared objects this process has mapped (/proc/self/maps): a library loaded by soname once
+    (libmaxsim.so.0) serves every later loader, the binding's extension included."""
+    try:
+        with open("/proc/self/maps") as f:
+            return sorted({line.split()[-1] for line in f if "libmaxsim.so" in line and "/" in line})
+    except OSError:
+        return []
+
+
 def run_binding(torch, name, nq, lq, nd, Qs, Ds, lib_path, gen, train, lib, stream, measure, emit):
-    """The libmaxsim-py rows: the maxsim package on the shape's tensors."""
+    """The libmaxsim-py rows: the maxsim package on the shape's tensors. A failure outside a timed call is
+    reported as an error row, and the peers' rows still run."""
     os.environ.setdefault("MAXSIM_PLUGIN_PATH", os.path.dirname(os.path.abspath(lib_path)))
     try:
         import maxsim
         import maxsim.torch as mtorch
         where = {"version": maxsim.__version__, "module": os.path.dirname(maxsim.__file__),
-                 "backend": maxsim.info(backend="cuda")["backend"]}
+                 "backend": maxsim.info(backend="cuda")["backend"], "libmaxsim_loaded": loaded_libmaxsim()}
     except Exception as e:
         emit("libmaxsim-py", error=f"not usable: {type(e).__name__}: {str(e)[:300]}")
         return
-    if not train:
-        # The ctypes call's scores on the first copy, for the bits check.
-        want = None
-        if lib is not None and lib.backend == "cuda":
-            want = torch.empty(nq, nd, device="cuda", dtype=torch.float32)
-            lib.score_matrix(Qs[0], Ds[0], want, stream=stream)
-            torch.cuda.synchronize()
-        for ordered in (False, True):
-            res = {}
-            def f(i, ordered=ordered):
-                res["s"] = maxsim.scores(Qs[i], Ds[i], stream_ordered=ordered)
-            extra = dict(where)
-            if want is not None:
-                f(0)
+    try:
+        if not train:
+            # The ctypes call's scores on the first copy, for the bits check.
+            want = None
+            if lib is not None and lib.backend == "cuda":
+                want = torch.empty(nq, nd, device="cuda", dtype=torch.float32)
+                lib.score_matrix(Qs[0], Ds[0], want, stream=stream)
                 torch.cuda.synchronize()
-                extra["same_bits"] = int(torch.equal(res["s"].reshape(want.shape).view(torch.int32),
-                                                     want.view(torch.int32)))
-            measure("libmaxsim-py" + ("-ordered" if ordered else ""), f, result=lambda: res["s"], extra=extra)
-        maxsim.synchronize()  # the stream-ordered rows' deferred errors, if any, raise here
-        return
-    grad = torch.randn(nq, nd, device="cuda", generator=gen)
-    qg = [q.detach().clone().requires_grad_(True) for q in Qs]
-    dg = [d.detach().clone().requires_grad_(True) for d in Ds]
-    for impl, det, ordered in (("atomic", False, False), ("det", True, False), ("ordered", False, True)):
-        def step(i, det=det, ordered=ordered):
-            s = mtorch.maxsim(qg[i], dg[i], deterministic=det, stream_ordered=ordered)
-            s.backward(grad)
-        measure("libmaxsim-py-" + impl, step, extra=where)
-    maxsim.synchronize()
+            for ordered in (False, True):
+                res = {}
+                def f(i, ordered=ordered):
+                    res["s"] = maxsim.scores(Qs[i], Ds[i], stream_ordered=ordered)
+                extra = dict(where)
+                if want is not None:
+                    f(0)
+                    torch.cuda.synchronize()
+                    extra["same_bits"] = int(torch.equal(res["s"].reshape(want.shape).view(torch.int32),
+                                                         want.view(torch.int32)))
+                measure("libmaxsim-py" + ("-ordered" if ordered else ""), f, result=lambda: res["s"], extra=extra)
+            maxsim.synchronize()  # the stream-ordered rows' deferred errors, if any, raise here
+            return
+        grad = torch.randn(nq, nd, device="cuda", generator=gen)
+        qg = [q.detach().clone().requires_grad_(True) for q in Qs]
+        dg = [d.detach().clone().requires_grad_(True) for d in Ds]
+        for impl, det, ordered in (("atomic", False, False), ("det", True, False), ("ordered", False, True)):
+            def step(i, det=det, ordered=ordered):
+                s = mtorch.maxsim(qg[i], dg[i], deterministic=det, stream_ordered=ordered)
+                s.backward(grad)
+            measure("libmaxsim-py-" + impl, step, extra=where)
+        maxsim.synchronize()
+    except Exception as e:  # reported as a row, never hidden; the peers still run
+        emit("libmaxsim-py", error=f"{type(e).__name__}: {str(e)[:300]}")
 
 
 def run_shape(name, lib_path, out, profile=None):
@@ -304,7 +321,7 @@ def run_shape(name, lib_path, out, profile=None):
     dev = torch.cuda.get_device_name()
 
     def emit(impl, **kw):
-        if impl.startswith("libmaxsim"):
+        if impl.startswith("libmaxsim") and not impl.startswith("libmaxsim-py"):
             impl += os.environ.get("MAXSIM_PEERS_LIB_TAG", "")
         rec = {"shape": name, "impl": impl, "nq": nq, "lq": lq, "nd": nd, "ld": ld, "dim": DIM, "device": dev}
         rec.update(kw)

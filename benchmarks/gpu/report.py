@@ -37,9 +37,10 @@ Table 2, the Python binding (peers.py's libmaxsim-py rows: the maxsim package on
                  atomic), synchronised; py ordered: the same calls with stream_ordered=True
   py events      CUDA events around binding calls enqueued back to back (stream-ordered where there is a row)
   ctypes e2e     the C API through ctypes (lib e2e above); lib kernel as above
-  py over kernel py e2e - lib kernel - check, in us and as % of lib kernel
+  py over kernel py e2e - lib kernel (as in Table 1: without the input-check kernels), in us and as % of it
   peer e2e, e2e ratio   the best peer's wall clock, and it over py e2e (> 1: the binding is faster)
-  bits           whether the binding's scores have the ctypes call's bits (same_bits; training rows: -)
+  bits           whether the binding's scores have the ctypes call's bits (same_bits); n/a for training (no
+                 check), - where the run had no ctypes row to compare with
 Table 3: every gpu_bench row with TFLOP/s, GB/s, % of the in-run rates and the speed-up over naive PyTorch.
 """
 import argparse
@@ -85,7 +86,8 @@ def side_by_side(bench, base, peers):
     out = ["in-run ceilings: read kernel %s GB/s%s, device copy %s GB/s (read + write), cuBLAS bf16 %s TFLOP/s" % (
         fmt(read_bw, "%.0f"), how, fmt(copy_bw, "%.0f"), fmt(cublas, "%.0f"))]
     dev = next((r.get("device") for r in peers if r.get("device")), None)
-    versions = sorted({"%s %s" % (r["impl"], r["version"]) for r in peers if r.get("version")})
+    versions = sorted({"%s %s" % (r["impl"], r["version"]) for r in peers
+                       if r.get("version") and not r["impl"].startswith("libmaxsim")})
     if dev or versions:
         out.append("peers.py on %s: %s" % (dev or "?", ", ".join(versions) or "no peer rows"))
     # %ceil only where the run measured the per-shape ceilings (read-same-bytes rows).
@@ -170,14 +172,15 @@ def binding(peers):
         pe = min(peer_rows, key=lambda r: r["e2e_ms"]) if peer_rows else None
         lk = lib["kernel_ms"] - lib.get("check_ms", 0.0) if lib else None
         over = ("%.1f (%.0f%%)" % ((py["e2e_ms"] - lk) * 1e3, 100 * (py["e2e_ms"] - lk) / lk) if lk else "-")
-        bits = "-" if "same_bits" not in py else ("same" if py["same_bits"] and (
+        bits = "n/a" if is_train else "-" if "same_bits" not in py else ("same" if py["same_bits"] and (
             ordered is None or ordered.get("same_bits", 1)) else "DIFFER")
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             shape, fmt(py["e2e_ms"]), fmt(ordered["e2e_ms"] if ordered else None),
             fmt((ordered or py)["device_ms"]), fmt(lib["e2e_ms"] if lib else None), fmt(lk), over,
             fmt(pe["e2e_ms"] if pe else None), fmt(pe["e2e_ms"] / py["e2e_ms"] if pe else None, "%.2f"), bits))
-    mods = sorted({"%s from %s" % (r.get("version"), r.get("module")) for r in peers
-                   if r.get("impl", "").startswith("libmaxsim-py") and r.get("module")})
+    mods = sorted({"%s from %s%s" % (r.get("version"), r.get("module"), ", running " + " + ".join(
+                       r["libmaxsim_loaded"]) if r.get("libmaxsim_loaded") else "")
+                   for r in peers if r.get("impl", "").startswith("libmaxsim-py") and r.get("module")})
     if mods:
         out.append("- maxsim package: " + "; ".join(mods))
     return out
