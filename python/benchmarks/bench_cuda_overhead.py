@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """Where the Python binding's time goes on CUDA tensors (a machine with an NVIDIA GPU, torch and the CUDA plugin:
 MAXSIM_PLUGIN_PATH). Per case, the median wall time of one call with a synchronisation after it, beside the same
-call's GPU kernels (PyTorch profiler), and with --profile the binding's functions by their own time (cProfile over
-the timed calls), so that the host work over the kernels can be read function by function:
+call's GPU time (PyTorch profiler: its kernels, copies and memsets), and with --profile the binding's functions by
+their own time (cProfile over the timed calls, which then also slows the wall times it reports), so that the host
+work over the GPU's can be read function by function:
 
   scores-1k     maxsim.scores(Q, D): one 32-token query against 1000 documents of 300 tokens (textual-1k)
-  scores-10     the same against 10 documents (the kernels take a few microseconds: the overhead alone)
+  scores-10     the same against 10 documents (a small call: its GPU time, as measured, is no smaller than
+                scores-1k's on an H100, so it is not the binding's overhead alone)
   scores-10-ordered  the same with stream_ordered=True
   train-64      maxsim.torch.maxsim(Q, D) forward + autograd backward, 64 queries x 32 against 64 documents x 300
                 (peers.py's train-inbatch), atomic (deterministic=False)
@@ -126,21 +128,22 @@ def pieces(torch, maxsim, mtorch, q, d1k, tq, td, grad):
     metric, mode = _api._enum(_api._METRICS, "dot", "metric"), _api._enum(_api._MODES, "exact", "mode")
 
     def c_call():
-        _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, out, None, False, stream, None, 0)
+        _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, _api._dl(out), None, False, stream, None, 0)
 
     ordered = _core.CALL_STREAM_ORDERED
     side_stream = torch.cuda.Stream(device=dev)
 
     def c_sync_then_sync():
-        _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, out, None, False, stream, None, 0)
+        _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, _api._dl(out), None, False, stream, None, 0)
         torch.cuda.synchronize()
 
     def c_ordered_then_sync():
-        _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, out, None, False, stream, None, ordered)
+        _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, _api._dl(out), None, False, stream, None, ordered)
         torch.cuda.synchronize()
 
     def c_sync_side_stream():
-        _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, out, None, False, side_stream.cuda_stream, None, 0)
+        _core.score_matrix(ctx, qs.obj, ds.obj, metric, mode, _api._dl(out), None, False, side_stream.cuda_stream,
+                           None, 0)
 
     def progress():
         with _api._Progress(False, 1000, "scores", "pairs"):

@@ -228,17 +228,20 @@ cudaError_t LaunchExactTc(const ForwardArgs& a, cudaStream_t stream);
 // one-query matrix launch or the pairs layout; not candidate lists, which may repeat a document) and the documents
 // fit the grid (CoopFitsDocuments, on SetsView::MeanRows; 0 where the host does not know).
 // Around that rule (benchmarks/results/gpu-coop-rule-h100.md, 1000 documents, one query, the ring and the grid
-// forced, two calls): the grid was faster from 512 tokens (2.5-4.7%), at 600 pairs of 1030 tokens (3.4%) and for
-// 16-row queries (1.2-2.5%). Under 512 tokens it won where its four warps' steps came out even: each warp folds
+// forced, four calls): the grid was faster from 512 tokens (2.5-4.7%), at 600 pairs of 1030 tokens (3.4%) and for
+// 16-row queries (1.2-3.4%). Under 512 tokens it won where its four warps' steps came out even: each warp folds
 // every fourth 32-token step, so a block lasts its busiest warp's steps, and the share of those warp-steps that
-// carry tokens is rows / (128 x rounds). From 4/5 of that the grid was faster: 224 tokens (7/8) by 4.8%, 256 and
-// 384 (1) by 5.8-6.7% and 4.1-5.2%, 320 (5/6) by 2.5-3.2%, 352 (11/12) by 2.5-2.9%, 416 (13/16) by 1.1%, 448 (7/8)
-// by 2.5-2.7%; under it the ring was, or the two were even: 192 (3/4) 1.3%, 288 (3/4) 0.1-2.3%, 296-304
-// (textual-1k's 300: 0.78) 0.5-2.3%. At 128 tokens (one step per warp) the ring was faster by 9-10%, and at 200
-// and 208 (0.78, 0.81) by 3.4% and 3.9%, so the grid starts at kCoopMinEvenRows. At 15-30 pairs per SM of 300-token documents the grid was 0.7-1.9% faster, which the
-// rule leaves to the ring (the training forward, 31 pairs per SM that repeat each document 64 times, was 45%
-// faster there). Below dim 128 the ring was faster everywhere: dim 64 by 10% (1030-token documents), 15% (512)
-// and 29% (10000 x 300), dim 96 by 1.9% and 0.9%.
+// carry tokens is rows / (128 x rounds). From 4/5 of that the grid was faster: 224 tokens (7/8) by 4.1-4.8%, 240
+// (15/16) by 3.0%, 256 and 384 (1) by 5.8-7.1% and 4.1-5.2%, 320 (5/6) by 2.5-3.2%, 352 (11/12) by 2.5-3.4%, 416
+// (13/16) by 1.1%, 448 (7/8) by 2.5-3.0%, 480 (15/16) by 3.0%; under it the ring was, or the two were within 1%:
+// 192 (3/4) 1.2-1.3%, 272 (0.71) and 288 (3/4) 0-2.3%, 296-304 (textual-1k's 300: 0.78) 0.5-2.3%, 400 (0.78)
+// 0.9%. At 128 tokens (one step per warp) the ring was faster by 9-10%, and at 200 and 208 (0.78, 0.81) by 3.4%
+// and 3.9%, so the grid starts at kCoopMinEvenRows. The share is taken of the mean length: every shape timed had
+// documents of one length, and ragged corpora, which mix shares, were not timed on either side of the rule. At
+// 15-30 pairs per SM of 300-token documents the grid was 0.7-1.9% faster, which the rule leaves to the ring (the
+// training forward, 31 pairs per SM that repeat each document 64 times, was 45% faster there). Below dim 128 the
+// ring was faster everywhere: dim 64 by 10% (1030-token documents), 15% (512) and 29% (10000 x 300), dim 96 by
+// 1.9% and 0.9%.
 constexpr uint64_t kCoopMinPairsPerSm = 48;
 constexpr uint64_t kCoopLongDocRows = 512;
 constexpr uint64_t kCoopMinEvenRows = 224;
