@@ -73,6 +73,12 @@ def fmt(v, spec="%.4f"):
     return spec % v if isinstance(v, (int, float)) else "-"
 
 
+def peer_rows(prs):
+    """A shape's peer rows: every implementation but libmaxsim's own (C API and binding) and the forward-only
+    training rows."""
+    return [r for r in prs if not r["impl"].startswith("libmaxsim") and not r["impl"].endswith("-fwd")]
+
+
 def side_by_side(bench, base, peers):
     read_bw = next((r["bytes"] / r["ms"] / 1e6 for r in bench if r.get("shape") == "read"), None)
     cublas = next((r["tflops"] for r in base if r.get("baseline") == "cublas_bf16"), None)
@@ -101,9 +107,9 @@ def side_by_side(bench, base, peers):
         is_train = shape.startswith("train")
         lib_name = "libmaxsim-atomic" if is_train else "libmaxsim"
         lib = next((r for r in prs if r["impl"] == lib_name), None)
-        peer_rows = [r for r in prs if not r["impl"].startswith("libmaxsim") and not r["impl"].endswith("-fwd")]
-        pk = min(peer_rows, key=lambda r: r["kernel_ms"]) if peer_rows else None
-        pe = min(peer_rows, key=lambda r: r["e2e_ms"]) if peer_rows else None
+        peers_here = peer_rows(prs)
+        pk = min(peers_here, key=lambda r: r["kernel_ms"]) if peers_here else None
+        pe = min(peers_here, key=lambda r: r["e2e_ms"]) if peers_here else None
         kernel_row = bmap.get((shape, "fwd+bwd-atomic" if is_train else "exact"))
         if lib is None and kernel_row is None and pk is None:
             continue
@@ -168,8 +174,8 @@ def binding(peers):
             continue
         ordered = next((r for r in prs if r["impl"] == "libmaxsim-py-ordered"), None)
         lib = next((r for r in prs if r["impl"] == ("libmaxsim-atomic" if is_train else "libmaxsim")), None)
-        peer_rows = [r for r in prs if not r["impl"].startswith("libmaxsim") and not r["impl"].endswith("-fwd")]
-        pe = min(peer_rows, key=lambda r: r["e2e_ms"]) if peer_rows else None
+        peers_here = peer_rows(prs)
+        pe = min(peers_here, key=lambda r: r["e2e_ms"]) if peers_here else None
         lk = lib["kernel_ms"] - lib.get("check_ms", 0.0) if lib else None
         over = ("%.1f (%.0f%%)" % ((py["e2e_ms"] - lk) * 1e3, 100 * (py["e2e_ms"] - lk) / lk) if lk else "-")
         bits = "n/a" if is_train else "-" if "same_bits" not in py else ("same" if py["same_bits"] and (

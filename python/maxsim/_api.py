@@ -215,7 +215,7 @@ class Sets:
         self.uniform_length = data.shape[1] if ndim == 3 else (data.shape[0] if offsets is None else None)
         self.where = where
         self._keep = (data, offsets, m)
-        self._dense = _core.DenseSets(data, offsets, 0, m, _raw_dtype)
+        self._dense = _core.DenseSets(_dl(data), offsets, 0, m, _raw_dtype)
 
     @property
     def n_sets(self) -> int:
@@ -481,16 +481,6 @@ def _side(x: Any, mask: Any, what: str) -> _Side:
         if mask is not None:
             raise InvalidArgumentError(f"give the {what} mask to maxsim.Sets(...)")
         return _Side(x._dense, x.where, False, x.uniform_length, x)
-    if mask is None and _is_torch(x) and (x.ndim == 2 or x.ndim == 3):
-        # The common torch case, kept short: what Sets(x) builds for an unmasked [rows, dim] or [n, L, dim]
-        # tensor, without its general branches (the binding's host time per call is mostly such steps).
-        data = x.detach()
-        s = Sets.__new__(Sets)
-        s._dense = _core.DenseSets(_dl(data), None, 0, None, 0)
-        s.where = _Where("torch", data.device, bool(data.is_cuda))
-        s.uniform_length = data.shape[x.ndim - 2]
-        s._keep = (data, None, None)
-        return _Side(s._dense, s.where, x.ndim == 2, s.uniform_length, s)
     s = Sets(x, mask=mask, _what=what)
     single = getattr(x, "ndim", None) == 2
     return _Side(s._dense, s.where, single, s.uniform_length, s)
