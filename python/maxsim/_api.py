@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from typing import Any, NamedTuple, Optional, Sequence, Union, cast
 
@@ -55,7 +56,34 @@ def _enum(table: dict, value: str, what: str) -> int:
 # Frameworks
 # ---------------------------------------------------------------------------------------------------------------
 def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "detach") and hasattr(x, "is_cuda")
+    # A tensor exists only once torch is imported; maxsim never imports torch for a caller who does not use it.
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+class _TorchHooks(NamedTuple):
+    """torch's C entry points that the CUDA path calls per call, looked up once (None where this torch lacks one)."""
+    to_dlpack: Any
+    raw_stream: Any
+    exchange_device: Any
+    maybe_exchange_device: Any
+    strided: Any
+    dtypes: dict
+
+
+_torch_hooks: Optional[_TorchHooks] = None
+
+
+def _hooks() -> _TorchHooks:
+    global _torch_hooks
+    if _torch_hooks is None:
+        import torch
+
+        c = torch._C
+        _torch_hooks = _TorchHooks(getattr(c, "_to_dlpack", None), getattr(c, "_cuda_getCurrentRawStream", None),
+                                   getattr(c, "_cuda_exchangeDevice", None), getattr(c, "_cuda_maybeExchangeDevice", None),
+                                   torch.strided, {"float32": torch.float32, "int32": torch.int32})
+    return _torch_hooks
 
 
 def _dl(x: Any, dtype: Optional[str] = None) -> Any:
@@ -65,12 +93,10 @@ def _dl(x: Any, dtype: Optional[str] = None) -> Any:
     __dlpack__ makes with the consumer's stream is not needed. nanobind converts a tensor of another dtype than an
     argument's but never a capsule: with `dtype` ("int32", "float32"), a tensor of another dtype is passed as it is."""
     if _is_torch(x):
-        import torch
-
-        export = getattr(torch._C, "_to_dlpack", None)
-        if (export is not None and x.layout == torch.strided and not x.requires_grad and
-                (dtype is None or x.dtype == getattr(torch, dtype))):
-            return export(x)
+        h = _hooks()
+        if (h.to_dlpack is not None and x.layout == h.strided and not x.requires_grad and
+                (dtype is None or x.dtype == h.dtypes[dtype])):
+            return h.to_dlpack(x)
     return x
 
 
@@ -96,7 +122,7 @@ def _host_array(x: Any, what: str) -> Any:
     if isinstance(x, np.ndarray):
         return x
     if _is_torch(x):
-        return x.detach()
+        return x.detach() if x.requires_grad else x  # read only: a tensor outside autograd needs no detached view
     if hasattr(x, "__dlpack__"):
         return x
     try:
@@ -498,24 +524,19 @@ def _out_where(q: _Side, d: _Side) -> _Where:
 
 def _empty(where: _Where, shape: tuple, dtype: str) -> Any:
     if where.framework == "torch":
-        import torch
-
-        tdt = {"float32": torch.float32, "int32": torch.int32}[dtype]
-        return torch.empty(shape, dtype=tdt, device=where.device)
+        return sys.modules["torch"].empty(shape, dtype=_hooks().dtypes[dtype], device=where.device)
     return np.empty(shape, dtype=dtype)
 
 
 def _stream(where: _Where) -> int:
     if not where.cuda:
         return 0
-    import torch
-
     # torch's current stream on the tensors' device as a raw cudaStream_t: the accessor Triton uses, a fraction of
     # the microseconds torch.cuda.current_stream() takes to build a Stream object; that one where it is missing.
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    raw = _hooks().raw_stream
     if raw is not None and where.device.index is not None:
         return int(raw(where.device.index))
-    return int(torch.cuda.current_stream(where.device).cuda_stream)
+    return int(sys.modules["torch"].cuda.current_stream(where.device).cuda_stream)
 
 
 def _cuda_devices(tensor_devices: Sequence[Any], devices: Optional[str]) -> Optional[str]:
@@ -551,13 +572,10 @@ def _on_device(where: _Where) -> Any:
     plugin selects its device on the calling thread, which would otherwise change torch's current device)."""
     if not where.cuda:
         return contextlib.nullcontext()
-    import torch
-
-    exchange = getattr(torch._C, "_cuda_exchangeDevice", None)
-    maybe_exchange = getattr(torch._C, "_cuda_maybeExchangeDevice", None)
-    if exchange is None or maybe_exchange is None or where.device.index is None:
-        return torch.cuda.device(where.device)
-    return _DeviceGuard(where.device.index, exchange, maybe_exchange)
+    h = _hooks()
+    if h.exchange_device is None or h.maybe_exchange_device is None or where.device.index is None:
+        return sys.modules["torch"].cuda.device(where.device)
+    return _DeviceGuard(where.device.index, h.exchange_device, h.maybe_exchange_device)
 
 
 class _DeviceGuard:
