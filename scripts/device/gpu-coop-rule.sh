@@ -13,7 +13,6 @@
 #   rule  the plugin as built (the exact row runs the ring or the grid, as CoopChosen picks)
 #   ring  MAXSIM_CUDA_NO_COOP=1
 #   grid  MAXSIM_CUDA_EXPERIMENTAL=coop-always (the grid wherever CoopChosen is asked)
-#   gridw1, gridw2, gridw5  the same with the grid's blocks of 1, 2 or 5 warps (coop-w1, coop-w2, coop-w5)
 # gpu_bench has no kernel row that asks for the argmax, so every row here is values only.
 # Printed last, per shape: pairs per SM and tokens per document, the exact row's ms per side (mean over rounds)
 # and the spread of its rounds, the kernel each side's exact row ran (gpu_bench's exact_ran), the faster of ring and
@@ -46,11 +45,8 @@ t0=$(date +%s)
 for r in $(seq "${RULE_ROUNDS:-2}"); do
   for side in ${RULE_SIDES:-rule ring grid}; do
     e=()
-    case "$side" in
-      ring) e=(MAXSIM_CUDA_NO_COOP=1) ;;
-      grid) e=(MAXSIM_CUDA_EXPERIMENTAL=coop-always) ;;
-      gridw[125]) e=(MAXSIM_CUDA_EXPERIMENTAL=coop-always,coop-w${side#gridw}) ;;
-    esac
+    [ "$side" = ring ] && e=(MAXSIM_CUDA_NO_COOP=1)
+    [ "$side" = grid ] && e=(MAXSIM_CUDA_EXPERIMENTAL=coop-always)
     env "${e[@]}" MAXSIM_GPU_BENCH_ROWS=kernel timeout 240 "$B" "${args[@]}" --only "$only" \
       --json "$D/bench-$side-$r.json" > "$D/bench-$side-$r.txt" 2>&1 || echo "round $r $side: rc $?" >> "$A"
     grep -E " (exact|read-ring-schedule) " "$D/bench-$side-$r.txt" | sed "s|^|round $r $side  |" >> "$A"
@@ -95,8 +91,7 @@ sm = max(sms) if sms else 0
 if len(sms) > 1:
     print(f"(!) the processes saw different SM counts: {sorted(sms)}; pairs per SM below use {sm}")
 mean = lambda v: sum(v) / len(v)
-seen = {s for (_, s) in ms}
-sides = ("rule", "ring", "grid") + tuple(sorted(seen - {"rule", "ring", "grid"}))
+sides = ("rule", "ring", "grid")
 print(f"{'shape':10s} {'nq,lq,nd,ld,dim':22s} {'pairs/SM':>8s} " + " ".join(f"{s + ' ms':>8s}" for s in sides) +
       f" {'spread':>6s}  {'rule ran':8s} {'faster':6s} {'by':>6s}")
 losses, notes, uncompared = [], [], []

@@ -1354,14 +1354,8 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
   Context grid = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always", [](Context& g) { return std::move(g); });
   Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
   Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
-  // The grid's other block shapes (1, 2 and 5 warps per block: coop-w1, coop-w2, coop-w5), kept for measurement.
-  Context grid1 = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always,coop-w1", [](Context& g) { return std::move(g); });
-  Context grid2 = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always,coop-w2", [](Context& g) { return std::move(g); });
-  Context grid5 = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always,coop-w5", [](Context& g) { return std::move(g); });
   no_batch.Restore();
-  const std::vector<CoopSide> sides = {
-      {&grid, "grid"}, {&ring, "ring"}, {&grid1, "grid of 1-warp blocks"}, {&grid2, "grid of 2-warp blocks"},
-      {&grid5, "grid of 5-warp blocks"}};
+  const std::vector<CoopSide> sides = {{&grid, "grid"}, {&ring, "ring"}};
   struct Case {
     uint32_t dim;
     uint64_t max_lq;

@@ -245,8 +245,6 @@ Tuning ReadTuning() {
         t.experimental_screen_wgmma = true;
       } else if (name == "coop-always") {
         t.kernels.coop_always = true;
-      } else if (name == "coop-w1" || name == "coop-w2" || name == "coop-w5") {
-        t.kernels.coop_warps = static_cast<uint32_t>(name[6] - '0');
       } else if (!name.empty()) {
         t.unknown_experimental += (t.unknown_experimental.empty() ? "" : ",") + name;
       }
@@ -439,10 +437,6 @@ std::string SettingsText(const Backend& b) {
     experimental += std::string(experimental.empty() ? "" : ", ") +
                     "coop-always (the one-block-per-pair grid on every call it can run" +
                     (k.kernels.coop ? ")" : "; off: MAXSIM_CUDA_NO_COOP wins)");
-  }
-  if (k.kernels.coop_warps != 0) {
-    experimental += std::string(experimental.empty() ? "" : ", ") + "coop-w" + std::to_string(k.kernels.coop_warps) +
-                    " (the grid's blocks of " + std::to_string(k.kernels.coop_warps) + " warps)";
   }
   t += "experimental: " + (experimental.empty() ? std::string("none") : experimental) +
        source("MAXSIM_CUDA_EXPERIMENTAL") +

@@ -28,12 +28,6 @@ namespace {
 constexpr int kCoopWarps = 4;
 constexpr int kCoopStages = 2;
 constexpr int kCoopBlocksPerSm = 3;  // __launch_bounds__: 64 KB of shared memory each
-// Other warp counts for measurement (KernelSwitches::coop_warps, MAXSIM_CUDA_EXPERIMENTAL=coop-w1/w2/w5): as many
-// blocks per SM as their shared memory allows (16 KB a warp, 227 KB an SM, at most 13).
-template <int NW>
-constexpr int CoopBlocksPerSm() {
-  return NW == kCoopWarps ? kCoopBlocksPerSm : (227 / (16 * NW + 1) < 13 ? 227 / (16 * NW + 1) : 13);
-}
 
 // The query rows of a pair, zero past lq and dim, into `qbuf` (a free ring stage) in the ring's layout, with plain
 // loads (the cp.async groups stay the ring's); then each warp takes its fragments. Every thread of the block calls
@@ -112,10 +106,10 @@ __device__ __forceinline__ void MergeAndWrite(const ForwardArgs& a, uint64_t p, 
   WriteRows<MT, true>(a, p, qi, dj, 0, qb, lq, ld > 0, m, s_term, s_arg);
 }
 
-// FOLD 1: values only; 2: with argmax. Block p scores pair p with CW warps.
-template <typename T, int MT, int FOLD, int CW>
-__global__ void __launch_bounds__(CW * 32, CoopBlocksPerSm<CW>()) ExactTcCoopKernel(const ForwardArgs a) {
-  constexpr int S = kCoopStages;
+// FOLD 1: values only; 2: with argmax. Block p scores pair p.
+template <typename T, int MT, int FOLD>
+__global__ void __launch_bounds__(kCoopWarps * 32, kCoopBlocksPerSm) ExactTcCoopKernel(const ForwardArgs a) {
+  constexpr int CW = kCoopWarps, S = kCoopStages;
   extern __shared__ __align__(128) uint8_t coop_smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint64_t p = blockIdx.x;
@@ -165,30 +159,20 @@ __global__ void __launch_bounds__(CW * 32, CoopBlocksPerSm<CW>()) ExactTcCoopKer
   MergeAndWrite<MT, CW>(a, p, qi, dj, qb, lq, ld, check, saw_kept, best);
 }
 
-template <typename T, int MT, int FOLD, int CW>
+template <typename T, int MT, int FOLD>
 cudaError_t LaunchCoopFold(const ForwardArgs& a, cudaStream_t stream) {
-  constexpr int smem = CW * kCoopStages * kRingStageBytes;
-  const cudaError_t e = AllowDynamicSmemOnce<ExactTcCoopKernel<T, MT, FOLD, CW>>(smem);
+  constexpr int smem = kCoopWarps * kCoopStages * kRingStageBytes;
+  const cudaError_t e = AllowDynamicSmemOnce<ExactTcCoopKernel<T, MT, FOLD>>(smem);
   if (e != cudaSuccess) return e;
   if (a.pairs.n_pairs == 0) return cudaSuccess;
   if (a.pairs.n_pairs > 0x7fffffffull) return cudaErrorInvalidConfiguration;
-  ExactTcCoopKernel<T, MT, FOLD, CW><<<static_cast<unsigned>(a.pairs.n_pairs), CW * 32, smem, stream>>>(a);
+  ExactTcCoopKernel<T, MT, FOLD><<<static_cast<unsigned>(a.pairs.n_pairs), kCoopWarps * 32, smem, stream>>>(a);
   return cudaGetLastError();
-}
-
-template <typename T, int MT, int CW>
-cudaError_t LaunchCoopW(const ForwardArgs& a, cudaStream_t stream) {
-  return a.pairs.argmax ? LaunchCoopFold<T, MT, 2, CW>(a, stream) : LaunchCoopFold<T, MT, 1, CW>(a, stream);
 }
 
 template <typename T, int MT>
 cudaError_t LaunchCoopT(const ForwardArgs& a, cudaStream_t stream) {
-  switch (a.sw.coop_warps) {
-    case 1: return LaunchCoopW<T, MT, 1>(a, stream);
-    case 2: return LaunchCoopW<T, MT, 2>(a, stream);
-    case 5: return LaunchCoopW<T, MT, 5>(a, stream);
-    default: return LaunchCoopW<T, MT, kCoopWarps>(a, stream);
-  }
+  return a.pairs.argmax ? LaunchCoopFold<T, MT, 2>(a, stream) : LaunchCoopFold<T, MT, 1>(a, stream);
 }
 
 }  // namespace
@@ -218,8 +202,8 @@ bool CoopFitsDocuments(uint64_t rows) {
 int CoopBlocksPerSmGranted() {
   constexpr int smem = kCoopWarps * kCoopStages * kRingStageBytes;
   int n = 0;
-  if (AllowDynamicSmemOnce<ExactTcCoopKernel<__nv_bfloat16, 2, 1, kCoopWarps>>(smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ExactTcCoopKernel<__nv_bfloat16, 2, 1, kCoopWarps>, kCoopWarps * 32,
+  if (AllowDynamicSmemOnce<ExactTcCoopKernel<__nv_bfloat16, 2, 1>>(smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ExactTcCoopKernel<__nv_bfloat16, 2, 1>, kCoopWarps * 32,
                                                     smem) != cudaSuccess) {
     cudaGetLastError();  // a failed query must not surface as a later launch error
     return -1;

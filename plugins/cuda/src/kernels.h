@@ -162,9 +162,6 @@ struct KernelSwitches {
   // such call, whatever its rule says, for measuring the rule at its boundaries (coop false wins)
   bool coop = true;
   bool coop_always = false;
-  // The grid's warps per block (exact_coop.cu): 0 = kCoopWarps; 1, 2 or 5 (MAXSIM_CUDA_EXPERIMENTAL=coop-w1,
-  // coop-w2, coop-w5) for measuring other block shapes
-  uint32_t coop_warps = 0;
 };
 
 // The batch kernel's default stages copied ahead (KernelSwitches::batch_ahead 0): 3 where a block's first document
