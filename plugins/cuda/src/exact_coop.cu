@@ -24,7 +24,10 @@ namespace {
 // Then 2x3 at 4 per SM, 4x2 at 3, 4x3 at 2 and 8x2 at 1, in one call, two rounds each
 // (benchmarks/results/gpu-mem-coop-colpali-h100.md): on colpali-rerank (1030-token documents, 7.6 pairs per SM)
 // 0.0929, 0.0914, 0.0922 and 0.0946 ms against the ring's 0.0934; on textual-10k 0.2480, 0.2469, 0.2545 and 0.3808
-// against 0.2530. 4x2 is the one shape that leads on both.
+// against 0.2530. 4x2 is the one shape that leads on both. Blocks of 1, 2 and 5 warps (2 stages, as many per SM as
+// shared memory allows; 2 and 5 split a 300-token document's 10 steps evenly) were no faster on textual-1k
+// (0.0325-0.0333 ms, the ring 0.0328) and slower than 4 warps wherever the rule picks the grid
+// (benchmarks/results/gpu-coop-warps-h100.md).
 constexpr int kCoopWarps = 4;
 constexpr int kCoopStages = 2;
 constexpr int kCoopBlocksPerSm = 3;  // __launch_bounds__: 64 KB of shared memory each
