@@ -3,14 +3,15 @@
 """Tables of a GPU benchmark run, from what that run measured (no number is written into this script).
 
     report.py --bench gpu-bench.json --baselines gpu-baselines.json --peers peers.json \
-              [--combine result.json --command CMD --machine machine.txt]
+              [--floor api-floor-probe.json] [--combine result.json --command CMD --machine machine.txt]
     report.py --result benchmarks/results/gpu-h100.json        # the tables of a committed result file
 
 Inputs (one JSON object per line): gpu_bench (libmaxsim: kernel rows timed with CUDA events on the plugin's
 internal calls, public-API rows timed with the host clock, the read and copy bandwidth), baselines.py (cuBLAS
 bf16 rate, copy bandwidth, naive PyTorch) and peers.py (libmaxsim's public C API and the Triton peers on the same
-torch tensors, one process per shape: end-to-end, event and profiler kernel times). --combine writes one result
-file holding all three with the command, the machine and the date.
+torch tensors, one process per shape: end-to-end, event and profiler kernel times), and optionally
+api_floor_probe (the floors of a synchronous call in plain CUDA, printed under the ceilings). --combine writes one
+result file holding them with the command, the machine and the date.
 
 Table 1, side by side per shape (ms; ratios > 1 mean libmaxsim is faster):
   peer kernel    the best peer's kernel-only time (sum of its GPU kernels per call, profiler)
@@ -79,7 +80,24 @@ def peer_rows(prs):
     return [r for r in prs if not r["impl"].startswith("libmaxsim") and not r["impl"].endswith("-fwd")]
 
 
-def side_by_side(bench, base, peers):
+def floor_line(floor, bench):
+    """The in-run floors of a synchronous call (api_floor_probe.cu), beside textual-1k's resident API call."""
+    rows = {r["name"]: r["us"] for r in (floor or {}).get("rows", [])}
+    wait = rows.get("call query=empty wait=stream-sync scores=mapped")
+    call, kern = rows.get("call query=h2d wait=stream-sync scores=mapped"), rows.get("kernel-only query=h2d")
+    if wait is None or call is None or kern is None:
+        return []
+    bmap = {(r.get("shape"), r.get("mode")): r for r in bench}
+    res, ex = bmap.get(("textual-1k", "api-resident")), bmap.get(("textual-1k", "exact"))
+    here = ("; textual-1k's API resident call is %.1f us over its exact row" % ((res["ms"] - ex["ms"]) * 1e3)
+            if res and ex else "")
+    return ["in-run floors of a synchronous call (api_floor_probe.cu, plain CUDA, no library): an empty kernel launched "
+            "and waited for %.1f us; a %.0f MB read kernel with an %d-byte query through a pinned stage and mapped "
+            "scores (the API resident path) %.1f us over the same kernel enqueued back to back%s" % (
+                wait, floor.get("bytes", 0) / 1e6, floor.get("query_bytes", 0), call - kern, here)]
+
+
+def side_by_side(bench, base, peers, floor=None):
     read_bw = next((r["bytes"] / r["ms"] / 1e6 for r in bench if r.get("shape") == "read"), None)
     cublas = next((r["tflops"] for r in base if r.get("baseline") == "cublas_bf16"), None)
     copy_bw = next((r["gbps"] for r in base if r.get("baseline") == "copy_d2d"), None)
@@ -91,6 +109,7 @@ def side_by_side(bench, base, peers):
         rrow and "variant" in rrow) else ""
     out = ["in-run ceilings: read kernel %s GB/s%s, device copy %s GB/s (read + write), cuBLAS bf16 %s TFLOP/s" % (
         fmt(read_bw, "%.0f"), how, fmt(copy_bw, "%.0f"), fmt(cublas, "%.0f"))]
+    out += floor_line(floor, bench)
     dev = next((r.get("device") for r in peers if r.get("device")), None)
     versions = sorted({"%s %s" % (r["impl"], r["version"]) for r in peers
                        if r.get("version") and not r["impl"].startswith("libmaxsim")})
@@ -229,7 +248,7 @@ def tables(bench, base, peers, ctx, brief):
         if ctx.get("note"):  # what was left out of the run's file, and why
             out += ["Note: " + ctx["note"]]
         out += [""]
-    t1, read_bw, cublas, _ = side_by_side(bench, base, peers)
+    t1, read_bw, cublas, _ = side_by_side(bench, base, peers, (ctx or {}).get("floor"))
     out += t1 + binding(peers)
     if not brief:
         out += [""] + detail(bench, base, read_bw, cublas)
@@ -245,7 +264,8 @@ def render_result(path, brief):
     """The tables of a combined result file (scripts/bench-table.py quotes them in docs)."""
     with open(path) as f:
         res = json.load(f)
-    return tables(res["bench"], res["baselines"], res["peers"], res["context"], brief)
+    ctx = dict(res["context"], floor=res.get("floor"))
+    return tables(res["bench"], res["baselines"], res["peers"], ctx, brief)
 
 
 def main():
@@ -259,14 +279,19 @@ def main():
     ap.add_argument("--revision", help="the source revision (default: git describe)")
     ap.add_argument("--machine", help="a text file describing the machine (nvidia-smi, lscpu)")
     ap.add_argument("--brief", action="store_true", help="table 1 only")
+    ap.add_argument("--floor", help="api_floor_probe's JSON (the synchronous call's floors in plain CUDA)")
     args = ap.parse_args()
     if args.result:
         with open(args.result) as f:
             res = json.load(f)
-        bench, base, peers, ctx = res["bench"], res["baselines"], res["peers"], res["context"]
+        bench, base, peers, ctx = res["bench"], res["baselines"], res["peers"], dict(res["context"], floor=res.get("floor"))
     else:
         bench, base, peers = load_lines(args.bench), load_lines(args.baselines), load_lines(args.peers)
         ctx = None
+    floor = None
+    if args.floor:
+        with open(args.floor) as f:
+            floor = json.load(f)
     if args.combine:
         import datetime
         import subprocess
@@ -275,9 +300,15 @@ def main():
                                               text=True).stdout.strip()
         ctx = {"command": args.command, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "revision": rev or "unknown", "machine": machine}
+        res = {"context": ctx, "bench": bench, "baselines": base, "peers": peers}
+        if floor is not None:
+            res["floor"] = floor
         with open(args.combine, "w") as f:
-            json.dump({"context": ctx, "bench": bench, "baselines": base, "peers": peers}, f, indent=1)
+            json.dump(res, f, indent=1)
             f.write("\n")
+        ctx = dict(ctx, floor=floor)
+    elif floor is not None:
+        ctx = dict(ctx or {}, floor=floor)
     print(tables(bench, base, peers, ctx, args.brief))
     return 0
 

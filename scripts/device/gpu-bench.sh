@@ -3,7 +3,9 @@
 # kernel-only (internal calls timed with CUDA events), the public C API (GPU tensors in and out; a resident packed
 # corpus with host queries), and the Triton peers (late-interaction-kernels, flash-maxsim) on the same torch
 # tensors through benchmarks/gpu/peers.py, one process per shape; in-run baselines (plain read kernel, device
-# copy, cuBLAS bf16, naive PyTorch); one result file and its tables (benchmarks/gpu/report.py).
+# copy, cuBLAS bf16, naive PyTorch) and the synchronous call's floor in plain CUDA (benchmarks/gpu/api_floor_probe.cu:
+# a launch and its wait, and a textual-1k-sized call with its query through a pinned stage, which the public calls'
+# overheads are read against); one result file and its tables (benchmarks/gpu/report.py).
 # The peers come from their PyPI wheels, carried in .whl/ (docs/cuda.md, "Benchmarks"); without them their rows
 # say "not importable". So does the Python binding (peers.py's libmaxsim-py rows): the maxsim wheel that
 # scripts/make-py-wheels.sh builds into .whl/ from this checkout (its revision is named in the machine lines);
@@ -12,7 +14,7 @@
 # GPU_PEER_SHAPES (shapes for peers.py, default all).
 set -uo pipefail
 source scripts/device/env.sh
-gpu_build maxsim_gpu_bench maxsim_plugin_cuda maxsim || exit 1
+gpu_build maxsim_gpu_bench maxsim_plugin_cuda maxsim maxsim_api_floor_probe || exit 1
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader || true
   grep -m1 "Model name" /proc/cpuinfo 2> /dev/null || lscpu | grep -m1 "Model name"; nproc
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>&1 | tail -1
@@ -28,6 +30,13 @@ if [ "${MAXSIM_GPU_VARIANTS:-0}" = 1 ]; then
       echo "$v $line"
     done
   done > "$OUT/gpu-variants.txt"
+fi
+PROBE=$BUILD/benchmarks/gpu/maxsim_api_floor_probe
+frc=0
+if [ -x "$PROBE" ]; then
+  timeout 120 "$PROBE" --query-bytes 8192 --json "$OUT/api-floor-probe.json" > "$OUT/api-floor-probe.txt" 2>&1 || frc=$?
+else
+  echo "api_floor_probe: not built here (a prebuilt archive without it)" > "$OUT/api-floor-probe.txt"
 fi
 PYTHONUNBUFFERED=1 timeout 150 python3 benchmarks/gpu/baselines.py --json "$OUT/gpu-baselines.json" > "$OUT/gpu-baselines.txt" 2>&1
 prc=$?
@@ -52,11 +61,12 @@ if command -v cuobjdump > /dev/null && [ -f "$BUILD/libmaxsim-plugin-cuda.so" ];
 fi
 python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --baselines "$OUT/gpu-baselines.json" \
   --peers "$OUT/peers.json" --machine "$OUT/gpu-machine.txt" --combine "$OUT/gpu-result.json" \
+  $([ -f "$OUT/api-floor-probe.json" ] && echo --floor "$OUT/api-floor-probe.json") \
   --revision "$(tree_revision)" \
   --command "$(run_command 'PY_CUDA_[A-Z_]+' gpu-bench)" > "$OUT/gpu-report.md"
 {
   python3 benchmarks/gpu/report.py --result "$OUT/gpu-result.json" --brief
-  echo "bench rc $brc, baselines rc $prc, peers rc $pprc"
+  echo "bench rc $brc, baselines rc $prc, peers rc $pprc, floor probe rc $frc"
   [ -f "$OUT/sass-local.txt" ] && { echo "--- kernels with local-memory loads/stores in SASS: $(wc -l < "$OUT/sass-local.txt")"; head -n 8 "$OUT/sass-local.txt"; }
   [ -f "$OUT/gpu-variants.txt" ] && { echo "--- long-query exact kernel variants"; cat "$OUT/gpu-variants.txt"; }
   for f in "$OUT"/ncu-*.txt; do
