@@ -3,7 +3,8 @@
 # Lane `--cuda`: builds the CUDA plugin (-DMAXSIM_CUDA=ON, sm_90a PTX by default) and runs its CPU-side tests: it
 # exports one symbol, needs no CUDA runtime library, loads with this ABI, probes, and without a GPU reports
 # itself unavailable with the CPU giving the results (tests that need a GPU skip, saying so; the GPU suite itself
-# runs on a machine with an NVIDIA GPU: scripts/device/gpu-tests.sh). Needs nvcc (CUDA toolkit at
+# runs on a machine with an NVIDIA GPU: scripts/device/gpu-tests.sh); and the kernel-choice rules, which are host
+# functions (tests/cuda_rules_test.cc). Needs nvcc (CUDA toolkit at
 # /usr/local/cuda or on PATH). Environment: JOBS, BUILD_DIR (default build-cuda), CUDA_ARCHS (below).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,6 +28,8 @@ echo "cuda: building the CUDA plugin ($CUDA_ARCHS) and the CPU-side tests in $BU
 echo "cuda: slow: nvcc compiles one instance of the plugin's kernels per dtype, tile shape, dimension chunk and mode,"
 echo "cuda: most of them in screen.cu. With 90a-virtual (PTX only) it took 8 minutes on a 2-core machine shared with"
 echo "cuda: other builds; 90a-real (with ptxas) took 30. A line every 30 s says what is compiling."
-bash scripts/ninja-progress.sh "$BUILD_DIR" -j"$JOBS" maxsim_plugin_cuda maxsim_tests
+bash scripts/ninja-progress.sh "$BUILD_DIR" -j"$JOBS" maxsim_plugin_cuda maxsim_tests maxsim_cuda_rule_tests
 echo "cuda: the plugin's CPU-side tests"
 "$BUILD_DIR/tests/maxsim_tests" --gtest_filter='CudaPluginHost.*:PluginHost*:PluginAbi*:Plugins/PluginConformance.*'
+echo "cuda: the plugin's kernel-choice rules (host functions of its core)"
+"$BUILD_DIR/tests/maxsim_cuda_rule_tests"

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA plugin's kernel-choice rules, as host functions (no GPU needed: these are plain C++ over launch
+// arguments). The GPU suite checks that every kernel gives the same bits; this checks that each call goes to the
+// kernel the measurements chose, so a change to a rule's numbers fails here before it reaches a benchmark.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "kernels.h"
+
+namespace {
+
+using mscuda::CoopChosen;
+using mscuda::CoopFitsDocuments;
+using mscuda::ForwardArgs;
+
+constexpr int kH100Sms = 132;
+
+// One 32-row query against nd documents of `rows` tokens each (the matrix layout of a one-query call).
+ForwardArgs OneQuery(uint64_t nd, uint64_t rows, uint32_t dim = 128) {
+  ForwardArgs a;
+  a.q.dim = a.d.dim = dim;
+  a.q.set_length = 32;
+  a.q.n_sets = 1;
+  a.d.set_length = rows;
+  a.d.n_sets = nd;
+  a.pairs.layout = mscuda::kPairsMatrix;
+  a.pairs.n_pairs = nd;
+  a.pairs.nd = nd;
+  return a;
+}
+
+TEST(CudaKernelRules, GridTakesDocumentsWhoseStepsSplitEvenlyOverItsWarps) {
+  // benchmarks/results/gpu-coop-rule-h100.md: the grid was faster at these mean lengths (224-511 tokens where its
+  // four warps carry tokens for 4/5 or more of the busiest warp's steps, and from 512 on) ...
+  for (uint64_t rows : {224, 240, 256, 320, 352, 384, 416, 448, 480, 512, 576, 640, 768, 1030, 5000}) {
+    EXPECT_TRUE(CoopFitsDocuments(rows)) << rows << " tokens";
+  }
+  // ... and the ring (or the two within 1%) at these: textual-1k's 300 tokens among them (share 0.78), and 128,
+  // 200 and 208, where the share alone would say grid.
+  for (uint64_t rows : {0, 1, 32, 128, 192, 200, 208, 272, 288, 296, 300, 304, 400}) {
+    EXPECT_FALSE(CoopFitsDocuments(rows)) << rows << " tokens";
+  }
+}
+
+TEST(CudaKernelRules, GridForOneQueryCallsByDocumentLength) {
+  EXPECT_FALSE(CoopChosen(OneQuery(1000, 300), kH100Sms)) << "textual-1k keeps the ring";
+  EXPECT_TRUE(CoopChosen(OneQuery(1000, 1030), kH100Sms)) << "colpali-rerank runs the grid";
+  EXPECT_TRUE(CoopChosen(OneQuery(1000, 256), kH100Sms));
+  // Below dim 128 the ring was faster everywhere measured (dim 64: 10-29%, dim 96: 1-2%).
+  EXPECT_FALSE(CoopChosen(OneQuery(1000, 1030, 64), kH100Sms));
+  EXPECT_FALSE(CoopChosen(OneQuery(1000, 1030, 96), kH100Sms));
+  // Ragged documents: the mean length decides (offsets given, n_rows the rows of all sets).
+  ForwardArgs ragged = OneQuery(1000, 0);
+  static const uint64_t offsets[2] = {0, 0};
+  ragged.d.offsets = offsets;
+  ragged.d.n_rows = 1000 * 1030;
+  EXPECT_TRUE(CoopChosen(ragged, kH100Sms));
+  ragged.d.n_rows = 0;  // where the host does not know the rows, the ring
+  EXPECT_FALSE(CoopChosen(ragged, kH100Sms));
+}
+
+TEST(CudaKernelRules, GridFromFortyEightPairsPerSm) {
+  // textual-10k's many pairs: 48 per SM or more run the grid whatever the documents' length.
+  ForwardArgs a = OneQuery(48 * kH100Sms, 300);
+  EXPECT_TRUE(CoopChosen(a, kH100Sms));
+  a = OneQuery(48 * kH100Sms - 1, 300);
+  EXPECT_FALSE(CoopChosen(a, kH100Sms));
+  EXPECT_TRUE(CoopChosen(OneQuery(10000, 300), kH100Sms)) << "textual-10k";
+  EXPECT_FALSE(CoopChosen(OneQuery(10000, 300), 2 * kH100Sms)) << "on twice the SMs, 38 pairs per SM";
+}
+
+TEST(CudaKernelRules, DocumentsScoredMoreThanOnceKeepTheRing) {
+  // Several queries over the same documents (the training forward's kind) or candidate lists reuse documents
+  // from L2, which the ring keeps; the pairs layout scores each document once.
+  ForwardArgs matrix = OneQuery(1000, 1030);
+  matrix.q.n_sets = 2;
+  matrix.pairs.n_pairs = 2000;
+  EXPECT_FALSE(CoopChosen(matrix, kH100Sms));
+  ForwardArgs list = OneQuery(1000, 1030);
+  list.pairs.layout = mscuda::kPairsList;
+  EXPECT_FALSE(CoopChosen(list, kH100Sms));
+  ForwardArgs diagonal = OneQuery(1000, 1030);
+  diagonal.pairs.layout = mscuda::kPairsDiagonal;
+  EXPECT_TRUE(CoopChosen(diagonal, kH100Sms));
+}
+
+TEST(CudaKernelRules, SwitchesOverrideTheRule) {
+  ForwardArgs a = OneQuery(1000, 1030);
+  a.sw.coop = false;  // MAXSIM_CUDA_NO_COOP
+  EXPECT_FALSE(CoopChosen(a, kH100Sms));
+  ForwardArgs b = OneQuery(1000, 300, 64);
+  b.sw.coop_always = true;  // MAXSIM_CUDA_EXPERIMENTAL=coop-always
+  EXPECT_TRUE(CoopChosen(b, kH100Sms));
+  b.sw.coop = false;  // NO_COOP wins
+  EXPECT_FALSE(CoopChosen(b, kH100Sms));
+  ForwardArgs huge = OneQuery(1ull << 31, 1030);
+  huge.sw.coop_always = true;  // a grid has at most 2^31 - 1 blocks
+  EXPECT_FALSE(CoopChosen(huge, kH100Sms));
+}
+
+}  // namespace
