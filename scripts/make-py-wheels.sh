@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Fills .whl/ (git-ignored) with the wheels that the device sections py-cuda and gpu-bench install with `pip
-# --no-index` on a GPU machine that cannot reach a registry: the Triton peers gpu-bench times (late-interaction-kernels,
-# flash-maxsim), the build backend (scikit-build-core, nanobind and what they need), pytest, pip, PyLate (no dependencies) with the three packages its scoring and ranking modules import that the
+# --no-index` on a GPU machine that cannot reach a registry: the Triton peers gpu-bench times
+# (late-interaction-kernels, flash-maxsim), the build backend (scikit-build-core, nanobind and what they need),
+# pytest, pip, PyLate (no dependencies) with the three packages its scoring and ranking modules import that the
 # machine lacks (pylate.scores imports pylate.utils, which imports `datasets`; datasets needs dill and multiprocess,
 # and the rest of what it imports, pyarrow, pandas, xxhash, fsspec, huggingface-hub, is in the image, as are
 # torch and transformers; KINDS.md lists the image's packages) and colpali-engine with peft (no dependencies: the
@@ -19,7 +20,8 @@ mkdir -p .whl
 "${PIP[@]}" --no-deps "colpali-engine==0.3.18" "peft>=0.18,<0.21"  # colpali-engine's processing + losses modules
 # The Triton peers that gpu-bench times beside libmaxsim (benchmarks/gpu/peers.py; the GPU machine has torch and
 # triton): without them a record run's peer columns are empty ("not importable").
-"${PIP[@]}" --no-deps "late-interaction-kernels==0.4.5" "flash-maxsim==0.3.0"
+"${PIP[@]}" --no-deps --python-version "$PY_VERSION" --implementation cp "late-interaction-kernels==0.4.5" \
+  "flash-maxsim==0.3.0"
 # What `import pylate.scores, pylate.rank` needs beyond the image (~0.9 MB; datasets 5.2.0's pins for the other two).
 "${PIP[@]}" --no-deps --python-version "$PY_VERSION" --implementation cp "datasets==5.2.0" "dill==0.4.1" \
   "multiprocess==0.70.19"

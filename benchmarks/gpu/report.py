@@ -82,7 +82,9 @@ def peer_rows(prs):
 
 def floor_line(floor, bench):
     """The in-run floors of a synchronous call (api_floor_probe.cu), beside textual-1k's resident API call."""
-    rows = {r["name"]: r["us"] for r in (floor or {}).get("rows", [])}
+    if not isinstance(floor, dict):
+        return []
+    rows = {r.get("name"): r.get("us") for r in floor.get("rows", []) if isinstance(r, dict)}
     wait = rows.get("call query=empty wait=stream-sync scores=mapped")
     call, kern = rows.get("call query=h2d wait=stream-sync scores=mapped"), rows.get("kernel-only query=h2d")
     if wait is None or call is None or kern is None:
@@ -238,7 +240,7 @@ def detail(bench, base, read_bw, cublas):
     return out
 
 
-def tables(bench, base, peers, ctx, brief):
+def tables(bench, base, peers, ctx, brief, floor=None):
     """The report's text: the run line, the side-by-side table, and (unless brief) the full table."""
     out = []
     if ctx:
@@ -248,7 +250,7 @@ def tables(bench, base, peers, ctx, brief):
         if ctx.get("note"):  # what was left out of the run's file, and why
             out += ["Note: " + ctx["note"]]
         out += [""]
-    t1, read_bw, cublas, _ = side_by_side(bench, base, peers, (ctx or {}).get("floor"))
+    t1, read_bw, cublas, _ = side_by_side(bench, base, peers, floor)
     out += t1 + binding(peers)
     if not brief:
         out += [""] + detail(bench, base, read_bw, cublas)
@@ -264,8 +266,7 @@ def render_result(path, brief):
     """The tables of a combined result file (scripts/bench-table.py quotes them in docs)."""
     with open(path) as f:
         res = json.load(f)
-    ctx = dict(res["context"], floor=res.get("floor"))
-    return tables(res["bench"], res["baselines"], res["peers"], ctx, brief)
+    return tables(res["bench"], res["baselines"], res["peers"], res["context"], brief, res.get("floor"))
 
 
 def main():
@@ -284,11 +285,11 @@ def main():
     if args.result:
         with open(args.result) as f:
             res = json.load(f)
-        bench, base, peers, ctx = res["bench"], res["baselines"], res["peers"], dict(res["context"], floor=res.get("floor"))
+        bench, base, peers, ctx = res["bench"], res["baselines"], res["peers"], res["context"]
+        floor = res.get("floor")
     else:
         bench, base, peers = load_lines(args.bench), load_lines(args.baselines), load_lines(args.peers)
-        ctx = None
-    floor = None
+        ctx, floor = None, None
     if args.floor:
         with open(args.floor) as f:
             floor = json.load(f)
@@ -306,10 +307,7 @@ def main():
         with open(args.combine, "w") as f:
             json.dump(res, f, indent=1)
             f.write("\n")
-        ctx = dict(ctx, floor=floor)
-    elif floor is not None:
-        ctx = dict(ctx or {}, floor=floor)
-    print(tables(bench, base, peers, ctx, args.brief))
+    print(tables(bench, base, peers, ctx, args.brief, floor))
     return 0
 
 

@@ -57,8 +57,8 @@ def _enum(table: dict, value: str, what: str) -> int:
 # ---------------------------------------------------------------------------------------------------------------
 def _is_torch(x: Any) -> bool:
     # A tensor exists only once torch is imported; maxsim never imports torch for a caller who does not use it.
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+    tensor = getattr(sys.modules.get("torch"), "Tensor", None)  # None too while torch is only partly imported
+    return isinstance(tensor, type) and isinstance(x, tensor)
 
 
 class _TorchHooks(NamedTuple):
