@@ -245,8 +245,6 @@ Tuning ReadTuning() {
         t.experimental_screen_wgmma = true;
       } else if (name == "coop-always") {
         t.kernels.coop_always = true;
-      } else if (name.rfind("ring-abl", 0) == 0 && name.size() == 9 && name[8] >= '1' && name[8] <= '7') {
-        t.kernels.ring_ablation = static_cast<uint32_t>(name[8] - '0');
       } else if (!name.empty()) {
         t.unknown_experimental += (t.unknown_experimental.empty() ? "" : ",") + name;
       }

@@ -392,9 +392,7 @@ constexpr int kPipeStageBytes = kRingStageBytes;
 
 // FOLD: 0 any call (the fold chosen per launch); 1 dot without a document mask, scores only; 2 the same with
 // argmax (LaunchPipe).
-// ABL (measurement only, wrong results): bit 0 skips the query's loads (zero fragments), bit 1 replaces the
-// epilogue (CheckRowMaxima + WriteRows) with one float per pair, bit 2 skips the last step's fold.
-template <typename T, int MT, int kPipeWarps, int kPipeStages, int FOLD, int ABL = 0>
+template <typename T, int MT, int kPipeWarps, int kPipeStages, int FOLD>
 __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const ForwardArgs a, uint64_t n_warps) {
   extern __shared__ __align__(128) uint8_t ring_all[];
   __shared__ float s_term[kPipeWarps][MT * 16];
@@ -442,14 +440,6 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
     a.pairs.Resolve(p, &qi, &dj);
     const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
     const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
-    if ((ABL & 1) && qi != loaded_q) {
-      loaded_q = qi;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) qa[mt][c] = qc[mt][c] = make_uint4(lane, 0, 0, 0);
-      }
-    }
     if (qi != loaded_q) {
       loaded_q = qi;
       const uint8_t* qbase = a.q.orig + qb * qrb;
@@ -472,12 +462,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
       produce();
       const uint32_t st = ring + (consumed % kPipeStages) * kPipeStageBytes;
       ++consumed;
-      if ((ABL & 4) && base + kPipeStep >= ld) break;
       FoldRingStep<T, MT, FOLD>(a, st, base, db, ld, qa, qc, fast, want_arg, check, best, saw_kept);
-    }
-    if constexpr ((ABL & 2) != 0) {
-      if (lane == 0) *a.pairs.ScorePtr(p, qi, dj) = best.v[0][0];
-      continue;
     }
     CheckRowMaxima(fast, check, saw_kept, best);
     const bool doc_nonempty = FOLD == 0 && a.d.mask ? __any_sync(kFull, saw_kept) : ld > 0;
@@ -487,25 +472,14 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   CpAsyncWait<0>();
 }
 
-template <typename T, int MT, int W, int S, int FOLD, int ABL = 0>
+template <typename T, int MT, int W, int S, int FOLD>
 cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
   const int smem = W * S * kPipeStageBytes;
-  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S, FOLD, ABL>>(smem);
+  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S, FOLD>>(smem);
   if (e != cudaSuccess) return e;
   const uint64_t n_warps = static_cast<uint64_t>(sms) * W;
-  ExactTcPipeKernel<T, MT, W, S, FOLD, ABL><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
+  ExactTcPipeKernel<T, MT, W, S, FOLD><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
   return cudaGetLastError();
-}
-
-template <typename T, int MT>
-cudaError_t LaunchPipeAblation(const ForwardArgs& a, int sms, cudaStream_t stream) {
-  switch (a.sw.ring_ablation) {
-    case 1: return LaunchPipeWS<T, MT, 8, 3, 1, 1>(a, sms, stream);
-    case 2: return LaunchPipeWS<T, MT, 8, 3, 1, 2>(a, sms, stream);
-    case 3: return LaunchPipeWS<T, MT, 8, 3, 1, 3>(a, sms, stream);
-    case 4: return LaunchPipeWS<T, MT, 8, 3, 1, 4>(a, sms, stream);
-    default: return LaunchPipeWS<T, MT, 8, 3, 1, 7>(a, sms, stream);
-  }
 }
 
 // Ring shape (warps per block x stages of 8 KB, one block per SM): 8x3, the fastest of 8x3, 6x4, 4x7 and 5x5 on
@@ -526,7 +500,6 @@ template <typename T, int MT>
 cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
   if (a.cosine || a.d.mask != nullptr) return LaunchPipeWS<T, MT, 8, 3, 0>(a, sms, stream);
   if (CoopChosen(a, sms)) return LaunchExactCoop(a, stream);
-  if (a.sw.ring_ablation != 0 && !a.pairs.argmax) return LaunchPipeAblation<T, MT>(a, sms, stream);
   return a.pairs.argmax ? LaunchPipeWS<T, MT, 8, 3, 2>(a, sms, stream) : LaunchPipeWS<T, MT, 8, 3, 1>(a, sms, stream);
 }
 

@@ -162,8 +162,6 @@ struct KernelSwitches {
   // such call, whatever its rule says, for measuring the rule at its boundaries (coop false wins)
   bool coop = true;
   bool coop_always = false;
-  // Measurement only (wrong results): the ring kernel's ablations (MAXSIM_CUDA_EXPERIMENTAL=ring-abl1..7, exact.cu)
-  uint32_t ring_ablation = 0;
 };
 
 // The batch kernel's default stages copied ahead (KernelSwitches::batch_ahead 0): 3 where a block's first document
