@@ -59,9 +59,11 @@ if command -v cuobjdump > /dev/null && [ -f "$BUILD/libmaxsim-plugin-cuda.so" ];
   cuobjdump -sass "$BUILD/libmaxsim-plugin-cuda.so" 2> /dev/null |
     awk '/Function :/{f=$3} /LDL|STL/{n[f]++} END{for (k in n) print n[k], k}' | sort -rn > "$OUT/sass-local.txt"
 fi
+floor_arg=()
+[ -f "$OUT/api-floor-probe.json" ] && floor_arg=(--floor "$OUT/api-floor-probe.json")
 python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --baselines "$OUT/gpu-baselines.json" \
   --peers "$OUT/peers.json" --machine "$OUT/gpu-machine.txt" --combine "$OUT/gpu-result.json" \
-  $([ -f "$OUT/api-floor-probe.json" ] && echo --floor "$OUT/api-floor-probe.json") \
+  "${floor_arg[@]}" \
   --revision "$(tree_revision)" \
   --command "$(run_command 'PY_CUDA_[A-Z_]+' gpu-bench)" > "$OUT/gpu-report.md"
 {
