@@ -47,6 +47,7 @@ Table 3: every gpu_bench row with TFLOP/s, GB/s, % of the in-run rates and the s
 import argparse
 import json
 import sys
+from typing import NamedTuple, Optional
 
 ORDER = ["textual-1k", "textual-10k", "colpali-rerank", "q128", "visual", "serve-textual-10k-64q",
          "serve-colpali-16q", "train-inbatch"]
@@ -74,13 +75,31 @@ def fmt(v, spec="%.4f"):
     return spec % v if isinstance(v, (int, float)) else "-"
 
 
-def peer_rows(prs):
-    """A shape's peer rows: every implementation but libmaxsim's own (C API and binding) and the forward-only
-    training rows."""
-    return [r for r in prs if not r["impl"].startswith("libmaxsim") and not r["impl"].endswith("-fwd")]
+class ShapeRows(NamedTuple):
+    """One shape's peers.py rows without errors: libmaxsim's C API row (training: atomic) and the fastest peer by
+    kernel-only and by end-to-end time (every implementation but libmaxsim's own, C API and binding, and the
+    forward-only training rows)."""
+    rows: list
+    lib: Optional[dict]
+    best_kernel: Optional[dict]
+    best_e2e: Optional[dict]
 
 
-def floor_line(floor, bench):
+def shape_rows(peers, shape):
+    rows = [r for r in peers if r.get("shape") == shape and "error" not in r]
+    lib_name = "libmaxsim-atomic" if shape.startswith("train") else "libmaxsim"
+    lib = next((r for r in rows if r["impl"] == lib_name), None)
+    others = [r for r in rows if not r["impl"].startswith("libmaxsim") and not r["impl"].endswith("-fwd")]
+    return ShapeRows(rows, lib, min(others, key=lambda r: r["kernel_ms"]) if others else None,
+                     min(others, key=lambda r: r["e2e_ms"]) if others else None)
+
+
+def lib_kernel_ms(lib):
+    """libmaxsim's kernel-only time of a C API row: its GPU kernels per call but the input checks."""
+    return lib["kernel_ms"] - lib.get("check_ms", 0.0) if lib else None
+
+
+def floor_line(floor, bmap):
     """The in-run floors of a synchronous call (api_floor_probe.cu), beside textual-1k's resident API call."""
     if not isinstance(floor, dict):
         return []
@@ -89,7 +108,6 @@ def floor_line(floor, bench):
     call, kern = rows.get("call query=h2d wait=stream-sync scores=mapped"), rows.get("kernel-only query=h2d")
     if wait is None or call is None or kern is None:
         return []
-    bmap = {(r.get("shape"), r.get("mode")): r for r in bench}
     res, ex = bmap.get(("textual-1k", "api-resident")), bmap.get(("textual-1k", "exact"))
     here = ("; textual-1k's API resident call is %.1f us over its exact row" % ((res["ms"] - ex["ms"]) * 1e3)
             if res and ex else "")
@@ -111,7 +129,8 @@ def side_by_side(bench, base, peers, floor=None):
         rrow and "variant" in rrow) else ""
     out = ["in-run ceilings: read kernel %s GB/s%s, device copy %s GB/s (read + write), cuBLAS bf16 %s TFLOP/s" % (
         fmt(read_bw, "%.0f"), how, fmt(copy_bw, "%.0f"), fmt(cublas, "%.0f"))]
-    out += floor_line(floor, bench)
+    bmap = {(r.get("shape"), r.get("mode")): r for r in bench}
+    out += floor_line(floor, bmap)
     dev = next((r.get("device") for r in peers if r.get("device")), None)
     versions = sorted({"%s %s" % (r["impl"], r["version"]) for r in peers
                        if r.get("version") and not r["impl"].startswith("libmaxsim")})
@@ -122,19 +141,13 @@ def side_by_side(bench, base, peers, floor=None):
     hdr = ("| shape | peer kernel | lib kernel | check | API gpu | API resident | lib e2e | peer e2e | k ratio "
            "| e2e ratio | overhead us (%) | %read |" + (" %ceil |" if has_ceil else "") + " %GEMM |")
     out += [hdr, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if has_ceil else "") + "---:|"]
-    bmap = {(r.get("shape"), r.get("mode")): r for r in bench}
     for shape in ORDER:
-        prs = [r for r in peers if r.get("shape") == shape and "error" not in r]
         is_train = shape.startswith("train")
-        lib_name = "libmaxsim-atomic" if is_train else "libmaxsim"
-        lib = next((r for r in prs if r["impl"] == lib_name), None)
-        peers_here = peer_rows(prs)
-        pk = min(peers_here, key=lambda r: r["kernel_ms"]) if peers_here else None
-        pe = min(peers_here, key=lambda r: r["e2e_ms"]) if peers_here else None
+        _, lib, pk, pe = shape_rows(peers, shape)
         kernel_row = bmap.get((shape, "fwd+bwd-atomic" if is_train else "exact"))
         if lib is None and kernel_row is None and pk is None:
             continue
-        lk = lib["kernel_ms"] - lib.get("check_ms", 0.0) if lib else (kernel_row["ms"] if kernel_row else None)
+        lk = lib_kernel_ms(lib) if lib else (kernel_row["ms"] if kernel_row else None)
         chk = lib.get("check_ms") if lib else None
         lib_e2e = lib["e2e_ms"] if lib else None
         r = bmap.get((shape, "api-fwd+bwd-atomic" if is_train else "api-dense"))
@@ -188,16 +201,13 @@ def binding(peers):
            "| shape | py e2e | py ordered | py events | ctypes e2e | lib kernel | py over kernel us (%) | peer e2e "
            "| e2e ratio | bits |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for shape in ORDER:
-        prs = [r for r in peers if r.get("shape") == shape and "error" not in r]
         is_train = shape.startswith("train")
+        prs, lib, _, pe = shape_rows(peers, shape)
         py = next((r for r in prs if r["impl"] == ("libmaxsim-py-atomic" if is_train else "libmaxsim-py")), None)
         if py is None:
             continue
         ordered = next((r for r in prs if r["impl"] == "libmaxsim-py-ordered"), None)
-        lib = next((r for r in prs if r["impl"] == ("libmaxsim-atomic" if is_train else "libmaxsim")), None)
-        peers_here = peer_rows(prs)
-        pe = min(peers_here, key=lambda r: r["e2e_ms"]) if peers_here else None
-        lk = lib["kernel_ms"] - lib.get("check_ms", 0.0) if lib else None
+        lk = lib_kernel_ms(lib)
         over = ("%.1f (%.0f%%)" % ((py["e2e_ms"] - lk) * 1e3, 100 * (py["e2e_ms"] - lk) / lk) if lk else "-")
         bits = "n/a" if is_train else "-" if "same_bits" not in py else ("same" if py["same_bits"] and (
             ordered is None or ordered.get("same_bits", 1)) else "DIFFER")
