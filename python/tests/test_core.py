@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -26,6 +27,17 @@ def test_version_and_info():
     assert info["kernel"] in names and "scalar" in names
     assert info["threads"] >= 1 and info["backend"] in ("cpu", "cuda")
     assert "Selected kernel" in info["report"]
+
+
+def test_a_stub_torch_module_does_not_break_numpy_calls(rng, monkeypatch):
+    # maxsim recognises torch tensors through the imported torch module; a module without Tensor (a stub, or torch
+    # part-way through its import) must leave numpy calls alone.
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    Q, D = rng.standard_normal((1, 2, 8), dtype=np.float32), rng.standard_normal((3, 2, 8), dtype=np.float32)
+    S = maxsim.scores(Q, D)
+    assert isinstance(S, np.ndarray) and S.shape == (1, 3)
 
 
 @pytest.mark.parametrize("metric", ["dot", "cosine"])

@@ -40,6 +40,18 @@ def test_tensor_in_tensor_out_same_bits_as_numpy():
     assert isinstance(top.scores, torch.Tensor) and top.indices.dtype == torch.int64
 
 
+class _MyTensor(torch.Tensor):  # a subclass defined outside any torch module
+    pass
+
+
+def test_tensor_subclasses_are_torch_tensors():
+    g = torch.Generator().manual_seed(3)
+    Q, D = torch.randn(2, 4, 16, generator=g), torch.randn(3, 6, 16, generator=g)
+    S = maxsim.scores(Q.as_subclass(_MyTensor), D.numpy())
+    assert isinstance(S, torch.Tensor), type(S)
+    assert np.array_equal(S.numpy(), maxsim.scores(Q.numpy(), D.numpy()))
+
+
 def test_requires_grad_inputs_and_masks():
     g = torch.Generator().manual_seed(1)
     Q = torch.randn(2, 6, 16, generator=g, requires_grad=True)
