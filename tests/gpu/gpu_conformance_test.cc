@@ -1331,6 +1331,55 @@ void ExpectCrossWarpTies(Context& one, const std::vector<CoopSide>& sides, std::
   }
 }
 
+TEST_F(Gpu, OneQueryRingLaunchesShareTheQuery) {
+  // A launch of one query on the ring kernel copies the query into shared memory once per block (its own cp.async
+  // group, one block barrier) and each warp takes its fragments with ldmatrix; launches of several queries load
+  // them per warp. It must give the one-pair-per-warp kernel's bits and the reference: 1-, 16- and 29-row queries
+  // (one and two m tiles; rows past the query are zero), dims 64, 96 and 128, dot with and without argmax and
+  // cosine, ragged documents with empty ones, with fewer pairs than warps (warps without pairs still meet the
+  // barrier) and with several pairs per warp. MAXSIM_CUDA_NO_COOP keeps dim 128 on the ring.
+  const ShardDevices dev = ContextDevices();
+  ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
+  const uint64_t sms = dev.max_sms, devices = dev.count;
+  Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
+  Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
+  struct Case {
+    uint32_t dim;
+    uint64_t lq;
+    Shape docs;
+  };
+  const Case cases[] = {{128, 29, Shape::kClustered}, {128, 16, Shape::kDuplicates}, {96, 1, Shape::kClustered},
+                        {64, 29, Shape::kNearTies}};
+  uint64_t salt = 190;
+  // 5 documents per SM: the ring engages (half a pair per warp, 8 warps per SM) with 3 of 8 warps idle; 24: 3 pairs
+  // per warp. 16 documents to spare per shard for the spread of a shard's count.
+  for (uint64_t per_sm : {5ull, 24ull}) {
+    const uint64_t nd = (per_sm * sms + 16) * devices + 3;
+    for (const Case& c : cases) {
+      auto rng = Rng(++salt);
+      const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 1, c.lq, c.lq, c.dim), MAXSIM_BF16);
+      const TokenSets d = Encoded(Generate(rng, c.docs, nd, 0, 170, c.dim), MAXSIM_BF16);
+      Packed pq = Packed::Pack(ring, q.Dense());
+      Packed pd = Packed::Pack(ring, d.Dense());
+      for (maxsim_metric metric : {MAXSIM_METRIC_DOT, MAXSIM_METRIC_COSINE}) {
+        const std::string what = std::to_string(per_sm) + " per SM, dim " + std::to_string(c.dim) + ", " +
+                                 std::to_string(c.lq) + " query rows" + (metric == MAXSIM_METRIC_DOT ? " dot" : " cosine");
+        const Matrix a = ScoreMatrix(ring, pq, 1, q.rows(), pd, nd, metric, MAXSIM_MODE_EXACT);
+        const Matrix b = ScoreMatrix(one, pq, 1, q.rows(), pd, nd, metric, MAXSIM_MODE_EXACT);
+        ExpectIdentical(a, b, what + ": ring vs one pair per warp");
+        if (::testing::Test::HasFatalFailure()) return;
+        ExpectReference(q, d, metric, a, what, 400);
+        if (metric == MAXSIM_METRIC_DOT) {  // scores only: the values-only fold
+          ScoreOptions o;
+          const std::vector<float> sa = ring.ScoreMatrix(pq, 1, pd, nd, o), sb = one.ScoreMatrix(pq, 1, pd, nd, o);
+          ExpectSameBits(sa, a.scores, what + ": scores only vs with argmax");
+          ExpectSameBits(sb, a.scores, what + ": scores only, one pair per warp");
+        }
+      }
+    }
+  }
+}
+
 TEST_F(Gpu, ManyPairsCoopKernel) {
   // Enough short-query dot pairs for the one-block-per-pair grid (exact_coop.cu: 48 pairs per SM; a block of 4
   // warps per pair, warp w folding steps w, w + 4, ... and the warps' row maxima merged by value, then the lowest

@@ -125,9 +125,10 @@ __device__ __forceinline__ uint4 LdFrag16(const uint8_t* row, uint32_t c, int t,
 // + 24 (a0 and a2 of steps 2c and 2c + 1 for an A row; b0 and b1 for a B column). Used for the query rows of
 // the ring and wgmma kernels, which are loaded once per query. Two ways to load the same fragment (gpu_bench on
 // the H100 shows the difference):
-//  * LdFragNatural: four independent 4-byte loads. Lowest latency; ExactTcPipeKernel loads its query once per
-//    pair (textual-1k: about one pair per warp), and the shuffle version below made it about 10% slower there
-//    (less on colpali-rerank).
+//  * LdFragNatural: four independent 4-byte loads. Lowest latency; ExactTcPipeKernel loads a launch's queries
+//    with it when there are several (one-query launches copy theirs once per block, ldmatrix), and the shuffle
+//    version below made it about 10% slower on textual-1k when that launch loaded per warp too (less on
+//    colpali-rerank).
 //  * LdFragNaturalShfl: one 16-byte load per lane (dims [32c + 8t, +8): word j = dims 32c + 8t + 2j) and a 4 x 4
 //    transpose inside the quad (4 shuffles) that hands lane t word t of each quad lane's vector. For
 //    ExactTcSmemKernel: with LdFragNatural, ptxas hoisted all 128 of its query loads with their addresses into

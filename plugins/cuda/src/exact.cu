@@ -384,8 +384,9 @@ cudaError_t LaunchSmemT(const ForwardArgs& a, cudaStream_t stream) {
 // 16-byte cp.async (each instruction moves two whole 256-byte rows), kPipeStages - 1 steps ahead of the mma
 // work, across document boundaries; B fragments are read back with the same swizzle as the tiled kernel
 // (RingSlot16).
-// No block-level barrier: the ring is private to the warp (cp.async.wait_group + __syncwarp). Per element it is
-// exactly ExactTcKernel's arithmetic. Whole steps are copied under an L2 evict-first policy.
+// The ring is private to the warp (cp.async.wait_group + __syncwarp); the one block barrier is at the start of a
+// one-query launch, where the block shares the query it copied once (below). Per element it is exactly
+// ExactTcKernel's arithmetic. Whole steps are copied under an L2 evict-first policy.
 
 constexpr int kPipeStep = kRingStep;
 constexpr int kPipeStageBytes = kRingStageBytes;
@@ -400,9 +401,8 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * kPipeWarps + warp;
-  if (wid >= n_warps) return;
   const PairRange range(a.pairs.n_pairs, wid, n_warps);
-  if (range.begin >= range.end) return;
+  const bool has_pairs = range.begin < range.end;  // every warp stays to the query barrier below
   const uint64_t policy = EvictFirstPolicy();
   const uint32_t dim = a.q.dim;
   const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
@@ -419,16 +419,53 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
     }
     CpAsyncCommit();
   };
-  if constexpr (FOLD == 0) {
+  // Every pair of a one-query launch has query 0: the block copies its rows once, behind the rings, as a cp.async
+  // group issued before the rings' first copies (so it is not queued behind them), and each warp takes its fragments
+  // with ldmatrix (LdFragNatural's fragments, as in the grid kernel). The query then crosses from L2 once per block
+  // instead of once per warp. On the H100, alternating with the build before (gpu_bench kernel rows, four rounds):
+  // textual-1k 0.0324 against 0.0329 ms; each warp's own LdFragNatural loads of the query, issued after the
+  // prologue, had cost about 1 us per launch (benchmarks/results/gpu-ring-query-h100.md). Other launches load
+  // the query per warp when it changes (below).
+  const bool one_query = OneQueryLaunch(a);
+  const uint32_t qbuf = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) +
+                        kPipeWarps * kPipeStages * kPipeStageBytes;
+  uint64_t loaded_q = ~0ull;
+  if (one_query) {
+    const uint64_t qb = a.q.Begin(0);
+    CopyQueryRows<MT, kPipeWarps>(a, qb, a.q.End(0) - qb, qbuf);
+    CpAsyncCommit();
+    loaded_q = 0;
+  }
+  if (has_pairs) {
+    if constexpr (FOLD == 0) {
 #pragma unroll
-    for (int s = 0; s < kPipeStages - 1; ++s) produce();
-  } else {  // one copy of produce() for the prologue (LaunchPipe)
+      for (int s = 0; s < kPipeStages - 1; ++s) produce();
+    } else {  // one copy of produce() for the prologue (LaunchPipe)
 #pragma unroll 1
-    for (int s = 0; s < kPipeStages - 1; ++s) produce();
+      for (int s = 0; s < kPipeStages - 1; ++s) produce();
+    }
   }
 
   uint4 qa[MT][4], qc[MT][4];
-  uint64_t loaded_q = ~0ull;
+  if (one_query) {
+    // The query's group is the oldest: it is complete once at most the prologue's groups are pending (a warp
+    // without pairs committed none).
+    if (has_pairs) {
+      CpAsyncWait<kPipeStages - 1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        qa[mt][c] = LdsmFrag16(qbuf, mt * 16, c, lane);
+        qc[mt][c] = LdsmFrag16(qbuf, mt * 16 + 8, c, lane);
+      }
+    }
+  }
+  if (!has_pairs) return;
   uint32_t consumed = 0;
   // Dot, no document mask: whole steps skip FoldTile's per-column tests (below), and fold values alone unless
   // the call asks for argmax.
@@ -474,7 +511,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
 
 template <typename T, int MT, int W, int S, int FOLD>
 cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
-  const int smem = W * S * kPipeStageBytes;
+  const int smem = W * S * kPipeStageBytes + kRingQueryBytes;
   const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S, FOLD>>(smem);
   if (e != cudaSuccess) return e;
   const uint64_t n_warps = static_cast<uint64_t>(sms) * W;

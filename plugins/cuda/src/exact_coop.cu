@@ -34,7 +34,10 @@ constexpr int kCoopBlocksPerSm = 3;  // __launch_bounds__: 64 KB of shared memor
 
 // The query rows of a pair, zero past lq and dim, into `qbuf` (a free ring stage) in the ring's layout, with plain
 // loads (the cp.async groups stay the ring's); then each warp takes its fragments. Every thread of the block calls
-// it; the stage may be reused after it returns.
+// it; the stage may be reused after it returns. The ring kernel's way (CopyQueryRows: the query as the block's first
+// cp.async group, ahead of the rings' copies, into 8 KB of its own, one barrier) was slower here, measured on the
+// H100 alternating with this: textual-10k 0.2478 against 0.2465 ms, textual-1k with the grid forced 0.0341 against
+// 0.0328 (benchmarks/results/gpu-ring-query-h100.md).
 template <int MT, int NW>
 __device__ __forceinline__ void StageQuery(const ForwardArgs& a, uint64_t qb, uint64_t lq, uint32_t qbuf,
                                            uint4 (&qa)[MT][4], uint4 (&qc)[MT][4]) {

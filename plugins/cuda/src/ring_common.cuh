@@ -72,6 +72,29 @@ __device__ __forceinline__ void StoreQueryRows(const ForwardArgs& a, uint64_t qb
   }
 }
 
+// Whether every pair of a launch has query 0 (a matrix launch of one query).
+__device__ __forceinline__ bool OneQueryLaunch(const ForwardArgs& a) {
+  return a.pairs.layout == kPairsMatrix && a.pairs.n_pairs > 0 && a.pairs.n_pairs == a.pairs.nd;
+}
+
+// Shared memory for one query's rows (at most 32) in the ring's layout.
+constexpr int kRingQueryBytes = 32 * kRingRowBytes;
+
+// The same rows, zero past lq and dim, copied into `qbuf` in the ring's layout with 16-byte cp.async by the NW
+// warps of a block: the caller commits them as a group of their own, issued before its rings' first copies so that
+// the query is not queued behind them, waits for that group and then at a block barrier. The ring kernel's
+// one-query launches (ExactTcPipeKernel, exact.cu) and its copy-only twin (benchmarks/gpu/schedule_read.cu).
+template <int MT, int NW>
+__device__ __forceinline__ void CopyQueryRows(const ForwardArgs& a, uint64_t qb, uint64_t lq, uint32_t qbuf) {
+  const uint8_t* qbase = a.q.orig + qb * a.q.row_bytes;
+  for (int e = threadIdx.x; e < MT * 16 * 16; e += NW * 32) {
+    const uint32_t row = static_cast<uint32_t>(e) >> 4, slot = static_cast<uint32_t>(e) & 15u;
+    const bool pred = row < lq && slot * 8 < a.q.dim;
+    CpAsync16(qbuf + row * kRingRowBytes + (RingSlot16(slot, row) << 4),
+              pred ? qbase + row * a.q.row_bytes + slot * 16 : a.q.orig, pred);
+  }
+}
+
 // Folds one 16x8 accumulator tile per m tile into the running max. n0 = first of this lane's two columns. PLAIN:
 // the caller knows the launch is dot without a document mask (the same arithmetic, without those branches).
 template <int MT, bool PLAIN = false, typename Acc>
