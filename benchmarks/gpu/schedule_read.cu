@@ -11,8 +11,10 @@
 // What differs from the scoring kernels, and nothing else:
 //  - in place of a step's ldmatrix fragments, mma and fold, each lane reads one 4-byte word of the stage (row
 //    `lane`, a conflict-free word) and XORs it into a running word, a dependency on the copied bytes;
-//  - the query: the ring twin loads its fragments from global memory as the ring does (LdFragNatural, once per
-//    query) and XORs them in; the grid twin stages it into warp 0's free stage with StageQuery's loads, stores and
+//  - the query: the ring twin takes it as the ring does: in a one-query launch the block copies it once into
+//    shared memory (CopyQueryRows, its own cp.async group ahead of the rings', one block barrier) and each lane
+//    reads one word back in place of the ldmatrix fragments; otherwise each warp loads its fragments from global
+//    memory (LdFragNatural, once per query) and XORs them in; the grid twin stages it into warp 0's free stage with StageQuery's loads, stores and
 //    two block barriers, and reads one word per lane back in place of the ldmatrix fragments;
 //  - the end of a pair: the ring twin's lane 0 writes the running word as one float at the pair's score slot (the
 //    ring: a quad merge, the ordered double sum of the row terms, the same one store); the grid twin's warps meet
@@ -27,6 +29,7 @@
 namespace {
 
 using mscuda::ForwardArgs;
+using mscuda::kRingQueryBytes;
 using mscuda::kRingStageBytes;
 using mscuda::kRingStep;
 
@@ -61,9 +64,8 @@ __global__ void __launch_bounds__(W * 32, 1) RingScheduleKernel(const ForwardArg
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * W + warp;
-  if (wid >= n_warps) return;
   const mscuda::PairRange range(a.pairs.n_pairs, wid, n_warps);
-  if (range.begin >= range.end) return;
+  const bool has_pairs = range.begin < range.end;
   const uint64_t policy = mscuda::EvictFirstPolicy();
   const uint32_t dim = a.q.dim;
   const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
@@ -80,10 +82,30 @@ __global__ void __launch_bounds__(W * 32, 1) RingScheduleKernel(const ForwardArg
     }
     mscuda::CpAsyncCommit();
   };
+  const bool one_query = mscuda::OneQueryLaunch(a);
+  const uint32_t qbuf = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) + W * S * kRingStageBytes;
+  if (one_query) {
+    const uint64_t qb = a.q.Begin(0);
+    mscuda::CopyQueryRows<MT, W>(a, qb, a.q.End(0) - qb, qbuf);
+    mscuda::CpAsyncCommit();
+  }
+  if (has_pairs) {
 #pragma unroll 1
-  for (int s = 0; s < S - 1; ++s) produce();
+    for (int s = 0; s < S - 1; ++s) produce();
+  }
   uint32_t acc = 0, consumed = 0;
   uint64_t loaded_q = ~0ull;
+  if (one_query) {
+    if (has_pairs) {
+      mscuda::CpAsyncWait<S - 1>();
+    } else {
+      mscuda::CpAsyncWait<0>();
+    }
+    __syncthreads();
+    acc = TouchStage(qbuf, lane);
+    loaded_q = 0;
+  }
+  if (!has_pairs) return;
   for (uint64_t p = range.begin; p < range.end; ++p) {
     uint64_t qi, dj;
     a.pairs.Resolve(p, &qi, &dj);
@@ -166,10 +188,60 @@ __global__ void __launch_bounds__(CW * 32, BPS) GridScheduleKernel(const Forward
   }
 }
 
+// LaunchCyclicScheduleRead's kernel (schedule_read.h): step k of the launch (document k / steps per document) to
+// warp k % W. A kernel that scored with this schedule would merge each document's row maxima across the warps that
+// read it; the twin writes its word at the document's slot from the warp that reads the document's first step.
+template <int MT, int W, int S>
+__global__ void __launch_bounds__(W * 32, 1) CyclicScheduleKernel(const ForwardArgs a, uint64_t ld, uint64_t n_warps) {
+  extern __shared__ __align__(128) uint8_t ring_all[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * W + warp;
+  const uint64_t nd = a.pairs.nd, r0 = a.d.Begin(0);
+  const uint64_t spd = (ld + kRingStep - 1) / kRingStep, n_steps = nd * spd;
+  if (wid >= n_steps) return;
+  const uint64_t policy = mscuda::EvictFirstPolicy();
+  const uint32_t dim = a.q.dim;
+  const uint64_t drb = a.d.row_bytes;
+  const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) +
+                        static_cast<uint32_t>(warp) * (S * kRingStageBytes);
+  uint64_t next = wid;
+  uint32_t produced = 0;
+  auto produce = [&]() {
+    if (next < n_steps) {
+      const uint64_t p = next / spd, tok = (next - p * spd) * kRingStep;
+      mscuda::CopyRingStep(ring + (produced % S) * kRingStageBytes, a.d.orig + (r0 + p * ld) * drb, tok, ld, drb,
+                           dim, policy, lane);
+      ++produced;
+      next += n_warps;
+    }
+    mscuda::CpAsyncCommit();
+  };
+#pragma unroll 1
+  for (int s = 0; s < S - 1; ++s) produce();
+  uint32_t acc = 0, consumed = 0;
+  for (uint64_t k = wid; k < n_steps; k += n_warps) {
+    acc ^= ConsumeStep<S>(ring, consumed, produce, lane);
+    const uint64_t p = k / spd;
+    if (lane == 0 && k == p * spd) *a.pairs.ScorePtr(p, 0, p) = __uint_as_float(acc);
+  }
+  mscuda::CpAsyncWait<0>();
+}
+
+template <int MT>
+cudaError_t LaunchCyclic(const ForwardArgs& a, uint64_t doc_rows, int sms, cudaStream_t stream) {
+  constexpr auto kernel = &CyclicScheduleKernel<MT, kRingWarps, kRingStages>;
+  constexpr int smem = kRingWarps * kRingStages * kRingStageBytes;
+  const cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
+  if (e != cudaSuccess) return e;
+  const uint64_t n_warps = static_cast<uint64_t>(sms) * kRingWarps;
+  kernel<<<static_cast<unsigned>(sms), kRingWarps * 32, smem, stream>>>(a, doc_rows, n_warps);
+  return cudaGetLastError();
+}
+
 template <int MT>
 cudaError_t LaunchRing(const ForwardArgs& a, int sms, cudaStream_t stream) {
   constexpr auto kernel = &RingScheduleKernel<MT, kRingWarps, kRingStages>;
-  constexpr int smem = kRingWarps * kRingStages * kRingStageBytes;
+  constexpr int smem = kRingWarps * kRingStages * kRingStageBytes + kRingQueryBytes;
   const cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
   if (e != cudaSuccess) return e;
   const uint64_t n_warps = static_cast<uint64_t>(sms) * kRingWarps;
@@ -211,4 +283,13 @@ cudaError_t LaunchRingScheduleRead(const ForwardArgs& a, uint64_t max_lq, int sm
 cudaError_t LaunchGridScheduleRead(const ForwardArgs& a, uint64_t max_lq, cudaStream_t stream) {
   if (!ScheduleReadApplies(a, max_lq)) return cudaErrorInvalidValue;
   return max_lq <= 16 ? LaunchGrid<1>(a, stream) : LaunchGrid<2>(a, stream);
+}
+
+cudaError_t LaunchCyclicScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
+                                     cudaStream_t stream) {
+  if (!ScheduleReadApplies(a, max_lq) || sms <= 0 || a.pairs.layout != mscuda::kPairsMatrix ||
+      a.pairs.n_pairs != a.pairs.nd || a.pairs.nd == 0 || doc_rows == 0) {
+    return cudaErrorInvalidValue;
+  }
+  return max_lq <= 16 ? LaunchCyclic<1>(a, doc_rows, sms, stream) : LaunchCyclic<2>(a, doc_rows, sms, stream);
 }

@@ -21,5 +21,11 @@ const char* ExactScheduleName(const mscuda::ForwardArgs& a, uint64_t max_lq, int
 cudaError_t LaunchRingScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, int sms, cudaStream_t stream);
 // ExactTcCoopKernel's schedule (exact_coop.cu, 4 warps x 2 stages, 3 blocks per SM): one block per pair.
 cudaError_t LaunchGridScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, cudaStream_t stream);
+// A schedule that no kernel runs (a ceiling for one): the ring's warps and stages over a one-query launch whose
+// documents all have `doc_rows` rows (the caller's word for it), dealt out step by step (step k of the launch to
+// warp k % W), so that at any moment the warps read one contiguous stretch of the corpus, as a plain read does.
+// One float per document goes to a.pairs.scores (not a score).
+cudaError_t LaunchCyclicScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
+                                     cudaStream_t stream);
 
 #endif  // MAXSIM_BENCHMARKS_GPU_SCHEDULE_READ_H_

@@ -6,8 +6,10 @@
 #   ring     MAXSIM_CUDA_NO_COOP=1 (the exact row runs the ring on every shape)
 # Each process also times read-same-bytes (the best plain read of the shape's bytes) and the copy-only twins of
 # the ring and the grid over the same corpus (read-ring-schedule, read-grid-schedule: benchmarks/gpu/
-# schedule_read.cu). Printed last: per shape and row, ms per round and the mean, and each exact row as a % of
-# each read row (read ms / exact ms: the share of that read's rate the kernel reaches).
+# schedule_read.cu), and on one-query shapes the ring's warps with the steps dealt out round-robin
+# (read-cyclic-schedule, a schedule no kernel runs yet). Printed last: per shape and row, ms per round and the
+# mean, and each exact row as a % of each read row (read ms / exact ms: the share of that read's rate the kernel
+# reaches).
 set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_bench || exit 1
@@ -26,7 +28,7 @@ for r in $(seq "${SCHED_ROUNDS:-3}"); do
     [ "$side" = ring ] && e=(MAXSIM_CUDA_NO_COOP=1)
     env "${e[@]}" MAXSIM_GPU_BENCH_ROWS=kernel timeout 180 "$B" --only "$shapes" --json "$D/bench-$side-$r.json" \
       > "$D/bench-$side-$r.txt" 2>&1 || echo "round $r $side: rc $?" >> "$A"
-    grep -E " (exact|read-same-bytes|read-ring-schedule|read-grid-schedule) " "$D/bench-$side-$r.txt" |
+    grep -E " (exact|read-same-bytes|read-ring-schedule|read-grid-schedule|read-cyclic-schedule) " "$D/bench-$side-$r.txt" |
       sed "s|^|round $r $side  |" >> "$A"
   done
   echo "[$(( $(date +%s) - t0 )) s] round $r done" >> "$S"
@@ -48,7 +50,7 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "bench-*-*.json")),
         except ValueError:
             continue
         m = o.get("mode")
-        if m not in ("exact", "read-same-bytes", "read-ring-schedule", "read-grid-schedule"):
+        if m not in ("exact", "read-same-bytes", "read-ring-schedule", "read-grid-schedule", "read-cyclic-schedule"):
             continue
         shape = o["shape"]
         if m == "exact":
@@ -70,7 +72,8 @@ for shape in shapes:
             print(f"  {m:40s} " + " / ".join(f"{x:.4f}" for x in v) + f"  (mean {mean(v):.4f})")
     print("  pairs the twins left unwritten (expected 0): " +
           ", ".join(f"{m} {v}" for (sh, m), v in missed.items() if sh == shape))
-    reads = [m for (sh, m) in rows if sh == shape and m in ("read-same-bytes", "read-ring-schedule", "read-grid-schedule")]
+    reads = [m for (sh, m) in rows if sh == shape and m in ("read-same-bytes", "read-ring-schedule", "read-grid-schedule",
+                                                         "read-cyclic-schedule")]
     for ex in (m for (sh, m) in rows if sh == shape and m.startswith("exact-")):
         e = mean(rows[(shape, ex)])
         print(f"  {ex} as % of: " + ", ".join(f"{m} {100 * mean(rows[(shape, m)]) / e:.1f}%" for m in reads))
