@@ -52,11 +52,11 @@ rm -f $C/prebuilt.tar.xz
 if [ -n "${MAXSIM_PREBUILT:-}" ]; then
   B=$MAXSIM_PREBUILT
   ninja -C "$B" -j2 maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench maxsim_multi_gpu_bench maxsim_cli \
-    $(ninja -C "$B" -t targets all 2> /dev/null | grep -q '^maxsim_api_floor_probe:' && echo maxsim_api_floor_probe)
+    $(ninja -C "$B" -t targets all 2> /dev/null | grep -oE '^maxsim_(api_floor|launch)_probe:' | tr -d :)
   echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- lib plugins packing tests benchmarks || echo +changes)" \
     "built $(date -u +%FT%TZ) in $B" > "$B/PREBUILT_REV"
   (cd "$B" && tar -cf - PREBUILT_REV libmaxsim-plugin-cuda.so libmaxsim.so* lib/cli/maxsim tests/gpu/maxsim_gpu_tests \
      benchmarks/gpu/maxsim_gpu_bench benchmarks/gpu/maxsim_multi_gpu_bench \
-     $(ls benchmarks/gpu/maxsim_api_floor_probe 2> /dev/null)) | xz -T2 -3 > $C/prebuilt.tar.xz
+     $(ls benchmarks/gpu/maxsim_api_floor_probe benchmarks/gpu/maxsim_launch_probe 2> /dev/null)) | xz -T2 -3 > $C/prebuilt.tar.xz
 fi
 du -sh $C

@@ -11,12 +11,13 @@
 # that run this build under other settings, on GPU_API_VARIANT_SHAPES (default: every shape), alternating with the
 # others. GPU_API_SERVE_SHAPES (default serve-colpali-16q) runs this build once on those batch shapes: the plugin's
 # matrix against the same work as candidate lists. GPU_API_NOTE is written into the result's context (what the
-# sides are). Prints a table of microseconds over kernel-only per shape. Then (GPU_API_PROBE=0 skips it)
+# sides are). Prints a table of microseconds over kernel-only per shape. Then (GPU_API_PROBE=0 skips them)
 # api_floor_probe: the floors under such a call in plain CUDA (each way of waiting for a kernel and of getting an
-# 8 KB and a 32 KB query to it), into api-floor-probe-{8k,32k}.json.
+# 8 KB and a 32 KB query to it), into api-floor-probe-{8k,32k}.json, and launch_probe: the device's own cost of a
+# launch of the ring kernel's shape and of the peer's (empty kernels in a CUDA graph), into launch-probe.json.
 set -uo pipefail
 source scripts/device/env.sh
-gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench maxsim_api_floor_probe || exit 1
+gpu_build maxsim_plugin_cuda maxsim_gpu_tests maxsim_gpu_bench maxsim_api_floor_probe maxsim_launch_probe || exit 1
 S="$OUT/summary-gpu-api.txt"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1; echo "this tree: $(cat "$BUILD/PREBUILT_REV" 2> /dev/null || echo built here)"; } > "$S"
 rc=0
@@ -84,6 +85,14 @@ if [ "${GPU_API_PROBE:-1}" = 1 ] && [ -x "$PROBE" ]; then
   done
 elif [ "${GPU_API_PROBE:-1}" = 1 ]; then
   echo "api_floor_probe: not built here (a prebuilt archive without it)" >> "$S"
+fi
+LPROBE=$BUILD/benchmarks/gpu/maxsim_launch_probe
+if [ "${GPU_API_PROBE:-1}" = 1 ] && [ -x "$LPROBE" ]; then
+  timeout 60 "$LPROBE" --json "$OUT/launch-probe.json" > "$OUT/launch-probe.txt" 2>&1 ||
+    { echo "launch_probe: rc $?" >> "$S"; rc=1; }
+  cat "$OUT/launch-probe.txt" >> "$S"
+elif [ "${GPU_API_PROBE:-1}" = 1 ]; then
+  echo "launch_probe: not built here (a prebuilt archive without it)" >> "$S"
 fi
 cat "$S"
 exit $rc
