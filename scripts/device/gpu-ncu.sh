@@ -9,6 +9,8 @@
 # autotuning cache; NCU_PEERS_TIMING=0 skips it), then the profiles side by side (ncu_compare.py: launch shape, SM activity, DRAM and L2
 # traffic, stalls, SASS opcodes) and the peers' compiled Triton kernels (PTX, SASS, launch metadata).
 # Each profile keeps its report, details page, raw metrics, and the SASS lines with the most warp-stall samples.
+# The GPU keeps its own clocks (--clock-control none); NCU_CACHE_CONTROL (default all: caches flushed before each
+# pass) set to none profiles with whatever the caches hold, as back-to-back calls find them.
 set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_gpu_bench maxsim_plugin_cuda maxsim || exit 1
@@ -54,7 +56,8 @@ if [ -z "${NCU_PEERS:-}" ]; then
   B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
   shape=${NCU_SHAPE:-visual} kernel=${NCU_KERNEL:-ExactWgmma}
   R="$OUT/ncu-$shape"
-  timeout 300 ncu --clock-control none --set full --import-source no -k "regex:$kernel" \
+  timeout 300 ncu --clock-control none --cache-control "${NCU_CACHE_CONTROL:-all}" --set full --import-source no \
+    -k "regex:$kernel" \
     --launch-skip "${NCU_SKIP:-3}" --launch-count "${NCU_COUNT:-1}" -f -o "$R" "$B" --only "$shape" > "$R.log" 2>&1
   rc=$?
   echo "ncu --set full, $shape, kernel /$kernel/: rc $rc" >> "$S"
@@ -78,7 +81,8 @@ for e in $NCU_PEERS; do
   impl=${e%%:*} shape=${e#*:}
   case $impl in libmaxsim) kernel=ExactTc ;; *) kernel=maxsim_fwd ;; esac
   R="$OUT/ncu-$impl-$shape"
-  PYTHONUNBUFFERED=1 timeout 240 ncu --clock-control none --set full --metrics "$EXTRA" --import-source no \
+  PYTHONUNBUFFERED=1 timeout 240 ncu --clock-control none --cache-control "${NCU_CACHE_CONTROL:-all}" --set full \
+    --metrics "$EXTRA" --import-source no \
     --profile-from-start off -k "regex:$kernel" --launch-count 1 -f -o "$R" \
     python3 benchmarks/gpu/peers.py --lib "$LIB" --shape "$shape" --profile "$impl" --json - > "$R.log" 2>&1
   r=$?
