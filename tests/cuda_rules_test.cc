@@ -13,6 +13,7 @@ namespace {
 using mscuda::CoopChosen;
 using mscuda::CoopFitsDocuments;
 using mscuda::ForwardArgs;
+using mscuda::PipeFitsSharedMemory;
 
 constexpr int kH100Sms = 132;
 
@@ -97,6 +98,25 @@ TEST(CudaKernelRules, SwitchesOverrideTheRule) {
   ForwardArgs huge = OneQuery(1ull << 31, 1030);
   huge.sw.coop_always = true;  // a grid has at most 2^31 - 1 blocks
   EXPECT_FALSE(CoopChosen(huge, kH100Sms));
+}
+
+TEST(CudaKernelRules, RingNeedsADeviceThatGivesABlockItsSharedMemory) {
+  // The ring's block: 8 warps x 3 stages x 8 KB, 2 KB of row terms, and in a one-query launch the query's 8 KB.
+  constexpr int kH100 = 227 * 1024, kA100 = 163 * 1024;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+  const ForwardArgs one = OneQuery(1000, 300);
+  ForwardArgs two = one;  // two queries of the matrix layout
+  two.q.n_sets = 2;
+  two.pairs.n_pairs = 2 * two.pairs.nd;
+  EXPECT_TRUE(PipeFitsSharedMemory(one, kH100));
+  EXPECT_TRUE(PipeFitsSharedMemory(two, kH100));
+  EXPECT_FALSE(PipeFitsSharedMemory(one, kA100));  // such calls take the one-pair-per-warp kernel (or the grid)
+  EXPECT_FALSE(PipeFitsSharedMemory(two, kA100));
+  EXPECT_FALSE(PipeFitsSharedMemory(one, 0));      // the device could not be asked
+  // The query's 8 KB is reserved for one-query launches only.
+  EXPECT_TRUE(PipeFitsSharedMemory(two, 194 * 1024));
+  EXPECT_FALSE(PipeFitsSharedMemory(one, 194 * 1024));
+  EXPECT_TRUE(PipeFitsSharedMemory(one, 202 * 1024));
+  EXPECT_FALSE(PipeFitsSharedMemory(one, 202 * 1024 - 1));
 }
 
 }  // namespace

@@ -1,21 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 // Copy-only twins of the exact ring kernels: the documents read with the scoring kernel's own schedule, nothing
-// computed. If a twin takes about as long as its kernel, that kernel's time on the shape is bounded by the schedule
-// and the bandwidth it gets, not by its arithmetic; if the twin is much faster, the arithmetic or the fold is what
-// costs.
+// computed. If a twin takes about as long as its kernel, that kernel's time on the shape is bounded by the
+// schedule and the bandwidth it gets, not by its arithmetic; if the twin is much faster, the arithmetic or the
+// fold is what costs. A third schedule, which no kernel runs yet, is read the same way as a ceiling for one
+// (LaunchCyclicScheduleRead).
 //
-// Both twins run the plugin's own device code for what they keep: the pair split (PairRange), the step cursor
-// across document boundaries (StepCursor), the 16-byte cp.async copies of a 32-token step under the L2
-// evict-first policy (CopyRingStep, EvictFirstPolicy), and the same waits (cp.async.wait_group S - 2 and
-// __syncwarp before each step, a copy issued before the step is used, wait_group 0 at the end).
-// What differs from the scoring kernels, and nothing else:
+// The ring's and the grid's twins run the plugin's own device code for what they keep: the pair split
+// (PairRange), the step cursor across document boundaries (StepCursor), the 16-byte cp.async copies of a 32-token
+// step under the L2 evict-first policy (CopyRingStep, EvictFirstPolicy), and the same waits
+// (cp.async.wait_group S - 2 and __syncwarp before each step, a copy issued before the step is used, wait_group 0
+// at the end). What differs from the scoring kernels, and nothing else:
 //  - in place of a step's ldmatrix fragments, mma and fold, each lane reads one 4-byte word of the stage (row
 //    `lane`, a conflict-free word) and XORs it into a running word, a dependency on the copied bytes;
 //  - the query: the ring twin takes it as the ring does: in a one-query launch the block copies it once into
 //    shared memory (CopyQueryRows, its own cp.async group ahead of the rings', one block barrier) and each lane
 //    reads one word back in place of the ldmatrix fragments; otherwise each warp loads its fragments from global
-//    memory (LdFragNatural, once per query) and XORs them in; the grid twin stages it into warp 0's free stage with StageQuery's loads, stores and
-//    two block barriers, and reads one word per lane back in place of the ldmatrix fragments;
+//    memory (LdFragNatural, once per query) and XORs them in. The grid twin stages it into warp 0's free stage
+//    with StageQuery's loads, stores and two block barriers, and reads one word per lane back in place of the
+//    ldmatrix fragments;
 //  - the end of a pair: the ring twin's lane 0 writes the running word as one float at the pair's score slot (the
 //    ring: a quad merge, the ordered double sum of the row terms, the same one store); the grid twin's warps meet
 //    at one block barrier (MergeAndWrite's) and thread 0 writes one float.
@@ -191,7 +193,7 @@ __global__ void __launch_bounds__(CW * 32, BPS) GridScheduleKernel(const Forward
 // LaunchCyclicScheduleRead's kernel (schedule_read.h): step k of the launch (document k / steps per document) to
 // warp k % W. A kernel that scored with this schedule would merge each document's row maxima across the warps that
 // read it; the twin writes its word at the document's slot from the warp that reads the document's first step.
-template <int MT, int W, int S>
+template <int W, int S>
 __global__ void __launch_bounds__(W * 32, 1) CyclicScheduleKernel(const ForwardArgs a, uint64_t ld, uint64_t n_warps) {
   extern __shared__ __align__(128) uint8_t ring_all[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -227,9 +229,8 @@ __global__ void __launch_bounds__(W * 32, 1) CyclicScheduleKernel(const ForwardA
   mscuda::CpAsyncWait<0>();
 }
 
-template <int MT>
 cudaError_t LaunchCyclic(const ForwardArgs& a, uint64_t doc_rows, int sms, cudaStream_t stream) {
-  constexpr auto kernel = &CyclicScheduleKernel<MT, kRingWarps, kRingStages>;
+  constexpr auto kernel = &CyclicScheduleKernel<kRingWarps, kRingStages>;
   constexpr int smem = kRingWarps * kRingStages * kRingStageBytes;
   const cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
   if (e != cudaSuccess) return e;
@@ -241,8 +242,9 @@ cudaError_t LaunchCyclic(const ForwardArgs& a, uint64_t doc_rows, int sms, cudaS
 template <int MT>
 cudaError_t LaunchRing(const ForwardArgs& a, int sms, cudaStream_t stream) {
   constexpr auto kernel = &RingScheduleKernel<MT, kRingWarps, kRingStages>;
-  constexpr int smem = kRingWarps * kRingStages * kRingStageBytes + kRingQueryBytes;
-  const cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
+  constexpr int most = kRingWarps * kRingStages * kRingStageBytes + kRingQueryBytes;
+  const int smem = most - (mscuda::OneQueryLaunch(a) ? 0 : kRingQueryBytes);  // as exact.cu's PipeDynamicBytes
+  const cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(most);
   if (e != cudaSuccess) return e;
   const uint64_t n_warps = static_cast<uint64_t>(sms) * kRingWarps;
   kernel<<<static_cast<unsigned>(sms), kRingWarps * 32, smem, stream>>>(a, n_warps);
@@ -288,8 +290,10 @@ cudaError_t LaunchGridScheduleRead(const ForwardArgs& a, uint64_t max_lq, cudaSt
 cudaError_t LaunchCyclicScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
                                      cudaStream_t stream) {
   if (!ScheduleReadApplies(a, max_lq) || sms <= 0 || a.pairs.layout != mscuda::kPairsMatrix ||
-      a.pairs.n_pairs != a.pairs.nd || a.pairs.nd == 0 || doc_rows == 0) {
-    return cudaErrorInvalidValue;
+      a.pairs.n_pairs != a.pairs.nd || a.pairs.nd == 0 || doc_rows == 0 ||
+      (a.d.n_rows != 0 && a.d.n_rows != a.pairs.nd * doc_rows) ||
+      (a.d.offsets == nullptr && a.d.set_length != doc_rows)) {
+    return cudaErrorInvalidValue;  // the documents must be doc_rows long, as far as the view says
   }
-  return max_lq <= 16 ? LaunchCyclic<1>(a, doc_rows, sms, stream) : LaunchCyclic<2>(a, doc_rows, sms, stream);
+  return LaunchCyclic(a, doc_rows, sms, stream);
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Copy-only twins of the exact ring kernels' schedules (schedule_read.cu), for the GPU benchmark's
 // read-ring-schedule and read-grid-schedule rows: what a kernel that reads a shape's documents exactly as the
-// scoring kernel does, and computes nothing, takes.
+// scoring kernel does, and computes nothing, takes. And read-cyclic-schedule: a schedule no kernel runs yet.
 #ifndef MAXSIM_BENCHMARKS_GPU_SCHEDULE_READ_H_
 #define MAXSIM_BENCHMARKS_GPU_SCHEDULE_READ_H_
 

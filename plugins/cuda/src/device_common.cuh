@@ -123,8 +123,9 @@ __device__ __forceinline__ uint4 LdFrag16(const uint8_t* row, uint32_t c, int t,
 
 // Natural placement: lane t's fragment of 32-dimension chunk c: the 32-bit words at dims 32c + 2t, + 8, + 16,
 // + 24 (a0 and a2 of steps 2c and 2c + 1 for an A row; b0 and b1 for a B column). Used for the query rows of
-// the ring and wgmma kernels, which are loaded once per query. Two ways to load the same fragment (gpu_bench on
-// the H100 shows the difference):
+// the wgmma kernels and of the ring's launches of several queries, which load them once per query (a one-query
+// ring launch and the grid take the same fragments with ldmatrix from shared memory: LdsmFrag16). Two ways to load
+// the same fragment from global memory (gpu_bench on the H100 shows the difference):
 //  * LdFragNatural: four independent 4-byte loads. Lowest latency; ExactTcPipeKernel loads a launch's queries
 //    with it when there are several (one-query launches copy theirs once per block, ldmatrix), and the shuffle
 //    version below made it about 10% slower on textual-1k when that launch loaded per warp too (less on
@@ -194,9 +195,10 @@ __device__ __forceinline__ uint4 Lds16(uint32_t addr) {
 constexpr uint32_t kRingRowBytes = 256;
 __device__ __forceinline__ uint32_t RingSlot16(uint32_t slot, uint32_t tok) { return slot ^ (tok & 7u); }
 
-// B fragments, natural placement, of ring tokens tok0 .. tok0 + 7 (tok0 a multiple of 8), 32-dimension chunk c,
-// from the ring stage at `stage`: one ldmatrix.x4 whose matrix j is dims 32c + 8j .. + 7 (lane l addresses
-// token tok0 + l % 8 of matrix l / 8); lane (g, t) receives token tok0 + g's words at dims 32c + 8j + 2t.
+// Fragments, natural placement, of ring rows tok0 .. tok0 + 7 (tok0 a multiple of 8), 32-dimension chunk c, from
+// the ring stage at `stage`: one ldmatrix.x4 whose matrix j is dims 32c + 8j .. + 7 (lane l addresses row
+// tok0 + l % 8 of matrix l / 8); lane (g, t) receives row tok0 + g's words at dims 32c + 8j + 2t. B fragments of
+// document tokens; also A fragments of query rows stored in the ring's layout (a one-query ring launch, the grid).
 __device__ __forceinline__ uint4 LdsmFrag16(uint32_t stage, uint32_t tok0, uint32_t c, int lane) {
   const uint32_t row = static_cast<uint32_t>(lane & 7);  // = (tok0 + row) % 8, as tok0 % 8 == 0
   const uint32_t addr = stage + (tok0 + row) * kRingRowBytes + (RingSlot16(4 * c + (lane >> 3), row) << 4);
@@ -314,6 +316,21 @@ inline int SmCount() {
   if (n == 0) {
     if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 1;
     if (slot) slot->store(n);
+  }
+  return n;
+}
+
+// The most shared memory (static + dynamic) a block may opt into on the current device (asked once per device; 0
+// if the query fails): 227 KB on the H100, 163 KB on the A100.
+inline int SharedMemoryOptinBytes() {
+  static std::atomic<int> bytes[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  std::atomic<int>* slot = dev >= 0 && dev < 64 ? &bytes[dev] : nullptr;
+  int n = slot ? slot->load() : 0;
+  if (n == 0) {
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || n < 0) n = 0;
+    if (slot && n > 0) slot->store(n);
   }
   return n;
 }

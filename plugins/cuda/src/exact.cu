@@ -157,9 +157,11 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
   if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
   const dim3 grid(static_cast<unsigned>(blocks)), block(kTcWarps * 32);
   const uint32_t chunks = (a.q.dim + 31) / 32;
-  // Many single-group pairs (at least half a pair per resident warp): the per-warp cp.async pipeline.
+  // Many single-group pairs (at least half a pair per resident warp): the per-warp cp.async pipeline, where the
+  // device gives a block the ring's shared memory (or the call takes the grid, whose blocks are smaller).
   const int sms = SmCount();
-  if (a.sw.pipe && a.part.groups == 1 && chunks <= 4 && EnoughPairsForWarpRings(a.pairs.n_pairs, sms)) {
+  if (a.sw.pipe && a.part.groups == 1 && chunks <= 4 && EnoughPairsForWarpRings(a.pairs.n_pairs, sms) &&
+      (PipeFitsSharedMemory(a, SharedMemoryOptinBytes()) || (!a.cosine && a.d.mask == nullptr && CoopChosen(a, sms)))) {
     return LaunchPipe<T, MT>(a, sms, stream);
   }
   switch (chunks) {
@@ -509,10 +511,22 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   CpAsyncWait<0>();
 }
 
+// The ring's shared memory: W x S stages, and the query's rows behind them in a one-query launch only (other
+// launches leave that 8 KB to L1, which their per-warp query loads go through).
+constexpr int kPipeWarpsUsed = 8, kPipeStagesUsed = 3;  // LaunchPipe's shape
+constexpr int kPipeStaticBytes = kPipeWarpsUsed * 32 * (4 + 4);  // s_term and s_arg, 32 rows at most
+constexpr int PipeDynamicBytes(bool one_query) {
+  return kPipeWarpsUsed * kPipeStagesUsed * kPipeStageBytes + (one_query ? kRingQueryBytes : 0);
+}
+
 template <typename T, int MT, int W, int S, int FOLD>
 cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
-  const int smem = W * S * kPipeStageBytes + kRingQueryBytes;
-  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S, FOLD>>(smem);
+  static_assert(W == kPipeWarpsUsed && S == kPipeStagesUsed, "PipeDynamicBytes sizes LaunchPipe's shape");
+  const int smem = PipeDynamicBytes(OneQueryLaunch(a));
+  // The attribute is set once per device to the most a launch may ask (PipeFitsSharedMemory admitted this one).
+  const int most = PipeDynamicBytes(true) + kPipeStaticBytes <= SharedMemoryOptinBytes() ? PipeDynamicBytes(true)
+                                                                                          : PipeDynamicBytes(false);
+  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S, FOLD>>(most);
   if (e != cudaSuccess) return e;
   const uint64_t n_warps = static_cast<uint64_t>(sms) * W;
   ExactTcPipeKernel<T, MT, W, S, FOLD><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
@@ -527,7 +541,8 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
 //
 // Dot calls without a document mask (the memory-bound shapes' calls) run a kernel compiled for their fold (FOLD 1
 // or 2: no cosine or mask branches, values only or with argmax; the same arithmetic, so the same bits) with one copy
-// of produce() in its prologue: 3,632 SASS instructions against the general kernel's 4,688 (bf16, 32 query rows).
+// of produce() in its prologue: 3,632 SASS instructions against the general kernel's 4,688 (bf16, 32 query rows;
+// counted before one-query launches copied their query once per block).
 // In one H100 call, alternating with the build before it (gpu_bench kernel rows, two rounds each): textual-1k
 // 0.0328 / 0.0329 ms against 0.0337 / 0.0336, textual-10k 0.2533 / 0.2531 against 0.2561 / 0.2560,
 // colpali-rerank 0.0932 / 0.0934 against 0.0942 / 0.0943; with the prologue unrolled (means of two rounds) 0.0328 /
@@ -539,6 +554,14 @@ cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
   if (CoopChosen(a, sms)) return LaunchExactCoop(a, stream);
   return a.pairs.argmax ? LaunchPipeWS<T, MT, 8, 3, 2>(a, sms, stream) : LaunchPipeWS<T, MT, 8, 3, 1>(a, sms, stream);
 }
+
+}  // namespace
+
+bool PipeFitsSharedMemory(const ForwardArgs& a, int optin_bytes) {
+  return PipeDynamicBytes(OneQueryLaunch(a)) + kPipeStaticBytes <= optin_bytes;
+}
+
+namespace {
 
 // ---- FFMA ---------------------------------------------------------------------------------------------
 

@@ -248,6 +248,11 @@ constexpr uint64_t kCoopMinEvenRows = 224;
 // Whether documents of `rows` tokens on average suit the grid where each is scored once: from kCoopLongDocRows,
 // or from kCoopMinEvenRows where the block's warps carry tokens for 4/5 of its busiest warp's steps.
 bool CoopFitsDocuments(uint64_t rows);
+// Whether the ring kernel's shared memory for launch `a` fits one block on a device that lets a block opt into
+// `optin_bytes` (cudaDevAttrMaxSharedMemoryPerBlockOptin): 200 KB + 2 KB for a one-query launch, 192 KB + 2 KB
+// for others (exact.cu). The H100 allows 227 KB; where a device allows less (the A100: 163 KB), such calls take
+// the one-pair-per-warp kernel, or the grid where CoopChosen picks it.
+bool PipeFitsSharedMemory(const ForwardArgs& a, int optin_bytes);
 // Whether a ring launch of `a` (on a device of `sms` SMs) runs the grid: never where a.sw.coop is off, always
 // (below 2^31 pairs) where a.sw.coop_always is on, else by the rule above.
 bool CoopChosen(const ForwardArgs& a, int sms);

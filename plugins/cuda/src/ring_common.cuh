@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The exact kernels' per-warp rings of 32-token steps (ExactTcPipeKernel in exact.cu, ExactTcCoopKernel in
-// exact_coop.cu): how a step is copied, and how a 16x8 tile or a whole step of similarities folds into the running
-// row maxima (FoldTile also serves ExactTcKernel and ExactTcSmemKernel).
+// exact_coop.cu): how a step is copied, how a block stores a query in the ring's layout for ldmatrix, and how a
+// 16x8 tile or a whole step of similarities folds into the running row maxima (FoldTile also serves ExactTcKernel
+// and ExactTcSmemKernel).
 #ifndef MAXSIM_PLUGINS_CUDA_RING_COMMON_CUH_
 #define MAXSIM_PLUGINS_CUDA_RING_COMMON_CUH_
 
@@ -57,8 +58,8 @@ __device__ __forceinline__ void CopyRingStep(uint32_t st, const uint8_t* doc, ui
 }
 
 // The query rows of a pair (rows past lq and dimensions past dim as zeros) stored into `qbuf`, a ring stage, in the
-// ring's layout by the NW warps of a block, with plain loads (a block's cp.async groups stay its rings'); the caller
-// then waits at a block barrier. The grid's StageQuery (exact_coop.cu) and its copy-only twin
+// ring's layout by the NW warps of a block, with plain loads; the caller then waits at a block barrier. The grid's
+// StageQuery (exact_coop.cu), where plain loads measured faster than CopyQueryRows below, and its copy-only twin
 // (benchmarks/gpu/schedule_read.cu).
 template <int MT, int NW>
 __device__ __forceinline__ void StoreQueryRows(const ForwardArgs& a, uint64_t qb, uint64_t lq, uint32_t qbuf) {
@@ -72,8 +73,9 @@ __device__ __forceinline__ void StoreQueryRows(const ForwardArgs& a, uint64_t qb
   }
 }
 
-// Whether every pair of a launch has query 0 (a matrix launch of one query).
-__device__ __forceinline__ bool OneQueryLaunch(const ForwardArgs& a) {
+// Whether every pair of a launch has query 0 (a matrix launch of one query). The host sizes the ring's shared memory
+// by it, the kernel decides by it whether to copy the query once per block.
+__host__ __device__ __forceinline__ bool OneQueryLaunch(const ForwardArgs& a) {
   return a.pairs.layout == kPairsMatrix && a.pairs.n_pairs > 0 && a.pairs.n_pairs == a.pairs.nd;
 }
 
