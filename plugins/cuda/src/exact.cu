@@ -394,8 +394,10 @@ constexpr int kPipeStep = kRingStep;
 constexpr int kPipeStageBytes = kRingStageBytes;
 
 // FOLD: 0 any call (the fold chosen per launch); 1 dot without a document mask, scores only; 2 the same with
-// argmax (LaunchPipe).
-template <typename T, int MT, int kPipeWarps, int kPipeStages, int FOLD>
+// argmax (LaunchPipe). ONEQ: a one-query launch (OneQueryLaunch), compiled apart so that launches of several
+// queries keep their own code (a runtime branch cost the training step, forward and backward, about 1% on the
+// H100).
+template <typename T, int MT, int kPipeWarps, int kPipeStages, int FOLD, bool ONEQ>
 __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const ForwardArgs a, uint64_t n_warps) {
   extern __shared__ __align__(128) uint8_t ring_all[];
   __shared__ float s_term[kPipeWarps][MT * 16];
@@ -404,7 +406,10 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   const int g = lane >> 2, t = lane & 3;
   const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * kPipeWarps + warp;
   const PairRange range(a.pairs.n_pairs, wid, n_warps);
-  const bool has_pairs = range.begin < range.end;  // every warp stays to the query barrier below
+  const bool has_pairs = range.begin < range.end;
+  if constexpr (!ONEQ) {
+    if (!has_pairs) return;
+  }  // else every warp stays to the query barrier below
   const uint64_t policy = EvictFirstPolicy();
   const uint32_t dim = a.q.dim;
   const uint64_t qrb = a.q.row_bytes, drb = a.d.row_bytes;
@@ -428,15 +433,13 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   // textual-1k 0.0324 against 0.0329 ms; each warp's own LdFragNatural loads of the query, issued after the
   // prologue, had cost about 1 us per launch (benchmarks/results/gpu-ring-query-h100.md). Other launches load
   // the query per warp when it changes (below).
-  const bool one_query = OneQueryLaunch(a);
   const uint32_t qbuf = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) +
                         kPipeWarps * kPipeStages * kPipeStageBytes;
   uint64_t loaded_q = ~0ull;
-  if (one_query) {
+  if constexpr (ONEQ) {
     const uint64_t qb = a.q.Begin(0);
     CopyQueryRows<MT, kPipeWarps>(a, qb, a.q.End(0) - qb, qbuf);
     CpAsyncCommit();
-    loaded_q = 0;
   }
   if (has_pairs) {
     if constexpr (FOLD == 0) {
@@ -449,7 +452,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
   }
 
   uint4 qa[MT][4], qc[MT][4];
-  if (one_query) {
+  if constexpr (ONEQ) {
     // The query's group is the oldest: it is complete once at most the prologue's groups are pending (a warp
     // without pairs committed none).
     if (has_pairs) {
@@ -479,7 +482,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
     a.pairs.Resolve(p, &qi, &dj);
     const uint64_t db = a.d.Begin(dj), ld = a.d.End(dj) - db;
     const uint64_t qb = a.q.Begin(qi), lq = a.q.End(qi) - qb;
-    if (qi != loaded_q) {
+    if (!ONEQ && qi != loaded_q) {
       loaded_q = qi;
       const uint8_t* qbase = a.q.orig + qb * qrb;
 #pragma unroll
@@ -519,18 +522,21 @@ constexpr int PipeDynamicBytes(bool one_query) {
   return kPipeWarpsUsed * kPipeStagesUsed * kPipeStageBytes + (one_query ? kRingQueryBytes : 0);
 }
 
-template <typename T, int MT, int W, int S, int FOLD>
-cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
+template <typename T, int MT, int W, int S, int FOLD, bool ONEQ>
+cudaError_t LaunchPipeWSQ(const ForwardArgs& a, int sms, cudaStream_t stream) {
   static_assert(W == kPipeWarpsUsed && S == kPipeStagesUsed, "PipeDynamicBytes sizes LaunchPipe's shape");
-  const int smem = PipeDynamicBytes(OneQueryLaunch(a));
-  // The attribute is set once per device to the most a launch may ask (PipeFitsSharedMemory admitted this one).
-  const int most = PipeDynamicBytes(true) + kPipeStaticBytes <= SharedMemoryOptinBytes() ? PipeDynamicBytes(true)
-                                                                                          : PipeDynamicBytes(false);
-  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S, FOLD>>(most);
+  constexpr int smem = PipeDynamicBytes(ONEQ);  // PipeFitsSharedMemory admitted it
+  const cudaError_t e = AllowDynamicSmemOnce<ExactTcPipeKernel<T, MT, W, S, FOLD, ONEQ>>(smem);
   if (e != cudaSuccess) return e;
   const uint64_t n_warps = static_cast<uint64_t>(sms) * W;
-  ExactTcPipeKernel<T, MT, W, S, FOLD><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
+  ExactTcPipeKernel<T, MT, W, S, FOLD, ONEQ><<<static_cast<unsigned>(sms), W * 32, smem, stream>>>(a, n_warps);
   return cudaGetLastError();
+}
+
+template <typename T, int MT, int W, int S, int FOLD>
+cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
+  return OneQueryLaunch(a) ? LaunchPipeWSQ<T, MT, W, S, FOLD, true>(a, sms, stream)
+                           : LaunchPipeWSQ<T, MT, W, S, FOLD, false>(a, sms, stream);
 }
 
 // Ring shape (warps per block x stages of 8 KB, one block per SM): 8x3, the fastest of 8x3, 6x4, 4x7 and 5x5 on
