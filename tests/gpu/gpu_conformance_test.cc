@@ -1335,9 +1335,12 @@ TEST_F(Gpu, OneQueryRingLaunchesShareTheQuery) {
   // A launch of one query on the ring kernel copies the query into shared memory once per block (its own cp.async
   // group, one block barrier) and each warp takes its fragments with ldmatrix; launches of several queries load
   // them per warp. It must give the one-pair-per-warp kernel's bits and the reference: 1-, 16- and 29-row queries
-  // (one and two m tiles; rows past the query are zero), dims 64, 96 and 128, dot with and without argmax and
-  // cosine, ragged documents with empty ones, with fewer pairs than warps (warps without pairs still meet the
-  // barrier) and with several pairs per warp. MAXSIM_CUDA_NO_COOP keeps dim 128 on the ring.
+  // (one and two m tiles, and the rows past the query that the copy fills), dims 64, 96 and 128, dot with and
+  // without argmax and cosine, ragged documents with empty ones, with fewer pairs than warps (idle warps at the
+  // barrier) and with several pairs per warp. Bits catch a wrong layout, swizzle or fragment; a missing wait or
+  // barrier would be a race that they catch only by chance (compute-sanitizer racecheck and synccheck on this test
+  // are the check for that: scripts/device). Dense inputs with the folded check: ManyPairsCoopKernel's long
+  // documents. MAXSIM_CUDA_NO_COOP keeps dim 128 on the ring.
   const ShardDevices dev = ContextDevices();
   ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
   const uint64_t sms = dev.max_sms, devices = dev.count;
