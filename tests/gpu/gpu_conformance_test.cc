@@ -1338,9 +1338,9 @@ TEST_F(Gpu, OneQueryRingLaunchesShareTheQuery) {
   // (one and two m tiles, and the rows past the query that the copy fills), dims 64, 96 and 128, dot with and
   // without argmax and cosine, ragged documents with empty ones, with fewer pairs than warps (idle warps at the
   // barrier) and with several pairs per warp. Bits catch a wrong layout, swizzle or fragment; a missing wait or
-  // barrier would be a race that they catch only by chance (compute-sanitizer racecheck and synccheck on this test
-  // are the check for that: scripts/device). Dense inputs with the folded check: ManyPairsCoopKernel's long
-  // documents. MAXSIM_CUDA_NO_COOP keeps dim 128 on the ring.
+  // barrier would be a race that they catch only by chance: scripts/device/gpu-tests.sh runs this test under
+  // compute-sanitizer racecheck and synccheck for that. Dense inputs with the folded check: ManyPairsCoopKernel's
+  // long documents. MAXSIM_CUDA_NO_COOP keeps dim 128 on the ring.
   const ShardDevices dev = ContextDevices();
   ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
   const uint64_t sms = dev.max_sms, devices = dev.count;
