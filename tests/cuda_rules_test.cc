@@ -14,6 +14,7 @@ using mscuda::CoopChosen;
 using mscuda::CoopFitsDocuments;
 using mscuda::ForwardArgs;
 using mscuda::PipeFitsSharedMemory;
+using mscuda::ScreenPipeApplies;
 
 constexpr int kH100Sms = 132;
 
@@ -117,6 +118,21 @@ TEST(CudaKernelRules, RingNeedsADeviceThatGivesABlockItsSharedMemory) {
   EXPECT_FALSE(PipeFitsSharedMemory(one, 194 * 1024));
   EXPECT_TRUE(PipeFitsSharedMemory(one, 202 * 1024));
   EXPECT_FALSE(PipeFitsSharedMemory(one, 202 * 1024 - 1));
+}
+
+TEST(CudaKernelRules, ScreeningRingNeedsADeviceThatGivesABlockItsSharedMemory) {
+  // 8 warps x 4 stages of 32 tokens' codes and metadata, and 8 warps' candidate lists: 122 KB with 64-byte codes,
+  // 186 KB with 128-byte codes.
+  constexpr int kH100 = 227 * 1024, kA100 = 163 * 1024;
+  const mscuda::KernelSwitches sw;
+  const uint64_t pairs = 1000;  // enough for the ring on 132 SMs
+  EXPECT_TRUE(ScreenPipeApplies(sw, 1, 64, pairs, kH100Sms, kH100));
+  EXPECT_TRUE(ScreenPipeApplies(sw, 1, 128, pairs, kH100Sms, kH100));
+  EXPECT_TRUE(ScreenPipeApplies(sw, 1, 64, pairs, 108, kA100));
+  EXPECT_FALSE(ScreenPipeApplies(sw, 1, 128, pairs, 108, kA100));
+  EXPECT_FALSE(ScreenPipeApplies(sw, 1, 128, pairs, kH100Sms, 186 * 1024 - 1));
+  EXPECT_TRUE(ScreenPipeApplies(sw, 1, 128, pairs, kH100Sms, 186 * 1024));
+  EXPECT_FALSE(ScreenPipeApplies(sw, 1, 64, pairs, kH100Sms, 0));  // the device could not be asked
 }
 
 }  // namespace

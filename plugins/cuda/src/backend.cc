@@ -558,7 +558,7 @@ int Backend::KernelMode(int mode, const SetsView& q, uint64_t max_lq, uint64_t n
   const uint64_t groups = std::max<uint64_t>(1, (max_lq + rows - 1) / rows);
   const int sms = std::max(1, prop.multiProcessorCount);
   return ScreenPipeApplies(tuning.kernels, static_cast<uint32_t>(std::min<uint64_t>(groups, 0xffffffffull)),
-                           q.code_bytes, n_pairs, sms)
+                           q.code_bytes, n_pairs, sms, static_cast<int>(prop.sharedMemPerBlockOptin))
              ? mode
              : static_cast<int>(MAXSIM_MODE_EXACT);
 }

@@ -286,8 +286,12 @@ constexpr uint32_t kFfmaGroupRows = 32;
 cudaError_t LaunchExactFfma(const ForwardArgs& a, cudaStream_t stream);
 // i8 screening (CERTIFIED / APPROXIMATE) on packed q and d; refinement with the exact kernels' arithmetic.
 uint32_t ScreenGroupRows(uint64_t max_lq);
-// Whether LaunchScreen uses its per-warp ring kernel (ScreenPipeKernel) for this launch.
-bool ScreenPipeApplies(const KernelSwitches& sw, uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, int sms);
+// Whether LaunchScreen uses its per-warp ring kernel (ScreenPipeKernel) for this launch, on a device of `sms` SMs
+// that lets a block opt into `smem_optin` bytes of shared memory (cudaDevAttrMaxSharedMemoryPerBlockOptin; the
+// ring's block takes 122 KB with 64-byte codes and 186 KB with 128-byte codes, so on the A100's 163 KB the latter
+// screen without the ring).
+bool ScreenPipeApplies(const KernelSwitches& sw, uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, int sms,
+                       int smem_optin);
 cudaError_t LaunchScreen(const ForwardArgs& a, cudaStream_t stream);
 // The screening bound's constants for similarities computed as the exact kernels compute them: relative error
 // factor gamma' of a similarity (times |q| |d|) and an absolute slack for underflow (screen.cu).

@@ -628,9 +628,18 @@ cudaError_t LaunchPipeShape(const ForwardArgs& a, ScreenConsts c, int sms, cudaS
 
 // Ring shape (warps per block x stages, one block per SM): 8x4, no slower than 6x6 and 4x8 on the H100 (git
 // history keeps those).
+constexpr int kScreenPipeWarps = 8, kScreenPipeStages = 4;
+
 template <typename RT, int MT, int CC, bool CERT>
 cudaError_t LaunchPipeCC(const ForwardArgs& a, ScreenConsts c, int sms, cudaStream_t stream) {
-  return LaunchPipeShape<RT, MT, CC, CERT, 8, 4>(a, c, sms, stream);
+  return LaunchPipeShape<RT, MT, CC, CERT, kScreenPipeWarps, kScreenPipeStages>(a, c, sms, stream);
+}
+
+// The ring's shared memory per block: the stages, and the warps' candidate lists and row terms (32 rows at most).
+template <int CC>
+constexpr int ScreenPipeSharedBytes() {
+  return kScreenPipeWarps * kScreenPipeStages * ScreenStageBytes<CC>() +
+         kScreenPipeWarps * static_cast<int>(sizeof(WarpLists) + 32 * (sizeof(float) + sizeof(int)));
 }
 
 template <typename RT, int MT>
@@ -641,7 +650,7 @@ cudaError_t LaunchMt(const ForwardArgs& a, ScreenConsts c, cudaStream_t stream) 
   if (blocks > 0x7fffffffull) return cudaErrorInvalidConfiguration;
   const bool cert = a.mode == MAXSIM_MODE_CERTIFIED;
   const int sms = SmCount();
-  if (ScreenPipeApplies(a.sw, a.part.groups, a.q.code_bytes, a.pairs.n_pairs, sms)) {
+  if (ScreenPipeApplies(a.sw, a.part.groups, a.q.code_bytes, a.pairs.n_pairs, sms, SharedMemoryOptinBytes())) {
     if (a.q.code_bytes == 64) {
       return cert ? LaunchPipeCC<RT, MT, 1, true>(a, c, sms, stream) : LaunchPipeCC<RT, MT, 1, false>(a, c, sms, stream);
     }
@@ -675,9 +684,11 @@ cudaError_t LaunchRt(const ForwardArgs& a, ScreenConsts c, cudaStream_t stream) 
 uint32_t ScreenGroupRows(uint64_t max_lq) { return max_lq <= 16 ? 16 : 32; }
 
 // The ring kernel: queries in one group, code rows of 64 or 128 bytes, and enough pairs (EnoughPairsForWarpRings).
-bool ScreenPipeApplies(const KernelSwitches& sw, uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, int sms) {
+bool ScreenPipeApplies(const KernelSwitches& sw, uint32_t groups, uint32_t code_bytes, uint64_t n_pairs, int sms,
+                       int smem_optin) {
   return sw.screen_pipe && groups == 1 && (code_bytes == 64 || code_bytes == 128) &&
-         EnoughPairsForWarpRings(n_pairs, sms);
+         EnoughPairsForWarpRings(n_pairs, sms) &&
+         (code_bytes == 64 ? ScreenPipeSharedBytes<1>() : ScreenPipeSharedBytes<2>()) <= smem_optin;
 }
 
 ScreenBound ScreenBoundFor(const SetsView& q, const SetsView& d) {
