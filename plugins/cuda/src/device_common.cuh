@@ -306,34 +306,28 @@ cudaError_t AllowDynamicSmemOnce(int bytes) {
   return e;
 }
 
-// Multiprocessors of the current device (asked once per device; 1 if the query fails).
-inline int SmCount() {
-  static std::atomic<int> sms[64];
+// Attribute A of the current device, asked once per device: `fallback` where the query fails or gives no positive
+// value (a positive fallback is kept as the answer, 0 is asked again next time).
+template <cudaDeviceAttr A>
+inline int DeviceAttributeOnce(int fallback) {
+  static std::atomic<int> values[64];
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
-  std::atomic<int>* slot = dev >= 0 && dev < 64 ? &sms[dev] : nullptr;
+  if (cudaGetDevice(&dev) != cudaSuccess) return fallback;
+  std::atomic<int>* slot = dev >= 0 && dev < 64 ? &values[dev] : nullptr;
   int n = slot ? slot->load() : 0;
   if (n == 0) {
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 1;
-    if (slot) slot->store(n);
-  }
-  return n;
-}
-
-// The most shared memory (static + dynamic) a block may opt into on the current device (asked once per device; 0
-// if the query fails): 227 KB on the H100, 163 KB on the A100.
-inline int SharedMemoryOptinBytes() {
-  static std::atomic<int> bytes[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-  std::atomic<int>* slot = dev >= 0 && dev < 64 ? &bytes[dev] : nullptr;
-  int n = slot ? slot->load() : 0;
-  if (n == 0) {
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || n < 0) n = 0;
+    if (cudaDeviceGetAttribute(&n, A, dev) != cudaSuccess || n <= 0) n = fallback;
     if (slot && n > 0) slot->store(n);
   }
   return n;
 }
+
+// Multiprocessors of the current device (1 if the query fails).
+inline int SmCount() { return DeviceAttributeOnce<cudaDevAttrMultiProcessorCount>(1); }
+
+// The most shared memory (static + dynamic) a block may opt into on the current device (0 if the query fails):
+// 227 KB on the H100, 163 KB on the A100.
+inline int SharedMemoryOptinBytes() { return DeviceAttributeOnce<cudaDevAttrMaxSharedMemoryPerBlockOptin>(0); }
 
 // Whether a launch has enough pairs for the per-warp ring kernels (ExactTcPipeKernel, ScreenPipeKernel): at least
 // half a pair per warp of a full launch of 8 warps per SM. Fewer pairs would leave most ring warps idle; the

@@ -461,14 +461,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
       CpAsyncWait<0>();
     }
     __syncthreads();
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        qa[mt][c] = LdsmFrag16(qbuf, mt * 16, c, lane);
-        qc[mt][c] = LdsmFrag16(qbuf, mt * 16 + 8, c, lane);
-      }
-    }
+    LdsmQueryFragments<MT>(qbuf, lane, qa, qc);
   }
   if (!has_pairs) return;
   uint32_t consumed = 0;
@@ -516,7 +509,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) ExactTcPipeKernel(const Fo
 
 // The ring's shared memory: W x S stages, and the query's rows behind them in a one-query launch only (other
 // launches leave that 8 KB to L1, which their per-warp query loads go through).
-constexpr int kPipeWarpsUsed = 8, kPipeStagesUsed = 3;  // LaunchPipe's shape
+constexpr int kPipeWarpsUsed = 8, kPipeStagesUsed = 3;  // LaunchPipe's shape (its comment says why)
 constexpr int kPipeStaticBytes = kPipeWarpsUsed * 32 * (4 + 4);  // s_term and s_arg, 32 rows at most
 constexpr int PipeDynamicBytes(bool one_query) {
   return kPipeWarpsUsed * kPipeStagesUsed * kPipeStageBytes + (one_query ? kRingQueryBytes : 0);
@@ -556,9 +549,10 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
 // kernel.
 template <typename T, int MT>
 cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
-  if (a.cosine || a.d.mask != nullptr) return LaunchPipeWS<T, MT, 8, 3, 0>(a, sms, stream);
+  constexpr int W = kPipeWarpsUsed, S = kPipeStagesUsed;
+  if (a.cosine || a.d.mask != nullptr) return LaunchPipeWS<T, MT, W, S, 0>(a, sms, stream);
   if (CoopChosen(a, sms)) return LaunchExactCoop(a, stream);
-  return a.pairs.argmax ? LaunchPipeWS<T, MT, 8, 3, 2>(a, sms, stream) : LaunchPipeWS<T, MT, 8, 3, 1>(a, sms, stream);
+  return a.pairs.argmax ? LaunchPipeWS<T, MT, W, S, 2>(a, sms, stream) : LaunchPipeWS<T, MT, W, S, 1>(a, sms, stream);
 }
 
 }  // namespace

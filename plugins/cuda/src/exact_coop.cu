@@ -44,14 +44,7 @@ __device__ __forceinline__ void StageQuery(const ForwardArgs& a, uint64_t qb, ui
   const int lane = threadIdx.x & 31;
   StoreQueryRows<MT, NW>(a, qb, lq, qbuf);
   __syncthreads();
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      qa[mt][c] = LdsmFrag16(qbuf, mt * 16, c, lane);
-      qc[mt][c] = LdsmFrag16(qbuf, mt * 16 + 8, c, lane);
-    }
-  }
+  LdsmQueryFragments<MT>(qbuf, lane, qa, qc);
   __syncthreads();
 }
 

@@ -97,6 +97,21 @@ __device__ __forceinline__ void CopyQueryRows(const ForwardArgs& a, uint64_t qb,
   }
 }
 
+// A warp's A fragments (natural placement, LdFragNatural's words) of the MT x 16 query rows a block stored at
+// `qbuf` in the ring's layout (StoreQueryRows or CopyQueryRows, after the block barrier): rows mt x 16 + g in qa,
+// + 8 in qc.
+template <int MT>
+__device__ __forceinline__ void LdsmQueryFragments(uint32_t qbuf, int lane, uint4 (&qa)[MT][4], uint4 (&qc)[MT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      qa[mt][c] = LdsmFrag16(qbuf, mt * 16, c, lane);
+      qc[mt][c] = LdsmFrag16(qbuf, mt * 16 + 8, c, lane);
+    }
+  }
+}
+
 // Folds one 16x8 accumulator tile per m tile into the running max. n0 = first of this lane's two columns. PLAIN:
 // the caller knows the launch is dot without a document mask (the same arithmetic, without those branches).
 template <int MT, bool PLAIN = false, typename Acc>
