@@ -12,6 +12,7 @@ namespace {
 
 using mscuda::CoopChosen;
 using mscuda::CoopFitsDocuments;
+using mscuda::DealtChosen;
 using mscuda::ForwardArgs;
 using mscuda::PipeFitsSharedMemory;
 using mscuda::ScreenPipeApplies;
@@ -99,6 +100,52 @@ TEST(CudaKernelRules, SwitchesOverrideTheRule) {
   ForwardArgs huge = OneQuery(1ull << 31, 1030);
   huge.sw.coop_always = true;  // a grid has at most 2^31 - 1 blocks
   EXPECT_FALSE(CoopChosen(huge, kH100Sms));
+}
+
+TEST(CudaKernelRules, DealtKernelWhereTheRingHasTooFewDocuments) {
+  // benchmarks/results/gpu-dealt-h100.md: one query over 100 and 500 documents, which leave the ring too few pairs
+  // (under half a pair per warp: 528 on 132 SMs) and went to the one-pair-per-warp kernel, ran 2-6x faster on the
+  // dealt kernel; at 1000 and 3000 documents, where the ring runs, the ring was faster.
+  constexpr int kH100 = 227 * 1024, kA100 = 163 * 1024;
+  for (uint64_t nd : {1, 7, 100, 131, 132, 500, 527}) {
+    EXPECT_TRUE(DealtChosen(OneQuery(nd, 300), kH100Sms, kH100)) << nd << " documents";
+    EXPECT_TRUE(DealtChosen(OneQuery(nd, 1030), kH100Sms, kH100)) << nd << " long documents";
+  }
+  for (uint64_t nd : {528, 1000, 3000}) EXPECT_FALSE(DealtChosen(OneQuery(nd, 300), kH100Sms, kH100)) << nd;
+  // One query only (the block shares it); not the pairs layout or candidate lists.
+  ForwardArgs two = OneQuery(100, 300);
+  two.q.n_sets = 2;
+  two.pairs.n_pairs = 200;
+  EXPECT_FALSE(DealtChosen(two, kH100Sms, kH100));
+  ForwardArgs diagonal = OneQuery(100, 300);
+  diagonal.pairs.layout = mscuda::kPairsDiagonal;
+  EXPECT_FALSE(DealtChosen(diagonal, kH100Sms, kH100));
+  // Its block: 8 warps x 3 stages x 8 KB and the query's 8 KB, and 18 KB of row maxima and terms.
+  EXPECT_FALSE(DealtChosen(OneQuery(100, 300), kH100Sms, kA100));
+  EXPECT_TRUE(DealtChosen(OneQuery(100, 300), kH100Sms, 218 * 1024));
+  EXPECT_FALSE(DealtChosen(OneQuery(100, 300), kH100Sms, 218 * 1024 - 1));
+  EXPECT_FALSE(DealtChosen(OneQuery(100, 300), kH100Sms, 0));  // the device could not be asked
+  // Switches: MAXSIM_CUDA_NO_DEALT, MAXSIM_CUDA_NO_PIPE (the dealt kernel is a ring kernel), and
+  // MAXSIM_CUDA_EXPERIMENTAL=dealt-always up to 32 documents per SM (the block's table of its documents).
+  ForwardArgs off = OneQuery(100, 300);
+  off.sw.dealt = false;
+  EXPECT_FALSE(DealtChosen(off, kH100Sms, kH100));
+  off = OneQuery(100, 300);
+  off.sw.pipe = false;
+  EXPECT_FALSE(DealtChosen(off, kH100Sms, kH100));
+  ForwardArgs always = OneQuery(1000, 300);
+  always.sw.dealt_always = true;
+  EXPECT_TRUE(DealtChosen(always, kH100Sms, kH100));
+  always = OneQuery(32 * kH100Sms, 300);
+  always.sw.dealt_always = true;
+  EXPECT_TRUE(DealtChosen(always, kH100Sms, kH100));
+  always = OneQuery(32 * kH100Sms + 1, 300);
+  always.sw.dealt_always = true;
+  EXPECT_FALSE(DealtChosen(always, kH100Sms, kH100));
+  always = OneQuery(1000, 300);
+  always.sw.dealt_always = true;
+  always.sw.dealt = false;  // NO_DEALT wins
+  EXPECT_FALSE(DealtChosen(always, kH100Sms, kH100));
 }
 
 TEST(CudaKernelRules, RingNeedsADeviceThatGivesABlockItsSharedMemory) {

@@ -963,14 +963,27 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
        ran + ", \"pairs_missed\": " + ring_missed);
   Emit(s.name, "read-grid-schedule", TimeIt(b.stream, 5, 30, grid), flops, bytes,
        ran + ", \"pairs_missed\": " + grid_missed);
-  // A schedule no kernel runs yet, as a ceiling for one: the one-query shapes' steps dealt out round-robin.
+  // On one-query shapes, schedules no kernel runs, as ceilings for one: the launch's steps dealt out round-robin to
+  // all warps (with and without the global-memory merges a kernel on it would need), or in balanced contiguous
+  // ranges; and the dealt kernel's own schedule (exact_dealt.cu), where its table of documents allows it.
   if (s.nq == 1) {
-    auto cyclic = [&](int i) {
-      CHECK_CUDA(LaunchCyclicScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, b.stream));
-    };
-    const std::string cyclic_missed = missed([&] { cyclic(0); });
-    Emit(s.name, "read-cyclic-schedule", TimeIt(b.stream, 5, 30, cyclic), flops, bytes,
-         ran + ", \"pairs_missed\": " + cyclic_missed);
+    for (const auto& [deal, row] : {std::pair{kCyclic, "read-cyclic-schedule"},
+                                    std::pair{kCyclicMerge, "read-cyclic-merge-schedule"},
+                                    std::pair{kBalanced, "read-balanced-schedule"}}) {
+      auto dealt = [&, deal = deal](int i) {
+        CHECK_CUDA(LaunchDealtScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, deal, b.stream));
+      };
+      const std::string dealt_missed = missed([&] { dealt(0); });
+      Emit(s.name, row, TimeIt(b.stream, 5, 30, dealt), flops, bytes, ran + ", \"pairs_missed\": " + dealt_missed);
+    }
+    if (s.nd <= 32ull * static_cast<uint64_t>(sms)) {  // the dealt kernel's twin (its table of documents)
+      auto dealt = [&](int i) {
+        CHECK_CUDA(LaunchDealtKernelScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, b.stream));
+      };
+      const std::string dealt_missed = missed([&] { dealt(0); });
+      Emit(s.name, "read-dealt-schedule", TimeIt(b.stream, 5, 30, dealt), flops, bytes,
+           ran + ", \"pairs_missed\": " + dealt_missed);
+    }
   }
   cudaFree(out);
 }
@@ -1000,6 +1013,8 @@ int main(int argc, char** argv) {
   g_kernel_only = rows != nullptr && std::strcmp(rows, "kernel") == 0;
   g_dense_rows = rows != nullptr && std::strcmp(rows, "dense") == 0;
   std::vector<Shape> shapes = {
+      {"textual-100", 1, 32, 100, 300, 128, true, false},
+      {"colpali-100", 1, 32, 100, 1030, 128, true, false},
       {"textual-1k", 1, 32, 1000, 300, 128, true, false},
       {"textual-10k", 1, 32, 10000, 300, 128, true, true},
       {"colpali-rerank", 1, 32, 1000, 1030, 128, true, false},

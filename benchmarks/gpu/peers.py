@@ -54,6 +54,8 @@ import time
 
 SHAPES = {
     # name: (Nq, Lq, Nd, Ld)
+    "textual-100": (1, 32, 100, 300),
+    "colpali-100": (1, 32, 100, 1030),
     "textual-1k": (1, 32, 1000, 300),
     "textual-10k": (1, 32, 10000, 300),
     "colpali-rerank": (1, 32, 1000, 1030),

@@ -49,8 +49,8 @@ import json
 import sys
 from typing import NamedTuple, Optional
 
-ORDER = ["textual-1k", "textual-10k", "colpali-rerank", "q128", "visual", "serve-textual-10k-64q",
-         "serve-colpali-16q", "train-inbatch"]
+ORDER = ["textual-100", "colpali-100", "textual-1k", "textual-10k", "colpali-rerank", "q128", "visual",
+         "serve-textual-10k-64q", "serve-colpali-16q", "train-inbatch"]
 
 
 def load_lines(path):

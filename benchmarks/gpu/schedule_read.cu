@@ -3,7 +3,7 @@
 // computed. If a twin takes about as long as its kernel, that kernel's time on the shape is bounded by the
 // schedule and the bandwidth it gets, not by its arithmetic; if the twin is much faster, the arithmetic or the
 // fold is what costs. A third schedule, which no kernel runs yet, is read the same way as a ceiling for one
-// (LaunchCyclicScheduleRead).
+// (LaunchDealtScheduleRead).
 //
 // The ring's and the grid's twins run the plugin's own device code for what they keep: the pair split
 // (PairRange), the step cursor across document boundaries (StepCursor), the 16-byte cp.async copies of a 32-token
@@ -23,6 +23,8 @@
 //    at one block barrier (MergeAndWrite's) and thread 0 writes one float.
 // The shapes are restated here (they live in exact.cu's LaunchPipe and exact_coop.cu's constants): keep them equal.
 #include <stdint.h>
+
+#include <algorithm>
 
 #include "forward_common.cuh"
 #include "ring_common.cuh"
@@ -190,52 +192,169 @@ __global__ void __launch_bounds__(CW * 32, BPS) GridScheduleKernel(const Forward
   }
 }
 
-// LaunchCyclicScheduleRead's kernel (schedule_read.h): step k of the launch (document k / steps per document) to
-// warp k % W. A kernel that scored with this schedule would merge each document's row maxima across the warps that
-// read it; the twin writes its word at the document's slot from the warp that reads the document's first step.
-template <int W, int S>
-__global__ void __launch_bounds__(W * 32, 1) CyclicScheduleKernel(const ForwardArgs a, uint64_t ld, uint64_t n_warps) {
+// LaunchDealtScheduleRead's kernels (schedule_read.h), over the launch's steps (document k / steps per document):
+//  kCyclic       step k to warp k % W; the warp that reads a document's first step writes the document's word;
+//  kCyclicMerge  the same, and after each step the warp merges its stand-in row maxima (one word per lane) into the
+//                document's 32 words of `scratch` (atomicMax), fences, and counts the step in the document's counter;
+//                the warp that counts the last step takes the 32 words back (atomicExch, leaving zeros), sums them
+//                in order, writes the document's word and zeroes the counter: the protocol a scoring kernel on this
+//                schedule would run, so the twin costs what its merges cost;
+//  kBalanced     warp w the contiguous steps [w N / W', (w + 1) N / W') of the launch's N steps (W' warps in all),
+//                so every SM reads as many steps to within one per warp, with no merges (a ceiling).
+template <int W, int S, int DEAL>
+__global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardArgs a, uint64_t ld, uint64_t n_warps,
+                                                                 uint32_t* scratch) {
   extern __shared__ __align__(128) uint8_t ring_all[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint64_t wid = static_cast<uint64_t>(blockIdx.x) * W + warp;
   const uint64_t nd = a.pairs.nd, r0 = a.d.Begin(0);
   const uint64_t spd = (ld + kRingStep - 1) / kRingStep, n_steps = nd * spd;
-  if (wid >= n_steps) return;
+  const bool balanced = DEAL == kBalanced;
+  const uint64_t first = balanced ? wid * n_steps / n_warps : wid;
+  const uint64_t end = balanced ? (wid + 1) * n_steps / n_warps : n_steps;
+  const uint64_t stride = balanced ? 1 : n_warps;
+  if (first >= end) return;
   const uint64_t policy = mscuda::EvictFirstPolicy();
   const uint32_t dim = a.q.dim;
   const uint64_t drb = a.d.row_bytes;
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) +
                         static_cast<uint32_t>(warp) * (S * kRingStageBytes);
-  uint64_t next = wid;
+  uint64_t next = first;
   uint32_t produced = 0;
   auto produce = [&]() {
-    if (next < n_steps) {
+    if (next < end) {
       const uint64_t p = next / spd, tok = (next - p * spd) * kRingStep;
       mscuda::CopyRingStep(ring + (produced % S) * kRingStageBytes, a.d.orig + (r0 + p * ld) * drb, tok, ld, drb,
                            dim, policy, lane);
       ++produced;
-      next += n_warps;
+      next += stride;
     }
     mscuda::CpAsyncCommit();
   };
 #pragma unroll 1
   for (int s = 0; s < S - 1; ++s) produce();
   uint32_t acc = 0, consumed = 0;
-  for (uint64_t k = wid; k < n_steps; k += n_warps) {
+  for (uint64_t k = first; k < end; k += stride) {
     acc ^= ConsumeStep<S>(ring, consumed, produce, lane);
     const uint64_t p = k / spd;
-    if (lane == 0 && k == p * spd) *a.pairs.ScorePtr(p, 0, p) = __uint_as_float(acc);
+    if constexpr (DEAL == kCyclicMerge) {
+      uint32_t* mx = scratch + p * 32;
+      uint32_t* count = scratch + nd * 32 + p;
+      atomicMax(mx + lane, acc >> 1);
+      __threadfence();
+      __syncwarp();
+      uint32_t last = 0;
+      if (lane == 0) last = atomicAdd(count, 1u) == spd - 1;
+      if (__shfl_sync(0xffffffffu, last, 0)) {
+        __threadfence();
+        const uint32_t v = atomicExch(mx + lane, 0u);
+        double sum = 0;
+#pragma unroll
+        for (int r = 0; r < 32; ++r) sum += static_cast<double>(__shfl_sync(0xffffffffu, v, r));
+        if (lane == 0) {
+          *a.pairs.ScorePtr(p, 0, p) = static_cast<float>(sum);
+          *count = 0;
+        }
+      }
+    } else {
+      if (lane == 0 && k == p * spd) *a.pairs.ScorePtr(p, 0, p) = __uint_as_float(acc);
+    }
   }
   mscuda::CpAsyncWait<0>();
 }
 
-cudaError_t LaunchCyclic(const ForwardArgs& a, uint64_t doc_rows, int sms, cudaStream_t stream) {
-  constexpr auto kernel = &CyclicScheduleKernel<kRingWarps, kRingStages>;
+// LaunchDealtKernelScheduleRead's kernel (schedule_read.h): the dealt kernel's schedule (exact_dealt.cu, W warps x
+// S stages, one block per SM, at most 32 documents per block): block b of B takes documents b, b + B, ..., and the
+// steps of that stream, document after document, go to its warps round-robin (step u to warp u % W). Each warp leaves
+// one word per document in shared memory; at the end of every round of W documents (and the last) the warps meet at
+// a block barrier, warp w writes the XOR of document w's words, and a second barrier lets the next round reuse the
+// slots: where the kernel merges its row maxima.
+template <int W, int S>
+__global__ void __launch_bounds__(W * 32, 1) DealtKernelScheduleKernel(const ForwardArgs a, uint64_t ld) {
+  extern __shared__ __align__(128) uint8_t ring_all[];
+  __shared__ uint32_t s_word[W][W];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint64_t B = gridDim.x, nd = a.pairs.nd, r0 = a.d.Begin(0);
+  const uint64_t spd = (ld + kRingStep - 1) / kRingStep;
+  const uint64_t my_docs = nd > blockIdx.x ? (nd - blockIdx.x + B - 1) / B : 0, total = my_docs * spd;
+  if (my_docs == 0) return;  // the whole block
+  const uint64_t policy = mscuda::EvictFirstPolicy();
+  const uint32_t dim = a.q.dim;
+  const uint64_t drb = a.d.row_bytes;
+  const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(ring_all)) +
+                        static_cast<uint32_t>(warp) * (S * kRingStageBytes);
+  uint64_t next = warp;
+  uint32_t produced = 0;
+  auto produce = [&]() {
+    if (next < total) {
+      const uint64_t i = next / spd, tok = (next - i * spd) * kRingStep;
+      mscuda::CopyRingStep(ring + (produced % S) * kRingStageBytes, a.d.orig + (r0 + (blockIdx.x + i * B) * ld) * drb,
+                           tok, ld, drb, dim, policy, lane);
+      ++produced;
+      next += W;
+    }
+    mscuda::CpAsyncCommit();
+  };
+#pragma unroll 1
+  for (int s = 0; s < S - 1; ++s) produce();
+  uint32_t consumed = 0;
+  uint64_t u = warp;
+  for (uint64_t i = 0; i < my_docs; ++i) {
+    uint32_t acc = 0;
+    for (; u < (i + 1) * spd; u += W) acc ^= ConsumeStep<S>(ring, consumed, produce, lane);
+    const int slot = static_cast<int>(i % W);
+    if (lane == 0) s_word[slot][warp] = acc;
+    if (slot != W - 1 && i + 1 != my_docs) continue;
+    __syncthreads();
+    if (warp <= slot && lane == 0) {
+      uint32_t x = 0;
+#pragma unroll
+      for (int w = 0; w < W; ++w) x ^= s_word[warp][w];
+      const uint64_t d = blockIdx.x + (i - slot + warp) * B;
+      *a.pairs.ScorePtr(d, 0, d) = __uint_as_float(x);
+    }
+    if (i + 1 != my_docs) __syncthreads();
+  }
+  mscuda::CpAsyncWait<0>();
+}
+
+cudaError_t LaunchDealtKernelSchedule(const ForwardArgs& a, uint64_t doc_rows, int sms, cudaStream_t stream) {
+  constexpr auto kernel = &DealtKernelScheduleKernel<kRingWarps, kRingStages>;
   constexpr int smem = kRingWarps * kRingStages * kRingStageBytes;
   const cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
   if (e != cudaSuccess) return e;
+  const uint64_t blocks = std::min<uint64_t>(static_cast<uint64_t>(sms), a.pairs.nd);
+  kernel<<<static_cast<unsigned>(blocks), kRingWarps * 32, smem, stream>>>(a, doc_rows);
+  return cudaGetLastError();
+}
+
+// kCyclicMerge's scratch: 32 words and a counter per document, zeroed once and left zeroed by every launch.
+cudaError_t MergeScratch(uint64_t nd, uint32_t** out) {
+  static uint32_t* buf = nullptr;
+  static uint64_t have = 0;
+  if (nd > have) {
+    if (buf) cudaFree(buf);
+    buf = nullptr;
+    have = 0;
+    cudaError_t e = cudaMalloc(&buf, nd * 33 * 4);
+    if (e == cudaSuccess) e = cudaMemset(buf, 0, nd * 33 * 4);
+    if (e != cudaSuccess) return e;
+    have = nd;
+  }
+  *out = buf;
+  return cudaSuccess;
+}
+
+template <int DEAL>
+cudaError_t LaunchDealt(const ForwardArgs& a, uint64_t doc_rows, int sms, cudaStream_t stream) {
+  constexpr auto kernel = &DealtScheduleKernel<kRingWarps, kRingStages, DEAL>;
+  constexpr int smem = kRingWarps * kRingStages * kRingStageBytes;
+  cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
+  uint32_t* scratch = nullptr;
+  if (e == cudaSuccess && DEAL == kCyclicMerge) e = MergeScratch(a.pairs.nd, &scratch);
+  if (e != cudaSuccess) return e;
   const uint64_t n_warps = static_cast<uint64_t>(sms) * kRingWarps;
-  kernel<<<static_cast<unsigned>(sms), kRingWarps * 32, smem, stream>>>(a, doc_rows, n_warps);
+  kernel<<<static_cast<unsigned>(sms), kRingWarps * 32, smem, stream>>>(a, doc_rows, n_warps, scratch);
   return cudaGetLastError();
 }
 
@@ -271,10 +390,12 @@ bool ScheduleReadApplies(const ForwardArgs& a, uint64_t max_lq) {
 }
 
 const char* ExactScheduleName(const ForwardArgs& a, uint64_t max_lq, int sms) {
-  const bool ring = ScheduleReadApplies(a, max_lq) && !a.cosine && a.sw.pipe &&
-                    mscuda::EnoughPairsForWarpRings(a.pairs.n_pairs, sms);
-  if (!ring) return "other";
-  return mscuda::CoopChosen(a, sms) ? "grid" : "ring";
+  if (!ScheduleReadApplies(a, max_lq) || a.cosine) return "other";
+  const bool rings = a.sw.pipe && mscuda::EnoughPairsForWarpRings(a.pairs.n_pairs, sms);
+  const bool grid = rings && mscuda::CoopChosen(a, sms);
+  if (!grid && mscuda::DealtChosen(a, sms, mscuda::SharedMemoryOptinBytes())) return "dealt";
+  if (!rings) return "other";
+  return grid ? "grid" : "ring";
 }
 
 cudaError_t LaunchRingScheduleRead(const ForwardArgs& a, uint64_t max_lq, int sms, cudaStream_t stream) {
@@ -287,13 +408,33 @@ cudaError_t LaunchGridScheduleRead(const ForwardArgs& a, uint64_t max_lq, cudaSt
   return max_lq <= 16 ? LaunchGrid<1>(a, stream) : LaunchGrid<2>(a, stream);
 }
 
-cudaError_t LaunchCyclicScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
-                                     cudaStream_t stream) {
-  if (!ScheduleReadApplies(a, max_lq) || sms <= 0 || a.pairs.layout != mscuda::kPairsMatrix ||
-      a.pairs.n_pairs != a.pairs.nd || a.pairs.nd == 0 || doc_rows == 0 ||
-      (a.d.n_rows != 0 && a.d.n_rows != a.pairs.nd * doc_rows) ||
-      (a.d.offsets == nullptr && a.d.set_length != doc_rows)) {
-    return cudaErrorInvalidValue;  // the documents must be doc_rows long, as far as the view says
+namespace {
+
+// The one-query launches whose documents are all doc_rows long, as far as the view says.
+bool EvenOneQueryLaunch(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms) {
+  return ScheduleReadApplies(a, max_lq) && sms > 0 && a.pairs.layout == mscuda::kPairsMatrix &&
+         a.pairs.n_pairs == a.pairs.nd && a.pairs.nd != 0 && doc_rows != 0 &&
+         (a.d.n_rows == 0 || a.d.n_rows == a.pairs.nd * doc_rows) &&
+         (a.d.offsets != nullptr || a.d.set_length == doc_rows);
+}
+
+}  // namespace
+
+cudaError_t LaunchDealtKernelScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
+                                          cudaStream_t stream) {
+  if (!EvenOneQueryLaunch(a, max_lq, doc_rows, sms) || a.pairs.nd > 32ull * static_cast<uint64_t>(sms)) {
+    return cudaErrorInvalidValue;
   }
-  return LaunchCyclic(a, doc_rows, sms, stream);
+  return LaunchDealtKernelSchedule(a, doc_rows, sms, stream);
+}
+
+cudaError_t LaunchDealtScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
+                                    int deal, cudaStream_t stream) {
+  if (!EvenOneQueryLaunch(a, max_lq, doc_rows, sms)) return cudaErrorInvalidValue;
+  switch (deal) {
+    case kCyclic: return LaunchDealt<kCyclic>(a, doc_rows, sms, stream);
+    case kCyclicMerge: return LaunchDealt<kCyclicMerge>(a, doc_rows, sms, stream);
+    case kBalanced: return LaunchDealt<kBalanced>(a, doc_rows, sms, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }

@@ -1490,6 +1490,132 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
   }
 }
 
+TEST_F(Gpu, DealtKernelMatchesTheRing) {
+  // MAXSIM_CUDA_EXPERIMENTAL=dealt-always runs one-query dot calls without a document mask on the dealt kernel
+  // (exact_dealt.cu; as built, only those with too few documents for the ring): block b of one per SM scores documents b, b + B, ..., each with all its warps, the steps of
+  // its stream dealt to the warps round-robin across document boundaries, the warps' row maxima merged at each
+  // document's end (two shared-memory slots by parity, one barrier, a different writer per document). It must give
+  // the one-pair-per-warp kernel's and the ring's bits, packed and dense (the folded input check on), scores only
+  // and with argmax: fewer documents than blocks, a few per block and several, ragged with empty ones (documents
+  // with no steps in the stream), lengths no multiple of 32, long documents (each warp wraps its ring within a
+  // document), 1-, 16- and 29-row queries (one and two m tiles), dims 64, 96 and 128 (predicated copies). Exact ties
+  // between steps of different warps (TiePatterns), where the argmax must also be the host's. A non-finite element
+  // in any step, or in the query, fails the call. The dealt context also sets MAXSIM_CUDA_NO_COOP=1, since the
+  // grid would take the long documents; scripts/device/gpu-tests.sh runs this test under compute-sanitizer racecheck
+  // and synccheck (the shared slots and the barrier).
+  const ShardDevices dev = ContextDevices();
+  ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
+  const uint64_t sms = dev.max_sms, devices = dev.count;
+  ScopedEnv no_coop("MAXSIM_CUDA_NO_COOP", "1");
+  Context dealt = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "dealt-always", [](Context& g) { return std::move(g); });
+  Context ring = CudaContext();
+  no_coop.Restore();
+  Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
+  const std::vector<CoopSide> sides = {{&dealt, "dealt"}, {&ring, "ring"}};
+  struct Case {
+    uint64_t nd;  // per device
+    uint64_t lq;
+    uint32_t dim;
+    Shape docs;
+    uint64_t max_len;
+  };
+  const Case cases[] = {{7, 32, 128, Shape::kClustered, 1400},          {sms / 2 + 3, 29, 128, Shape::kNearTies, 300},
+                        {3 * sms + 5, 16, 128, Shape::kDuplicates, 170}, {5 * sms + 16, 32, 128, Shape::kClustered, 330},
+                        {2 * sms + 9, 1, 96, Shape::kClustered, 600},    {4 * sms + 16, 29, 64, Shape::kNearTies, 250}};
+  uint64_t salt = 230;
+  for (const Case& c : cases) {
+    auto rng = Rng(++salt);
+    const uint64_t nd = c.nd * devices + 1;
+    const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 1, c.lq, c.lq, c.dim), MAXSIM_BF16);
+    const TokenSets d = Encoded(Generate(rng, c.docs, nd, 0, c.max_len, c.dim), MAXSIM_BF16);
+    const std::string what = std::to_string(nd) + " documents of 0-" + std::to_string(c.max_len) + " tokens, dim " +
+                             std::to_string(c.dim) + ", " + std::to_string(c.lq) + " query rows";
+    ExpectCoopSidesAgree(one, sides, q, d, Packed::Pack(one, d.Dense()), DeviceSets(d), what, {});
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // Exact ties across steps, one query at a time (each call a one-query launch).
+  {
+    auto trng = Rng(240);
+    const std::vector<TiePattern>& pats = TiePatterns();
+    const uint64_t tnd = 3 * sms * devices + 11;
+    const TokenSets d = TieDocuments(trng, tnd);
+    std::vector<std::vector<uint64_t>> prow;
+    const TokenSets qs = TieQueries(trng, 5, 32, &prow);
+    const Packed pd = Packed::Pack(one, d.Dense());
+    const DeviceSets dd(d);
+    for (uint64_t i = 0; i < qs.n_sets(); ++i) {
+      TokenSets q;
+      q.dim = qs.dim;
+      q.offsets = {0, qs.length(i)};
+      q.values.assign(qs.values.begin() + qs.offsets[i] * qs.dim, qs.values.begin() + qs.offsets[i + 1] * qs.dim);
+      q.Encode(MAXSIM_BF16);
+      auto expect_host = [&](const Matrix& m, const std::string& side) {
+        for (uint64_t j = 0; j < tnd; ++j) {
+          for (uint64_t p = 0; p < pats.size(); ++p) {
+            TokenSets row;
+            row.dim = d.dim;
+            row.offsets = {0, 1};
+            row.values.assign(d.dim, 0.0f);
+            row.values[pats[p].k] = pats[p].s;
+            double best = -std::numeric_limits<double>::infinity();
+            int32_t want = -1;
+            for (uint64_t t = 0; t < d.length(j); ++t) {
+              const double v = RefSim(row, 0, 0, d, j, t, MAXSIM_METRIC_DOT);
+              if (v > best) {
+                best = v;
+                want = static_cast<int32_t>(t);
+              }
+            }
+            ASSERT_EQ(m.argmax[j * q.length(0) + prow[i][p]], want)
+                << side << ": row " << prow[i][p] << " (pattern " << p << ") doc " << j;
+          }
+        }
+      };
+      ExpectCoopSidesAgree(one, sides, q, d, pd, dd, "ties, query " + std::to_string(i), expect_host);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  // The folded input check: a document token in a step of each of several warps, a document's last token, a query
+  // token; NaN and both infinities. Scores only and with argmax.
+  auto rng = Rng(241);
+  const uint64_t nd = 2 * sms * devices + 5;
+  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 1, 32, 32, 128), MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, nd, 100, 400, 128), MAXSIM_BF16);
+  struct Bad {
+    bool query;
+    uint64_t set, token;
+    uint32_t k;
+    float value;
+  };
+  const Bad bads[] = {{false, 7, 40, 17, std::nanf("")},
+                      {false, nd / 2, 70, 0, INFINITY},
+                      {false, nd / 3, 99, 5, -INFINITY},
+                      {false, nd - 1, d.length(nd - 1) - 1, 127, std::nanf("")},
+                      {true, 0, 31, 64, INFINITY}};
+  for (const Bad& b : bads) {
+    TokenSets bq = q, bd = d;
+    TokenSets& t = b.query ? bq : bd;
+    t.values[(t.offsets[b.set] + b.token) * t.dim + b.k] = b.value;
+    t.Encode(MAXSIM_BF16);
+    const DeviceSets xq(bq), xd(bd);
+    const std::string want = std::string(b.query ? "queries" : "documents") + ": set " + std::to_string(b.set) +
+                             " token " + std::to_string(b.token) + " ";
+    for (bool argmax : {false, true}) {
+      Dev<float> sc(nd);
+      Dev<int32_t> am(nd * q.rows());
+      sc.Fill(0);  // finite: a partial result would show
+      maxsim_score_options o;
+      maxsim_score_options_init(&o);
+      maxsim_sets qs{nullptr, &xq.s}, ds{nullptr, &xd.s};
+      const maxsim_status st = maxsim_score_matrix(dealt.get(), &qs, &ds, &o, sc.p, argmax ? am.p : nullptr);
+      const std::string msg = st == MAXSIM_OK ? "" : maxsim_last_error();
+      EXPECT_EQ(st, MAXSIM_ERR_NON_FINITE) << want << (argmax ? "argmax" : "scores only");
+      EXPECT_NE(msg.find(want), std::string::npos) << "'" << msg << "' does not name " << want;
+      for (float v : sc.Down()) ASSERT_TRUE(std::isnan(v)) << want << ": a score survived a failed call: " << v;
+    }
+  }
+}
+
 TEST_F(Gpu, CoopAlwaysBelowTheRule) {
   // MAXSIM_CUDA_EXPERIMENTAL=coop-always runs the one-block-per-pair grid on the calls its rule (CoopChosen) leaves
   // on the ring, so that scripts/device/gpu-coop-rule.sh can time both sides of the rule. Here the calls the rule

@@ -232,6 +232,7 @@ Tuning ReadTuning() {
   t.kernels.wgmma_int_fold = !EnvIs("MAXSIM_CUDA_WGMMA_INT_FOLD", "0");
   t.kernels.wgmma_tma = !EnvIs("MAXSIM_CUDA_WGMMA_TMA", "0");
   t.kernels.coop = !EnvFlag("MAXSIM_CUDA_NO_COOP");
+  t.kernels.dealt = !EnvFlag("MAXSIM_CUDA_NO_DEALT");
   t.smem_kernel = !EnvFlag("MAXSIM_CUDA_NO_SMEM_KERNEL");
   t.screen_wgmma_min_lq = EnvU64("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", 256);
   if (const char* e = std::getenv("MAXSIM_CUDA_EXPERIMENTAL")) {
@@ -245,6 +246,8 @@ Tuning ReadTuning() {
         t.experimental_screen_wgmma = true;
       } else if (name == "coop-always") {
         t.kernels.coop_always = true;
+      } else if (name == "dealt-always") {
+        t.kernels.dealt_always = true;
       } else if (!name.empty()) {
         t.unknown_experimental += (t.unknown_experimental.empty() ? "" : ",") + name;
       }
@@ -385,6 +388,12 @@ std::string SettingsText(const Backend& b) {
                 granted, designed,
                 granted == designed ? "" : granted < 0 ? " (the occupancy query failed)" : " (the grid runs slower)");
   t += line;
+  t += std::string("exact dealt kernel (one-query dot calls without a document mask, ") +
+       (k.kernels.dealt && k.kernels.dealt_always
+            ? "every one the grid does not take: MAXSIM_CUDA_EXPERIMENTAL=dealt-always"
+            : "fewer documents than half the ring's warps, up to 32 per SM") +
+       "): " + onoff(k.kernels.dealt && k.kernels.pipe) + source("MAXSIM_CUDA_NO_DEALT") +
+       (k.kernels.pipe ? "" : "; off with the ring (MAXSIM_CUDA_NO_PIPE)") + "\n";
   std::snprintf(line, sizeof(line), "exact shared-memory kernel (long queries): %s%s\n", onoff(k.smem_kernel),
                 source("MAXSIM_CUDA_NO_SMEM_KERNEL").c_str());
   t += line;
@@ -437,6 +446,11 @@ std::string SettingsText(const Backend& b) {
     experimental += std::string(experimental.empty() ? "" : ", ") +
                     "coop-always (the one-block-per-pair grid on every call it can run" +
                     (k.kernels.coop ? ")" : "; off: MAXSIM_CUDA_NO_COOP wins)");
+  }
+  if (k.kernels.dealt_always) {
+    experimental += std::string(experimental.empty() ? "" : ", ") +
+                    "dealt-always (the dealt kernel on every one-query call the grid does not take" +
+                    (k.kernels.dealt ? ")" : "; off: MAXSIM_CUDA_NO_DEALT wins)");
   }
   t += "experimental: " + (experimental.empty() ? std::string("none") : experimental) +
        source("MAXSIM_CUDA_EXPERIMENTAL") +

@@ -160,10 +160,13 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
   // Many single-group pairs (at least half a pair per resident warp): the per-warp cp.async pipeline, where the
   // device gives a block the ring's shared memory (or the call takes the grid, whose blocks are smaller).
   const int sms = SmCount();
-  if (a.sw.pipe && a.part.groups == 1 && chunks <= 4 && EnoughPairsForWarpRings(a.pairs.n_pairs, sms) &&
-      (PipeFitsSharedMemory(a, SharedMemoryOptinBytes()) || (!a.cosine && a.d.mask == nullptr && CoopChosen(a, sms)))) {
-    return LaunchPipe<T, MT>(a, sms, stream);
+  const bool rings = a.sw.pipe && a.part.groups == 1 && chunks <= 4 && EnoughPairsForWarpRings(a.pairs.n_pairs, sms);
+  const bool plain_dot = !a.cosine && a.d.mask == nullptr;
+  const bool coop = rings && plain_dot && CoopChosen(a, sms);
+  if (a.part.groups == 1 && chunks <= 4 && plain_dot && !coop && DealtChosen(a, sms, SharedMemoryOptinBytes())) {
+    return LaunchExactDealt(a, sms, stream);
   }
+  if (rings && (coop || PipeFitsSharedMemory(a, SharedMemoryOptinBytes()))) return LaunchPipe<T, MT>(a, sms, stream);
   switch (chunks) {
     case 1: ExactTcKernel<T, MT, 1><<<grid, block, 0, stream>>>(a); break;
     case 2: ExactTcKernel<T, MT, 2><<<grid, block, 0, stream>>>(a); break;

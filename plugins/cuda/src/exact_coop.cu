@@ -49,8 +49,7 @@ __device__ __forceinline__ void StageQuery(const ForwardArgs& a, uint64_t qb, ui
 }
 
 // The end of a pair scored by NW warps, each over its own tokens in increasing order: the row maxima merge in
-// shared memory (the larger value; of equal ones the lower token index, which is what one warp's strict > fold over
-// all the tokens in increasing order keeps), and warp 0 writes the pair's rows (WriteRows).
+// shared memory (StageWarpRows, MergeWarpRows), and warp 0 writes the pair's rows (WriteRows).
 template <int MT, int NW>
 __device__ __forceinline__ void MergeAndWrite(const ForwardArgs& a, uint64_t p, uint64_t qi, uint64_t dj,
                                               uint64_t qb, uint64_t lq, uint64_t ld, bool check, bool saw_kept,
@@ -59,49 +58,17 @@ __device__ __forceinline__ void MergeAndWrite(const ForwardArgs& a, uint64_t p, 
   __shared__ int s_i[NW][MT * 16];
   __shared__ float s_term[MT * 16];
   __shared__ int s_arg[MT * 16];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5;
   CheckRowMaxima(true, check, saw_kept, best);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      MergeBest(best.v[mt][h], best.i[mt][h], 1);
-      MergeBest(best.v[mt][h], best.i[mt][h], 2);
-      if (t == 0) {
-        s_v[warp][mt * 16 + g + 8 * h] = best.v[mt][h];
-        s_i[warp][mt * 16 + g + 8 * h] = best.i[mt][h];
-      }
-    }
-  }
+  StageWarpRows(best, s_v[warp], s_i[warp]);
   __syncthreads();
   if (warp != 0) {
     ReportCheck(a, best.chk);
     return;
   }
-  // Every lane of a quad takes its rows' merge over the warps, so WriteRows needs no quad merge of its own.
   Best<MT> m;
   m.chk = best.chk;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = mt * 16 + g + 8 * h;
-      float v = s_v[0][r];
-      int i = s_i[0][r];
-#pragma unroll
-      for (int w = 1; w < NW; ++w) {
-        const float ov = s_v[w][r];
-        const int oi = s_i[w][r];
-        if (ov > v || (ov == v && static_cast<unsigned>(oi) < static_cast<unsigned>(i))) {
-          v = ov;
-          i = oi;
-        }
-      }
-      m.v[mt][h] = v;
-      m.i[mt][h] = i;
-    }
-  }
+  MergeWarpRows<MT, NW>(s_v, s_i, m);
   WriteRows<MT, true>(a, p, qi, dj, 0, qb, lq, ld > 0, m, s_term, s_arg);
 }
 

@@ -162,6 +162,12 @@ struct KernelSwitches {
   // such call, whatever its rule says, for measuring the rule at its boundaries (coop false wins)
   bool coop = true;
   bool coop_always = false;
+  // exact: one-query dot calls without a document mask run the dealt kernel where DealtChosen says so
+  // (exact_dealt.cu; MAXSIM_CUDA_NO_DEALT=1 switches it off, and so does pipe off); dealt_always
+  // (MAXSIM_CUDA_EXPERIMENTAL=dealt-always): on every such call the grid does not take, whatever its rule says, for
+  // measuring the rule at its boundary (dealt false wins)
+  bool dealt = true;
+  bool dealt_always = false;
 };
 
 // The batch kernel's default stages copied ahead (KernelSwitches::batch_ahead 0): 3 where a block's first document
@@ -257,6 +263,11 @@ bool PipeFitsSharedMemory(const ForwardArgs& a, int optin_bytes);
 // (below 2^31 pairs) where a.sw.coop_always is on, else by the rule above.
 bool CoopChosen(const ForwardArgs& a, int sms);
 cudaError_t LaunchExactCoop(const ForwardArgs& a, cudaStream_t stream);
+// The dealt kernel (exact_dealt.cu): one-query dot calls without a document mask (group_rows 16 or 32, dim <= 128),
+// one block per SM scoring documents b, b + B, ... one at a time with all its warps. DealtChosen: where a.sw.dealt
+// is on, for a one-query launch whose shared memory fits `optin_bytes`.
+bool DealtChosen(const ForwardArgs& a, int sms, int optin_bytes);
+cudaError_t LaunchExactDealt(const ForwardArgs& a, int sms, cudaStream_t stream);
 // The grid's resident blocks per SM on the current device as the driver grants them (occupancy query of the bf16,
 // 32-row, values-only kernel with its shared memory; -1 if the query fails), and as the kernel was designed and
 // measured (kCoopBlocksPerSm: a lower grant would be a slower grid). maxsim info shows both.

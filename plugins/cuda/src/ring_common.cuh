@@ -254,6 +254,53 @@ __device__ __forceinline__ void CheckRowMaxima(bool fast, bool check, bool saw_k
   }
 }
 
+// The end of a document scored by several warps of a block, each over its own tokens in increasing order. Each warp
+// quad-merges its row maxima and leaves them in its row of the block's shared arrays (StageWarpRows); after a block
+// barrier one warp merges them over the NW warps (MergeWarpRows): the larger value, of equal ones the lower token
+// index, which is what one warp's strict > fold over all the tokens in increasing order keeps, so the bits are the
+// ring's. Every lane of a quad takes its rows' merge, so WriteRows<MT, true> needs no quad merge of its own.
+template <int MT>
+__device__ __forceinline__ void StageWarpRows(Best<MT>& best, float* s_v, int* s_i) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      MergeBest(best.v[mt][h], best.i[mt][h], 1);
+      MergeBest(best.v[mt][h], best.i[mt][h], 2);
+      if (t == 0) {
+        s_v[mt * 16 + g + 8 * h] = best.v[mt][h];
+        s_i[mt * 16 + g + 8 * h] = best.i[mt][h];
+      }
+    }
+  }
+}
+
+template <int MT, int NW>
+__device__ __forceinline__ void MergeWarpRows(const float (*s_v)[MT * 16], const int (*s_i)[MT * 16], Best<MT>& m) {
+  const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = mt * 16 + g + 8 * h;
+      float v = s_v[0][r];
+      int i = s_i[0][r];
+#pragma unroll
+      for (int w = 1; w < NW; ++w) {
+        const float ov = s_v[w][r];
+        const int oi = s_i[w][r];
+        if (ov > v || (ov == v && static_cast<unsigned>(oi) < static_cast<unsigned>(i))) {
+          v = ov;
+          i = oi;
+        }
+      }
+      m.v[mt][h] = v;
+      m.i[mt][h] = i;
+    }
+  }
+}
+
 }  // namespace mscuda
 
 #endif  // MAXSIM_PLUGINS_CUDA_RING_COMMON_CUH_

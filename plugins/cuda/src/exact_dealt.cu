@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: Apache-2.0
+// ExactTcDealtKernel: one-query dot calls without a document mask (the ring kernel's FOLD 1 and 2 calls, exact.cu)
+// with too few documents for the ring (under half a pair per ring warp), which went to the one-pair-per-warp
+// kernel: one warp per document, each streaming its document alone. Here one block of kDealtWarps warps per SM
+// (at most one per document), persistent: block b scores documents b, b + B, b + 2B, ... (B blocks, at most
+// kDealtMaxDocs each) with all its warps, and deals the steps of that stream (32 tokens each, document after
+// document) to its warps round-robin, so each warp's share is even to within one step however the documents'
+// lengths fall, and a document of n steps is read by min(n, 8) warps at once. Each warp copies its steps through
+// its own ring (kDealtStages x 8 KB: the ring kernel's copies, swizzle, L2 evict-first policy and fold), across
+// document boundaries. The block copies the query once (CopyQueryRows), as the ring's one-query launches do, and
+// every warp holds the block's table of documents (one per lane), so moving to the next document is a shuffle.
+// Each warp leaves its row maxima per document in shared memory (StageWarpRows); after every round of kDealtRound
+// documents (and the last) the block meets at a barrier and warp w merges document w of the round (MergeWarpRows:
+// the larger value, of equal ones the lower token index) and writes its score and argmax (WriteRows): the ring
+// kernel's bits.
+//
+// Measured on the H100 (benchmarks/results/gpu-dealt-h100.md, kernel rows): one query over 100 documents of 300
+// tokens 0.0091 ms against the one-pair-per-warp kernel's 0.0362, 100 of 1030 tokens 0.0174 against 0.1039, 500 of
+// 300 tokens 0.0209 against 0.0407. Where the ring runs it was slower than the ring: 1000 documents of 300 tokens
+// 0.0342 against 0.0321 ms (its copy-only twin reads them in 0.0289, the ring's in 0.0294; a merge per document
+// instead of per round took 0.0379), 3000 of 300 tokens 0.0834 against 0.0806, 4000 of 100 tokens 0.0520
+// against 0.0409. So DealtChosen takes it only where the ring does not run.
+#include <math.h>
+
+#include <algorithm>
+
+#include "forward_common.cuh"
+#include "ring_common.cuh"
+
+namespace mscuda {
+namespace {
+
+constexpr int kDealtWarps = 8;
+constexpr int kDealtStages = 3;
+constexpr int kDealtDynamicBytes = kDealtWarps * kDealtStages * kRingStageBytes + kRingQueryBytes;
+
+// The block's documents (at most kDealtMaxDocs): lane l of every warp holds document l's first row and length, read
+// once at the start, so that moving to the next document costs a shuffle, not a load from global memory.
+constexpr uint64_t kDealtMaxDocs = 32;
+struct DealtDocs {
+  uint64_t row = 0, len = 0;  // this lane's document
+  __device__ DealtDocs(const ForwardArgs& a, uint64_t my_docs) {
+    const uint64_t l = threadIdx.x & 31;
+    if (l < my_docs) {
+      uint64_t qi, dj;
+      a.pairs.Resolve(blockIdx.x + l * gridDim.x, &qi, &dj);
+      row = a.d.Begin(dj);
+      len = a.d.End(dj) - row;
+    }
+  }
+  __device__ uint64_t Row(uint64_t i) const { return __shfl_sync(kFull, row, static_cast<int>(i)); }
+  __device__ uint64_t Len(uint64_t i) const { return __shfl_sync(kFull, len, static_cast<int>(i)); }
+};
+
+// The producer side: this warp's next step is local step k (tokens [32 k, 32 k + 32)) of document i of the block's
+// stream (pair blockIdx.x + i B), which has n steps. The warp's steps are those whose place in the stream is its
+// index modulo W. Every lane calls it alike (the shuffles).
+template <int W>
+struct DealtCursor {
+  uint64_t i = 0, k, n = 0, first_row = 0, len = 0;
+  const uint64_t docs;
+  const DealtDocs& table;
+  __device__ DealtCursor(const DealtDocs& t, uint64_t my_docs, int warp)
+      : k(static_cast<uint64_t>(warp)), docs(my_docs), table(t) {
+    Load();
+    Settle();
+  }
+  __device__ bool Active() const { return i < docs; }
+  __device__ void Load() {
+    if (i >= docs) return;
+    first_row = table.Row(i);
+    len = table.Len(i);
+    n = (len + kRingStep - 1) / kRingStep;
+  }
+  __device__ void Settle() {
+    while (i < docs && k >= n) {
+      k -= n;
+      ++i;
+      Load();
+    }
+  }
+  __device__ void Advance() {
+    k += W;
+    Settle();
+  }
+};
+
+// The documents of a block whose row maxima wait in shared memory at a time: one round, merged together (one
+// document per warp) at the round's end.
+constexpr int kDealtRound = kDealtWarps;
+
+// FOLD 1: values only; 2: with argmax.
+template <typename T, int MT, int FOLD>
+__global__ void __launch_bounds__(kDealtWarps * 32, 1) ExactTcDealtKernel(const ForwardArgs a) {
+  constexpr int W = kDealtWarps, S = kDealtStages, R = kDealtRound;
+  extern __shared__ __align__(128) uint8_t dealt_smem[];
+  __shared__ float s_v[R][W][MT * 16];
+  __shared__ int s_i[R][W][MT * 16];
+  __shared__ float s_term[W][MT * 16];
+  __shared__ int s_arg[W][MT * 16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint64_t nd = a.pairs.n_pairs, B = gridDim.x;
+  const uint64_t my_docs = nd > blockIdx.x ? (nd - blockIdx.x + B - 1) / B : 0;
+  if (my_docs == 0) return;  // the whole block
+  const uint64_t policy = EvictFirstPolicy();
+  const uint32_t dim = a.q.dim;
+  const uint64_t drb = a.d.row_bytes;
+  const uint32_t smem0 = static_cast<uint32_t>(__cvta_generic_to_shared(dealt_smem));
+  const uint32_t ring = smem0 + static_cast<uint32_t>(warp) * (S * kRingStageBytes);
+  const uint32_t qbuf = smem0 + W * S * kRingStageBytes;
+  const DealtDocs docs(a, my_docs);
+  DealtCursor<W> cur(docs, my_docs, warp);
+  uint32_t produced = 0;
+  auto produce = [&]() {
+    if (cur.Active()) {
+      CopyRingStep(ring + (produced % S) * kRingStageBytes, a.d.orig + cur.first_row * drb, cur.k * kRingStep,
+                   cur.len, drb, dim, policy, lane);
+      ++produced;
+      cur.Advance();
+    }
+    CpAsyncCommit();
+  };
+  // The query first, as its own cp.async group (the ring kernel's one-query launches, exact.cu).
+  const uint64_t qb = a.q.Begin(0), lq = a.q.End(0) - qb;
+  CopyQueryRows<MT, W>(a, qb, lq, qbuf);
+  CpAsyncCommit();
+#pragma unroll 1
+  for (int s = 0; s < S - 1; ++s) produce();
+  uint4 qa[MT][4], qc[MT][4];
+  CpAsyncWait<S - 1>();
+  __syncthreads();
+  LdsmQueryFragments<MT>(qbuf, lane, qa, qc);
+
+  const bool check = a.bad != nullptr;
+  uint32_t consumed = 0;
+  uint64_t u0 = 0;  // the stream's place of document i's first step
+  for (uint64_t i = 0; i < my_docs; ++i) {
+    const uint64_t db = docs.Row(i), ld = docs.Len(i);
+    const uint64_t n = (ld + kRingStep - 1) / kRingStep;
+    Best<MT> best;
+    InitBest(best);
+    bool saw_kept = false;
+    for (uint64_t k = (static_cast<uint64_t>(warp) + W - u0 % W) % W; k < n; k += W) {
+      CpAsyncWait<S - 2>();
+      __syncwarp();
+      produce();
+      const uint32_t st = ring + (consumed % S) * kRingStageBytes;
+      ++consumed;
+      FoldRingStep<T, MT, FOLD>(a, st, k * kRingStep, db, ld, qa, qc, true, FOLD == 2, check, best, saw_kept);
+    }
+    u0 += n;
+    CheckRowMaxima(true, check, saw_kept, best);
+    ReportCheck(a, best.chk);
+    const int slot = static_cast<int>(i % R);
+    StageWarpRows(best, s_v[slot][warp], s_i[slot][warp]);
+    if (slot != R - 1 && i + 1 != my_docs) continue;
+    // The round's end: each warp merges and writes one of its documents, and the next round's rows wait until every
+    // warp is done reading these.
+    __syncthreads();
+    const uint64_t mine = i - slot + warp;
+    const uint64_t mine_len = docs.Len(mine < my_docs ? mine : 0);
+    if (warp <= slot) {
+      uint64_t qi, dj;
+      a.pairs.Resolve(blockIdx.x + mine * B, &qi, &dj);
+      Best<MT> m;  // chk 0: each warp reported its own above
+      MergeWarpRows<MT, W>(s_v[warp], s_i[warp], m);
+      WriteRows<MT, true>(a, blockIdx.x + mine * B, qi, dj, 0, qb, lq, mine_len > 0, m, s_term[warp], s_arg[warp]);
+    }
+    if (i + 1 != my_docs) __syncthreads();
+  }
+  CpAsyncWait<0>();
+}
+
+template <typename T, int MT, int FOLD>
+cudaError_t LaunchDealtFold(const ForwardArgs& a, int sms, cudaStream_t stream) {
+  const cudaError_t e = AllowDynamicSmemOnce<ExactTcDealtKernel<T, MT, FOLD>>(kDealtDynamicBytes);
+  if (e != cudaSuccess) return e;
+  const uint64_t blocks = std::min<uint64_t>(static_cast<uint64_t>(sms), a.pairs.n_pairs);
+  if (blocks == 0) return cudaSuccess;
+  ExactTcDealtKernel<T, MT, FOLD><<<static_cast<unsigned>(blocks), kDealtWarps * 32, kDealtDynamicBytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <typename T, int MT>
+cudaError_t LaunchDealtT(const ForwardArgs& a, int sms, cudaStream_t stream) {
+  return a.pairs.argmax ? LaunchDealtFold<T, MT, 2>(a, sms, stream) : LaunchDealtFold<T, MT, 1>(a, sms, stream);
+}
+
+}  // namespace
+
+bool DealtChosen(const ForwardArgs& a, int sms, int optin_bytes) {
+  if (!a.sw.pipe || !a.sw.dealt || !OneQueryLaunch(a) || sms <= 0) return false;
+  if (a.pairs.n_pairs > kDealtMaxDocs * static_cast<uint64_t>(sms)) return false;  // DealtDocs' table
+  if (!a.sw.dealt_always && EnoughPairsForWarpRings(a.pairs.n_pairs, sms)) return false;
+  constexpr int kStatic = 2 * kDealtRound * kDealtWarps * 32 * 4 + 2 * kDealtWarps * 32 * 4;  // s_v, s_i; s_term, s_arg
+  return kDealtDynamicBytes + kStatic <= optin_bytes;
+}
+
+cudaError_t LaunchExactDealt(const ForwardArgs& a, int sms, cudaStream_t stream) {
+  const bool bf16 = a.q.dtype == kBF16;
+  if (a.part.group_rows == 16) {
+    return bf16 ? LaunchDealtT<__nv_bfloat16, 1>(a, sms, stream) : LaunchDealtT<__half, 1>(a, sms, stream);
+  }
+  return bf16 ? LaunchDealtT<__nv_bfloat16, 2>(a, sms, stream) : LaunchDealtT<__half, 2>(a, sms, stream);
+}
+
+}  // namespace mscuda
