@@ -120,6 +120,19 @@ TEST(CudaKernelRules, DealtKernelWhereTheRingHasTooFewDocuments) {
   ForwardArgs diagonal = OneQuery(100, 300);
   diagonal.pairs.layout = mscuda::kPairsDiagonal;
   EXPECT_FALSE(DealtChosen(diagonal, kH100Sms, kH100));
+  // Only what its fold and copies take: dot without a document mask, one group of query rows, dim <= 128.
+  ForwardArgs cosine = OneQuery(100, 300);
+  cosine.cosine = 1;
+  EXPECT_FALSE(DealtChosen(cosine, kH100Sms, kH100));
+  ForwardArgs masked = OneQuery(100, 300);
+  static const uint8_t mask[1] = {1};
+  masked.d.mask = mask;
+  EXPECT_FALSE(DealtChosen(masked, kH100Sms, kH100));
+  ForwardArgs groups = OneQuery(100, 300);
+  groups.part.groups = 2;
+  EXPECT_FALSE(DealtChosen(groups, kH100Sms, kH100));
+  EXPECT_FALSE(DealtChosen(OneQuery(100, 300, 160), kH100Sms, kH100));
+  EXPECT_TRUE(DealtChosen(OneQuery(100, 300, 64), kH100Sms, kH100));
   // Its block: 8 warps x 3 stages x 8 KB and the query's 8 KB, and 18 KB of row maxima and terms.
   EXPECT_FALSE(DealtChosen(OneQuery(100, 300), kH100Sms, kA100));
   EXPECT_TRUE(DealtChosen(OneQuery(100, 300), kH100Sms, 218 * 1024));

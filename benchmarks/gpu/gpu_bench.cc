@@ -970,15 +970,15 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
     for (const auto& [deal, row] : {std::pair{kCyclic, "read-cyclic-schedule"},
                                     std::pair{kCyclicMerge, "read-cyclic-merge-schedule"},
                                     std::pair{kBalanced, "read-balanced-schedule"}}) {
-      auto dealt = [&, deal = deal](int i) {
-        CHECK_CUDA(LaunchDealtScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, deal, b.stream));
+      auto spread = [&, deal = deal](int i) {
+        CHECK_CUDA(LaunchSpreadScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, deal, b.stream));
       };
-      const std::string dealt_missed = missed([&] { dealt(0); });
-      Emit(s.name, row, TimeIt(b.stream, 5, 30, dealt), flops, bytes, ran + ", \"pairs_missed\": " + dealt_missed);
+      const std::string spread_missed = missed([&] { spread(0); });
+      Emit(s.name, row, TimeIt(b.stream, 5, 30, spread), flops, bytes, ran + ", \"pairs_missed\": " + spread_missed);
     }
     if (s.nd <= 32ull * static_cast<uint64_t>(sms)) {  // the dealt kernel's twin (its table of documents)
       auto dealt = [&](int i) {
-        CHECK_CUDA(LaunchDealtKernelScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, b.stream));
+        CHECK_CUDA(LaunchDealtScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, b.stream));
       };
       const std::string dealt_missed = missed([&] { dealt(0); });
       Emit(s.name, "read-dealt-schedule", TimeIt(b.stream, 5, 30, dealt), flops, bytes,

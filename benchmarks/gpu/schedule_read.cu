@@ -2,8 +2,8 @@
 // Copy-only twins of the exact ring kernels: the documents read with the scoring kernel's own schedule, nothing
 // computed. If a twin takes about as long as its kernel, that kernel's time on the shape is bounded by the
 // schedule and the bandwidth it gets, not by its arithmetic; if the twin is much faster, the arithmetic or the
-// fold is what costs. A third schedule, which no kernel runs yet, is read the same way as a ceiling for one
-// (LaunchDealtScheduleRead).
+// fold is what costs. The dealt kernel's twin (LaunchDealtScheduleRead) is read the same way, and so are schedules
+// that no kernel runs, as ceilings for one (LaunchSpreadScheduleRead).
 //
 // The ring's and the grid's twins run the plugin's own device code for what they keep: the pair split
 // (PairRange), the step cursor across document boundaries (StepCursor), the 16-byte cp.async copies of a 32-token
@@ -192,7 +192,8 @@ __global__ void __launch_bounds__(CW * 32, BPS) GridScheduleKernel(const Forward
   }
 }
 
-// LaunchDealtScheduleRead's kernels (schedule_read.h), over the launch's steps (document k / steps per document):
+// LaunchSpreadScheduleRead's kernels (schedule_read.h), over the launch's steps (document k / steps per document),
+// spread over all its warps:
 //  kCyclic       step k to warp k % W; the warp that reads a document's first step writes the document's word;
 //  kCyclicMerge  the same, and after each step the warp merges its stand-in row maxima (one word per lane) into the
 //                document's 32 words of `scratch` (atomicMax), fences, and counts the step in the document's counter;
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(CW * 32, BPS) GridScheduleKernel(const Forward
 //  kBalanced     warp w the contiguous steps [w N / W', (w + 1) N / W') of the launch's N steps (W' warps in all),
 //                so every SM reads as many steps to within one per warp, with no merges (a ceiling).
 template <int W, int S, int DEAL>
-__global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardArgs a, uint64_t ld, uint64_t n_warps,
+__global__ void __launch_bounds__(W * 32, 1) SpreadScheduleKernel(const ForwardArgs a, uint64_t ld, uint64_t n_warps,
                                                                  uint32_t* scratch) {
   extern __shared__ __align__(128) uint8_t ring_all[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -263,14 +264,15 @@ __global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardAr
   mscuda::CpAsyncWait<0>();
 }
 
-// LaunchDealtKernelScheduleRead's kernel (schedule_read.h): the dealt kernel's schedule (exact_dealt.cu, W warps x
+// LaunchDealtScheduleRead's kernel (schedule_read.h): the dealt kernel's schedule (exact_dealt.cu, W warps x
 // S stages, one block per SM, at most 32 documents per block): block b of B takes documents b, b + B, ..., and the
 // steps of that stream, document after document, go to its warps round-robin (step u to warp u % W). Each warp leaves
 // one word per document in shared memory; at the end of every round of W documents (and the last) the warps meet at
 // a block barrier, warp w writes the XOR of document w's words, and a second barrier lets the next round reuse the
-// slots: where the kernel merges its row maxima.
+// slots: where the kernel merges its row maxima. Unlike the kernel it copies no query (the kernel's query copy is
+// one cp.async group ahead of the rings', and one more barrier), so it is a slight ceiling for it.
 template <int W, int S>
-__global__ void __launch_bounds__(W * 32, 1) DealtKernelScheduleKernel(const ForwardArgs a, uint64_t ld) {
+__global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardArgs a, uint64_t ld) {
   extern __shared__ __align__(128) uint8_t ring_all[];
   __shared__ uint32_t s_word[W][W];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -318,8 +320,8 @@ __global__ void __launch_bounds__(W * 32, 1) DealtKernelScheduleKernel(const For
   mscuda::CpAsyncWait<0>();
 }
 
-cudaError_t LaunchDealtKernelSchedule(const ForwardArgs& a, uint64_t doc_rows, int sms, cudaStream_t stream) {
-  constexpr auto kernel = &DealtKernelScheduleKernel<kRingWarps, kRingStages>;
+cudaError_t LaunchDealtSchedule(const ForwardArgs& a, uint64_t doc_rows, int sms, cudaStream_t stream) {
+  constexpr auto kernel = &DealtScheduleKernel<kRingWarps, kRingStages>;
   constexpr int smem = kRingWarps * kRingStages * kRingStageBytes;
   const cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
   if (e != cudaSuccess) return e;
@@ -328,7 +330,8 @@ cudaError_t LaunchDealtKernelSchedule(const ForwardArgs& a, uint64_t doc_rows, i
   return cudaGetLastError();
 }
 
-// kCyclicMerge's scratch: 32 words and a counter per document, zeroed once and left zeroed by every launch.
+// kCyclicMerge's scratch: 32 words and a counter per document, zeroed once and left zeroed by every launch; one
+// buffer for the process (gpu_bench's one device).
 cudaError_t MergeScratch(uint64_t nd, uint32_t** out) {
   static uint32_t* buf = nullptr;
   static uint64_t have = 0;
@@ -346,8 +349,8 @@ cudaError_t MergeScratch(uint64_t nd, uint32_t** out) {
 }
 
 template <int DEAL>
-cudaError_t LaunchDealt(const ForwardArgs& a, uint64_t doc_rows, int sms, cudaStream_t stream) {
-  constexpr auto kernel = &DealtScheduleKernel<kRingWarps, kRingStages, DEAL>;
+cudaError_t LaunchSpread(const ForwardArgs& a, uint64_t doc_rows, int sms, cudaStream_t stream) {
+  constexpr auto kernel = &SpreadScheduleKernel<kRingWarps, kRingStages, DEAL>;
   constexpr int smem = kRingWarps * kRingStages * kRingStageBytes;
   cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
   uint32_t* scratch = nullptr;
@@ -420,21 +423,21 @@ bool EvenOneQueryLaunch(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows
 
 }  // namespace
 
-cudaError_t LaunchDealtKernelScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
+cudaError_t LaunchDealtScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
                                           cudaStream_t stream) {
   if (!EvenOneQueryLaunch(a, max_lq, doc_rows, sms) || a.pairs.nd > 32ull * static_cast<uint64_t>(sms)) {
     return cudaErrorInvalidValue;
   }
-  return LaunchDealtKernelSchedule(a, doc_rows, sms, stream);
+  return LaunchDealtSchedule(a, doc_rows, sms, stream);
 }
 
-cudaError_t LaunchDealtScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
-                                    int deal, cudaStream_t stream) {
+cudaError_t LaunchSpreadScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
+                                     SpreadSchedule deal, cudaStream_t stream) {
   if (!EvenOneQueryLaunch(a, max_lq, doc_rows, sms)) return cudaErrorInvalidValue;
   switch (deal) {
-    case kCyclic: return LaunchDealt<kCyclic>(a, doc_rows, sms, stream);
-    case kCyclicMerge: return LaunchDealt<kCyclicMerge>(a, doc_rows, sms, stream);
-    case kBalanced: return LaunchDealt<kBalanced>(a, doc_rows, sms, stream);
+    case kCyclic: return LaunchSpread<kCyclic>(a, doc_rows, sms, stream);
+    case kCyclicMerge: return LaunchSpread<kCyclicMerge>(a, doc_rows, sms, stream);
+    case kBalanced: return LaunchSpread<kBalanced>(a, doc_rows, sms, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Copy-only twins of the exact ring kernels' schedules (schedule_read.cu), for the GPU benchmark's
 // read-ring-schedule and read-grid-schedule rows: what a kernel that reads a shape's documents exactly as the
-// scoring kernel does, and computes nothing, takes. And read-cyclic-schedule and its variants: schedules no kernel runs yet.
+// scoring kernel does, and computes nothing, takes; read-dealt-schedule, the dealt kernel's; and read-cyclic-schedule
+// and its variants, schedules no kernel runs (ceilings for one).
 #ifndef MAXSIM_BENCHMARKS_GPU_SCHEDULE_READ_H_
 #define MAXSIM_BENCHMARKS_GPU_SCHEDULE_READ_H_
 
@@ -29,13 +30,13 @@ cudaError_t LaunchGridScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq
 //                need after every step (schedule_read.cu says how);
 //  kBalanced     each warp a contiguous range of steps, as many to within one (documents split between warps).
 // One float per document goes to a.pairs.scores (not a score).
-enum ScheduleDeal { kCyclic = 0, kCyclicMerge = 1, kBalanced = 2 };
-cudaError_t LaunchDealtScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
-                                    int deal, cudaStream_t stream);
+enum SpreadSchedule { kCyclic = 0, kCyclicMerge = 1, kBalanced = 2 };
+cudaError_t LaunchSpreadScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
+                                     SpreadSchedule deal, cudaStream_t stream);
 // The dealt kernel's schedule (exact_dealt.cu): one block per SM (at most 32 documents each), documents dealt to the
 // blocks round-robin and each block's steps to its warps round-robin, the warps meeting at block barriers at the end
 // of every round of 8 documents (where the kernel merges its row maxima). One float per document.
-cudaError_t LaunchDealtKernelScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
+cudaError_t LaunchDealtScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
                                           cudaStream_t stream);
 
 #endif  // MAXSIM_BENCHMARKS_GPU_SCHEDULE_READ_H_

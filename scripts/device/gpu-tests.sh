@@ -22,9 +22,10 @@ timeout 150 "$SAN" --tool memcheck --error-exitcode 9 --leak-check full \
 src=$?
 { echo "compute-sanitizer memcheck (small case of every operation): rc $src"; tail -n 3 "$OUT/sanitizer.txt"; } >> "$S"
 # The ring kernel's block-shared query (one cp.async group, one barrier) and the dealt kernel's shared row maxima
-# (two slots, one barrier per document): races and barrier misuse, which the suite's bits catch only by chance.
+# (8 slots per round of documents, two barriers per round): races and barrier misuse, which the suite's bits catch
+# only by chance.
 for tool in racecheck synccheck; do
-  timeout 150 "$SAN" --tool $tool --error-exitcode 9 "$BUILD/tests/gpu/maxsim_gpu_tests" \
+  timeout 300 "$SAN" --tool $tool --error-exitcode 9 "$BUILD/tests/gpu/maxsim_gpu_tests" \
     --gtest_filter='Gpu.OneQueryRingLaunchesShareTheQuery:Gpu.DealtKernelMatchesTheRing' > "$OUT/sanitizer-$tool.txt" 2>&1
   r=$?
   { echo "compute-sanitizer $tool (the ring's one-query launches, the dealt kernel): rc $r"; tail -n 2 "$OUT/sanitizer-$tool.txt"; } >> "$S"

@@ -1491,24 +1491,32 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
 }
 
 TEST_F(Gpu, DealtKernelMatchesTheRing) {
-  // MAXSIM_CUDA_EXPERIMENTAL=dealt-always runs one-query dot calls without a document mask on the dealt kernel
-  // (exact_dealt.cu; as built, only those with too few documents for the ring): block b of one per SM scores documents b, b + B, ..., each with all its warps, the steps of
-  // its stream dealt to the warps round-robin across document boundaries, the warps' row maxima merged at each
-  // document's end (two shared-memory slots by parity, one barrier, a different writer per document). It must give
-  // the one-pair-per-warp kernel's and the ring's bits, packed and dense (the folded input check on), scores only
-  // and with argmax: fewer documents than blocks, a few per block and several, ragged with empty ones (documents
-  // with no steps in the stream), lengths no multiple of 32, long documents (each warp wraps its ring within a
-  // document), 1-, 16- and 29-row queries (one and two m tiles), dims 64, 96 and 128 (predicated copies). Exact ties
-  // between steps of different warps (TiePatterns), where the argmax must also be the host's. A non-finite element
-  // in any step, or in the query, fails the call. The dealt context also sets MAXSIM_CUDA_NO_COOP=1, since the
-  // grid would take the long documents; scripts/device/gpu-tests.sh runs this test under compute-sanitizer racecheck
-  // and synccheck (the shared slots and the barrier).
+  // The dealt kernel (exact_dealt.cu), forced by MAXSIM_CUDA_EXPERIMENTAL=dealt-always onto one-query dot calls
+  // without a document mask of up to 32 documents per SM (as built it takes only those with too few documents for
+  // the ring, at most 4 per SM): block b of one per SM scores documents b, b + B, ..., each with all its warps, the
+  // steps of its stream dealt to the warps round-robin across document boundaries; each warp leaves its row maxima
+  // in one of 8 shared-memory slots, and at the end of every round of 8 documents (two barriers) warp w merges and
+  // writes document w of the round. It must give the one-pair-per-warp kernel's bits, and the ring's where the ring
+  // runs, packed and dense (the folded input check on), scores only and with argmax: fewer documents than blocks,
+  // one round per block and several (9, 18 and 32 documents per block: slots reused, the whole table), ragged with
+  // empty documents (no steps in the stream), lengths no multiple of 32, long documents (each warp wraps its ring
+  // within a document), 1-, 16-, 29- and 32-row queries (one and two m tiles), dims 64, 96 and 128 (predicated
+  // copies). Exact ties between tokens of different steps, which the block deals to different warps (TiePatterns),
+  // where the argmax must also be the host's. A non-finite element in any step, or in the query, fails the call.
+  // MAXSIM_CUDA_NO_COOP=1 keeps the grid off whatever its rule says, so that every case reaches the dealt kernel;
+  // the `ring` side also sets MAXSIM_CUDA_NO_DEALT=1 (the ring, or the one-pair-per-warp kernel below 4 documents
+  // per SM). scripts/device/gpu-tests.sh runs this test under compute-sanitizer racecheck and synccheck.
+  int optin = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), cudaSuccess);
+  if (optin < 218 * 1024) {
+    GTEST_SKIP() << "the dealt kernel needs 218 KB of shared memory per block; this device gives " << optin;
+  }
   const ShardDevices dev = ContextDevices();
   ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
   const uint64_t sms = dev.max_sms, devices = dev.count;
   ScopedEnv no_coop("MAXSIM_CUDA_NO_COOP", "1");
   Context dealt = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "dealt-always", [](Context& g) { return std::move(g); });
-  Context ring = CudaContext();
+  Context ring = WithEnv("MAXSIM_CUDA_NO_DEALT", "1", [](Context& g) { return std::move(g); });
   no_coop.Restore();
   Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
   const std::vector<CoopSide> sides = {{&dealt, "dealt"}, {&ring, "ring"}};
@@ -1521,11 +1529,13 @@ TEST_F(Gpu, DealtKernelMatchesTheRing) {
   };
   const Case cases[] = {{7, 32, 128, Shape::kClustered, 1400},          {sms / 2 + 3, 29, 128, Shape::kNearTies, 300},
                         {3 * sms + 5, 16, 128, Shape::kDuplicates, 170}, {5 * sms + 16, 32, 128, Shape::kClustered, 330},
-                        {2 * sms + 9, 1, 96, Shape::kClustered, 600},    {4 * sms + 16, 29, 64, Shape::kNearTies, 250}};
+                        {2 * sms + 9, 1, 96, Shape::kClustered, 600},    {4 * sms + 16, 29, 64, Shape::kNearTies, 250},
+                        {9 * sms - 5, 32, 128, Shape::kDuplicates, 100}, {18 * sms - 3, 16, 128, Shape::kClustered, 64},
+                        {32 * sms - 1, 32, 64, Shape::kNearTies, 40}};
   uint64_t salt = 230;
   for (const Case& c : cases) {
     auto rng = Rng(++salt);
-    const uint64_t nd = c.nd * devices + 1;
+    const uint64_t nd = c.nd * devices + 1;  // at most 32 documents per SM on one device
     const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 1, c.lq, c.lq, c.dim), MAXSIM_BF16);
     const TokenSets d = Encoded(Generate(rng, c.docs, nd, 0, c.max_len, c.dim), MAXSIM_BF16);
     const std::string what = std::to_string(nd) + " documents of 0-" + std::to_string(c.max_len) + " tokens, dim " +

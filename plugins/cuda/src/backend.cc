@@ -390,8 +390,8 @@ std::string SettingsText(const Backend& b) {
   t += line;
   t += std::string("exact dealt kernel (one-query dot calls without a document mask, ") +
        (k.kernels.dealt && k.kernels.dealt_always
-            ? "every one the grid does not take: MAXSIM_CUDA_EXPERIMENTAL=dealt-always"
-            : "fewer documents than half the ring's warps, up to 32 per SM") +
+            ? "every one the grid does not take, up to 32 documents per SM: MAXSIM_CUDA_EXPERIMENTAL=dealt-always"
+            : "fewer documents than half the ring's warps") +
        "): " + onoff(k.kernels.dealt && k.kernels.pipe) + source("MAXSIM_CUDA_NO_DEALT") +
        (k.kernels.pipe ? "" : "; off with the ring (MAXSIM_CUDA_NO_PIPE)") + "\n";
   std::snprintf(line, sizeof(line), "exact shared-memory kernel (long queries): %s%s\n", onoff(k.smem_kernel),
@@ -449,7 +449,8 @@ std::string SettingsText(const Backend& b) {
   }
   if (k.kernels.dealt_always) {
     experimental += std::string(experimental.empty() ? "" : ", ") +
-                    "dealt-always (the dealt kernel on every one-query call the grid does not take" +
+                    "dealt-always (the dealt kernel on every one-query dot call the grid does not take, up to 32 "
+                    "documents per SM" +
                     (k.kernels.dealt ? ")" : "; off: MAXSIM_CUDA_NO_DEALT wins)");
   }
   t += "experimental: " + (experimental.empty() ? std::string("none") : experimental) +

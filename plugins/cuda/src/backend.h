@@ -125,7 +125,8 @@ struct Tuning {
   // requests of long queries screen with wgmma on the default route (else only when MAXSIM_CUDA_CERTIFIED=screen).
   // "coop-always": kernels.coop_always, the one-block-per-pair grid on every call CoopChosen is asked about
   // (MAXSIM_CUDA_NO_COOP=1 wins). "dealt-always": kernels.dealt_always, the dealt kernel (exact_dealt.cu) on every
-  // one-query dot call without a document mask that the grid does not take (MAXSIM_CUDA_NO_DEALT=1 wins).
+  // one-query dot call without a document mask that the grid does not take, up to 32 documents per SM
+  // (MAXSIM_CUDA_NO_DEALT=1 wins).
   bool experimental_screen_wgmma = false;
   uint64_t screen_wgmma_min_lq = 256;  // MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ: the shortest query it screens
   std::string unknown_experimental;    // names in MAXSIM_CUDA_EXPERIMENTAL this build does not know

@@ -331,7 +331,8 @@ inline int SharedMemoryOptinBytes() { return DeviceAttributeOnce<cudaDevAttrMaxS
 
 // Whether a launch has enough pairs for the per-warp ring kernels (ExactTcPipeKernel, ScreenPipeKernel): at least
 // half a pair per warp of a full launch of 8 warps per SM. Fewer pairs would leave most ring warps idle; the
-// one-pair-per-warp kernels spread them instead.
+// dealt kernel takes such one-query dot calls (a block's warps on one document, DealtChosen), and the
+// one-pair-per-warp kernels the others.
 inline bool EnoughPairsForWarpRings(uint64_t n_pairs, int sms) {
   return 2 * n_pairs >= static_cast<uint64_t>(sms) * 8;
 }

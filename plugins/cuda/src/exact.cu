@@ -158,14 +158,12 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(blocks)), block(kTcWarps * 32);
   const uint32_t chunks = (a.q.dim + 31) / 32;
   // Many single-group pairs (at least half a pair per resident warp): the per-warp cp.async pipeline, where the
-  // device gives a block the ring's shared memory (or the call takes the grid, whose blocks are smaller).
+  // device gives a block the ring's shared memory (or the call takes the grid, whose blocks are smaller). One-query
+  // dot calls with too few documents for it: the dealt kernel (DealtChosen).
   const int sms = SmCount();
   const bool rings = a.sw.pipe && a.part.groups == 1 && chunks <= 4 && EnoughPairsForWarpRings(a.pairs.n_pairs, sms);
-  const bool plain_dot = !a.cosine && a.d.mask == nullptr;
-  const bool coop = rings && plain_dot && CoopChosen(a, sms);
-  if (a.part.groups == 1 && chunks <= 4 && plain_dot && !coop && DealtChosen(a, sms, SharedMemoryOptinBytes())) {
-    return LaunchExactDealt(a, sms, stream);
-  }
+  const bool coop = rings && !a.cosine && a.d.mask == nullptr && CoopChosen(a, sms);
+  if (!coop && DealtChosen(a, sms, SharedMemoryOptinBytes())) return LaunchExactDealt(a, sms, stream);
   if (rings && (coop || PipeFitsSharedMemory(a, SharedMemoryOptinBytes()))) return LaunchPipe<T, MT>(a, sms, stream);
   switch (chunks) {
     case 1: ExactTcKernel<T, MT, 1><<<grid, block, 0, stream>>>(a); break;

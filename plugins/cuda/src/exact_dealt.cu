@@ -14,12 +14,12 @@
 // the larger value, of equal ones the lower token index) and writes its score and argmax (WriteRows): the ring
 // kernel's bits.
 //
-// Measured on the H100 (benchmarks/results/gpu-dealt-h100.md, kernel rows): one query over 100 documents of 300
-// tokens 0.0091 ms against the one-pair-per-warp kernel's 0.0362, 100 of 1030 tokens 0.0174 against 0.1039, 500 of
-// 300 tokens 0.0209 against 0.0407. Where the ring runs it was slower than the ring: 1000 documents of 300 tokens
-// 0.0342 against 0.0321 ms (its copy-only twin reads them in 0.0289, the ring's in 0.0294; a merge per document
-// instead of per round took 0.0379), 3000 of 300 tokens 0.0834 against 0.0806, 4000 of 100 tokens 0.0520
-// against 0.0409. So DealtChosen takes it only where the ring does not run.
+// Measured on the H100 (benchmarks/results/gpu-dealt-h100.md, kernel rows, calls 5-7): one query over 100
+// documents of 300 tokens 0.0093 ms against the one-pair-per-warp kernel's 0.0362, 100 of 1030 tokens 0.0176
+// against 0.1039, 500 of 300 tokens 0.0203 against 0.0407. Where the ring runs it was slower than the ring from
+// 600 documents on (2.2% at 600, 3.6% at 800, 1.2% at 1000 of 300 tokens, in the same processes; its copy-only
+// twin reads 1000 x 300 in 0.0285-0.0288 ms, the ring's in 0.0294-0.0295), and 1.4% faster at 528, where the ring
+// starts. So DealtChosen takes it only where the ring does not run.
 #include <math.h>
 
 #include <algorithm>
@@ -33,10 +33,18 @@ namespace {
 constexpr int kDealtWarps = 8;
 constexpr int kDealtStages = 3;
 constexpr int kDealtDynamicBytes = kDealtWarps * kDealtStages * kRingStageBytes + kRingQueryBytes;
+// The documents of a block whose row maxima wait in shared memory at a time: one round, merged together (one
+// document per warp) at the round's end.
+constexpr int kDealtRound = kDealtWarps;
+static_assert(kDealtRound <= kDealtWarps, "each warp merges at most one document of a round");
+// The kernel's static shared memory at most (32 query rows): the round's row maxima and indices, and each warp's
+// row terms and argmax for WriteRows.
+constexpr int kDealtStaticBytes = 2 * kDealtRound * kDealtWarps * 32 * 4 + 2 * kDealtWarps * 32 * 4;
 
 // The block's documents (at most kDealtMaxDocs): lane l of every warp holds document l's first row and length, read
 // once at the start, so that moving to the next document costs a shuffle, not a load from global memory.
 constexpr uint64_t kDealtMaxDocs = 32;
+static_assert(kDealtMaxDocs <= 32, "one document per lane");
 struct DealtDocs {
   uint64_t row = 0, len = 0;  // this lane's document
   __device__ DealtDocs(const ForwardArgs& a, uint64_t my_docs) {
@@ -85,10 +93,6 @@ struct DealtCursor {
   }
 };
 
-// The documents of a block whose row maxima wait in shared memory at a time: one round, merged together (one
-// document per warp) at the round's end.
-constexpr int kDealtRound = kDealtWarps;
-
 // FOLD 1: values only; 2: with argmax.
 template <typename T, int MT, int FOLD>
 __global__ void __launch_bounds__(kDealtWarps * 32, 1) ExactTcDealtKernel(const ForwardArgs a) {
@@ -98,6 +102,7 @@ __global__ void __launch_bounds__(kDealtWarps * 32, 1) ExactTcDealtKernel(const 
   __shared__ int s_i[R][W][MT * 16];
   __shared__ float s_term[W][MT * 16];
   __shared__ int s_arg[W][MT * 16];
+  static_assert(sizeof(s_v) + sizeof(s_i) + sizeof(s_term) + sizeof(s_arg) <= kDealtStaticBytes, "DealtChosen");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint64_t nd = a.pairs.n_pairs, B = gridDim.x;
   const uint64_t my_docs = nd > blockIdx.x ? (nd - blockIdx.x + B - 1) / B : 0;
@@ -177,6 +182,7 @@ cudaError_t LaunchDealtFold(const ForwardArgs& a, int sms, cudaStream_t stream) 
   if (e != cudaSuccess) return e;
   const uint64_t blocks = std::min<uint64_t>(static_cast<uint64_t>(sms), a.pairs.n_pairs);
   if (blocks == 0) return cudaSuccess;
+  if (a.pairs.n_pairs > kDealtMaxDocs * blocks) return cudaErrorInvalidValue;  // DealtDocs' table (DealtChosen)
   ExactTcDealtKernel<T, MT, FOLD><<<static_cast<unsigned>(blocks), kDealtWarps * 32, kDealtDynamicBytes, stream>>>(a);
   return cudaGetLastError();
 }
@@ -190,10 +196,11 @@ cudaError_t LaunchDealtT(const ForwardArgs& a, int sms, cudaStream_t stream) {
 
 bool DealtChosen(const ForwardArgs& a, int sms, int optin_bytes) {
   if (!a.sw.pipe || !a.sw.dealt || !OneQueryLaunch(a) || sms <= 0) return false;
+  // What its fold and copies take: dot without a document mask, one group of at most 32 query rows, dim <= 128.
+  if (a.cosine || a.d.mask != nullptr || a.part.groups != 1 || a.q.dim > 128) return false;
   if (a.pairs.n_pairs > kDealtMaxDocs * static_cast<uint64_t>(sms)) return false;  // DealtDocs' table
   if (!a.sw.dealt_always && EnoughPairsForWarpRings(a.pairs.n_pairs, sms)) return false;
-  constexpr int kStatic = 2 * kDealtRound * kDealtWarps * 32 * 4 + 2 * kDealtWarps * 32 * 4;  // s_v, s_i; s_term, s_arg
-  return kDealtDynamicBytes + kStatic <= optin_bytes;
+  return kDealtDynamicBytes + kDealtStaticBytes <= optin_bytes;
 }
 
 cudaError_t LaunchExactDealt(const ForwardArgs& a, int sms, cudaStream_t stream) {

@@ -290,7 +290,7 @@ __device__ __forceinline__ void MergeWarpRows(const float (*s_v)[MT * 16], const
       for (int w = 1; w < NW; ++w) {
         const float ov = s_v[w][r];
         const int oi = s_i[w][r];
-        if (ov > v || (ov == v && static_cast<unsigned>(oi) < static_cast<unsigned>(i))) {
+        if (ov > v || (ov == v && static_cast<unsigned>(oi) < static_cast<unsigned>(i))) {  // MergeBest's order
           v = ov;
           i = oi;
         }
