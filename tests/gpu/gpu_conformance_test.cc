@@ -1383,6 +1383,43 @@ TEST_F(Gpu, OneQueryRingLaunchesShareTheQuery) {
   }
 }
 
+// One non-finite element: in the queries (else the documents), set `set`, token `token`, dimension k.
+struct BadElement {
+  bool query;
+  uint64_t set, token;
+  uint32_t k;
+  float value;
+};
+
+// Each bad element in turn, written into copies of the bf16 sets q and d, must fail ctx's score matrix of their
+// device tensors (the folded input check) with MAXSIM_ERR_NON_FINITE naming its set and token, scores only and with
+// argmax, and leave every score NaN: nothing a caller could take for an answer.
+void ExpectFoldedCheckFails(Context& ctx, const TokenSets& q, const TokenSets& d, const std::vector<BadElement>& bads) {
+  const uint64_t nd = d.n_sets();
+  for (const BadElement& b : bads) {
+    TokenSets bq = q, bd = d;
+    TokenSets& t = b.query ? bq : bd;
+    t.values[(t.offsets[b.set] + b.token) * t.dim + b.k] = b.value;
+    t.Encode(MAXSIM_BF16);
+    const DeviceSets xq(bq), xd(bd);
+    const std::string want = std::string(b.query ? "queries" : "documents") + ": set " + std::to_string(b.set) +
+                             " token " + std::to_string(b.token) + " ";
+    for (bool argmax : {false, true}) {
+      Dev<float> sc(q.n_sets() * nd);
+      Dev<int32_t> am(nd * q.rows());
+      sc.Fill(0);  // finite: a partial result would show
+      maxsim_score_options o;
+      maxsim_score_options_init(&o);
+      maxsim_sets qs{nullptr, &xq.s}, ds{nullptr, &xd.s};
+      const maxsim_status st = maxsim_score_matrix(ctx.get(), &qs, &ds, &o, sc.p, argmax ? am.p : nullptr);
+      const std::string msg = st == MAXSIM_OK ? "" : maxsim_last_error();
+      EXPECT_EQ(st, MAXSIM_ERR_NON_FINITE) << want << (argmax ? "argmax" : "scores only");
+      EXPECT_NE(msg.find(want), std::string::npos) << "'" << msg << "' does not name " << want;
+      for (float v : sc.Down()) ASSERT_TRUE(std::isnan(v)) << want << ": a score survived a failed call: " << v;
+    }
+  }
+}
+
 TEST_F(Gpu, ManyPairsCoopKernel) {
   // Enough short-query dot pairs for the one-block-per-pair grid (exact_coop.cu: 48 pairs per SM; a block of 4
   // warps per pair, warp w folding steps w, w + 4, ... and the warps' row maxima merged by value, then the lowest
@@ -1451,43 +1488,16 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
   auto rng = Rng(179);
   const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 32, 32, 128), MAXSIM_BF16);
   const TokenSets d = Encoded(Generate(rng, Shape::kClustered, nd, 100, 170, 128), MAXSIM_BF16);
-  struct Bad {
-    bool query;
-    uint64_t set, token;
-    uint32_t k;
-    float value;
-  };
   uint64_t long_set = 0;  // a document with a fifth step (tokens 128-159: warp 0's second)
   while (d.length(long_set) <= 140) ++long_set;
-  const Bad bads[] = {{false, 7, 40, 17, std::nanf("")},
+  const std::vector<BadElement> bads = {{false, 7, 40, 17, std::nanf("")},
                       {false, nd / 2, 70, 0, INFINITY},
                       {false, nd / 3, 99, 5, -INFINITY},
                       {false, long_set, 140, 9, std::nanf("")},
                       {false, nd - 1, d.length(nd - 1) - 1, 127, -INFINITY},
                       {true, 1, 31, 64, INFINITY},
                       {true, 2, 0, 3, std::nanf("")}};
-  for (const Bad& b : bads) {
-    TokenSets bq = q, bd = d;
-    TokenSets& t = b.query ? bq : bd;
-    t.values[(t.offsets[b.set] + b.token) * t.dim + b.k] = b.value;
-    t.Encode(MAXSIM_BF16);
-    const DeviceSets xq(bq), xd(bd);
-    const std::string want = std::string(b.query ? "queries" : "documents") + ": set " + std::to_string(b.set) +
-                             " token " + std::to_string(b.token) + " ";
-    for (bool argmax : {false, true}) {
-      Dev<float> sc(q.n_sets() * nd);
-      Dev<int32_t> am(nd * q.rows());
-      sc.Fill(0);  // finite: a partial result would show
-      maxsim_score_options o;
-      maxsim_score_options_init(&o);
-      maxsim_sets qs{nullptr, &xq.s}, ds{nullptr, &xd.s};
-      const maxsim_status st = maxsim_score_matrix(grid.get(), &qs, &ds, &o, sc.p, argmax ? am.p : nullptr);
-      const std::string msg = st == MAXSIM_OK ? "" : maxsim_last_error();
-      EXPECT_EQ(st, MAXSIM_ERR_NON_FINITE) << want << (argmax ? "argmax" : "scores only");
-      EXPECT_NE(msg.find(want), std::string::npos) << "'" << msg << "' does not name " << want;
-      for (float v : sc.Down()) ASSERT_TRUE(std::isnan(v)) << want << ": a score survived a failed call: " << v;
-    }
-  }
+  ExpectFoldedCheckFails(grid, q, d, bads);
 }
 
 TEST_F(Gpu, DealtKernelMatchesTheRing) {
@@ -1591,39 +1601,12 @@ TEST_F(Gpu, DealtKernelMatchesTheRing) {
   const uint64_t nd = 2 * sms * devices + 5;
   const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 1, 32, 32, 128), MAXSIM_BF16);
   const TokenSets d = Encoded(Generate(rng, Shape::kClustered, nd, 100, 400, 128), MAXSIM_BF16);
-  struct Bad {
-    bool query;
-    uint64_t set, token;
-    uint32_t k;
-    float value;
-  };
-  const Bad bads[] = {{false, 7, 40, 17, std::nanf("")},
+  const std::vector<BadElement> bads = {{false, 7, 40, 17, std::nanf("")},
                       {false, nd / 2, 70, 0, INFINITY},
                       {false, nd / 3, 99, 5, -INFINITY},
                       {false, nd - 1, d.length(nd - 1) - 1, 127, std::nanf("")},
                       {true, 0, 31, 64, INFINITY}};
-  for (const Bad& b : bads) {
-    TokenSets bq = q, bd = d;
-    TokenSets& t = b.query ? bq : bd;
-    t.values[(t.offsets[b.set] + b.token) * t.dim + b.k] = b.value;
-    t.Encode(MAXSIM_BF16);
-    const DeviceSets xq(bq), xd(bd);
-    const std::string want = std::string(b.query ? "queries" : "documents") + ": set " + std::to_string(b.set) +
-                             " token " + std::to_string(b.token) + " ";
-    for (bool argmax : {false, true}) {
-      Dev<float> sc(nd);
-      Dev<int32_t> am(nd * q.rows());
-      sc.Fill(0);  // finite: a partial result would show
-      maxsim_score_options o;
-      maxsim_score_options_init(&o);
-      maxsim_sets qs{nullptr, &xq.s}, ds{nullptr, &xd.s};
-      const maxsim_status st = maxsim_score_matrix(dealt.get(), &qs, &ds, &o, sc.p, argmax ? am.p : nullptr);
-      const std::string msg = st == MAXSIM_OK ? "" : maxsim_last_error();
-      EXPECT_EQ(st, MAXSIM_ERR_NON_FINITE) << want << (argmax ? "argmax" : "scores only");
-      EXPECT_NE(msg.find(want), std::string::npos) << "'" << msg << "' does not name " << want;
-      for (float v : sc.Down()) ASSERT_TRUE(std::isnan(v)) << want << ": a score survived a failed call: " << v;
-    }
-  }
+  ExpectFoldedCheckFails(dealt, q, d, bads);
 }
 
 TEST_F(Gpu, CoopAlwaysBelowTheRule) {
