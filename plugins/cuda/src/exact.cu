@@ -294,14 +294,7 @@ __global__ void __launch_bounds__(W * 32) ExactTcSmemKernel(const ForwardArgs a)
   CpAsyncWait<0>();
   const bool doc_nonempty = a.d.mask ? __syncthreads_or(saw_kept) != 0 : ld > 0;
   // Quad merge, then the block's rows go through shared memory.
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      MergeBest(best.v[mt][h], best.i[mt][h], 1);
-      MergeBest(best.v[mt][h], best.i[mt][h], 2);
-    }
-  }
+  QuadMergeBest(best);
   ReportCheck(a, best.chk);
   if (t == 0) {
 #pragma unroll

@@ -64,6 +64,20 @@ struct Best {
   float chk = 0.0f;  // the folded input check (ForwardArgs::bad): MaxNaN of |kept similarity|
 };
 
+// The quad merge: every lane of a quad (lanes 4g .. 4g + 3, which fold the same rows over different columns) takes
+// its rows' best over the quad (MergeBest).
+template <int MT>
+__device__ __forceinline__ void QuadMergeBest(Best<MT>& b) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      MergeBest(b.v[mt][h], b.i[mt][h], 1);
+      MergeBest(b.v[mt][h], b.i[mt][h], 2);
+    }
+  }
+}
+
 // Ends the folded input check of one lane: flags the call when its check value is not finite.
 __device__ __forceinline__ void ReportCheck(const ForwardArgs& a, float chk) {
   if (a.bad != nullptr && NotFinite(chk)) *a.bad = 1u;
@@ -79,16 +93,7 @@ __device__ __forceinline__ void WriteRows(const ForwardArgs& a, uint64_t p, uint
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint32_t r0 = grp * MT * 16;
   ReportCheck(a, b.chk);
-  if constexpr (!MERGED) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        MergeBest(b.v[mt][h], b.i[mt][h], 1);
-        MergeBest(b.v[mt][h], b.i[mt][h], 2);
-      }
-    }
-  }
+  if constexpr (!MERGED) QuadMergeBest(b);
   if (t == 0) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {

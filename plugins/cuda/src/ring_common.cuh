@@ -262,12 +262,11 @@ __device__ __forceinline__ void CheckRowMaxima(bool fast, bool check, bool saw_k
 template <int MT>
 __device__ __forceinline__ void StageWarpRows(Best<MT>& best, float* s_v, int* s_i) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  QuadMergeBest(best);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      MergeBest(best.v[mt][h], best.i[mt][h], 1);
-      MergeBest(best.v[mt][h], best.i[mt][h], 2);
       if (t == 0) {
         s_v[mt * 16 + g + 8 * h] = best.v[mt][h];
         s_i[mt * 16 + g + 8 * h] = best.i[mt][h];
