@@ -39,7 +39,8 @@ Per implementation and shape:
   kernel_ms     the sum of GPU kernel durations per call from the PyTorch profiler (CUPTI), and per kernel name
   check_ms      libmaxsim only: the part of kernel_ms spent in input-check kernels (names containing "Check")
   rel_err       max |score - ref| / max |ref| against a float64 reference of the same tensors
-Inputs rotate among copies of D (and Q) when D is smaller than 200 MB, so that repeated calls read HBM, not L2.
+Inputs rotate among copies of D (and Q), more than 200 MB in all (up to 32 copies), so that repeated calls read HBM,
+not L2.
 Writes one JSON object per line (shape, impl, the fields above); report.py prints the ratios.
 """
 import argparse
@@ -316,7 +317,7 @@ def run_shape(name, lib_path, out, profile=None):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(11)
     d_bytes = nd * ld * DIM * 2
-    copies = 1 if train else max(1, min(4, (200 << 20) // d_bytes + 1))
+    copies = 1 if train else max(1, min(32, (200 << 20) // d_bytes + 1))  # gpu_bench's rotation
     Qs = [unit(torch, (nq, lq, DIM), gen) for _ in range(copies)]
     Ds = [unit(torch, (nd, ld, DIM), gen) for _ in range(copies)]
     ref = None if train else reference(torch, Qs[0], Ds[0])
