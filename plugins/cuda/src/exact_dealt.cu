@@ -42,34 +42,40 @@ static_assert(kDealtRound <= kDealtWarps, "each warp merges at most one document
 constexpr int kDealtStaticBytes = 2 * kDealtRound * kDealtWarps * 32 * 4 + 2 * kDealtWarps * 32 * 4;
 
 // The block's documents (at most kDealtMaxDocs): lane l of every warp holds document l's first row and length, read
-// once at the start, so that moving to the next document costs a shuffle, not a load from global memory.
-constexpr uint64_t kDealtMaxDocs = 32;
+// once at the start, so that moving to the next document costs a shuffle, not a load from global memory. The launch
+// is one query's matrix (OneQueryLaunch: pair p is document p), so the block's document l is blockIdx.x + l B; a
+// block holds at most 32 documents and a document fewer than 2^32 steps (2^37 rows), so counts are 32-bit.
+constexpr uint32_t kDealtMaxDocs = 32;
 static_assert(kDealtMaxDocs <= 32, "one document per lane");
 struct DealtDocs {
   uint64_t row = 0, len = 0;  // this lane's document
-  __device__ DealtDocs(const ForwardArgs& a, uint64_t my_docs) {
-    const uint64_t l = threadIdx.x & 31;
+  __device__ DealtDocs(const ForwardArgs& a, uint32_t my_docs) {
+    const uint32_t l = threadIdx.x & 31;
     if (l < my_docs) {
-      uint64_t qi, dj;
-      a.pairs.Resolve(blockIdx.x + l * gridDim.x, &qi, &dj);
+      const uint64_t dj = blockIdx.x + static_cast<uint64_t>(l) * gridDim.x;
       row = a.d.Begin(dj);
       len = a.d.End(dj) - row;
     }
   }
-  __device__ uint64_t Row(uint64_t i) const { return __shfl_sync(kFull, row, static_cast<int>(i)); }
-  __device__ uint64_t Len(uint64_t i) const { return __shfl_sync(kFull, len, static_cast<int>(i)); }
+  __device__ uint64_t Row(uint32_t i) const { return __shfl_sync(kFull, row, static_cast<int>(i)); }
+  __device__ uint64_t Len(uint32_t i) const { return __shfl_sync(kFull, len, static_cast<int>(i)); }
 };
+
+__device__ __forceinline__ uint32_t DealtSteps(uint64_t len) {
+  return static_cast<uint32_t>((len + kRingStep - 1) / kRingStep);
+}
 
 // The producer side: this warp's next step is local step k (tokens [32 k, 32 k + 32)) of document i of the block's
 // stream (pair blockIdx.x + i B), which has n steps. The warp's steps are those whose place in the stream is its
 // index modulo W. Every lane calls it alike (the shuffles).
 template <int W>
 struct DealtCursor {
-  uint64_t i = 0, k, n = 0, first_row = 0, len = 0;
-  const uint64_t docs;
+  uint32_t i = 0, k, n = 0;
+  uint64_t first_row = 0, len = 0;
+  const uint32_t docs;
   const DealtDocs& table;
-  __device__ DealtCursor(const DealtDocs& t, uint64_t my_docs, int warp)
-      : k(static_cast<uint64_t>(warp)), docs(my_docs), table(t) {
+  __device__ DealtCursor(const DealtDocs& t, uint32_t my_docs, int warp)
+      : k(static_cast<uint32_t>(warp)), docs(my_docs), table(t) {
     Load();
     Settle();
   }
@@ -78,7 +84,7 @@ struct DealtCursor {
     if (i >= docs) return;
     first_row = table.Row(i);
     len = table.Len(i);
-    n = (len + kRingStep - 1) / kRingStep;
+    n = DealtSteps(len);
   }
   __device__ void Settle() {
     while (i < docs && k >= n) {
@@ -104,8 +110,9 @@ __global__ void __launch_bounds__(kDealtWarps * 32, 1) ExactTcDealtKernel(const 
   __shared__ int s_arg[W][MT * 16];
   static_assert(sizeof(s_v) + sizeof(s_i) + sizeof(s_term) + sizeof(s_arg) <= kDealtStaticBytes, "DealtChosen");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint64_t nd = a.pairs.n_pairs, B = gridDim.x;
-  const uint64_t my_docs = nd > blockIdx.x ? (nd - blockIdx.x + B - 1) / B : 0;
+  // At most kDealtMaxDocs * B documents (LaunchDealtFold), so 32-bit.
+  const uint32_t nd = static_cast<uint32_t>(a.pairs.n_pairs), B = gridDim.x;
+  const uint32_t my_docs = nd > blockIdx.x ? (nd - blockIdx.x + B - 1) / B : 0;
   if (my_docs == 0) return;  // the whole block
   const uint64_t policy = EvictFirstPolicy();
   const uint32_t dim = a.q.dim;
@@ -113,22 +120,24 @@ __global__ void __launch_bounds__(kDealtWarps * 32, 1) ExactTcDealtKernel(const 
   const uint32_t smem0 = static_cast<uint32_t>(__cvta_generic_to_shared(dealt_smem));
   const uint32_t ring = smem0 + static_cast<uint32_t>(warp) * (S * kRingStageBytes);
   const uint32_t qbuf = smem0 + W * S * kRingStageBytes;
+  // The table's loads (a ragged corpus's offsets) are issued first, the query copied while they are in flight (its
+  // own cp.async group, as in the ring kernel's one-query launches, exact.cu), and the cursor, the first to use
+  // them, made after.
   const DealtDocs docs(a, my_docs);
+  const uint64_t qb = a.q.Begin(0), lq = a.q.End(0) - qb;
+  CopyQueryRows<MT, W>(a, qb, lq, qbuf);
+  CpAsyncCommit();
   DealtCursor<W> cur(docs, my_docs, warp);
   uint32_t produced = 0;
   auto produce = [&]() {
     if (cur.Active()) {
-      CopyRingStep(ring + (produced % S) * kRingStageBytes, a.d.orig + cur.first_row * drb, cur.k * kRingStep,
-                   cur.len, drb, dim, policy, lane);
+      CopyRingStep(ring + (produced % S) * kRingStageBytes, a.d.orig + cur.first_row * drb,
+                   static_cast<uint64_t>(cur.k) * kRingStep, cur.len, drb, dim, policy, lane);
       ++produced;
       cur.Advance();
     }
     CpAsyncCommit();
   };
-  // The query first, as its own cp.async group (the ring kernel's one-query launches, exact.cu).
-  const uint64_t qb = a.q.Begin(0), lq = a.q.End(0) - qb;
-  CopyQueryRows<MT, W>(a, qb, lq, qbuf);
-  CpAsyncCommit();
 #pragma unroll 1
   for (int s = 0; s < S - 1; ++s) produce();
   uint4 qa[MT][4], qc[MT][4];
@@ -138,38 +147,38 @@ __global__ void __launch_bounds__(kDealtWarps * 32, 1) ExactTcDealtKernel(const 
 
   const bool check = a.bad != nullptr;
   uint32_t consumed = 0;
-  uint64_t u0 = 0;  // the stream's place of document i's first step
-  for (uint64_t i = 0; i < my_docs; ++i) {
+  uint32_t u0 = 0;  // the stream's place of document i's first step (mod W is all that is used)
+  for (uint32_t i = 0; i < my_docs; ++i) {
     const uint64_t db = docs.Row(i), ld = docs.Len(i);
-    const uint64_t n = (ld + kRingStep - 1) / kRingStep;
+    const uint32_t n = DealtSteps(ld);
     Best<MT> best;
     InitBest(best);
     bool saw_kept = false;
-    for (uint64_t k = (static_cast<uint64_t>(warp) + W - u0 % W) % W; k < n; k += W) {
+    for (uint32_t k = (static_cast<uint32_t>(warp) + W - u0 % W) % W; k < n; k += W) {
       CpAsyncWait<S - 2>();
       __syncwarp();
       produce();
       const uint32_t st = ring + (consumed % S) * kRingStageBytes;
       ++consumed;
-      FoldRingStep<T, MT, FOLD>(a, st, k * kRingStep, db, ld, qa, qc, true, FOLD == 2, check, best, saw_kept);
+      FoldRingStep<T, MT, FOLD>(a, st, static_cast<uint64_t>(k) * kRingStep, db, ld, qa, qc, true, FOLD == 2, check,
+                                best, saw_kept);
     }
-    u0 += n;
+    u0 = (u0 + n % W) % W;
     CheckRowMaxima(true, check, saw_kept, best);
     ReportCheck(a, best.chk);
-    const int slot = static_cast<int>(i % R);
-    StageWarpRows(best, s_v[slot][warp], s_i[slot][warp]);
+    const uint32_t slot = i % R;
+    StageWarpRows<MT, FOLD == 2>(best, s_v[slot][warp], s_i[slot][warp]);
     if (slot != R - 1 && i + 1 != my_docs) continue;
     // The round's end: each warp merges and writes one of its documents, and the next round's rows wait until every
     // warp is done reading these.
     __syncthreads();
-    const uint64_t mine = i - slot + warp;
+    const uint32_t mine = i - slot + static_cast<uint32_t>(warp);
     const uint64_t mine_len = docs.Len(mine < my_docs ? mine : 0);
-    if (warp <= slot) {
-      uint64_t qi, dj;
-      a.pairs.Resolve(blockIdx.x + mine * B, &qi, &dj);
+    if (static_cast<uint32_t>(warp) <= slot) {
+      const uint64_t dj = blockIdx.x + static_cast<uint64_t>(mine) * B;  // pair dj: query 0, document dj
       Best<MT> m;  // chk 0: each warp reported its own above
-      MergeWarpRows<MT, W>(s_v[warp], s_i[warp], m);
-      WriteRows<MT, true>(a, blockIdx.x + mine * B, qi, dj, 0, qb, lq, mine_len > 0, m, s_term[warp], s_arg[warp]);
+      MergeWarpRows<MT, W, FOLD == 2>(s_v[warp], s_i[warp], m);
+      WriteRows<MT, true>(a, dj, 0, dj, 0, qb, lq, mine_len > 0, m, s_term[warp], s_arg[warp]);
     }
     if (i + 1 != my_docs) __syncthreads();
   }

@@ -259,23 +259,36 @@ __device__ __forceinline__ void CheckRowMaxima(bool fast, bool check, bool saw_k
 // barrier one warp merges them over the NW warps (MergeWarpRows): the larger value, of equal ones the lower token
 // index, which is what one warp's strict > fold over all the tokens in increasing order keeps, so the bits are the
 // ring's. Every lane of a quad takes its rows' merge, so WriteRows<MT, true> needs no quad merge of its own.
-template <int MT>
+// ARG false (scores only: the caller writes no argmax): the values alone merge, by the larger, and the indices are
+// left as they are; the maximum's value is the same whichever of equal keys the merge by index would keep.
+template <int MT, bool ARG = true>
 __device__ __forceinline__ void StageWarpRows(Best<MT>& best, float* s_v, int* s_i) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  QuadMergeBest(best);
+  if constexpr (ARG) {
+    QuadMergeBest(best);
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        best.v[mt][h] = fmaxf(best.v[mt][h], __shfl_xor_sync(kFull, best.v[mt][h], 1));
+        best.v[mt][h] = fmaxf(best.v[mt][h], __shfl_xor_sync(kFull, best.v[mt][h], 2));
+      }
+    }
+  }
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (t == 0) {
         s_v[mt * 16 + g + 8 * h] = best.v[mt][h];
-        s_i[mt * 16 + g + 8 * h] = best.i[mt][h];
+        if constexpr (ARG) s_i[mt * 16 + g + 8 * h] = best.i[mt][h];
       }
     }
   }
 }
 
-template <int MT, int NW>
+template <int MT, int NW, bool ARG = true>
 __device__ __forceinline__ void MergeWarpRows(const float (*s_v)[MT * 16], const int (*s_i)[MT * 16], Best<MT>& m) {
   const int g = (threadIdx.x & 31) >> 2;
 #pragma unroll
@@ -284,14 +297,18 @@ __device__ __forceinline__ void MergeWarpRows(const float (*s_v)[MT * 16], const
     for (int h = 0; h < 2; ++h) {
       const int r = mt * 16 + g + 8 * h;
       float v = s_v[0][r];
-      int i = s_i[0][r];
+      int i = ARG ? s_i[0][r] : -1;
 #pragma unroll
       for (int w = 1; w < NW; ++w) {
         const float ov = s_v[w][r];
-        const int oi = s_i[w][r];
-        if (ov > v || (ov == v && static_cast<unsigned>(oi) < static_cast<unsigned>(i))) {  // MergeBest's order
-          v = ov;
-          i = oi;
+        if constexpr (ARG) {
+          const int oi = s_i[w][r];
+          if (ov > v || (ov == v && static_cast<unsigned>(oi) < static_cast<unsigned>(i))) {  // MergeBest's order
+            v = ov;
+            i = oi;
+          }
+        } else {
+          v = fmaxf(v, ov);
         }
       }
       m.v[mt][h] = v;
