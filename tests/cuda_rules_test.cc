@@ -133,10 +133,10 @@ TEST(CudaKernelRules, DealtKernelWhereTheRingHasTooFewDocuments) {
   EXPECT_FALSE(DealtChosen(groups, kH100Sms, kH100));
   EXPECT_FALSE(DealtChosen(OneQuery(100, 300, 160), kH100Sms, kH100));
   EXPECT_TRUE(DealtChosen(OneQuery(100, 300, 64), kH100Sms, kH100));
-  // Its block: 8 warps x 3 stages x 8 KB and the query's 8 KB, and 18 KB of row maxima and terms.
+  // Its block: 12 warps x 2 stages x 8 KB and the query's 8 KB, and 26 KB of row maxima and terms.
   EXPECT_FALSE(DealtChosen(OneQuery(100, 300), kH100Sms, kA100));
-  EXPECT_TRUE(DealtChosen(OneQuery(100, 300), kH100Sms, 218 * 1024));
-  EXPECT_FALSE(DealtChosen(OneQuery(100, 300), kH100Sms, 218 * 1024 - 1));
+  EXPECT_TRUE(DealtChosen(OneQuery(100, 300), kH100Sms, 226 * 1024));
+  EXPECT_FALSE(DealtChosen(OneQuery(100, 300), kH100Sms, 226 * 1024 - 1));
   EXPECT_FALSE(DealtChosen(OneQuery(100, 300), kH100Sms, 0));  // the device could not be asked
   // Switches: MAXSIM_CUDA_NO_DEALT, MAXSIM_CUDA_NO_PIPE (the dealt kernel is a ring kernel), and
   // MAXSIM_CUDA_EXPERIMENTAL=dealt-always up to 32 documents per SM (the block's table of its documents).

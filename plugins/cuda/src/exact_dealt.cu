@@ -5,21 +5,26 @@
 // (at most one per document), persistent: block b scores documents b, b + B, b + 2B, ... (B blocks, at most
 // kDealtMaxDocs each) with all its warps, and deals the steps of that stream (32 tokens each, document after
 // document) to its warps round-robin, so each warp's share is even to within one step however the documents'
-// lengths fall, and a document of n steps is read by min(n, 8) warps at once. Each warp copies its steps through
+// lengths fall, and a document of n steps is read by min(n, 12) warps at once. Each warp copies its steps through
 // its own ring (kDealtStages x 8 KB: the ring kernel's copies, swizzle, L2 evict-first policy and fold), across
-// document boundaries. The block copies the query once (CopyQueryRows), as the ring's one-query launches do, and
+// document boundaries. 12 warps x 2 stages keep as many bytes in flight per SM as the ring's 8 x 3, over more
+// warps: a 300-token document is one step per warp, a 1030-token one three at most. The block copies the query once (CopyQueryRows), as the ring's one-query launches do, and
 // every warp holds the block's table of documents (one per lane), so moving to the next document is a shuffle.
 // Each warp leaves its row maxima per document in shared memory (StageWarpRows); after every round of kDealtRound
-// documents (and the last) the block meets at a barrier and warp w merges document w of the round (MergeWarpRows:
-// the larger value, of equal ones the lower token index) and writes its score and argmax (WriteRows): the ring
-// kernel's bits.
+// documents (and the last) the block meets at a barrier and warp w < 8 merges document w of the round
+// (MergeWarpRows: the larger value, of equal ones the lower token index; by value alone where no argmax is asked
+// for) and writes its score and argmax (WriteRows): the ring kernel's bits.
 //
-// Measured on the H100 (benchmarks/results/gpu-dealt-h100.md, kernel rows, calls 5-7): one query over 100
-// documents of 300 tokens 0.0093 ms against the one-pair-per-warp kernel's 0.0362, 100 of 1030 tokens 0.0176
-// against 0.1039, 500 of 300 tokens 0.0203 against 0.0407. Where the ring runs it was slower than the ring from
-// 600 documents on (2.2% at 600, 3.6% at 800, 1.2% at 1000 of 300 tokens, in the same processes; its copy-only
-// twin reads 1000 x 300 in 0.0285-0.0288 ms, the ring's in 0.0294-0.0295), and 1.4% faster at 528, where the ring
-// starts. So DealtChosen takes it only where the ring does not run.
+// Measured on the H100 (benchmarks/results/gpu-dealt-h100.md). Against the one-pair-per-warp kernel those calls
+// took before (8 warps x 3 stages, kernel rows, calls 5-7): one query over 100 documents of 300 tokens 0.0093 ms
+// against 0.0362, 100 of 1030 tokens 0.0176 against 0.1039, 500 of 300 tokens 0.0203 against 0.0407. Where the
+// ring runs it was slower than the ring from 600 documents on (2.2% at 600, 3.6% at 800, 1.2% at 1000 of 300
+// tokens, in the same processes), and 1.4% faster at 528, where the ring starts. So DealtChosen takes it only where
+// the ring does not run. A prologue in 32-bit counts without a division by the pair layout, and scores-only merges
+// by value, took textual-100 from 0.0107-0.0110 to 0.0102-0.0105 ms and colpali-100 from 0.0175 to 0.0169-0.0170
+// (CUDA events, three alternating rounds); 12 x 2 instead of 8 x 3 then colpali-100 to 0.0160-0.0162, 250 of
+// 1030 tokens 1.4% and 30 of 300 tokens 3.5% faster, textual-100 and 400 of 300 tokens unchanged, 520 of 300 tokens
+// 1% slower (the second study in the results file).
 #include <math.h>
 
 #include <algorithm>
@@ -30,16 +35,16 @@
 namespace mscuda {
 namespace {
 
-constexpr int kDealtWarps = 8;
-constexpr int kDealtStages = 3;
+constexpr int kDealtWarps = 12;
+constexpr int kDealtStages = 2;
 constexpr int kDealtDynamicBytes = kDealtWarps * kDealtStages * kRingStageBytes + kRingQueryBytes;
 // The documents of a block whose row maxima wait in shared memory at a time: one round, merged together (one
 // document per warp) at the round's end.
-constexpr int kDealtRound = kDealtWarps;
+constexpr int kDealtRound = 8;
 static_assert(kDealtRound <= kDealtWarps, "each warp merges at most one document of a round");
-// The kernel's static shared memory at most (32 query rows): the round's row maxima and indices, and each warp's
-// row terms and argmax for WriteRows.
-constexpr int kDealtStaticBytes = 2 * kDealtRound * kDealtWarps * 32 * 4 + 2 * kDealtWarps * 32 * 4;
+// The kernel's static shared memory at most (32 query rows): the round's row maxima and indices, and the merging
+// warps' row terms and argmax for WriteRows. With the rings and the query: 226 KB, under the H100's 227.
+constexpr int kDealtStaticBytes = 2 * kDealtRound * kDealtWarps * 32 * 4 + 2 * kDealtRound * 32 * 4;
 
 // The block's documents (at most kDealtMaxDocs): lane l of every warp holds document l's first row and length, read
 // once at the start, so that moving to the next document costs a shuffle, not a load from global memory. The launch
@@ -106,13 +111,14 @@ __global__ void __launch_bounds__(kDealtWarps * 32, 1) ExactTcDealtKernel(const 
   extern __shared__ __align__(128) uint8_t dealt_smem[];
   __shared__ float s_v[R][W][MT * 16];
   __shared__ int s_i[R][W][MT * 16];
-  __shared__ float s_term[W][MT * 16];
-  __shared__ int s_arg[W][MT * 16];
+  __shared__ float s_term[R][MT * 16];
+  __shared__ int s_arg[R][MT * 16];
   static_assert(sizeof(s_v) + sizeof(s_i) + sizeof(s_term) + sizeof(s_arg) <= kDealtStaticBytes, "DealtChosen");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   // At most kDealtMaxDocs * B documents (LaunchDealtFold), so 32-bit.
   const uint32_t nd = static_cast<uint32_t>(a.pairs.n_pairs), B = gridDim.x;
-  const uint32_t my_docs = nd > blockIdx.x ? (nd - blockIdx.x + B - 1) / B : 0;
+  uint32_t my_docs = 0;  // documents blockIdx.x + i B < nd: at most 32, so counted rather than divided
+  while (blockIdx.x + my_docs * B < nd) ++my_docs;
   if (my_docs == 0) return;  // the whole block
   const uint64_t policy = EvictFirstPolicy();
   const uint32_t dim = a.q.dim;

@@ -267,7 +267,7 @@ cudaError_t LaunchExactCoop(const ForwardArgs& a, cudaStream_t stream);
 // one block per SM scoring documents b, b + B, ... one at a time with all its warps. DealtChosen (for a launch the
 // caller gives the tensor-core kernels, TcSupported): with a.sw.pipe and a.sw.dealt on, a one-query matrix launch of
 // such a call with too few documents for the ring (EnoughPairsForWarpRings false; any count with
-// a.sw.dealt_always) and at most 32 per SM, on a device that gives a block its 218 KB (`optin_bytes`).
+// a.sw.dealt_always) and at most 32 per SM, on a device that gives a block its 226 KB (`optin_bytes`).
 bool DealtChosen(const ForwardArgs& a, int sms, int optin_bytes);
 cudaError_t LaunchExactDealt(const ForwardArgs& a, int sms, cudaStream_t stream);
 // The grid's resident blocks per SM on the current device as the driver grants them (occupancy query of the bf16,
