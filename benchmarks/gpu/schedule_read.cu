@@ -264,13 +264,14 @@ __global__ void __launch_bounds__(W * 32, 1) SpreadScheduleKernel(const ForwardA
   mscuda::CpAsyncWait<0>();
 }
 
-// LaunchDealtScheduleRead's kernel (schedule_read.h): the dealt kernel's schedule (exact_dealt.cu, W warps x
-// S stages, one block per SM, at most 32 documents per block): block b of B takes documents b, b + B, ..., and the
-// steps of that stream, document after document, go to its warps round-robin (step u to warp u % W). Each warp leaves
-// one word per document in shared memory; at the end of every round of W documents (and the last) the warps meet at
-// a block barrier, warp w writes the XOR of document w's words, and a second barrier lets the next round reuse the
-// slots: where the kernel merges its row maxima. Unlike the kernel it copies no query (the kernel's query copy is
-// one cp.async group ahead of the rings', and one more barrier), so it is a slight ceiling for it.
+// LaunchDealtScheduleRead's kernel (schedule_read.h): the dealt kernel's first schedule (exact_dealt.cu as first
+// landed: W warps x S stages = 8 x 3, launched below; the kernel now runs 12 x 2 with rounds of 8, one block per
+// SM, at most 32 documents per block): block b of B takes documents b, b + B, ..., and the steps of that stream,
+// document after document, go to its warps round-robin (step u to warp u % W). Each warp leaves one word per
+// document in shared memory; at the end of every round of W documents (and the last) the warps meet at a block
+// barrier, warp w writes the XOR of document w's words, and a second barrier lets the next round reuse the slots:
+// where the kernel merges its row maxima. Unlike the kernel it copies no query (the kernel's query copy is one
+// cp.async group ahead of the rings', and one more barrier), so it is a slight ceiling for it.
 template <int W, int S>
 __global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardArgs a, uint64_t ld) {
   extern __shared__ __align__(128) uint8_t ring_all[];

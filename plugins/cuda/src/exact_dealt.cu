@@ -1,19 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // ExactTcDealtKernel: one-query dot calls without a document mask (the ring kernel's FOLD 1 and 2 calls, exact.cu)
 // with too few documents for the ring (under half a pair per ring warp), which went to the one-pair-per-warp
-// kernel: one warp per document, each streaming its document alone. Here one block of kDealtWarps warps per SM
-// (at most one per document), persistent: block b scores documents b, b + B, b + 2B, ... (B blocks, at most
+// kernel: one warp per document, each streaming its document alone. Here one block of kDealtWarps warps per SM (at
+// most one per document), persistent: block b scores documents b, b + B, b + 2B, ... (B blocks, at most
 // kDealtMaxDocs each) with all its warps, and deals the steps of that stream (32 tokens each, document after
 // document) to its warps round-robin, so each warp's share is even to within one step however the documents'
 // lengths fall, and a document of n steps is read by min(n, 12) warps at once. Each warp copies its steps through
 // its own ring (kDealtStages x 8 KB: the ring kernel's copies, swizzle, L2 evict-first policy and fold), across
-// document boundaries. 12 warps x 2 stages keep as many bytes in flight per SM as the ring's 8 x 3, over more
-// warps: a 300-token document is one step per warp, a 1030-token one three at most. The block copies the query once (CopyQueryRows), as the ring's one-query launches do, and
-// every warp holds the block's table of documents (one per lane), so moving to the next document is a shuffle.
-// Each warp leaves its row maxima per document in shared memory (StageWarpRows); after every round of kDealtRound
-// documents (and the last) the block meets at a barrier and warp w < 8 merges document w of the round
-// (MergeWarpRows: the larger value, of equal ones the lower token index; by value alone where no argmax is asked
-// for) and writes its score and argmax (WriteRows): the ring kernel's bits.
+// document boundaries. 12 warps x 2 stages are the ring's 192 KB of stages spread over more warps (one step in
+// flight per warp while it folds, 96 KB per SM, against the ring's two, 128 KB): a 300-token document is one step
+// per warp, a 1030-token one three at most. The block copies the query once (CopyQueryRows), as the ring's
+// one-query launches do, and every warp holds the block's table of documents (one per lane), so moving to the next
+// document is a shuffle. Each warp leaves its row maxima per document in shared memory (StageWarpRows); after every
+// round of kDealtRound documents (and the last) the block meets at a barrier and warp w < 8 merges document w of
+// the round (MergeWarpRows: the larger value, of equal ones the lower token index; by value alone where no argmax
+// is asked for) and writes its score and argmax (WriteRows): the ring kernel's bits.
 //
 // Measured on the H100 (benchmarks/results/gpu-dealt-h100.md). Against the one-pair-per-warp kernel those calls
 // took before (8 warps x 3 stages, kernel rows, calls 5-7): one query over 100 documents of 300 tokens 0.0093 ms
@@ -219,6 +220,7 @@ bool DealtChosen(const ForwardArgs& a, int sms, int optin_bytes) {
 }
 
 cudaError_t LaunchExactDealt(const ForwardArgs& a, int sms, cudaStream_t stream) {
+  if (!OneQueryLaunch(a)) return cudaErrorInvalidValue;  // the kernel takes the document of pair p to be p
   const bool bf16 = a.q.dtype == kBF16;
   if (a.part.group_rows == 16) {
     return bf16 ? LaunchDealtT<__nv_bfloat16, 1>(a, sms, stream) : LaunchDealtT<__half, 1>(a, sms, stream);

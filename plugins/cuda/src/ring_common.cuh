@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The exact kernels' per-warp rings of 32-token steps (ExactTcPipeKernel in exact.cu, ExactTcCoopKernel in
-// exact_coop.cu): how a step is copied, how a block stores a query in the ring's layout for ldmatrix, and how a
-// 16x8 tile or a whole step of similarities folds into the running row maxima (FoldTile also serves ExactTcKernel
-// and ExactTcSmemKernel).
+// exact_coop.cu, ExactTcDealtKernel in exact_dealt.cu): how a step is copied, how a block stores a query in the
+// ring's layout for ldmatrix, and how a 16x8 tile or a whole step of similarities folds into the running row maxima
+// (FoldTile also serves ExactTcKernel and ExactTcSmemKernel).
 #ifndef MAXSIM_PLUGINS_CUDA_RING_COMMON_CUH_
 #define MAXSIM_PLUGINS_CUDA_RING_COMMON_CUH_
 
