@@ -261,6 +261,13 @@ __device__ __forceinline__ unsigned long long PackKey(float v, uint32_t index) {
 __device__ __forceinline__ float KeyValue(unsigned long long k) { return FromOrderedBits(static_cast<uint32_t>(k >> 32)); }
 __device__ __forceinline__ uint32_t KeyIndex(unsigned long long k) { return 0xffffffffu - static_cast<uint32_t>(k); }
 
+// The largest of v over a quad (lanes 4g .. 4g + 3, which fold the same rows over different columns), in each of
+// its lanes; fmaxf, so a NaN loses to a number.
+__device__ __forceinline__ float QuadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(kFull, v, 1));
+  return fmaxf(v, __shfl_xor_sync(kFull, v, 2));
+}
+
 // Merge (v, i) with the value of a lane xor `off` away: higher value wins, ties to the lower index (-1 loses).
 __device__ __forceinline__ void MergeBest(float& v, int& i, int off) {
   const float ov = __shfl_xor_sync(kFull, v, off);

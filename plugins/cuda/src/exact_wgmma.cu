@@ -360,8 +360,7 @@ __device__ __forceinline__ void QuadMaxRows(const ForwardArgs& a, float (&run)[Q
       // sample did not look: the call is checked as when the sample fires. NaN too (the folds' fmaxf drop NaN
       // similarities, so it is not expected here), tested per lane, before the merge would drop it.
       if (a.bad != nullptr && v != -INFINITY && !(v < INFINITY)) *a.bad = 1u;
-      v = fmaxf(v, __shfl_xor_sync(kFull, v, 1));
-      v = fmaxf(v, __shfl_xor_sync(kFull, v, 2));
+      v = QuadMax(v);
       // A dot-product maximum of -0 is the mma.sync chain's +0 (IssueTile); cosine keys were fixed per element.
       run[qs][h] = a.cosine ? v : v + 0.0f;
     }

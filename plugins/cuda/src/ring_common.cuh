@@ -270,10 +270,7 @@ __device__ __forceinline__ void StageWarpRows(Best<MT>& best, float* s_v, int* s
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        best.v[mt][h] = fmaxf(best.v[mt][h], __shfl_xor_sync(kFull, best.v[mt][h], 1));
-        best.v[mt][h] = fmaxf(best.v[mt][h], __shfl_xor_sync(kFull, best.v[mt][h], 2));
-      }
+      for (int h = 0; h < 2; ++h) best.v[mt][h] = QuadMax(best.v[mt][h]);
     }
   }
 #pragma unroll

@@ -231,10 +231,7 @@ struct ScreenWarp {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          lower[mt][h] = fmaxf(lower[mt][h], __shfl_xor_sync(kFull, lower[mt][h], 1));
-          lower[mt][h] = fmaxf(lower[mt][h], __shfl_xor_sync(kFull, lower[mt][h], 2));
-        }
+        for (int h = 0; h < 2; ++h) lower[mt][h] = QuadMax(lower[mt][h]);
       }
     }
   }
@@ -268,10 +265,8 @@ struct ScreenWarp {
       }
     }
     if constexpr (CERT) {
-      c1 = fmaxf(c1, __shfl_xor_sync(kFull, c1, 1));
-      c1 = fmaxf(c1, __shfl_xor_sync(kFull, c1, 2));
-      c2 = fmaxf(c2, __shfl_xor_sync(kFull, c2, 1));
-      c2 = fmaxf(c2, __shfl_xor_sync(kFull, c2, 2));
+      c1 = QuadMax(c1);
+      c2 = QuadMax(c2);
       float mt_m[MT][2];
       bool any = false;
       float xs[MT][2][2];
