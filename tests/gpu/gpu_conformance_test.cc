@@ -100,6 +100,11 @@ auto WithEnv(const char* name, const char* value, F&& fn) {
   return fn(ctx);
 }
 
+// A CUDA context created while the environment variable `name` is `value` (the backend reads its settings then).
+Context CudaContextWithEnv(const char* name, const char* value) {
+  return WithEnv(name, value, [](Context& g) { return std::move(g); });
+}
+
 maxsim_options Options(const char* backend) {
   maxsim_options o;
   maxsim_options_init(&o);
@@ -342,10 +347,9 @@ TEST_F(Gpu, ScreeningRoutesByModeAndShape) {
   // never screens, =screen always does. Certified gives exact's bits on every route; the refinement counters
   // tell the routes apart.
   ASSERT_TRUE(kScreenCertified);
-  auto keep = [](Context& g) { return std::move(g); };
-  Context routed = WithEnv("MAXSIM_CUDA_CERTIFIED", nullptr, keep);
-  Context never = WithEnv("MAXSIM_CUDA_CERTIFIED", "exact", keep);
-  Context screened = WithEnv("MAXSIM_CUDA_CERTIFIED", "screen", keep);
+  Context routed = CudaContextWithEnv("MAXSIM_CUDA_CERTIFIED", nullptr);
+  Context never = CudaContextWithEnv("MAXSIM_CUDA_CERTIFIED", "exact");
+  Context screened = CudaContextWithEnv("MAXSIM_CUDA_CERTIFIED", "screen");
   struct RouteCase {
     uint64_t nd, lq;
     bool approx_screens;  // by default
@@ -436,7 +440,7 @@ TEST_F(Gpu, ManyPairsPipelineKernel) {
       // The screening kernel's per-warp ring (ScreenPipeKernel) against its one-pair-per-warp kernel: the same
       // candidate sets (so the same refinement counts) and the same bits, certified and approximate.
       const Matrix approx = ScoreMatrix(gpu, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_APPROXIMATE);
-      Context no_ring = WithEnv("MAXSIM_CUDA_NO_SCREEN_PIPE", "1", [](Context& g) { return std::move(g); });
+      Context no_ring = CudaContextWithEnv("MAXSIM_CUDA_NO_SCREEN_PIPE", "1");
       const Matrix cert_plain =
           ScoreMatrix(no_ring, pq, q.n_sets(), q.rows(), pd, d.n_sets(), metric, MAXSIM_MODE_CERTIFIED, &st_plain);
       const Matrix approx_plain =
@@ -777,7 +781,7 @@ TEST_F(Gpu, CertifiedWgmmaScreeningEqualsExact) {
     }
   });
   // Short queries forced onto the kernel: most of each 256-row group is past the query.
-  Context short_gpu = WithEnv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", "1", [](Context& g) { return std::move(g); });
+  Context short_gpu = CudaContextWithEnv("MAXSIM_CUDA_SCREEN_WGMMA_MIN_LQ", "1");
   for (maxsim_dtype dtype : {MAXSIM_BF16, MAXSIM_F16}) {
     Context& gpu = short_gpu;
     auto rng = Rng(++salt);
@@ -1053,7 +1057,7 @@ TEST_F(Gpu, ManyPairsPipelineKernelUnmaskedDeviceTensors) {
   // wgmma batch kernel in both.
   ScopedEnv no_batch("MAXSIM_CUDA_NO_BATCH", "1");
   Context gpu(Options("cuda"));
-  Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
+  Context one = CudaContextWithEnv("MAXSIM_CUDA_NO_PIPE", "1");
   no_batch.Restore();
   auto rng = Rng(161);
   const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 1, 32, 128), MAXSIM_BF16);
@@ -1344,8 +1348,8 @@ TEST_F(Gpu, OneQueryRingLaunchesShareTheQuery) {
   const ShardDevices dev = ContextDevices();
   ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
   const uint64_t sms = dev.max_sms, devices = dev.count;
-  Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
-  Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
+  Context ring = CudaContextWithEnv("MAXSIM_CUDA_NO_COOP", "1");
+  Context one = CudaContextWithEnv("MAXSIM_CUDA_NO_PIPE", "1");
   struct Case {
     uint32_t dim;
     uint64_t lq;
@@ -1440,9 +1444,9 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
   // 3 queries: 48 pairs per SM on every shard, 12.5% over (a shard's count of 0-170-token documents varies by ~30)
   const uint64_t nd = 18 * sms * devices + 17;
   ScopedEnv no_batch("MAXSIM_CUDA_NO_BATCH", "1");
-  Context grid = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always", [](Context& g) { return std::move(g); });
-  Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
-  Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
+  Context grid = CudaContextWithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always");
+  Context ring = CudaContextWithEnv("MAXSIM_CUDA_NO_COOP", "1");
+  Context one = CudaContextWithEnv("MAXSIM_CUDA_NO_PIPE", "1");
   no_batch.Restore();
   const std::vector<CoopSide> sides = {{&grid, "grid"}, {&ring, "ring"}};
   struct Case {
@@ -1525,10 +1529,10 @@ TEST_F(Gpu, DealtKernelMatchesTheRing) {
   ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
   const uint64_t sms = dev.max_sms, devices = dev.count;
   ScopedEnv no_coop("MAXSIM_CUDA_NO_COOP", "1");
-  Context dealt = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "dealt-always", [](Context& g) { return std::move(g); });
-  Context ring = WithEnv("MAXSIM_CUDA_NO_DEALT", "1", [](Context& g) { return std::move(g); });
+  Context dealt = CudaContextWithEnv("MAXSIM_CUDA_EXPERIMENTAL", "dealt-always");
+  Context ring = CudaContextWithEnv("MAXSIM_CUDA_NO_DEALT", "1");
   no_coop.Restore();
-  Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
+  Context one = CudaContextWithEnv("MAXSIM_CUDA_NO_PIPE", "1");
   const std::vector<CoopSide> sides = {{&dealt, "dealt"}, {&ring, "ring"}};
   struct Case {
     uint64_t nd;  // per device
@@ -1629,9 +1633,9 @@ TEST_F(Gpu, CoopAlwaysBelowTheRule) {
   ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
   const uint64_t sms = dev.max_sms, devices = dev.count;
   ScopedEnv no_batch("MAXSIM_CUDA_NO_BATCH", "1");
-  Context forced = WithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always", [](Context& g) { return std::move(g); });
-  Context ring = WithEnv("MAXSIM_CUDA_NO_COOP", "1", [](Context& g) { return std::move(g); });
-  Context one = WithEnv("MAXSIM_CUDA_NO_PIPE", "1", [](Context& g) { return std::move(g); });
+  Context forced = CudaContextWithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always");
+  Context ring = CudaContextWithEnv("MAXSIM_CUDA_NO_COOP", "1");
+  Context one = CudaContextWithEnv("MAXSIM_CUDA_NO_PIPE", "1");
   no_batch.Restore();
   // The backend read the option (its settings, in the context's report): else the forced side would be the ring.
   const std::string report = forced.Report();
@@ -1781,7 +1785,7 @@ TEST_F(Gpu, BackwardMatchesCpuAndIsDeterministic) {
 // sorted index everywhere); with deterministic = 0 (grad_D by atomics) grad_Q keeps its bits.
 TEST_F(Gpu, DeterministicGradDIsTheOrderedFmaChain) {
   Context gpu(Options("cuda"));
-  Context separate = WithEnv("MAXSIM_CUDA_NO_DOC_BACKWARD", "1", [](Context& g) { return std::move(g); });
+  Context separate = CudaContextWithEnv("MAXSIM_CUDA_NO_DOC_BACKWARD", "1");
   struct Case {
     maxsim_layout layout;
     uint64_t nq, nd, lq, ld;
@@ -1918,7 +1922,7 @@ TEST_F(Gpu, DeterministicGradDIsTheOrderedFmaChain) {
 // one-launch backward (where each document's first block checks its entries) and on the separate check kernel.
 TEST_F(Gpu, BackwardCheckNamesTheFirstBadEntry) {
   Context gpu(Options("cuda"));
-  Context separate = WithEnv("MAXSIM_CUDA_NO_DOC_BACKWARD", "1", [](Context& g) { return std::move(g); });
+  Context separate = CudaContextWithEnv("MAXSIM_CUDA_NO_DOC_BACKWARD", "1");
   auto rng = Rng(950);
   TokenSets q = Encoded(Generate(rng, Shape::kGaussian, 9, 0, 20, 64), MAXSIM_BF16);
   TokenSets d = Encoded(Generate(rng, Shape::kGaussian, 9, 0, 90, 64), MAXSIM_BF16);
@@ -2264,7 +2268,7 @@ void RandomCandidates(std::mt19937_64& rng, uint64_t nq, uint64_t nd, std::vecto
 TEST_F(Gpu, DenseHostQueriesEqualPackedQueries) {
   Context gpu = CudaContext();  // MAXSIM_CUDA_CERTIFIED=screen (see kScreenCertified): certified queries packed
   // The default route: certified queries dense too.
-  Context def = WithEnv("MAXSIM_CUDA_CERTIFIED", "auto", [](Context& g) { return std::move(g); });
+  Context def = CudaContextWithEnv("MAXSIM_CUDA_CERTIFIED", "auto");
   const struct {
     maxsim_dtype dtype;
     uint32_t dim;
