@@ -535,8 +535,8 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   const std::vector<uint16_t> ddata = RandomBf16(s.nd, s.ld, s.dim, 2);
   const PackedData qbuf(qdata, s.nq, s.lq, s.dim), dbuf(ddata, s.nd, s.ld, s.dim);
   // Copies to rotate among so that repeated calls stream from HBM, not L2 (50 MB): more than 200 MB in all, up to
-  // 32 copies (peers.py rotates as many). Four at most left textual-100's 31 MB in L2, where peers.py's normal
-  // loads kept hitting it and the plugin's evict-first copies did not.
+  // 32 copies (peers.py rotates the same way). Fewer would leave a small shape's inputs in L2, where the peers'
+  // normal loads hit them and the plugin's evict-first copies do not.
   const uint64_t copies = std::max<uint64_t>(1, std::min<uint64_t>(32, (200ull << 20) / dbuf.size + 1));
   std::vector<Corpus*> corpora(copies, nullptr);
   for (uint64_t c = 0; c < copies; ++c) CHECK_ST(mscuda::UploadCorpus(b, dbuf.view, &corpora[c]));
@@ -967,7 +967,8 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
        ran + ", \"pairs_missed\": " + grid_missed);
   // On one-query shapes, schedules no kernel runs, as ceilings for one: the launch's steps dealt out round-robin to
   // all warps (with and without the global-memory merges a kernel on it would need), or in balanced contiguous
-  // ranges; and the dealt kernel's own schedule (exact_dealt.cu), where its table of documents allows it.
+  // ranges; and the dealt kernel's first schedule (exact_dealt.cu as first landed, 8 warps x 3 stages), where its
+  // table of documents allows it.
   if (s.nq == 1) {
     for (const auto& [deal, row] : {std::pair{kCyclic, "read-cyclic-schedule"},
                                     std::pair{kCyclicMerge, "read-cyclic-merge-schedule"},
