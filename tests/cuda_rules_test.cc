@@ -18,6 +18,8 @@ using mscuda::PipeFitsSharedMemory;
 using mscuda::ScreenPipeApplies;
 
 constexpr int kH100Sms = 132;
+// cudaDevAttrMaxSharedMemoryPerBlockOptin: what a block may opt into.
+constexpr int kH100Smem = 227 * 1024, kA100Smem = 163 * 1024;
 
 // One 32-row query against nd documents of `rows` tokens each (the matrix layout of a one-query call).
 ForwardArgs OneQuery(uint64_t nd, uint64_t rows, uint32_t dim = 128) {
@@ -106,35 +108,34 @@ TEST(CudaKernelRules, DealtKernelWhereTheRingHasTooFewDocuments) {
   // benchmarks/results/gpu-dealt-h100.md: one query over 100 and 500 documents, which leave the ring too few pairs
   // (under half a pair per warp: 528 on 132 SMs) and went to the one-pair-per-warp kernel, ran 2-6x faster on the
   // dealt kernel; at 1000 and 3000 documents, where the ring runs, the ring was faster.
-  constexpr int kH100 = 227 * 1024, kA100 = 163 * 1024;
   for (uint64_t nd : {1, 7, 100, 131, 132, 500, 527}) {
-    EXPECT_TRUE(DealtChosen(OneQuery(nd, 300), kH100Sms, kH100)) << nd << " documents";
-    EXPECT_TRUE(DealtChosen(OneQuery(nd, 1030), kH100Sms, kH100)) << nd << " long documents";
+    EXPECT_TRUE(DealtChosen(OneQuery(nd, 300), kH100Sms, kH100Smem)) << nd << " documents";
+    EXPECT_TRUE(DealtChosen(OneQuery(nd, 1030), kH100Sms, kH100Smem)) << nd << " long documents";
   }
-  for (uint64_t nd : {528, 1000, 3000}) EXPECT_FALSE(DealtChosen(OneQuery(nd, 300), kH100Sms, kH100)) << nd;
+  for (uint64_t nd : {528, 1000, 3000}) EXPECT_FALSE(DealtChosen(OneQuery(nd, 300), kH100Sms, kH100Smem)) << nd;
   // One query only (the block shares it); not the pairs layout or candidate lists.
   ForwardArgs two = OneQuery(100, 300);
   two.q.n_sets = 2;
   two.pairs.n_pairs = 200;
-  EXPECT_FALSE(DealtChosen(two, kH100Sms, kH100));
+  EXPECT_FALSE(DealtChosen(two, kH100Sms, kH100Smem));
   ForwardArgs diagonal = OneQuery(100, 300);
   diagonal.pairs.layout = mscuda::kPairsDiagonal;
-  EXPECT_FALSE(DealtChosen(diagonal, kH100Sms, kH100));
+  EXPECT_FALSE(DealtChosen(diagonal, kH100Sms, kH100Smem));
   // Only what its fold and copies take: dot without a document mask, one group of query rows, dim <= 128.
   ForwardArgs cosine = OneQuery(100, 300);
   cosine.cosine = 1;
-  EXPECT_FALSE(DealtChosen(cosine, kH100Sms, kH100));
+  EXPECT_FALSE(DealtChosen(cosine, kH100Sms, kH100Smem));
   ForwardArgs masked = OneQuery(100, 300);
   static const uint8_t mask[1] = {1};
   masked.d.mask = mask;
-  EXPECT_FALSE(DealtChosen(masked, kH100Sms, kH100));
+  EXPECT_FALSE(DealtChosen(masked, kH100Sms, kH100Smem));
   ForwardArgs groups = OneQuery(100, 300);
   groups.part.groups = 2;
-  EXPECT_FALSE(DealtChosen(groups, kH100Sms, kH100));
-  EXPECT_FALSE(DealtChosen(OneQuery(100, 300, 160), kH100Sms, kH100));
-  EXPECT_TRUE(DealtChosen(OneQuery(100, 300, 64), kH100Sms, kH100));
+  EXPECT_FALSE(DealtChosen(groups, kH100Sms, kH100Smem));
+  EXPECT_FALSE(DealtChosen(OneQuery(100, 300, 160), kH100Sms, kH100Smem));
+  EXPECT_TRUE(DealtChosen(OneQuery(100, 300, 64), kH100Sms, kH100Smem));
   // Its block: 12 warps x 2 stages x 8 KB and the query's 8 KB, and 26 KB of row maxima and terms.
-  EXPECT_FALSE(DealtChosen(OneQuery(100, 300), kH100Sms, kA100));
+  EXPECT_FALSE(DealtChosen(OneQuery(100, 300), kH100Sms, kA100Smem));
   EXPECT_TRUE(DealtChosen(OneQuery(100, 300), kH100Sms, 226 * 1024));
   EXPECT_FALSE(DealtChosen(OneQuery(100, 300), kH100Sms, 226 * 1024 - 1));
   EXPECT_FALSE(DealtChosen(OneQuery(100, 300), kH100Sms, 0));  // the device could not be asked
@@ -142,36 +143,35 @@ TEST(CudaKernelRules, DealtKernelWhereTheRingHasTooFewDocuments) {
   // MAXSIM_CUDA_EXPERIMENTAL=dealt-always up to 32 documents per SM (the block's table of its documents).
   ForwardArgs off = OneQuery(100, 300);
   off.sw.dealt = false;
-  EXPECT_FALSE(DealtChosen(off, kH100Sms, kH100));
+  EXPECT_FALSE(DealtChosen(off, kH100Sms, kH100Smem));
   off = OneQuery(100, 300);
   off.sw.pipe = false;
-  EXPECT_FALSE(DealtChosen(off, kH100Sms, kH100));
+  EXPECT_FALSE(DealtChosen(off, kH100Sms, kH100Smem));
   ForwardArgs always = OneQuery(1000, 300);
   always.sw.dealt_always = true;
-  EXPECT_TRUE(DealtChosen(always, kH100Sms, kH100));
+  EXPECT_TRUE(DealtChosen(always, kH100Sms, kH100Smem));
   always = OneQuery(32 * kH100Sms, 300);
   always.sw.dealt_always = true;
-  EXPECT_TRUE(DealtChosen(always, kH100Sms, kH100));
+  EXPECT_TRUE(DealtChosen(always, kH100Sms, kH100Smem));
   always = OneQuery(32 * kH100Sms + 1, 300);
   always.sw.dealt_always = true;
-  EXPECT_FALSE(DealtChosen(always, kH100Sms, kH100));
+  EXPECT_FALSE(DealtChosen(always, kH100Sms, kH100Smem));
   always = OneQuery(1000, 300);
   always.sw.dealt_always = true;
   always.sw.dealt = false;  // NO_DEALT wins
-  EXPECT_FALSE(DealtChosen(always, kH100Sms, kH100));
+  EXPECT_FALSE(DealtChosen(always, kH100Sms, kH100Smem));
 }
 
 TEST(CudaKernelRules, RingNeedsADeviceThatGivesABlockItsSharedMemory) {
   // The ring's block: 8 warps x 3 stages x 8 KB, 2 KB of row terms, and in a one-query launch the query's 8 KB.
-  constexpr int kH100 = 227 * 1024, kA100 = 163 * 1024;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
   const ForwardArgs one = OneQuery(1000, 300);
   ForwardArgs two = one;  // two queries of the matrix layout
   two.q.n_sets = 2;
   two.pairs.n_pairs = 2 * two.pairs.nd;
-  EXPECT_TRUE(PipeFitsSharedMemory(one, kH100));
-  EXPECT_TRUE(PipeFitsSharedMemory(two, kH100));
-  EXPECT_FALSE(PipeFitsSharedMemory(one, kA100));  // such calls take the one-pair-per-warp kernel (or the grid)
-  EXPECT_FALSE(PipeFitsSharedMemory(two, kA100));
+  EXPECT_TRUE(PipeFitsSharedMemory(one, kH100Smem));
+  EXPECT_TRUE(PipeFitsSharedMemory(two, kH100Smem));
+  EXPECT_FALSE(PipeFitsSharedMemory(one, kA100Smem));  // such calls take the one-pair-per-warp kernel (or the grid)
+  EXPECT_FALSE(PipeFitsSharedMemory(two, kA100Smem));
   EXPECT_FALSE(PipeFitsSharedMemory(one, 0));      // the device could not be asked
   // The query's 8 KB is reserved for one-query launches only.
   EXPECT_TRUE(PipeFitsSharedMemory(two, 194 * 1024));
@@ -183,13 +183,12 @@ TEST(CudaKernelRules, RingNeedsADeviceThatGivesABlockItsSharedMemory) {
 TEST(CudaKernelRules, ScreeningRingNeedsADeviceThatGivesABlockItsSharedMemory) {
   // 8 warps x 4 stages of 32 tokens' codes and metadata, and 8 warps' candidate lists: 122 KB with 64-byte codes,
   // 186 KB with 128-byte codes.
-  constexpr int kH100 = 227 * 1024, kA100 = 163 * 1024;
   const mscuda::KernelSwitches sw;
   const uint64_t pairs = 1000;  // enough for the ring on 132 SMs
-  EXPECT_TRUE(ScreenPipeApplies(sw, 1, 64, pairs, kH100Sms, kH100));
-  EXPECT_TRUE(ScreenPipeApplies(sw, 1, 128, pairs, kH100Sms, kH100));
-  EXPECT_TRUE(ScreenPipeApplies(sw, 1, 64, pairs, 108, kA100));
-  EXPECT_FALSE(ScreenPipeApplies(sw, 1, 128, pairs, 108, kA100));
+  EXPECT_TRUE(ScreenPipeApplies(sw, 1, 64, pairs, kH100Sms, kH100Smem));
+  EXPECT_TRUE(ScreenPipeApplies(sw, 1, 128, pairs, kH100Sms, kH100Smem));
+  EXPECT_TRUE(ScreenPipeApplies(sw, 1, 64, pairs, 108, kA100Smem));
+  EXPECT_FALSE(ScreenPipeApplies(sw, 1, 128, pairs, 108, kA100Smem));
   EXPECT_FALSE(ScreenPipeApplies(sw, 1, 128, pairs, kH100Sms, 186 * 1024 - 1));
   EXPECT_TRUE(ScreenPipeApplies(sw, 1, 128, pairs, kH100Sms, 186 * 1024));
   EXPECT_FALSE(ScreenPipeApplies(sw, 1, 64, pairs, kH100Sms, 0));  // the device could not be asked
