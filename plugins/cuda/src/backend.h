@@ -70,6 +70,10 @@ struct PackedInfo {
   uint64_t n_vectors = 0, n_sets = 0, total_size = 0;
   uint64_t first_row = 0;  // the view's offsets[0]
   uint64_t max_len = 0;    // tokens in the longest set
+  // Every set has set_length tokens: the device views address the sets by that length (PackedView), so a kernel
+  // finds its set's rows without first loading them from the offsets.
+  bool uniform = false;
+  uint64_t set_length = 0;
   uint64_t off_codes = 0, off_meta = 0, off_orig = 0, off_offsets = 0;
 };
 Status DescribeImage(const maxsim_packed_view& view, const char* role, PackedInfo* info);

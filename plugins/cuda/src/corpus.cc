@@ -42,6 +42,9 @@ Status DescribeImage(const maxsim_packed_view& v, const char* role, PackedInfo* 
   in.n_sets = v.n_sets;
   in.first_row = v.offsets[0];
   in.max_len = v.max_set_rows;
+  in.uniform = v.n_sets > 0;
+  in.set_length = v.n_sets > 0 ? v.offsets[1] - v.offsets[0] : 0;
+  for (uint64_t i = 1; in.uniform && i < v.n_sets; ++i) in.uniform = v.offsets[i + 1] - v.offsets[i] == in.set_length;
   uint64_t at = 0;
   auto place = [&](uint64_t bytes) {
     const uint64_t o = at;
@@ -75,7 +78,11 @@ SetsView PackedView(const PackedInfo& in, const uint8_t* base) {
   v.codes = reinterpret_cast<const int8_t*>(base + in.off_codes);
   v.code_bytes = in.padded_dim;
   v.meta = reinterpret_cast<const maxsim_vector_meta*>(base + in.off_meta);
-  v.offsets = reinterpret_cast<const uint64_t*>(base + in.off_offsets);
+  if (in.uniform) {
+    v.set_length = in.set_length;  // the image's offsets are still there, for the host's copies
+  } else {
+    v.offsets = reinterpret_cast<const uint64_t*>(base + in.off_offsets);
+  }
   v.n_sets = in.n_sets;
   v.n_rows = in.n_vectors;
   return v;

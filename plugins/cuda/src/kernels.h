@@ -57,6 +57,16 @@ struct SetsView {
     return (offsets ? offsets[i + 1] : (i + 1) * set_length) - row_base;
   }
   __host__ __device__ bool Kept(uint64_t row) const { return mask == nullptr || mask[row] != 0; }
+  // Host: sets [j0, j1) as a view of their own (its set i is set j0 + i here; n_rows is left to the caller). Uniform
+  // sets have no offsets to advance: row_base takes off the rows before set j0 instead (unsigned, so subtracting it
+  // in Begin adds them back).
+  __host__ SetsView Sets(uint64_t j0, uint64_t j1) const {
+    SetsView v = *this;
+    if (offsets) v.offsets += j0; else v.row_base -= j0 * set_length;
+    if (dsinfo) v.dsinfo += j0;
+    v.n_sets = j1 - j0;
+    return v;
+  }
   // Host: the sets' mean length in rows (0 where n_rows was not set on ragged sets).
   __host__ uint64_t MeanRows() const { return offsets ? (n_sets ? n_rows / n_sets : 0) : set_length; }
 };

@@ -19,12 +19,9 @@ template <typename F>
 Status ForEachChunk(Backend& b, const Corpus& c, const std::vector<DocChunk>& chunks, bool need_codes, F&& fn) {
   const PackedInfo& in = c.info;
   if (!c.streamed) {
-    SetsView v = c.View();
+    const SetsView v = c.View();
     for (const DocChunk& ch : chunks) {
-      SetsView d = v;
-      d.offsets = v.offsets + ch.j0;
-      if (v.dsinfo) d.dsinfo = v.dsinfo + ch.j0;
-      d.n_sets = ch.j1 - ch.j0;
+      SetsView d = v.Sets(ch.j0, ch.j1);
       d.n_rows = c.offsets[ch.j1] - c.offsets[ch.j0];
       MSC_RETURN(fn(ch, d));
     }
@@ -65,18 +62,18 @@ Status ForEachChunk(Backend& b, const Corpus& c, const std::vector<DocChunk>& ch
     const int buf = static_cast<int>(k & 1);
     MSC_CUDA(cudaStreamWaitEvent(b.stream, b.copied[buf], 0));
     const DocChunk& ch = chunks[k];
-    SetsView d;
+    SetsView all;  // the whole corpus's sets over this chunk's rows, which start at the chunk's first row
     const uint8_t* base = b.chunk[buf].data();
-    d.orig = base;
-    d.row_bytes = in.orig_row_bytes;
-    d.dtype = in.dtype;
-    d.dim = in.dim;
-    d.meta = reinterpret_cast<const maxsim_vector_meta*>(base + orig_bytes);
-    d.codes = need_codes ? reinterpret_cast<const int8_t*>(base + orig_bytes + meta_bytes) : nullptr;
-    d.code_bytes = in.padded_dim;
-    d.offsets = dev_offsets + ch.j0;
-    d.row_base = c.offsets[ch.j0];
-    d.n_sets = ch.j1 - ch.j0;
+    all.orig = base;
+    all.row_bytes = in.orig_row_bytes;
+    all.dtype = in.dtype;
+    all.dim = in.dim;
+    all.meta = reinterpret_cast<const maxsim_vector_meta*>(base + orig_bytes);
+    all.codes = need_codes ? reinterpret_cast<const int8_t*>(base + orig_bytes + meta_bytes) : nullptr;
+    all.code_bytes = in.padded_dim;
+    if (in.uniform) all.set_length = in.set_length; else all.offsets = dev_offsets;
+    SetsView d = all.Sets(ch.j0, ch.j1);
+    d.row_base += c.offsets[ch.j0];
     d.n_rows = c.offsets[ch.j1] - c.offsets[ch.j0];
     MSC_RETURN(fn(ch, d));
     MSC_CUDA(cudaEventRecord(b.done[buf], b.stream));
