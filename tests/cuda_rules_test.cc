@@ -104,15 +104,32 @@ TEST(CudaKernelRules, SwitchesOverrideTheRule) {
   EXPECT_FALSE(CoopChosen(huge, kH100Sms));
 }
 
-TEST(CudaKernelRules, DealtKernelWhereTheRingHasTooFewDocuments) {
+TEST(CudaKernelRules, DealtKernelWhereTheRingHasTooFewDocumentsOrLongOnes) {
   // benchmarks/results/gpu-dealt-h100.md: one query over 100 and 500 documents, which leave the ring too few pairs
   // (under half a pair per warp: 528 on 132 SMs) and went to the one-pair-per-warp kernel, ran 2-6x faster on the
-  // dealt kernel; at 1000 and 3000 documents, where the ring runs, the ring was faster.
+  // dealt kernel, whatever their length.
   for (uint64_t nd : {1, 7, 100, 131, 132, 500, 527}) {
     EXPECT_TRUE(DealtChosen(OneQuery(nd, 300), kH100Sms, kH100Smem)) << nd << " documents";
     EXPECT_TRUE(DealtChosen(OneQuery(nd, 1030), kH100Sms, kH100Smem)) << nd << " long documents";
+    EXPECT_TRUE(DealtChosen(OneQuery(nd, 64), kH100Sms, kH100Smem)) << nd << " short documents";
   }
-  for (uint64_t nd : {528, 1000, 3000}) EXPECT_FALSE(DealtChosen(OneQuery(nd, 300), kH100Sms, kH100Smem)) << nd;
+  // Where the ring runs (its third study): documents of 288 and 300 tokens were up to 3% faster on the dealt kernel,
+  // 200 the same, 128 and 64 slower; the rule takes 224 tokens on average and more, up to 32 documents per SM.
+  for (uint64_t nd : {528, 1000, 2500, 4000, 32 * kH100Sms}) {
+    for (uint64_t rows : {224, 288, 300, 480}) {
+      EXPECT_TRUE(DealtChosen(OneQuery(nd, rows), kH100Sms, kH100Smem)) << nd << " documents of " << rows;
+    }
+    for (uint64_t rows : {1, 64, 128, 200, 223}) {
+      EXPECT_FALSE(DealtChosen(OneQuery(nd, rows), kH100Sms, kH100Smem)) << nd << " documents of " << rows;
+    }
+  }
+  EXPECT_FALSE(DealtChosen(OneQuery(32 * kH100Sms + 1, 300), kH100Sms, kH100Smem));  // DealtDocs' table
+  ForwardArgs ragged = OneQuery(1000, 0);  // 300 tokens on average
+  ragged.d.offsets = reinterpret_cast<const uint64_t*>(&ragged);  // not read: MeanRows takes n_rows
+  ragged.d.n_rows = 300 * 1000;
+  EXPECT_TRUE(DealtChosen(ragged, kH100Sms, kH100Smem));
+  ragged.d.n_rows = 200 * 1000;
+  EXPECT_FALSE(DealtChosen(ragged, kH100Sms, kH100Smem));
   // One query only (the block shares it); not the pairs layout or candidate lists.
   ForwardArgs two = OneQuery(100, 300);
   two.q.n_sets = 2;
@@ -147,7 +164,7 @@ TEST(CudaKernelRules, DealtKernelWhereTheRingHasTooFewDocuments) {
   off = OneQuery(100, 300);
   off.sw.pipe = false;
   EXPECT_FALSE(DealtChosen(off, kH100Sms, kH100Smem));
-  ForwardArgs always = OneQuery(1000, 300);
+  ForwardArgs always = OneQuery(1000, 64);
   always.sw.dealt_always = true;
   EXPECT_TRUE(DealtChosen(always, kH100Sms, kH100Smem));
   always = OneQuery(32 * kH100Sms, 300);

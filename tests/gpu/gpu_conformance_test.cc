@@ -1506,8 +1506,8 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
 
 TEST_F(Gpu, DealtKernelMatchesTheRing) {
   // The dealt kernel (exact_dealt.cu), forced by MAXSIM_CUDA_EXPERIMENTAL=dealt-always onto one-query dot calls
-  // without a document mask of up to 32 documents per SM (as built it takes only those with too few documents for
-  // the ring, at most 4 per SM): block b of one per SM scores documents b, b + B, ..., each with all its warps, the
+  // without a document mask of up to 32 documents per SM (as built it takes those with too few documents for the
+  // ring, at most 4 per SM, and those of 224+ tokens on average): block b of one per SM scores documents b, b + B, ..., each with all its warps, the
   // steps of its stream dealt to the warps round-robin across document boundaries; each warp leaves its row maxima
   // in one of 8 shared-memory slots, and at the end of every round of 8 documents (two barriers) warp w merges and
   // writes document w of the round. It must give the one-pair-per-warp kernel's bits, and the ring's where the ring

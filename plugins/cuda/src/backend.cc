@@ -391,7 +391,7 @@ std::string SettingsText(const Backend& b) {
   t += std::string("exact dealt kernel (one-query dot calls without a document mask, ") +
        (k.kernels.dealt && k.kernels.dealt_always
             ? "every one the grid does not take, up to 32 documents per SM: MAXSIM_CUDA_EXPERIMENTAL=dealt-always"
-            : "fewer documents than half the ring's warps") +
+            : "fewer documents than half the ring's warps, or up to 32 per SM of 224+ tokens on average") +
        "): " + onoff(k.kernels.dealt && k.kernels.pipe) + source("MAXSIM_CUDA_NO_DEALT") +
        (k.kernels.pipe ? "" : "; off with the ring (MAXSIM_CUDA_NO_PIPE)") + "\n";
   std::snprintf(line, sizeof(line), "exact shared-memory kernel (long queries): %s%s\n", onoff(k.smem_kernel),

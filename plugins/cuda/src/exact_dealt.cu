@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // ExactTcDealtKernel: one-query dot calls without a document mask (the ring kernel's FOLD 1 and 2 calls, exact.cu)
 // with too few documents for the ring (under half a pair per ring warp), which went to the one-pair-per-warp
-// kernel: one warp per document, each streaming its document alone. Here one block of kDealtWarps warps per SM (at
+// kernel: one warp per document, each streaming its document alone; and, of the calls the ring would take, those
+// whose documents average kDealtMinRingRows tokens or more (the grid takes longer ones and more documents than 32
+// per SM's worth, CoopChosen). Here one block of kDealtWarps warps per SM (at
 // most one per document), persistent: block b scores documents b, b + B, b + 2B, ... (B blocks, at most
 // kDealtMaxDocs each) with all its warps, and deals the steps of that stream (32 tokens each, document after
 // document) to its warps round-robin, so each warp's share is even to within one step however the documents'
@@ -25,7 +27,9 @@
 // by value, took textual-100 from 0.0107-0.0110 to 0.0102-0.0105 ms and colpali-100 from 0.0175 to 0.0169-0.0170
 // (CUDA events, three alternating rounds); 12 x 2 instead of 8 x 3 then colpali-100 to 0.0160-0.0162, 250 of
 // 1030 tokens 1.4% and 30 of 300 tokens 3.5% faster, textual-100 and 400 of 300 tokens unchanged, 520 of 300 tokens
-// 1% slower (the second study in the results file).
+// 1% slower (the second study in the results file). With those changes it overtook the ring on documents of 288
+// and 300 tokens (700-4000 of them: 1-3%, textual-1k 1-2%), but not on shorter ones (kDealtMinRingRows: the third
+// study).
 #include <math.h>
 
 #include <algorithm>
@@ -52,6 +56,12 @@ constexpr int kDealtStaticBytes = 2 * kDealtRound * kDealtWarps * 32 * 4 + 2 * k
 // is one query's matrix (OneQueryLaunch: pair p is document p), so the block's document l is blockIdx.x + l B; a
 // block holds at most 32 documents and a document fewer than 2^32 steps (2^37 rows), so counts are 32-bit.
 constexpr uint32_t kDealtMaxDocs = 32;
+// Where the ring has documents enough (half a pair per warp), the dealt kernel takes documents of at least this many
+// tokens on average (7 steps: a round of 8 documents is about 5 steps per warp between its barriers), the ring
+// shorter ones. Measured on the H100 (benchmarks/results/gpu-dealt-h100.md, third study), one query of 32 rows
+// against 1000, 2500 and 4000 documents, the dealt kernel against the ring: 64 tokens 7-11% slower, 128 tokens
+// 1-5% slower, 200 tokens the same, 288 and 300 tokens up to 3% faster (the same for 16-row queries and dim 64).
+constexpr uint64_t kDealtMinRingRows = 224;
 static_assert(kDealtMaxDocs <= 32, "one document per lane");
 struct DealtDocs {
   uint64_t row = 0, len = 0;  // this lane's document
@@ -215,7 +225,10 @@ bool DealtChosen(const ForwardArgs& a, int sms, int optin_bytes) {
   // What its fold and copies take: dot without a document mask, one group of at most 32 query rows, dim <= 128.
   if (a.cosine || a.d.mask != nullptr || a.part.groups != 1 || a.q.dim > 128) return false;
   if (a.pairs.n_pairs > kDealtMaxDocs * static_cast<uint64_t>(sms)) return false;  // DealtDocs' table
-  if (!a.sw.dealt_always && EnoughPairsForWarpRings(a.pairs.n_pairs, sms)) return false;
+  // Where the ring has documents enough, it keeps the short ones.
+  if (!a.sw.dealt_always && EnoughPairsForWarpRings(a.pairs.n_pairs, sms) && a.d.MeanRows() < kDealtMinRingRows) {
+    return false;
+  }
   return kDealtDynamicBytes + kDealtStaticBytes <= optin_bytes;
 }
 

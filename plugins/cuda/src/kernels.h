@@ -174,8 +174,8 @@ struct KernelSwitches {
   bool coop_always = false;
   // exact: one-query dot calls without a document mask run the dealt kernel where DealtChosen says so
   // (exact_dealt.cu; MAXSIM_CUDA_NO_DEALT=1 switches it off, and so does pipe off); dealt_always
-  // (MAXSIM_CUDA_EXPERIMENTAL=dealt-always): also where the ring has enough documents (not where the grid runs, and
-  // at most 32 documents per SM), for measuring the rule at its boundary (dealt false wins)
+  // (MAXSIM_CUDA_EXPERIMENTAL=dealt-always): also on short documents where the ring has enough of them (not where
+  // the grid runs, and at most 32 documents per SM), for measuring the rule at its boundary (dealt false wins)
   bool dealt = true;
   bool dealt_always = false;
 };
@@ -276,8 +276,9 @@ cudaError_t LaunchExactCoop(const ForwardArgs& a, cudaStream_t stream);
 // The dealt kernel (exact_dealt.cu): one-query dot calls without a document mask (group_rows 16 or 32, dim <= 128),
 // one block per SM scoring documents b, b + B, ... one at a time with all its warps. DealtChosen (for a launch the
 // caller gives the tensor-core kernels, TcSupported): with a.sw.pipe and a.sw.dealt on, a one-query matrix launch of
-// such a call with too few documents for the ring (EnoughPairsForWarpRings false; any count with
-// a.sw.dealt_always) and at most 32 per SM, on a device that gives a block its 226 KB (`optin_bytes`).
+// such a call with at most 32 documents per SM, on a device that gives a block its 226 KB (`optin_bytes`): with too
+// few documents for the ring (EnoughPairsForWarpRings false), or documents of 224 tokens or more on average (any
+// with a.sw.dealt_always). The caller asks only where the grid does not run (CoopChosen).
 bool DealtChosen(const ForwardArgs& a, int sms, int optin_bytes);
 cudaError_t LaunchExactDealt(const ForwardArgs& a, int sms, cudaStream_t stream);
 // The grid's resident blocks per SM on the current device as the driver grants them (occupancy query of the bf16,
