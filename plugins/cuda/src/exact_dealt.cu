@@ -27,9 +27,9 @@
 // by value, took textual-100 from 0.0107-0.0110 to 0.0102-0.0105 ms and colpali-100 from 0.0175 to 0.0169-0.0170
 // (CUDA events, three alternating rounds); 12 x 2 instead of 8 x 3 then colpali-100 to 0.0160-0.0162, 250 of
 // 1030 tokens 1.4% and 30 of 300 tokens 3.5% faster, textual-100 and 400 of 300 tokens unchanged, 520 of 300 tokens
-// 1% slower (the second study in the results file). With those changes it overtook the ring on documents of 288
-// and 300 tokens (700-4000 of them: 1-3%, textual-1k 1-2%), but not on shorter ones (kDealtMinRingRows: the third
-// study).
+// 1% slower (the second study in the results file). With those changes it overtook the ring on 700-4000 documents
+// of 300 tokens (1-3%, textual-1k 1-2%), and on 288 tokens at 2500 and 4000 (1%, 1% slower at 1000), but not on
+// shorter ones (kDealtMinRingRows: the third study).
 #include <math.h>
 
 #include <algorithm>
@@ -60,7 +60,7 @@ constexpr uint32_t kDealtMaxDocs = 32;
 // tokens on average (7 steps: a round of 8 documents is about 5 steps per warp between its barriers), the ring
 // shorter ones. Measured on the H100 (benchmarks/results/gpu-dealt-h100.md, third study), one query of 32 rows
 // against 1000, 2500 and 4000 documents, the dealt kernel against the ring: 64 tokens 7-11% slower, 128 tokens
-// 1-5% slower, 200 tokens the same, 288 and 300 tokens up to 3% faster (the same for 16-row queries and dim 64).
+// 1-5% slower, 200 tokens the same, 288 tokens 1% either way, 300 tokens 1-3% faster (16-row queries 3%).
 constexpr uint64_t kDealtMinRingRows = 224;
 static_assert(kDealtMaxDocs <= 32, "one document per lane");
 struct DealtDocs {
