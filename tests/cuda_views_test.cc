@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CUDA plugin's views of packed images, as host code (no GPU needed): which sets are uniform, and that a view
 // addresses every set's rows the same way with offsets, by set length, and as a run of its sets (a chunk). The
-// GPU suite scores through these views against the CPU reference; this pins the addressing itself, including
-// the chunk arithmetic that only corpora too large for one output budget reach.
+// GPU suite scores through these views against the CPU reference; this pins the addressing itself, including the
+// resident chunks' arithmetic, which only corpora too large for one output budget reach.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -111,17 +111,27 @@ TEST(CudaViews, UniformViewsAddressRowsByLengthAndRaggedOnesByOffsets) {
 }
 
 TEST(CudaViews, ARunOfSetsOfAChunkBufferStartsAtItsFirstRow) {
-  // A streamed corpus's chunk holds the rows of sets [j0, j1) from its start: the run's view takes the rows before
-  // set j0 off again (operations.cc), for uniform and ragged sets alike.
-  for (const std::vector<uint64_t>& offsets : {std::vector<uint64_t>{0, 4, 8, 12, 16}, std::vector<uint64_t>{0, 4, 4, 9, 16}}) {
+  // A streamed corpus's chunk holds the rows of sets [j0, j1) from its start (operations.cc): RowsFromChunkStart
+  // takes the rows before set j0 off again, for uniform and ragged sets alike, over views that start past row 0.
+  const std::vector<uint64_t> uniform = {3, 7, 11, 15, 19}, ragged = {3, 7, 7, 12, 19};
+  for (const std::vector<uint64_t>& offsets : {uniform, ragged}) {
     const Packed p(offsets);
-    const Image img(p, Describe(p));
+    const PackedInfo in = Describe(p);
+    EXPECT_EQ(in.uniform, offsets == uniform);
+    std::vector<uint64_t> rebased;  // the corpus's host offsets (Corpus::offsets)
+    for (uint64_t o : offsets) rebased.push_back(o - offsets[0]);
+    const Image img(p, in);
+    const uint64_t* dev_offsets = reinterpret_cast<const uint64_t*>(img.bytes.data() + in.off_offsets);
     for (uint64_t j0 = 0; j0 < 4; ++j0) {
-      SetsView s = img.view.Sets(j0, 4);
-      s.row_base += offsets[j0];
-      for (uint64_t i = 0; i < 4 - j0; ++i) {
-        EXPECT_EQ(s.Begin(i), offsets[j0 + i] - offsets[j0]);
-        EXPECT_EQ(s.End(i), offsets[j0 + i + 1] - offsets[j0]);
+      for (uint64_t j1 = j0; j1 <= 4; ++j1) {
+        const SetsView s = mscuda::RowsFromChunkStart(in, rebased.data(), dev_offsets, j0, j1);
+        ASSERT_EQ(s.n_sets, j1 - j0);
+        EXPECT_EQ(s.n_rows, rebased[j1] - rebased[j0]);
+        EXPECT_EQ(s.offsets == nullptr, in.uniform);
+        for (uint64_t i = 0; i < j1 - j0; ++i) {
+          EXPECT_EQ(s.Begin(i), rebased[j0 + i] - rebased[j0]) << "sets [" << j0 << ", " << j1 << "), set " << i;
+          EXPECT_EQ(s.End(i), rebased[j0 + i + 1] - rebased[j0]) << "sets [" << j0 << ", " << j1 << "), set " << i;
+        }
       }
     }
   }

@@ -967,8 +967,8 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
        ran + ", \"pairs_missed\": " + grid_missed);
   // On one-query shapes, schedules no kernel runs, as ceilings for one: the launch's steps dealt out round-robin to
   // all warps (with and without the global-memory merges a kernel on it would need), or in balanced contiguous
-  // ranges; and the dealt kernel's first schedule (exact_dealt.cu as first landed, 8 warps x 3 stages), where its
-  // table of documents allows it.
+  // ranges; and the dealt kernel's schedule (exact_dealt.cu, 12 warps x 2 stages), where its table of documents
+  // allows it.
   if (s.nq == 1) {
     for (const auto& [deal, row] : {std::pair{kCyclic, "read-cyclic-schedule"},
                                     std::pair{kCyclicMerge, "read-cyclic-merge-schedule"},

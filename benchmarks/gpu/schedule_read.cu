@@ -39,6 +39,7 @@ using mscuda::kRingStep;
 
 constexpr int kRingWarps = 8, kRingStages = 3;                    // exact.cu: LaunchPipeWS<T, MT, 8, 3, FOLD>
 constexpr int kGridWarps = 4, kGridStages = 2, kGridPerSm = 3;  // exact_coop.cu: kCoopWarps, kCoopStages, ...
+constexpr int kDealtWarps = 12, kDealtStages = 2, kDealtRound = 8;  // exact_dealt.cu: kDealtWarps, ...
 
 // One word of row `lane` of a stage (word `lane`, so the 32 lanes hit 32 banks).
 __device__ __forceinline__ uint32_t TouchStage(uint32_t stage, int lane) {
@@ -264,18 +265,19 @@ __global__ void __launch_bounds__(W * 32, 1) SpreadScheduleKernel(const ForwardA
   mscuda::CpAsyncWait<0>();
 }
 
-// LaunchDealtScheduleRead's kernel (schedule_read.h): the dealt kernel's first schedule (exact_dealt.cu as first
-// landed: W warps x S stages = 8 x 3, launched below; the kernel now runs 12 x 2 with rounds of 8, one block per
-// SM, at most 32 documents per block): block b of B takes documents b, b + B, ..., and the steps of that stream,
-// document after document, go to its warps round-robin (step u to warp u % W). Each warp leaves one word per
-// document in shared memory; at the end of every round of W documents (and the last) the warps meet at a block
-// barrier, warp w writes the XOR of document w's words, and a second barrier lets the next round reuse the slots:
-// where the kernel merges its row maxima. Unlike the kernel it copies no query (the kernel's query copy is one
-// cp.async group ahead of the rings', and one more barrier), so it is a slight ceiling for it.
-template <int W, int S>
+// LaunchDealtScheduleRead's kernel (schedule_read.h): the dealt kernel's schedule (exact_dealt.cu: W warps x S
+// stages = 12 x 2, rounds of R = 8 documents, one block per SM, at most 32 documents per block): block b of B takes
+// documents b, b + B, ..., and the steps of that stream, document after document, go to its warps round-robin
+// (step u to warp u % W). Each warp leaves one word per document in shared memory; at the end of every round of R
+// documents (and the last) the warps meet at a block barrier, warp w < R writes the XOR of document w's words, and a
+// second barrier lets the next round reuse the slots: where the kernel merges its row maxima. Unlike the kernel it
+// copies no query (the kernel's query copy is one cp.async group ahead of the rings', and one more barrier), so it
+// is a slight ceiling for it.
+template <int W, int S, int R>
 __global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardArgs a, uint64_t ld) {
+  static_assert(R <= W, "each warp writes at most one document of a round");
   extern __shared__ __align__(128) uint8_t ring_all[];
-  __shared__ uint32_t s_word[W][W];
+  __shared__ uint32_t s_word[R][W];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint64_t B = gridDim.x, nd = a.pairs.nd, r0 = a.d.Begin(0);
   const uint64_t spd = (ld + kRingStep - 1) / kRingStep;
@@ -305,9 +307,9 @@ __global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardAr
   for (uint64_t i = 0; i < my_docs; ++i) {
     uint32_t acc = 0;
     for (; u < (i + 1) * spd; u += W) acc ^= ConsumeStep<S>(ring, consumed, produce, lane);
-    const int slot = static_cast<int>(i % W);
+    const int slot = static_cast<int>(i % R);
     if (lane == 0) s_word[slot][warp] = acc;
-    if (slot != W - 1 && i + 1 != my_docs) continue;
+    if (slot != R - 1 && i + 1 != my_docs) continue;
     __syncthreads();
     if (warp <= slot && lane == 0) {
       uint32_t x = 0;
@@ -322,12 +324,12 @@ __global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardAr
 }
 
 cudaError_t LaunchDealtSchedule(const ForwardArgs& a, uint64_t doc_rows, int sms, cudaStream_t stream) {
-  constexpr auto kernel = &DealtScheduleKernel<kRingWarps, kRingStages>;
-  constexpr int smem = kRingWarps * kRingStages * kRingStageBytes;
+  constexpr auto kernel = &DealtScheduleKernel<kDealtWarps, kDealtStages, kDealtRound>;
+  constexpr int smem = kDealtWarps * kDealtStages * kRingStageBytes;
   const cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
   if (e != cudaSuccess) return e;
   const uint64_t blocks = std::min<uint64_t>(static_cast<uint64_t>(sms), a.pairs.nd);
-  kernel<<<static_cast<unsigned>(blocks), kRingWarps * 32, smem, stream>>>(a, doc_rows);
+  kernel<<<static_cast<unsigned>(blocks), kDealtWarps * 32, smem, stream>>>(a, doc_rows);
   return cudaGetLastError();
 }
 

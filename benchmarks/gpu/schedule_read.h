@@ -33,10 +33,10 @@ cudaError_t LaunchGridScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq
 enum SpreadSchedule { kCyclic = 0, kCyclicMerge = 1, kBalanced = 2 };
 cudaError_t LaunchSpreadScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
                                      SpreadSchedule deal, cudaStream_t stream);
-// The dealt kernel's first schedule (exact_dealt.cu as first landed, 8 warps x 3 stages; the kernel now runs 12 x 2
-// with rounds of 8): one block per SM (at most 32 documents each), documents dealt to the
-// blocks round-robin and each block's steps to its warps round-robin, the warps meeting at block barriers at the end
-// of every round of 8 documents (where the kernel merges its row maxima). One float per document.
+// The dealt kernel's schedule (exact_dealt.cu: 12 warps x 2 stages): one block per SM (at most 32 documents each),
+// documents dealt to the blocks round-robin and each block's steps to its warps round-robin, the warps meeting at
+// block barriers at the end of every round of 8 documents (where the kernel merges its row maxima). One float per
+// document.
 cudaError_t LaunchDealtScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
                                           cudaStream_t stream);
 

@@ -906,33 +906,43 @@ TEST_F(Gpu, MaskedDenseHostInputsKeepPositions) {
 }
 
 TEST_F(Gpu, StreamedCorpusEqualsResident) {
-  auto rng = Rng(500);
-  const TokenSets q = Encoded(Generate(rng, Shape::kUnitGaussian, 3, 0, 40, 128), MAXSIM_BF16);
-  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, 300, 0, 120, 128), MAXSIM_BF16);
+  // A corpus streamed in chunks of 64 KB (several per call) against the same corpus resident: the same bits in every
+  // mode and operation. Ragged sets find their rows through the offsets, sets of one length (queries and documents
+  // of 96 tokens) through that length: a chunk's view takes the rows before its first document off again
+  // (RowsFromChunkStart).
   Context resident(Options("cuda"));
   Context streamed = [] {
     ScopedEnv stream("MAXSIM_CUDA_STREAM", "1"), chunk("MAXSIM_CUDA_STREAM_CHUNK_BYTES", "65536");
     return Context(Options("cuda"));
   }();
-  Packed pq = Packed::Pack(resident, q.Dense());
-  Packed pd = Packed::Pack(resident, d.Dense());
-  std::vector<uint64_t> off = {0, 5, 5, 17}, cand;
-  for (int c = 0; c < 17; ++c) cand.push_back(rng() % d.n_sets());
-  for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
-    const Matrix a = ScoreMatrix(resident, pq, q.n_sets(), q.rows(), pd, d.n_sets(), MAXSIM_METRIC_DOT, mode);
-    const Matrix b = ScoreMatrix(streamed, pq, q.n_sets(), q.rows(), pd, d.n_sets(), MAXSIM_METRIC_DOT, mode);
-    ExpectIdentical(a, b, "streamed matrix mode " + std::to_string(mode));
-    if (mode == MAXSIM_MODE_EXACT) ExpectReference(q, d, MAXSIM_METRIC_DOT, b, "streamed");
-    ScoreOptions o;
-    o.mode = mode;
-    std::vector<float> ca(cand.size()), cb(cand.size());
-    resident.ScoreCandidates(pq, pd, off, cand, ca, o);
-    streamed.ScoreCandidates(pq, pd, off, cand, cb, o);
-    ASSERT_EQ(0, std::memcmp(ca.data(), cb.data(), ca.size() * 4));
-    TopKResult ta = resident.TopK(pq, q.n_sets(), pd, 9, o);
-    TopKResult tb = streamed.TopK(pq, q.n_sets(), pd, 9, o);
-    ASSERT_EQ(ta.index, tb.index);
-    ASSERT_EQ(0, std::memcmp(ta.scores.data(), tb.scores.data(), ta.scores.size() * 4));
+  auto rng = Rng(500);
+  for (const bool uniform : {false, true}) {
+    const std::string what = uniform ? "sets of one length" : "ragged sets";
+    const TokenSets q = uniform ? Encoded(Generate(rng, Shape::kUnitGaussian, 3, 32, 32, 128), MAXSIM_BF16)
+                                : Encoded(Generate(rng, Shape::kUnitGaussian, 3, 0, 40, 128), MAXSIM_BF16);
+    const TokenSets d = uniform ? Encoded(Generate(rng, Shape::kClustered, 300, 96, 96, 128), MAXSIM_BF16)
+                                : Encoded(Generate(rng, Shape::kClustered, 300, 0, 120, 128), MAXSIM_BF16);
+    Packed pq = Packed::Pack(resident, q.Dense());
+    Packed pd = Packed::Pack(resident, d.Dense());
+    std::vector<uint64_t> off = {0, 5, 5, 17}, cand;
+    for (int c = 0; c < 17; ++c) cand.push_back(rng() % d.n_sets());
+    for (maxsim_mode mode : {MAXSIM_MODE_EXACT, MAXSIM_MODE_CERTIFIED, MAXSIM_MODE_APPROXIMATE}) {
+      const std::string m = what + ", mode " + std::to_string(mode);
+      const Matrix a = ScoreMatrix(resident, pq, q.n_sets(), q.rows(), pd, d.n_sets(), MAXSIM_METRIC_DOT, mode);
+      const Matrix b = ScoreMatrix(streamed, pq, q.n_sets(), q.rows(), pd, d.n_sets(), MAXSIM_METRIC_DOT, mode);
+      ExpectIdentical(a, b, "streamed matrix, " + m);
+      if (mode == MAXSIM_MODE_EXACT) ExpectReference(q, d, MAXSIM_METRIC_DOT, b, "streamed, " + what);
+      ScoreOptions o;
+      o.mode = mode;
+      std::vector<float> ca(cand.size()), cb(cand.size());
+      resident.ScoreCandidates(pq, pd, off, cand, ca, o);
+      streamed.ScoreCandidates(pq, pd, off, cand, cb, o);
+      ASSERT_EQ(0, std::memcmp(ca.data(), cb.data(), ca.size() * 4)) << m;
+      TopKResult ta = resident.TopK(pq, q.n_sets(), pd, 9, o);
+      TopKResult tb = streamed.TopK(pq, q.n_sets(), pd, 9, o);
+      ASSERT_EQ(ta.index, tb.index) << m;
+      ASSERT_EQ(0, std::memcmp(ta.scores.data(), tb.scores.data(), ta.scores.size() * 4)) << m;
+    }
   }
 }
 
@@ -1506,11 +1516,11 @@ TEST_F(Gpu, ManyPairsCoopKernel) {
 
 TEST_F(Gpu, DealtKernelMatchesTheRing) {
   // The dealt kernel (exact_dealt.cu), forced by MAXSIM_CUDA_EXPERIMENTAL=dealt-always onto one-query dot calls
-  // without a document mask of up to 32 documents per SM (as built it takes those with too few documents for the
-  // ring, at most 4 per SM, and those of 224+ tokens on average): block b of one per SM scores documents b, b + B, ..., each with all its warps, the
-  // steps of its stream dealt to the warps round-robin across document boundaries; each warp leaves its row maxima
-  // in one of 8 shared-memory slots, and at the end of every round of 8 documents (two barriers) warp w merges and
-  // writes document w of the round. It must give the one-pair-per-warp kernel's bits, and the ring's where the ring
+  // without a document mask of up to 32 documents per SM (as built: too few documents for the ring, under 4 per SM,
+  // or documents of 224+ tokens on average): block b of one per SM scores documents b, b + B, ..., each with all its
+  // warps, the steps of its stream dealt to the warps round-robin across document boundaries; each warp leaves its
+  // row maxima in one of 8 shared-memory slots, and at the end of every round of 8 documents (two barriers) warp w
+  // merges and writes document w of the round. It must give the one-pair-per-warp kernel's bits, and the ring's where the ring
   // runs, packed and dense (the folded input check on), scores only and with argmax: fewer documents than blocks,
   // one round per block and several (9, 18 and 32 documents per block: slots reused, the whole table), ragged with
   // empty documents (no steps in the stream), lengths no multiple of 32, long documents (each warp wraps its ring

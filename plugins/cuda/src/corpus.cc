@@ -79,12 +79,22 @@ SetsView PackedView(const PackedInfo& in, const uint8_t* base) {
   v.code_bytes = in.padded_dim;
   v.meta = reinterpret_cast<const maxsim_vector_meta*>(base + in.off_meta);
   if (in.uniform) {
-    v.set_length = in.set_length;  // the image's offsets are still there, for the host's copies
+    v.set_length = in.set_length;  // the image keeps its offsets region, which the kernels do not read
   } else {
     v.offsets = reinterpret_cast<const uint64_t*>(base + in.off_offsets);
   }
   v.n_sets = in.n_sets;
   v.n_rows = in.n_vectors;
+  return v;
+}
+
+SetsView RowsFromChunkStart(const PackedInfo& in, const uint64_t* offsets, const uint64_t* dev_offsets, uint64_t j0,
+                            uint64_t j1) {
+  SetsView all;  // the whole buffer's sets, over rows that start at set j0's first row
+  if (in.uniform) all.set_length = in.set_length; else all.offsets = dev_offsets;
+  SetsView v = all.Sets(j0, j1);
+  v.row_base += offsets[j0];
+  v.n_rows = offsets[j1] - offsets[j0];
   return v;
 }
 

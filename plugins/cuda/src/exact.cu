@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, 1) ExactTcKernel(const ForwardA
 }
 
 template <typename T, int MT>
-cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream);
+cudaError_t LaunchPipe(const ForwardArgs& a, int sms, bool coop, cudaStream_t stream);
 
 template <typename T, int MT>
 cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
@@ -164,7 +164,7 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
   const bool rings = a.sw.pipe && a.part.groups == 1 && chunks <= 4 && EnoughPairsForWarpRings(a.pairs.n_pairs, sms);
   const bool coop = rings && !a.cosine && a.d.mask == nullptr && CoopChosen(a, sms);
   if (!coop && DealtChosen(a, sms, SharedMemoryOptinBytes())) return LaunchExactDealt(a, sms, stream);
-  if (rings && (coop || PipeFitsSharedMemory(a, SharedMemoryOptinBytes()))) return LaunchPipe<T, MT>(a, sms, stream);
+  if (rings && (coop || PipeFitsSharedMemory(a, SharedMemoryOptinBytes()))) return LaunchPipe<T, MT>(a, sms, coop, stream);
   switch (chunks) {
     case 1: ExactTcKernel<T, MT, 1><<<grid, block, 0, stream>>>(a); break;
     case 2: ExactTcKernel<T, MT, 2><<<grid, block, 0, stream>>>(a); break;
@@ -529,8 +529,8 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
 // Ring shape (warps per block x stages of 8 KB, one block per SM): 8x3, the fastest of 8x3, 6x4, 4x7 and 5x5 on
 // textual-10k on the H100 (git history keeps the others). The ring streams across document boundaries; a grid of
 // one block per pair (the peers' kind of grid) fills its rings at every pair, which only enough pairs per SM or long
-// documents hide: dot calls without a document mask that CoopChosen picks (kernels.h) run that grid
-// (exact_coop.cu), the others keep the ring.
+// documents hide: dot calls without a document mask that CoopChosen picks (kernels.h; the caller's `coop`) run that
+// grid (exact_coop.cu), the others keep the ring.
 //
 // Dot calls without a document mask (the memory-bound shapes' calls) run a kernel compiled for their fold (FOLD 1
 // or 2: no cosine or mask branches, values only or with argmax; the same arithmetic, so the same bits) with one copy
@@ -542,10 +542,10 @@ cudaError_t LaunchPipeWS(const ForwardArgs& a, int sms, cudaStream_t stream) {
 // 0.2541 / 0.0935 (benchmarks/results/gpu-mem-ring-h100.md). Other calls (cosine, a document mask) keep the general
 // kernel.
 template <typename T, int MT>
-cudaError_t LaunchPipe(const ForwardArgs& a, int sms, cudaStream_t stream) {
+cudaError_t LaunchPipe(const ForwardArgs& a, int sms, bool coop, cudaStream_t stream) {
   constexpr int W = kPipeWarpsUsed, S = kPipeStagesUsed;
+  if (coop) return LaunchExactCoop(a, stream);  // never cosine or masked
   if (a.cosine || a.d.mask != nullptr) return LaunchPipeWS<T, MT, W, S, 0>(a, sms, stream);
-  if (CoopChosen(a, sms)) return LaunchExactCoop(a, stream);
   return a.pairs.argmax ? LaunchPipeWS<T, MT, W, S, 2>(a, sms, stream) : LaunchPipeWS<T, MT, W, S, 1>(a, sms, stream);
 }
 

@@ -49,6 +49,11 @@ constexpr uint64_t kOutputBudget = 256ull << 20;  // device bytes for one chunk'
 
 // A device view of a packed buffer whose regions are described by `in`, at device address `base`.
 SetsView PackedView(const PackedInfo& in, const uint8_t* base);
+// How sets [j0, j1) of a packed buffer described by `in` (its rebased offsets on the host in `offsets`, on the device
+// at `dev_offsets`) find their rows in a buffer that holds those sets' rows from its start (a streamed corpus's
+// chunk): offsets or set_length, row_base, n_sets and n_rows of a view; the caller sets the rest.
+SetsView RowsFromChunkStart(const PackedInfo& in, const uint64_t* offsets, const uint64_t* dev_offsets, uint64_t j0,
+                            uint64_t j1);
 
 inline uint64_t MaxLen(const uint64_t* offsets, uint64_t n) {
   uint64_t m = 0;

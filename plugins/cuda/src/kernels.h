@@ -39,7 +39,7 @@ struct SetsView {
   const float* norms = nullptr;              // dense + cosine: per row L2 norm (else null: meta->norm)
   const uint64_t* offsets = nullptr;         // n_sets + 1 (null: uniform set_length)
   uint64_t set_length = 0;
-  uint64_t row_base = 0;                     // subtracted from offsets (a chunk of a larger collection)
+  uint64_t row_base = 0;                     // subtracted from offsets[i] or i * set_length (a chunk: Sets)
   const uint8_t* mask = nullptr;             // dense: per row, 0 = padding token (else null)
   uint64_t n_sets = 0;
   // Rows of the n_sets sets (offsets[n_sets] - offsets[0]) where the host knows them, for launch choices only

@@ -62,19 +62,15 @@ Status ForEachChunk(Backend& b, const Corpus& c, const std::vector<DocChunk>& ch
     const int buf = static_cast<int>(k & 1);
     MSC_CUDA(cudaStreamWaitEvent(b.stream, b.copied[buf], 0));
     const DocChunk& ch = chunks[k];
-    SetsView all;  // the whole corpus's sets over this chunk's rows, which start at the chunk's first row
+    SetsView d = RowsFromChunkStart(in, c.offsets.data(), dev_offsets, ch.j0, ch.j1);
     const uint8_t* base = b.chunk[buf].data();
-    all.orig = base;
-    all.row_bytes = in.orig_row_bytes;
-    all.dtype = in.dtype;
-    all.dim = in.dim;
-    all.meta = reinterpret_cast<const maxsim_vector_meta*>(base + orig_bytes);
-    all.codes = need_codes ? reinterpret_cast<const int8_t*>(base + orig_bytes + meta_bytes) : nullptr;
-    all.code_bytes = in.padded_dim;
-    if (in.uniform) all.set_length = in.set_length; else all.offsets = dev_offsets;
-    SetsView d = all.Sets(ch.j0, ch.j1);
-    d.row_base += c.offsets[ch.j0];
-    d.n_rows = c.offsets[ch.j1] - c.offsets[ch.j0];
+    d.orig = base;
+    d.row_bytes = in.orig_row_bytes;
+    d.dtype = in.dtype;
+    d.dim = in.dim;
+    d.meta = reinterpret_cast<const maxsim_vector_meta*>(base + orig_bytes);
+    d.codes = need_codes ? reinterpret_cast<const int8_t*>(base + orig_bytes + meta_bytes) : nullptr;
+    d.code_bytes = in.padded_dim;
     MSC_RETURN(fn(ch, d));
     MSC_CUDA(cudaEventRecord(b.done[buf], b.stream));
   }

@@ -10,7 +10,8 @@
 
 namespace mscuda {
 
-// The set holding row `row` of dense sets (row_base 0): the last i with Begin(i) <= row (sets may be empty).
+// The set holding row `row` of dense sets (row_base 0: training's views of the caller's tensors, never a chunk's),
+// the last i with Begin(i) <= row (sets may be empty).
 __device__ __forceinline__ uint64_t SetOfRow(const SetsView& s, uint64_t row) {
   if (s.offsets == nullptr) return s.set_length ? row / s.set_length : 0;
   uint64_t lo = 0, hi = s.n_sets;
