@@ -1520,12 +1520,12 @@ TEST_F(Gpu, DealtKernelMatchesTheRing) {
   // or documents of 224+ tokens on average): block b of one per SM scores documents b, b + B, ..., each with all its
   // warps, the steps of its stream dealt to the warps round-robin across document boundaries; each warp leaves its
   // row maxima in one of 8 shared-memory slots, and at the end of every round of 8 documents (two barriers) warp w
-  // merges and writes document w of the round. It must give the one-pair-per-warp kernel's bits, and the ring's where the ring
-  // runs, packed and dense (the folded input check on), scores only and with argmax: fewer documents than blocks,
-  // one round per block and several (9, 18 and 32 documents per block: slots reused, the whole table), ragged with
-  // empty documents (no steps in the stream), lengths no multiple of 32, long documents (each warp wraps its ring
-  // within a document), 1-, 16-, 29- and 32-row queries (one and two m tiles), dims 64, 96 and 128 (predicated
-  // copies). Exact ties between tokens of different steps, which the block deals to different warps (TiePatterns),
+  // merges and writes document w of the round. It must give the one-pair-per-warp kernel's bits, and the ring's
+  // where the ring runs, packed and dense (the folded input check on), scores only and with argmax: fewer documents
+  // than blocks, one round per block and several (9, 18 and 32 documents per block: slots reused, the whole
+  // table), ragged with empty documents (no steps in the stream), lengths no multiple of 32, long documents (each
+  // warp wraps its ring within a document), 1-, 16-, 29- and 32-row queries (one and two m tiles), dims 64, 96 and
+  // 128 (predicated copies). Exact ties between tokens of different steps, which the block deals to different warps (TiePatterns),
   // where the argmax must also be the host's. A non-finite element in any step, or in the query, fails the call.
   // MAXSIM_CUDA_NO_COOP=1 keeps the grid off whatever its rule says, so that every case reaches the dealt kernel;
   // the `ring` side also sets MAXSIM_CUDA_NO_DEALT=1 (the ring, or the one-pair-per-warp kernel below 4 documents

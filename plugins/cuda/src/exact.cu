@@ -164,7 +164,9 @@ cudaError_t LaunchTcMt(const ForwardArgs& a, cudaStream_t stream) {
   const bool rings = a.sw.pipe && a.part.groups == 1 && chunks <= 4 && EnoughPairsForWarpRings(a.pairs.n_pairs, sms);
   const bool coop = rings && !a.cosine && a.d.mask == nullptr && CoopChosen(a, sms);
   if (!coop && DealtChosen(a, sms, SharedMemoryOptinBytes())) return LaunchExactDealt(a, sms, stream);
-  if (rings && (coop || PipeFitsSharedMemory(a, SharedMemoryOptinBytes()))) return LaunchPipe<T, MT>(a, sms, coop, stream);
+  if (rings && (coop || PipeFitsSharedMemory(a, SharedMemoryOptinBytes()))) {
+    return LaunchPipe<T, MT>(a, sms, coop, stream);
+  }
   switch (chunks) {
     case 1: ExactTcKernel<T, MT, 1><<<grid, block, 0, stream>>>(a); break;
     case 2: ExactTcKernel<T, MT, 2><<<grid, block, 0, stream>>>(a); break;
