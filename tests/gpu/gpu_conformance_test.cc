@@ -1567,6 +1567,21 @@ TEST_F(Gpu, DealtKernelMatchesTheRing) {
     ExpectCoopSidesAgree(one, sides, q, d, Packed::Pack(one, d.Dense()), DeviceSets(d), what, {});
     if (::testing::Test::HasFatalFailure()) return;
   }
+  // A masked query over unmasked documents (DealtChosen refuses document masks only): its masked rows add nothing
+  // to a score. Dense device tensors, scores only: the ring's bits and the float64 reference.
+  {
+    auto mrng = Rng(250);
+    TokenSets q = Encoded(Generate(mrng, Shape::kUnitGaussian, 1, 29, 29, 128), MAXSIM_BF16);
+    RandomMask(mrng, q, 0.3);
+    const TokenSets d = Encoded(Generate(mrng, Shape::kClustered, 2 * sms * devices + 7, 0, 330, 128), MAXSIM_BF16);
+    const DeviceSets dq(q), dd(d);
+    const std::vector<float> got = DeviceScoreValues(dealt, dq, dd, MAXSIM_METRIC_DOT);
+    ExpectSameBits(got, DeviceScoreValues(ring, dq, dd, MAXSIM_METRIC_DOT), "masked query, dealt against the ring");
+    for (uint64_t j = 0; j < d.n_sets(); ++j) {
+      const std::string err = CheckPair(q, 0, d, j, MAXSIM_METRIC_DOT, got[j], nullptr);
+      ASSERT_TRUE(err.empty()) << "masked query, dealt, document " << j << ": " << err;
+    }
+  }
   // Exact ties across steps, one query at a time (each call a one-query launch).
   {
     auto trng = Rng(240);

@@ -259,8 +259,9 @@ __device__ __forceinline__ void CheckRowMaxima(bool fast, bool check, bool saw_k
 // barrier one warp merges them over the NW warps (MergeWarpRows): the larger value, of equal ones the lower token
 // index, which is what one warp's strict > fold over all the tokens in increasing order keeps, so the bits are the
 // ring's. Every lane of a quad takes its rows' merge, so WriteRows<MT, true> needs no quad merge of its own.
-// ARG false (scores only: the caller writes no argmax): the values alone merge, by the larger, and the indices are
-// left as they are; the maximum's value is the same whichever of equal keys the merge by index would keep.
+// StageWarpRows' ARG false (scores only: the caller writes no argmax) stages the values alone, which the caller then
+// merges by the larger (the dealt kernel's MergeWriteScore): the maximum's value is the same whichever of equal keys
+// the merge by index would keep.
 template <int MT, bool ARG = true>
 __device__ __forceinline__ void StageWarpRows(Best<MT>& best, float* s_v, int* s_i) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -285,7 +286,7 @@ __device__ __forceinline__ void StageWarpRows(Best<MT>& best, float* s_v, int* s
   }
 }
 
-template <int MT, int NW, bool ARG = true>
+template <int MT, int NW>
 __device__ __forceinline__ void MergeWarpRows(const float (*s_v)[MT * 16], const int (*s_i)[MT * 16], Best<MT>& m) {
   const int g = (threadIdx.x & 31) >> 2;
 #pragma unroll
@@ -294,18 +295,14 @@ __device__ __forceinline__ void MergeWarpRows(const float (*s_v)[MT * 16], const
     for (int h = 0; h < 2; ++h) {
       const int r = mt * 16 + g + 8 * h;
       float v = s_v[0][r];
-      int i = ARG ? s_i[0][r] : -1;
+      int i = s_i[0][r];
 #pragma unroll
       for (int w = 1; w < NW; ++w) {
         const float ov = s_v[w][r];
-        if constexpr (ARG) {
-          const int oi = s_i[w][r];
-          if (ov > v || (ov == v && static_cast<unsigned>(oi) < static_cast<unsigned>(i))) {  // MergeBest's order
-            v = ov;
-            i = oi;
-          }
-        } else {
-          v = fmaxf(v, ov);
+        const int oi = s_i[w][r];
+        if (ov > v || (ov == v && static_cast<unsigned>(oi) < static_cast<unsigned>(i))) {  // MergeBest's order
+          v = ov;
+          i = oi;
         }
       }
       m.v[mt][h] = v;
