@@ -14,6 +14,8 @@
 #   gpu-focus   a development round: GPU tests matching GPU_TEST_FILTER and benchmark shapes GPU_SHAPES
 #   gpu-serve   the serving-batch shapes alone: the batch kernel's tests, gpu_bench, cuBLAS and the peers on them
 #   gpu-ncu     a full Nsight Compute profile of one kernel on one shape (NCU_SHAPE, NCU_KERNEL)
+#   gpu-clock   the SM clock and power each memory-bound kernel and its copy-only twin run at: nvidia-smi sampled
+#               while gpu_bench's kernel rows run long (CLOCK_SHAPES), and Nsight Compute per kernel (CLOCK_NCU)
 #   gpu-visual  the long-query wgmma kernel: its tests, visual and q128 packed and from dense device tensors
 #               against .carry/base-prebuilt.tar.xz and settings variants, cuBLAS, and profiles of both calls
 #   gpu-mem     the memory-bound shapes: ring tests, the read ceilings (read_bw.cu variants), kernel rows, the peers

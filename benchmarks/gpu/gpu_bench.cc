@@ -154,6 +154,12 @@ void TraceMark(const char* name) {
   if (fn && name) fn(name);
 }
 
+// MAXSIM_GPU_BENCH_ITERS=N: the kernel rows (exact and the copy-only twins; not the read ceilings' sweeps of
+// variants) run N calls instead of their own count, so that a row lasts long enough for the GPU's clock and power,
+// sampled by nvidia-smi, to be read per row (scripts/device/gpu-clock.sh).
+int g_iters = 0;
+int RowIters(int n) { return g_iters > 0 ? g_iters : n; }
+
 double TimeIt(cudaStream_t stream, int warmup, int iters, const std::function<void(int)>& fn, bool sync_each = false,
               const char* mark = nullptr) {
   std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(iters));
@@ -552,7 +558,7 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   const double padded = (s.dim + 63) / 64 * 64;
   const double cert_bytes = static_cast<double>(s.nd) * s.ld * (padded + 16) + s.nq * s.lq * (padded + 16 + s.dim * 2.0) +
                             s.nq * s.nd * 4.0;
-  const int iters = 30, warm = 5;
+  const int iters = RowIters(30), warm = 5;
   auto run = [&](int mode, bool sync_each = false) {
     return TimeIt(
         b.stream, warm, iters,
@@ -961,9 +967,9 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
   };
   auto grid = [&](int i) { CHECK_CUDA(LaunchGridScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, b.stream)); };
   const std::string ring_missed = missed([&] { ring(0); }), grid_missed = missed([&] { grid(0); });
-  Emit(s.name, "read-ring-schedule", TimeIt(b.stream, 5, 30, ring), flops, bytes,
+  Emit(s.name, "read-ring-schedule", TimeIt(b.stream, 5, RowIters(30), ring), flops, bytes,
        ran + ", \"pairs_missed\": " + ring_missed);
-  Emit(s.name, "read-grid-schedule", TimeIt(b.stream, 5, 30, grid), flops, bytes,
+  Emit(s.name, "read-grid-schedule", TimeIt(b.stream, 5, RowIters(30), grid), flops, bytes,
        ran + ", \"pairs_missed\": " + grid_missed);
   // On one-query shapes, schedules no kernel runs, as ceilings for one: the launch's steps dealt out round-robin to
   // all warps (with and without the global-memory merges a kernel on it would need), or in balanced contiguous
@@ -977,14 +983,14 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
         CHECK_CUDA(LaunchSpreadScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, deal, b.stream));
       };
       const std::string spread_missed = missed([&] { spread(0); });
-      Emit(s.name, row, TimeIt(b.stream, 5, 30, spread), flops, bytes, ran + ", \"pairs_missed\": " + spread_missed);
+      Emit(s.name, row, TimeIt(b.stream, 5, RowIters(30), spread), flops, bytes, ran + ", \"pairs_missed\": " + spread_missed);
     }
     if (s.nd <= 32ull * static_cast<uint64_t>(sms)) {  // the dealt kernel's twin (its table of documents)
       auto dealt = [&](int i) {
         CHECK_CUDA(LaunchDealtScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, b.stream));
       };
       const std::string dealt_missed = missed([&] { dealt(0); });
-      Emit(s.name, "read-dealt-schedule", TimeIt(b.stream, 5, 30, dealt), flops, bytes,
+      Emit(s.name, "read-dealt-schedule", TimeIt(b.stream, 5, RowIters(30), dealt), flops, bytes,
            ran + ", \"pairs_missed\": " + dealt_missed);
     }
   }
@@ -1015,6 +1021,7 @@ int main(int argc, char** argv) {
   g_api_rows_only = rows != nullptr && std::strcmp(rows, "api") == 0;
   g_kernel_only = rows != nullptr && std::strcmp(rows, "kernel") == 0;
   g_dense_rows = rows != nullptr && std::strcmp(rows, "dense") == 0;
+  if (const char* it = std::getenv("MAXSIM_GPU_BENCH_ITERS")) g_iters = std::max(0, std::atoi(it));
   std::vector<Shape> shapes = {
       {"textual-100", 1, 32, 100, 300, 128, true, false},
       {"colpali-100", 1, 32, 100, 1030, 128, true, false},

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The GPU's clocks and power per benchmark row (scripts/device/gpu-clock.sh).
+
+Usage: clock_report.py SMI_CSV ROWS_TXT...
+
+SMI_CSV: nvidia-smi --query-gpu=timestamp,clocks.sm,...  --format=csv,nounits -lms N (one sample per line).
+ROWS_TXT: maxsim_gpu_bench's stdout, each line prefixed with the local time it was printed
+("YYYY/MM/DD HH:MM:SS.mmm"), after a first line "# calls N" (its MAXSIM_GPU_BENCH_ITERS). A row line ("SHAPE MODE
+MS ms ...") ends the row, whose N timed calls took about N x MS; the samples of the last 80% of that time are its
+own. read-same-bytes is a sweep of read variants at their own counts, not N calls, and is left out.
+Prints per row: how long it ran, the samples, the median SM clock (and its range), the median power, and the
+clock-event reasons seen (nvidia-smi's bit mask; 0x1 idle, 0x4 software power cap, 0x8 hardware slowdown, ...).
+"""
+import csv
+import datetime
+import re
+import statistics
+import sys
+
+FMT = "%Y/%m/%d %H:%M:%S.%f"
+
+
+def stamp(text):
+    return datetime.datetime.strptime(text.strip(), FMT).timestamp()
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    with open(sys.argv[1], errors="replace") as f:
+        table = [r for r in csv.reader(f) if r]
+    head = [c.strip().split(" [")[0] for c in table[0]]
+    samples = []
+    for r in table[1:]:
+        if len(r) != len(head):
+            continue
+        try:
+            t = stamp(r[0])
+        except ValueError:
+            continue
+        row = {"t": t}
+        for name, v in zip(head[1:], r[1:]):
+            row[name] = v.strip()
+        samples.append(row)
+    print(f"{len(samples)} nvidia-smi samples ({', '.join(head[1:])})")
+    # nvidia-smi names its columns (clocks.current.sm, ...) other than the query's fields (clocks.sm, ...).
+    def column(*parts):
+        return next((h for h in head if all(p in h for p in parts)), "")
+    sm_col = column("clocks", ".sm")
+    power = column("power.draw.instant") or column("power.draw")
+    reasons = column("reasons")
+    print(f"{'shape':<16} {'row':<28} {'ms':>8} {'s':>5} {'n':>4} {'SM MHz':>7} {'range':>11} {'W':>6}  reasons")
+    for path in sys.argv[2:]:
+        prev, calls = None, 0
+        for line in open(path, errors="replace"):
+            if line.startswith("# calls "):
+                calls = int(line.split()[2])
+                continue
+            m = re.match(r"(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) (.*)$", line.rstrip("\n"))
+            if not m:
+                continue
+            t, text = stamp(m.group(1)), m.group(2)
+            row = re.match(r"(\S+)\s+(\S+)\s+([0-9.]+) ms", text)
+            if row and prev is not None and calls > 0 and row.group(2) != "read-same-bytes":
+                lo = t - 0.8 * calls * float(row.group(3)) / 1000.0
+                own = [s for s in samples if lo <= s["t"] <= t]
+                def num(key):
+                    out = []
+                    for s in own:
+                        try:
+                            out.append(float(s[key]))
+                        except (KeyError, ValueError):
+                            pass
+                    return out
+                clk, pw = num(sm_col), num(power)
+                why = sorted({s.get(reasons, "?") for s in own})
+                if clk:
+                    print(f"{row.group(1):<16} {row.group(2):<28} {float(row.group(3)):8.4f} {t - lo:5.2f} {len(own):4d} "
+                          f"{statistics.median(clk):7.0f} {min(clk):5.0f}-{max(clk):5.0f} "
+                          f"{statistics.median(pw) if pw else float('nan'):6.1f}  {' '.join(why)}")
+                else:
+                    print(f"{row.group(1):<16} {row.group(2):<28} {float(row.group(3)):8.4f} {t - lo:5.2f} {len(own):4d}  (no clock)")
+            prev = t
+
+
+if __name__ == "__main__":
+    main()
