@@ -75,12 +75,13 @@ def main():
                     return out
                 clk, pw = num(sm_col), num(power)
                 why = sorted({s.get(reasons, "?") for s in own})
+                head = f"{row.group(1):<16} {row.group(2):<28} {float(row.group(3)):8.4f} {t - lo:5.2f} {len(own):4d}"
                 if clk:
-                    print(f"{row.group(1):<16} {row.group(2):<28} {float(row.group(3)):8.4f} {t - lo:5.2f} {len(own):4d} "
-                          f"{statistics.median(clk):7.0f} {min(clk):5.0f}-{max(clk):5.0f} "
-                          f"{statistics.median(pw) if pw else float('nan'):6.1f}  {' '.join(why)}")
+                    watts = statistics.median(pw) if pw else float("nan")
+                    print(f"{head} {statistics.median(clk):7.0f} {min(clk):5.0f}-{max(clk):5.0f} {watts:6.1f}  "
+                          f"{' '.join(why)}")
                 else:
-                    print(f"{row.group(1):<16} {row.group(2):<28} {float(row.group(3)):8.4f} {t - lo:5.2f} {len(own):4d}  (no clock)")
+                    print(f"{head}  (no clock)")
             prev = t
 
 

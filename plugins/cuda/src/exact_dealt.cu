@@ -120,7 +120,7 @@ struct DealtCursor {
 // lq and for a masked query row), and lane 0 sums the terms in row order (OrderedSum, RoundScore) and writes the
 // score: the bits of MergeWarpRows and WriteRows<MT, true>, which FOLD 2 keeps for the argmax, with one row per lane
 // where WriteRows has a quad's leader take four through its general branches (cosine, partials, argmax). Pair p is
-// query 0 and document p (OneQueryLaunch). Nsight Compute on 100 documents of 300 tokens put a sixth of the SM's
+// query 0 and document p (OneQueryLaunch). Nsight Compute on 100 documents of 300 tokens put a fifth of the SM's
 // warp samples in the old end, one warp's work after the block's last step; this one took that shape's kernel from
 // 0.0093-0.0098 to 0.0086-0.0087 ms (benchmarks/results/gpu-dealt-h100.md, fourth study).
 template <int MT, int W>
