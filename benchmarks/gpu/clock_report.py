@@ -7,8 +7,10 @@ Usage: clock_report.py SMI_CSV ROWS_TXT...
 SMI_CSV: nvidia-smi --query-gpu=timestamp,clocks.sm,...  --format=csv,nounits -lms N (one sample per line).
 ROWS_TXT: maxsim_gpu_bench's stdout, each line prefixed with the local time it was printed
 ("YYYY/MM/DD HH:MM:SS.mmm"), after a first line "# calls N" (its MAXSIM_GPU_BENCH_ITERS). A row line ("SHAPE MODE
-MS ms ...") ends the row, whose N timed calls took about N x MS; the samples of the last 80% of that time are its
-own. read-same-bytes is a sweep of read variants at their own counts, not N calls, and is left out.
+MS ms ...") ends the row, whose N timed calls took about T = N x MS and ended shortly before the line (gpu_bench
+then frees the calls' events and takes the median); the samples from T before the line to a tenth of T before it,
+less the first tenth, are the row's own. read-same-bytes is a sweep of read variants at their own counts, not N
+calls, and is left out.
 Prints per row: how long it ran, the samples, the median SM clock (and its range), the median power, and the
 clock-event reasons seen (nvidia-smi's bit mask; 0x1 idle, 0x4 software power cap, 0x8 hardware slowdown, ...).
 """
@@ -30,6 +32,8 @@ def main():
         sys.exit(__doc__)
     with open(sys.argv[1], errors="replace") as f:
         table = [r for r in csv.reader(f) if r]
+    if not table:
+        sys.exit(f"clock_report.py: no nvidia-smi samples in {sys.argv[1]}")
     head = [c.strip().split(" [")[0] for c in table[0]]
     samples = []
     for r in table[1:]:
@@ -55,7 +59,10 @@ def main():
         prev, calls = None, 0
         for line in open(path, errors="replace"):
             if line.startswith("# calls "):
-                calls = int(line.split()[2])
+                try:
+                    calls = int(line.split()[2])
+                except (IndexError, ValueError):
+                    sys.exit(f"clock_report.py: {path}: '{line.strip()}' is not '# calls N'")
                 continue
             m = re.match(r"(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) (.*)$", line.rstrip("\n"))
             if not m:
@@ -63,8 +70,9 @@ def main():
             t, text = stamp(m.group(1)), m.group(2)
             row = re.match(r"(\S+)\s+(\S+)\s+([0-9.]+) ms", text)
             if row and prev is not None and calls > 0 and row.group(2) != "read-same-bytes":
-                lo = t - 0.8 * calls * float(row.group(3)) / 1000.0
-                own = [s for s in samples if lo <= s["t"] <= t]
+                loop = calls * float(row.group(3)) / 1000.0
+                lo, hi = t - 0.9 * loop, t - 0.1 * loop
+                own = [s for s in samples if lo <= s["t"] <= hi]
                 def num(key):
                     out = []
                     for s in own:
@@ -75,13 +83,13 @@ def main():
                     return out
                 clk, pw = num(sm_col), num(power)
                 why = sorted({s.get(reasons, "?") for s in own})
-                head = f"{row.group(1):<16} {row.group(2):<28} {float(row.group(3)):8.4f} {t - lo:5.2f} {len(own):4d}"
+                label = f"{row.group(1):<16} {row.group(2):<28} {float(row.group(3)):8.4f} {hi - lo:5.2f} {len(own):4d}"
                 if clk:
                     watts = statistics.median(pw) if pw else float("nan")
-                    print(f"{head} {statistics.median(clk):7.0f} {min(clk):5.0f}-{max(clk):5.0f} {watts:6.1f}  "
+                    print(f"{label} {statistics.median(clk):7.0f} {min(clk):5.0f}-{max(clk):5.0f} {watts:6.1f}  "
                           f"{' '.join(why)}")
                 else:
-                    print(f"{head}  (no clock)")
+                    print(f"{label}  (no clock)")
             prev = t
 
 

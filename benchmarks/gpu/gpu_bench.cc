@@ -154,9 +154,11 @@ void TraceMark(const char* name) {
   if (fn && name) fn(name);
 }
 
-// MAXSIM_GPU_BENCH_ITERS=N: the kernel rows (exact and the copy-only twins; not the read ceilings' sweeps of
-// variants) run N calls instead of their own count, so that a row lasts long enough for the GPU's clock and power,
-// sampled by nvidia-smi, to be read per row (scripts/device/gpu-clock.sh).
+// MAXSIM_GPU_BENCH_ITERS=N: the rows timed by a shape's run() (exact, and without MAXSIM_GPU_BENCH_ROWS=kernel the
+// other modes and kernel variants too) and the copy-only twins run N calls instead of their own count, so that a row
+// lasts long enough for the GPU's clock and power, sampled by nvidia-smi, to be read per row
+// (scripts/device/gpu-clock.sh, which sets MAXSIM_GPU_BENCH_ROWS=kernel); the read ceilings' sweeps of variants keep
+// theirs.
 int g_iters = 0;
 int RowIters(int n) { return g_iters > 0 ? g_iters : n; }
 

@@ -23,9 +23,16 @@ nvidia-smi --query-gpu=$fields --format=csv > /dev/null 2>&1 || fields=${fields/
 nvidia-smi --query-gpu=$fields --format=csv,nounits -lms "${CLOCK_SAMPLE_MS:-20}" > "$D/smi.csv" 2> "$D/smi.err" &
 smi=$!
 sleep 1
+set -f  # the lists below are split on spaces, never globbed (CLOCK_NCU holds regular expressions)
+rows=()
 for e in ${CLOCK_SHAPES:-textual-1k:10000 colpali-rerank:4000 textual-100:30000}; do
   shape=${e%%:*} calls=${e#*:}
+  if ! [[ "$e" == *:* && "$calls" =~ ^[1-9][0-9]*$ ]]; then
+    echo "gpu-clock: CLOCK_SHAPES entry '$e' is not SHAPE:CALLS (CALLS a positive count); skipped" >> "$S"
+    continue
+  fi
   echo "# calls $calls" > "$D/rows-$shape.txt"
+  rows+=("$D/rows-$shape.txt")
   MAXSIM_GPU_BENCH_ITERS=$calls MAXSIM_GPU_BENCH_ROWS=kernel timeout 300 "$B" --only "$shape" 2>&1 |
     while IFS= read -r l; do echo "$(date +%Y/%m/%d\ %H:%M:%S.%3N) $l"; done >> "$D/rows-$shape.txt"
   echo "gpu_bench $shape, $calls calls per row: rc ${PIPESTATUS[0]}" >> "$S"
@@ -33,10 +40,16 @@ for e in ${CLOCK_SHAPES:-textual-1k:10000 colpali-rerank:4000 textual-100:30000}
 done
 kill "$smi" 2> /dev/null
 wait "$smi" 2> /dev/null
-python3 benchmarks/gpu/clock_report.py "$D/smi.csv" "$D"/rows-*.txt > "$D/clock.txt" 2>&1
-cat "$D/clock.txt" >> "$S"
+if [ ${#rows[@]} -gt 0 ]; then
+  python3 benchmarks/gpu/clock_report.py "$D/smi.csv" "${rows[@]}" > "$D/clock.txt" 2>&1
+  cat "$D/clock.txt" >> "$S"
+fi
 for e in ${CLOCK_NCU:-}; do
   shape=${e%%:*} kernel=${e#*:}
+  if [[ "$e" != *:* || -z "$kernel" ]]; then
+    echo "gpu-clock: CLOCK_NCU entry '$e' is not SHAPE:KERNEL-REGEX; skipped" >> "$S"
+    continue
+  fi
   R="$D/ncu-$shape-$(echo "$kernel" | tr -c 'A-Za-z0-9\n' _)"
   mkdir -p "$R"
   OUT=$R MAXSIM_GPU_BENCH_ROWS=kernel NCU_SHAPE=$shape NCU_KERNEL=$kernel NCU_SKIP=${NCU_SKIP:-5} \
@@ -54,3 +67,4 @@ for m in ("sm__cycles_active.max", "sm__cycles_active.avg", "smsp__inst_executed
         print(f"    {m} {vals[h.index(m)]}")
 PY
 done
+set +f

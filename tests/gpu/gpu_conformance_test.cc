@@ -1568,7 +1568,8 @@ TEST_F(Gpu, DealtKernelMatchesTheRing) {
     if (::testing::Test::HasFatalFailure()) return;
   }
   // A masked query over unmasked documents (DealtChosen refuses document masks only): its masked rows add nothing
-  // to a score. Dense device tensors, scores only: the ring's bits and the float64 reference.
+  // to a score. Dense device tensors, scores only, 32-row group: the bits of the `ring` context, which at 2
+  // documents per SM (under the ring's 4) runs the one-pair-per-warp kernel, and the float64 reference.
   {
     auto mrng = Rng(250);
     TokenSets q = Encoded(Generate(mrng, Shape::kUnitGaussian, 1, 29, 29, 128), MAXSIM_BF16);
@@ -1576,7 +1577,7 @@ TEST_F(Gpu, DealtKernelMatchesTheRing) {
     const TokenSets d = Encoded(Generate(mrng, Shape::kClustered, 2 * sms * devices + 7, 0, 330, 128), MAXSIM_BF16);
     const DeviceSets dq(q), dd(d);
     const std::vector<float> got = DeviceScoreValues(dealt, dq, dd, MAXSIM_METRIC_DOT);
-    ExpectSameBits(got, DeviceScoreValues(ring, dq, dd, MAXSIM_METRIC_DOT), "masked query, dealt against the ring");
+    ExpectSameBits(got, DeviceScoreValues(ring, dq, dd, MAXSIM_METRIC_DOT), "masked query, dealt against one pair per warp");
     for (uint64_t j = 0; j < d.n_sets(); ++j) {
       const std::string err = CheckPair(q, 0, d, j, MAXSIM_METRIC_DOT, got[j], nullptr);
       ASSERT_TRUE(err.empty()) << "masked query, dealt, document " << j << ": " << err;
