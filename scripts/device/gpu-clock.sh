@@ -8,7 +8,8 @@
 #     rows' lines are time-stamped as they end and benchmarks/gpu/clock_report.py gives each row the samples
 #     taken while it ran;
 #  2. Nsight Compute (gpu-ncu.sh's default mode, --clock-control none) on one launch of each kernel of CLOCK_NCU
-#     ("SHAPE:KERNEL-REGEX ..."): its SM frequency, elapsed cycles and busiest SM's active cycles.
+#     ("SHAPE:KERNEL-REGEX ..."), the profiles side by side (ncu_compare.py: the SM, DRAM and L2 clocks, elapsed
+#     and per-SM active cycles, traffic, stalls, SASS opcodes).
 set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_bench maxsim || exit 1
@@ -44,6 +45,7 @@ if [ ${#rows[@]} -gt 0 ]; then
   python3 benchmarks/gpu/clock_report.py "$D/smi.csv" "${rows[@]}" > "$D/clock.txt" 2>&1
   cat "$D/clock.txt" >> "$S"
 fi
+profiles=()
 for e in ${CLOCK_NCU:-}; do
   shape=${e%%:*} kernel=${e#*:}
   if [[ "$e" != *:* || -z "$kernel" ]]; then
@@ -55,16 +57,8 @@ for e in ${CLOCK_NCU:-}; do
   OUT=$R MAXSIM_GPU_BENCH_ROWS=kernel NCU_SHAPE=$shape NCU_KERNEL=$kernel NCU_SKIP=${NCU_SKIP:-5} \
     timeout 200 bash scripts/device/gpu-ncu.sh > "$R/log" 2>&1
   echo "ncu $shape /$kernel/: rc $?" >> "$S"
-  grep -E "^  void|SM Frequency|Elapsed Cycles|Duration|DRAM Throughput" "$R/summary-gpu-ncu.txt" >> "$S" 2> /dev/null
-  grep -E "sm__cycles_active.(max|avg)" "$R/ncu-$shape-raw.csv" > /dev/null 2>&1 &&
-    python3 - "$R/ncu-$shape-raw.csv" >> "$S" << 'PY'
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1], errors="replace")))
-h = rows[0]
-vals = rows[2] if len(rows) > 2 else []
-for m in ("sm__cycles_active.max", "sm__cycles_active.avg", "smsp__inst_executed.sum"):
-    if m in h and vals:
-        print(f"    {m} {vals[h.index(m)]}")
-PY
+  [ -f "$R/ncu-$shape-raw.csv" ] && profiles+=("$shape:$kernel=$R/ncu-$shape-raw.csv,$R/ncu-$shape-sass.csv")
 done
 set +f
+# The profiles side by side: clocks, cycles, SM activity, traffic, stalls and SASS opcodes.
+[ ${#profiles[@]} -gt 0 ] && python3 benchmarks/gpu/ncu_compare.py --json "$D/ncu-compare.json" "${profiles[@]}" >> "$S"
