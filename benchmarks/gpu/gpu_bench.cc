@@ -40,6 +40,7 @@
 #include "plan.h"
 #include "read_bw.h"
 #include "schedule_read.h"
+#include "sm_clock.h"
 #include "maxsim/maxsim.h"
 #include "maxsim/packed_format.h"
 
@@ -535,6 +536,21 @@ bool Selected(const std::string& only, const std::string& name) {
   return only.empty() || ("," + only + ",").find("," + name + ",") != std::string::npos;
 }
 
+// The SM clock a timed row's calls ran at (sm_clock.h), as JSON members for its line: 5 rounds of calls between
+// stamps, each round about half a millisecond of calls (at the row's median `ms`), 10 to 400 of them. A kernel that
+// takes its copy-only twin's cycles at a lower clock shows here, in the same run, by the SMs' own cycle counters.
+std::string ClockOf(Backend& b, double ms, const std::function<void(int)>& fn) {
+  const int calls = std::clamp(static_cast<int>(0.5 / std::max(ms, 1e-4)), 10, 400);
+  SmClock c;
+  CHECK_CUDA(MeasureSmClock(b.stream, b.prop.multiProcessorCount, 5, calls, fn, &c));
+  return c.Json();
+}
+
+// Joins JSON members (either may be empty).
+std::string Members(const std::string& a, const std::string& b) {
+  return a.empty() ? b : b.empty() ? a : a + ", " + b;
+}
+
 void RunShape(Backend& b, const Shape& s, const std::string& only) {
   if (!Selected(only, s.name)) return;
   std::printf("-- %s: Nq=%llu Lq=%llu Nd=%llu Ld=%llu d=%u\n", s.name, (unsigned long long)s.nq,
@@ -561,18 +577,16 @@ void RunShape(Backend& b, const Shape& s, const std::string& only) {
   const double cert_bytes = static_cast<double>(s.nd) * s.ld * (padded + 16) + s.nq * s.lq * (padded + 16 + s.dim * 2.0) +
                             s.nq * s.nd * 4.0;
   const int iters = RowIters(30), warm = 5;
-  auto run = [&](int mode, bool sync_each = false) {
-    return TimeIt(
-        b.stream, warm, iters,
-        [&](int i) {
-          CHECK_ST(mscuda::ScoreMatrixDevice(b, q, *corpora[static_cast<size_t>(i) % copies], MAXSIM_METRIC_DOT,
-                                             mode, scores, nullptr, mode == MAXSIM_MODE_EXACT ? nullptr : counters,
-                                             b.stream));
-        },
-        sync_each);
+  auto call = [&](int mode) {
+    return [&, mode](int i) {
+      CHECK_ST(mscuda::ScoreMatrixDevice(b, q, *corpora[static_cast<size_t>(i) % copies], MAXSIM_METRIC_DOT, mode,
+                                         scores, nullptr, mode == MAXSIM_MODE_EXACT ? nullptr : counters, b.stream));
+    };
   };
+  auto run = [&](int mode, bool sync_each = false) { return TimeIt(b.stream, warm, iters, call(mode), sync_each); };
   const mscuda::Tuning tuning_set = b.tuning;  // as read from the environment; the variants below change it
-  Emit(s.name, "exact", run(MAXSIM_MODE_EXACT), flops, exact_bytes);
+  const double exact_ms = run(MAXSIM_MODE_EXACT);
+  Emit(s.name, "exact", exact_ms, flops, exact_bytes, ClockOf(b, exact_ms, call(MAXSIM_MODE_EXACT)));
   std::vector<float> kernel_scores(s.nq * s.nd);
   CHECK_CUDA(cudaMemcpy(kernel_scores.data(), scores, s.nq * s.nd * 4, cudaMemcpyDeviceToHost));
   if (s.nq == 1 && !g_api_rows_only && !g_dense_rows) {
@@ -881,10 +895,22 @@ void ReadBandwidth(Backend& b) {
       if (gbs > best) best = gbs, best_v = v, best_blocks = blocks;
     }
   }
-  std::printf("device read: %.1f GB/s (%s, %d blocks)\n", best, ReadVariantName(best_v), best_blocks);
+  // The SM clock of the best read, and of SMs left idle while one block spins for 100 us: whether an idle SM's
+  // counter keeps the clock's pace, i.e. whether the gaps and tails in the rows' windows count at full rate.
+  const std::string clock = ClockOf(b, bytes / best / 1e6, [&](int) {
+    CHECK_CUDA(LaunchReadBandwidth(best_v, x, bytes, best_blocks, sink, b.stream));
+  });
+  SmClock idle;
+  CHECK_CUDA(MeasureSmClock(b.stream, b.prop.multiProcessorCount, 5, 5,
+                            [&](int) { CHECK_CUDA(LaunchSpin(100000, b.stream)); }, &idle));
+  std::printf("device read: %.1f GB/s (%s, %d blocks) %s\n", best, ReadVariantName(best_v), best_blocks, clock.c_str());
+  std::printf("idle SMs (one block spinning): %s\n", idle.Json().c_str());
   if (g_json) {
-    std::fprintf(g_json, "{\"shape\": \"read\", \"mode\": \"read\", \"ms\": %.6f, \"bytes\": %.6e, \"variant\": \"%s\", \"blocks\": %d}\n",
-                 bytes / best / 1e6, 1.0 * bytes, ReadVariantName(best_v), best_blocks);
+    std::fprintf(g_json, "{\"shape\": \"read\", \"mode\": \"read\", \"ms\": %.6f, \"bytes\": %.6e, \"variant\": \"%s\", \"blocks\": %d%s%s}\n",
+                 bytes / best / 1e6, 1.0 * bytes, ReadVariantName(best_v), best_blocks, clock.empty() ? "" : ", ",
+                 clock.c_str());
+    std::fprintf(g_json, "{\"shape\": \"sm-clock\", \"mode\": \"idle\", \"ms\": 0.1%s%s}\n",
+                 idle.Json().empty() ? "" : ", ", idle.Json().c_str());
   }
   cudaFree(x);
   cudaFree(sink);
@@ -905,7 +931,7 @@ void ReadSameBytes(Backend& b, const Shape& s, uint64_t copies, double flops) {
   }
   double best = 0;  // bytes per ms
   double best_ms = 0, best_bytes = 0;
-  int best_v = 0;
+  int best_v = 0, best_blocks = 0;
   for (int v = 0; v < ReadVariantCount(); ++v) {
     if (!ReadVariantSupported(v) || ReadVariantBytes(v, bytes) == 0) continue;
     for (int blocks : ReadGrids(b, v)) {
@@ -913,13 +939,16 @@ void ReadSameBytes(Backend& b, const Shape& s, uint64_t copies, double flops) {
         CHECK_CUDA(LaunchReadBandwidth(v, bufs[static_cast<size_t>(i) % copies], bytes, blocks, sink, b.stream));
       });
       const double read = static_cast<double>(ReadVariantBytes(v, bytes));
-      if (read / ms > best) best = read / ms, best_ms = ms, best_bytes = read, best_v = v;
+      if (read / ms > best) best = read / ms, best_ms = ms, best_bytes = read, best_v = v, best_blocks = blocks;
     }
   }
   // The time to read all of the shape's bytes at that rate (bulk variants leave out a partial 32 KB chunk).
   const double ms = best_ms * static_cast<double>(bytes) / best_bytes;
+  const std::string clock = ClockOf(b, best_ms, [&](int i) {
+    CHECK_CUDA(LaunchReadBandwidth(best_v, bufs[static_cast<size_t>(i) % copies], bytes, best_blocks, sink, b.stream));
+  });
   Emit(s.name, "read-same-bytes", ms, flops, static_cast<double>(bytes),
-       std::string("\"variant\": \"") + ReadVariantName(best_v) + "\"");
+       Members(std::string("\"variant\": \"") + ReadVariantName(best_v) + "\"", clock));
   for (void* p : bufs) cudaFree(p);
   cudaFree(sink);
 }
@@ -969,10 +998,13 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
   };
   auto grid = [&](int i) { CHECK_CUDA(LaunchGridScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, b.stream)); };
   const std::string ring_missed = missed([&] { ring(0); }), grid_missed = missed([&] { grid(0); });
-  Emit(s.name, "read-ring-schedule", TimeIt(b.stream, 5, RowIters(30), ring), flops, bytes,
-       ran + ", \"pairs_missed\": " + ring_missed);
-  Emit(s.name, "read-grid-schedule", TimeIt(b.stream, 5, RowIters(30), grid), flops, bytes,
-       ran + ", \"pairs_missed\": " + grid_missed);
+  // A twin's row: its time, and the SM clock its calls ran at.
+  auto twin = [&](const char* row, const std::function<void(int)>& fn, const std::string& pairs_missed) {
+    const double ms = TimeIt(b.stream, 5, RowIters(30), fn);
+    Emit(s.name, row, ms, flops, bytes, Members(ran + ", \"pairs_missed\": " + pairs_missed, ClockOf(b, ms, fn)));
+  };
+  twin("read-ring-schedule", ring, ring_missed);
+  twin("read-grid-schedule", grid, grid_missed);
   // On one-query shapes, schedules no kernel runs, as ceilings for one: the launch's steps dealt out round-robin to
   // all warps (with and without the global-memory merges a kernel on it would need), or in balanced contiguous
   // ranges; and the dealt kernel's schedule (exact_dealt.cu, 12 warps x 2 stages), where its table of documents
@@ -985,15 +1017,14 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
         CHECK_CUDA(LaunchSpreadScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, deal, b.stream));
       };
       const std::string spread_missed = missed([&] { spread(0); });
-      Emit(s.name, row, TimeIt(b.stream, 5, RowIters(30), spread), flops, bytes, ran + ", \"pairs_missed\": " + spread_missed);
+      twin(row, spread, spread_missed);
     }
     if (s.nd <= 32ull * static_cast<uint64_t>(sms)) {  // the dealt kernel's twin (its table of documents)
       auto dealt = [&](int i) {
         CHECK_CUDA(LaunchDealtScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, b.stream));
       };
       const std::string dealt_missed = missed([&] { dealt(0); });
-      Emit(s.name, "read-dealt-schedule", TimeIt(b.stream, 5, RowIters(30), dealt), flops, bytes,
-           ran + ", \"pairs_missed\": " + dealt_missed);
+      twin("read-dealt-schedule", dealt, dealt_missed);
     }
   }
   cudaFree(out);

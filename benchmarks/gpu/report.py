@@ -228,7 +228,7 @@ def detail(bench, base, read_bw, cublas):
     out = ["| shape | mode | ms | TFLOP/s | GB/s | %GEMM | %read | naive ms | x naive | |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in bench:
-        if r.get("shape") in ("copy", "read", "read-variant") or "ms" not in r:
+        if r.get("shape") in ("copy", "read", "read-variant", "sm-clock") or "ms" not in r:
             continue
         ms = r["ms"]
         tf = r.get("flops", 0) / ms / 1e9
@@ -250,6 +250,33 @@ def detail(bench, base, read_bw, cublas):
     return out
 
 
+def clock_table(bench):
+    """The SM clock each timed row's calls ran at (gpu_bench's sm_* members, sm_clock.cu): each SM's cycle counter
+    against the global nanosecond timer over a batch of calls, the median SM. Beside each row, its time and its
+    cycles per call as fractions of the same-bytes read's: a kernel that takes the read's cycles at a lower clock
+    has a lower fraction by time than by cycles. Empty for runs that did not measure it."""
+    rows = [r for r in bench if "sm_mhz" in r and r.get("shape") not in ("read", "sm-clock")]
+    if not rows:
+        return []
+    bmap = {(r.get("shape"), r.get("mode")): r for r in bench}
+    read = next((r for r in bench if r.get("shape") == "read" and "sm_mhz" in r), None)
+    idle = next((r for r in bench if r.get("shape") == "sm-clock" and "sm_mhz" in r), None)
+    out = ["", "SM clock of each row's calls, by the SMs' own cycle counters against the global timer (sm_clock.cu, "
+           "median SM; 2 GiB read %s MHz, SMs idle beside one spinning block %s MHz):" % (
+               fmt(read["sm_mhz"] if read else None, "%.0f"), fmt(idle["sm_mhz"] if idle else None, "%.0f")), "",
+           "| shape | row | ms | MHz | SMs' range | cycles/call | of the same-bytes read: by time | by cycles |",
+           "|---|---|---:|---:|---|---:|---:|---:|"]
+    for r in rows:
+        same = bmap.get((r["shape"], "read-same-bytes"))
+        by_time = 100 * same["ms"] / r["ms"] if same and r.get("ms") else None
+        by_cycles = (100 * same["sm_cycles_per_call"] / r["sm_cycles_per_call"]
+                     if same and same.get("sm_cycles_per_call") and r.get("sm_cycles_per_call") else None)
+        out.append("| %s | %s | %s | %.0f | %.0f-%.0f | %.0f | %s | %s |" % (
+            r["shape"], r["mode"], fmt(r.get("ms")), r["sm_mhz"], r.get("sm_mhz_low", 0), r.get("sm_mhz_high", 0),
+            r.get("sm_cycles_per_call", 0), fmt(by_time, "%.0f%%"), fmt(by_cycles, "%.0f%%")))
+    return out
+
+
 def tables(bench, base, peers, ctx, brief, floor=None):
     """The report's text: the run line, the side-by-side table, and (unless brief) the full table."""
     out = []
@@ -263,7 +290,7 @@ def tables(bench, base, peers, ctx, brief, floor=None):
     t1, read_bw, cublas, _ = side_by_side(bench, base, peers, floor)
     out += t1 + binding(peers)
     if not brief:
-        out += [""] + detail(bench, base, read_bw, cublas)
+        out += clock_table(bench) + [""] + detail(bench, base, read_bw, cublas)
         var = [r for r in bench if r.get("shape") == "read-variant"]
         if var:
             out += ["", "Read variants over 2 GiB (read_bw.cu): " + ", ".join(

@@ -82,7 +82,7 @@ for r in $(seq "$rounds"); do
     fi
     env "${e[@]}" MAXSIM_GPU_BENCH_ROWS=kernel LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH" MAXSIM_PLUGIN_PATH="$dir" \
       timeout 120 "$dir/benchmarks/gpu/maxsim_gpu_bench" --only "$sh" > "$OUT/ab-$side-$r.txt" 2>&1 || brc=1
-    grep -E " exact " "$OUT/ab-$side-$r.txt" | sed "s|^|round $r $side  |" >> "$A"
+    grep -E " exact " "$OUT/ab-$side-$r.txt" | sed -E "s|^|round $r $side  |; s/ +[0-9.]+ TFLOP.*sm_mhz\": ([0-9.]+).*/ \1 MHz/" >> "$A"
   done
 done
 if [ "$peer_shapes" != none ]; then
@@ -116,7 +116,8 @@ python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --peers "$OUT/pee
   --command "$(run_command 'MAXSIM_PEERS_[A-Z_]+' gpu-mem)" > "$OUT/gpu-mem-report.md" 2>&1
 {
   grep -E "^device read|^read variant" "$OUT/gpu-bench.txt"
-  grep -E " (exact|read-same-bytes) " "$OUT/gpu-bench.txt"
+  grep -E " (exact|read-same-bytes) " "$OUT/gpu-bench.txt" | cut -c1-100
+  awk '/^SM clock/{p=1} p&&/^$/{if(++b==2)exit} p' "$OUT/gpu-mem-report.md"  # the clock table (report.py)
   grep -E "'kernel_ms'|error" "$OUT/peers.txt" | cut -c1-220
   [ -f "$OUT/triton-ptx.txt" ] && head -n 12 "$OUT/triton-ptx.txt"
   [ -f "$OUT/sass-local.txt" ] && echo "kernels with local memory in SASS: $(wc -l < "$OUT/sass-local.txt") $(grep -c Pipe "$OUT/sass-local.txt") of them ring kernels"
