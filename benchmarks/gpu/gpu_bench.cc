@@ -1020,11 +1020,14 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
       twin(row, spread, spread_missed);
     }
     if (s.nd <= 32ull * static_cast<uint64_t>(sms)) {  // the dealt kernel's twin (its table of documents)
-      auto dealt = [&](int i) {
-        CHECK_CUDA(LaunchDealtScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, b.stream));
-      };
-      const std::string dealt_missed = missed([&] { dealt(0); });
-      twin("read-dealt-schedule", dealt, dealt_missed);
+      // Without and with the kernel's tensor-core instructions (read-dealt-schedule-mma: the copies, and the mma
+      // chains on the copied bytes, no fragments, fold or merge), each with the SM clock its calls ran at.
+      for (const bool with_mma : {false, true}) {
+        auto dealt = [&, with_mma](int i) {
+          CHECK_CUDA(LaunchDealtScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, with_mma, b.stream));
+        };
+        twin(with_mma ? "read-dealt-schedule-mma" : "read-dealt-schedule", dealt, missed([&] { dealt(0); }));
+      }
     }
   }
   cudaFree(out);

@@ -265,6 +265,24 @@ __global__ void __launch_bounds__(W * 32, 1) SpreadScheduleKernel(const ForwardA
   mscuda::CpAsyncWait<0>();
 }
 
+// The dealt kernel's tensor-core instructions on one 32-token step, without its fragments, fold or merge
+// (LaunchDealtScheduleRead's with_mma): MT x 4 tiles of 8 tokens, each a chain of dim / 16 mma.sync m16n8k16 (bf16,
+// f32 accumulators), as exact_dealt.cu issues them per step. A is a per-lane constant near 1 (in place of the query
+// fragments held in registers); B is the stage's word (the copied bytes, in place of the ldmatrix fragments), so
+// the instructions wait on the copy as the kernel's do.
+template <int MT>
+__device__ __forceinline__ void StepMma(float (&c)[MT * 4][4], uint32_t word, uint32_t dim, int lane) {
+  const uint32_t a = 0x3F803F80u ^ (static_cast<uint32_t>(lane) << 4);
+#pragma unroll 1
+  for (uint32_t k = 0; k < dim / 16; ++k) {
+    const uint32_t b0 = word ^ (k << 7), b1 = word ^ (k << 9);
+#pragma unroll
+    for (int t = 0; t < MT * 4; ++t) {
+      mscuda::Mma16<__nv_bfloat16>::Run(c[t], a ^ t, a ^ 0x10u, a ^ 0x20u, a ^ 0x30u, b0 ^ (t << 5), b1);
+    }
+  }
+}
+
 // LaunchDealtScheduleRead's kernel (schedule_read.h): the dealt kernel's schedule (exact_dealt.cu: W warps x S
 // stages = 12 x 2, rounds of R = 8 documents, one block per SM, at most 32 documents per block): block b of B takes
 // documents b, b + B, ..., and the steps of that stream, document after document, go to its warps round-robin
@@ -272,8 +290,9 @@ __global__ void __launch_bounds__(W * 32, 1) SpreadScheduleKernel(const ForwardA
 // documents (and the last) the warps meet at a block barrier, warp w < R writes the XOR of document w's words, and a
 // second barrier lets the next round reuse the slots: where the kernel merges its row maxima. Unlike the kernel it
 // copies no query (the kernel's query copy is one cp.async group ahead of the rings', and one more barrier), so it
-// is a slight ceiling for it.
-template <int W, int S, int R>
+// is a slight ceiling for it. MMA_MT > 0 adds the kernel's tensor-core instructions for a query of up to 16 * MMA_MT
+// rows to every step (StepMma), and its accumulators' words to each document's word.
+template <int W, int S, int R, int MMA_MT>
 __global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardArgs a, uint64_t ld) {
   static_assert(R <= W, "each warp writes at most one document of a round");
   extern __shared__ __align__(128) uint8_t ring_all[];
@@ -304,9 +323,18 @@ __global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardAr
   for (int s = 0; s < S - 1; ++s) produce();
   uint32_t consumed = 0;
   uint64_t u = warp;
+  float c[MMA_MT > 0 ? MMA_MT * 4 : 1][4] = {};
   for (uint64_t i = 0; i < my_docs; ++i) {
     uint32_t acc = 0;
-    for (; u < (i + 1) * spd; u += W) acc ^= ConsumeStep<S>(ring, consumed, produce, lane);
+    for (; u < (i + 1) * spd; u += W) {
+      const uint32_t word = ConsumeStep<S>(ring, consumed, produce, lane);
+      acc ^= word;
+      if constexpr (MMA_MT > 0) StepMma<MMA_MT>(c, word, dim, lane);
+    }
+    if constexpr (MMA_MT > 0) {
+#pragma unroll
+      for (int t = 0; t < MMA_MT * 4; ++t) acc ^= __float_as_uint(c[t][0] + c[t][1] + c[t][2] + c[t][3]);
+    }
     const int slot = static_cast<int>(i % R);
     if (lane == 0) s_word[slot][warp] = acc;
     if (slot != R - 1 && i + 1 != my_docs) continue;
@@ -323,8 +351,9 @@ __global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardAr
   mscuda::CpAsyncWait<0>();
 }
 
+template <int MMA_MT>
 cudaError_t LaunchDealtSchedule(const ForwardArgs& a, uint64_t doc_rows, int sms, cudaStream_t stream) {
-  constexpr auto kernel = &DealtScheduleKernel<kDealtWarps, kDealtStages, kDealtRound>;
+  constexpr auto kernel = &DealtScheduleKernel<kDealtWarps, kDealtStages, kDealtRound, MMA_MT>;
   constexpr int smem = kDealtWarps * kDealtStages * kRingStageBytes;
   const cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
   if (e != cudaSuccess) return e;
@@ -427,11 +456,12 @@ bool EvenOneQueryLaunch(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows
 }  // namespace
 
 cudaError_t LaunchDealtScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
-                                          cudaStream_t stream) {
+                                    bool with_mma, cudaStream_t stream) {
   if (!EvenOneQueryLaunch(a, max_lq, doc_rows, sms) || a.pairs.nd > 32ull * static_cast<uint64_t>(sms)) {
     return cudaErrorInvalidValue;
   }
-  return LaunchDealtSchedule(a, doc_rows, sms, stream);
+  if (!with_mma) return LaunchDealtSchedule<0>(a, doc_rows, sms, stream);
+  return max_lq <= 16 ? LaunchDealtSchedule<1>(a, doc_rows, sms, stream) : LaunchDealtSchedule<2>(a, doc_rows, sms, stream);
 }
 
 cudaError_t LaunchSpreadScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,

@@ -36,8 +36,10 @@ cudaError_t LaunchSpreadScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_
 // The dealt kernel's schedule (exact_dealt.cu: 12 warps x 2 stages): one block per SM (at most 32 documents each),
 // documents dealt to the blocks round-robin and each block's steps to its warps round-robin, the warps meeting at
 // block barriers at the end of every round of 8 documents (where the kernel merges its row maxima). One float per
-// document.
+// document. with_mma adds the kernel's tensor-core instructions to every step (the mma.sync chains of a query of
+// max_lq rows at the launch's dim, on the copied bytes, no fold): whether issuing them, and the SM clock the GPU
+// then grants, is what the kernel's time over this twin's is.
 cudaError_t LaunchDealtScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
-                                          cudaStream_t stream);
+                                    bool with_mma, cudaStream_t stream);
 
 #endif  // MAXSIM_BENCHMARKS_GPU_SCHEDULE_READ_H_
