@@ -49,8 +49,9 @@ __device__ __forceinline__ void StageQuery(const ForwardArgs& a, uint64_t qb, ui
 }
 
 // The end of a pair scored by NW warps, each over its own tokens in increasing order: the row maxima merge in
-// shared memory (StageWarpRows, MergeWarpRows), and warp 0 writes the pair's rows (WriteRows).
-template <int MT, int NW>
+// shared memory (StageWarpRows, then MergeWarpRows and WriteRows with argmax, MergeWriteScore for scores only), and
+// warp 0 writes the pair's score (and rows).
+template <int MT, int NW, bool ARG>
 __device__ __forceinline__ void MergeAndWrite(const ForwardArgs& a, uint64_t p, uint64_t qi, uint64_t dj,
                                               uint64_t qb, uint64_t lq, uint64_t ld, bool check, bool saw_kept,
                                               Best<MT>& best) {
@@ -60,16 +61,18 @@ __device__ __forceinline__ void MergeAndWrite(const ForwardArgs& a, uint64_t p, 
   __shared__ int s_arg[MT * 16];
   const int warp = threadIdx.x >> 5;
   CheckRowMaxima(true, check, saw_kept, best);
-  StageWarpRows(best, s_v[warp], s_i[warp]);
+  StageWarpRows<MT, ARG>(best, s_v[warp], s_i[warp]);
   __syncthreads();
-  if (warp != 0) {
-    ReportCheck(a, best.chk);
-    return;
+  if (warp != 0 || !ARG) ReportCheck(a, best.chk);
+  if (warp != 0) return;
+  if constexpr (!ARG) {
+    MergeWriteScore<MT, NW>(a, p, qi, dj, qb, lq, ld > 0, s_v, s_term);
+  } else {
+    Best<MT> m;
+    m.chk = best.chk;
+    MergeWarpRows<MT, NW>(s_v, s_i, m);
+    WriteRows<MT, true>(a, p, qi, dj, 0, qb, lq, ld > 0, m, s_term, s_arg);
   }
-  Best<MT> m;
-  m.chk = best.chk;
-  MergeWarpRows<MT, NW>(s_v, s_i, m);
-  WriteRows<MT, true>(a, p, qi, dj, 0, qb, lq, ld > 0, m, s_term, s_arg);
 }
 
 // FOLD 1: values only; 2: with argmax. Block p scores pair p.
@@ -122,7 +125,7 @@ __global__ void __launch_bounds__(kCoopWarps * 32, kCoopBlocksPerSm) ExactTcCoop
     FoldRingStep<T, MT, FOLD>(a, st, base, db, ld, qa, qc, true, FOLD == 2, check, best, saw_kept);
   }
   CpAsyncWait<0>();
-  MergeAndWrite<MT, CW>(a, p, qi, dj, qb, lq, ld, check, saw_kept, best);
+  MergeAndWrite<MT, CW, FOLD == 2>(a, p, qi, dj, qb, lq, ld, check, saw_kept, best);
 }
 
 template <typename T, int MT, int FOLD>

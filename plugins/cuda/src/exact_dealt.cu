@@ -115,28 +115,6 @@ struct DealtCursor {
   }
 };
 
-// The end of a document of a scores-only launch (FOLD 1), by one warp after the round's barrier: lane r takes query
-// row r's maximum over the W warps' staged values (StageWarpRows<MT, false>: fmaxf in warp order) and its term (0 past
-// lq and for a masked query row), and lane 0 sums the terms in row order (OrderedSum, RoundScore) and writes the
-// score: the bits of MergeWarpRows and WriteRows<MT, true>, which FOLD 2 keeps for the argmax, with one row per lane
-// where WriteRows has a quad's leader take four through its general branches (cosine, partials, argmax). Pair p is
-// query 0 and document p (OneQueryLaunch). Nsight Compute on 100 documents of 300 tokens put a fifth of the SM's
-// warp samples in the old end, one warp's work after the block's last step; this one took that shape's kernel from
-// 0.0093-0.0098 to 0.0086-0.0087 ms (benchmarks/results/gpu-dealt-h100.md, fourth study).
-template <int MT, int W>
-__device__ __forceinline__ void MergeWriteScore(const ForwardArgs& a, uint64_t p, uint64_t qb, uint64_t lq,
-                                                bool doc_nonempty, const float (*s_v)[MT * 16], float* s_term) {
-  const int lane = threadIdx.x & 31;
-  if (lane < MT * 16) {
-    float v = s_v[0][lane];
-#pragma unroll
-    for (int w = 1; w < W; ++w) v = fmaxf(v, s_v[w][lane]);
-    s_term[lane] = static_cast<uint64_t>(lane) < lq && a.q.Kept(qb + static_cast<uint64_t>(lane)) ? v : 0.0f;
-  }
-  __syncwarp();
-  if (lane == 0) *a.pairs.ScorePtr(p, 0, p) = doc_nonempty ? RoundScore(OrderedSum(s_term, lq)) : -INFINITY;
-}
-
 // FOLD 1: values only; 2: with argmax.
 template <typename T, int MT, int FOLD>
 __global__ void __launch_bounds__(kDealtWarps * 32, 1) ExactTcDealtKernel(const ForwardArgs a) {
@@ -216,7 +194,7 @@ __global__ void __launch_bounds__(kDealtWarps * 32, 1) ExactTcDealtKernel(const 
     if (static_cast<uint32_t>(warp) <= slot) {
       const uint64_t dj = blockIdx.x + static_cast<uint64_t>(mine) * B;  // pair dj: query 0, document dj
       if constexpr (FOLD == 1) {
-        MergeWriteScore<MT, W>(a, dj, qb, lq, mine_len > 0, s_v[warp], s_term[warp]);
+        MergeWriteScore<MT, W>(a, dj, 0, dj, qb, lq, mine_len > 0, s_v[warp], s_term[warp]);
       } else {
         Best<MT> m;  // chk 0: each warp reported its own above
         MergeWarpRows<MT, W>(s_v[warp], s_i[warp], m);

@@ -259,9 +259,8 @@ __device__ __forceinline__ void CheckRowMaxima(bool fast, bool check, bool saw_k
 // barrier one warp merges them over the NW warps (MergeWarpRows): the larger value, of equal ones the lower token
 // index, which is what one warp's strict > fold over all the tokens in increasing order keeps, so the bits are the
 // ring's. Every lane of a quad takes its rows' merge, so WriteRows<MT, true> needs no quad merge of its own.
-// StageWarpRows' ARG false (scores only: the caller writes no argmax) stages the values alone, which the caller then
-// merges by the larger (the dealt kernel's MergeWriteScore): the maximum's value is the same whichever of equal keys
-// the merge by index would keep.
+// StageWarpRows' ARG false (scores only: the caller writes no argmax) stages the values alone, which MergeWriteScore
+// then merges by the larger: the maximum's value is the same whichever of equal keys the merge by index would keep.
 template <int MT, bool ARG = true>
 __device__ __forceinline__ void StageWarpRows(Best<MT>& best, float* s_v, int* s_i) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -309,6 +308,30 @@ __device__ __forceinline__ void MergeWarpRows(const float (*s_v)[MT * 16], const
       m.i[mt][h] = i;
     }
   }
+}
+
+// The end of a pair of a scores-only launch (FOLD 1) scored by NW warps, by one warp after the block's barrier: lane r
+// takes query row r's maximum over the NW warps' staged values (StageWarpRows<MT, false>: fmaxf in warp order) and
+// its term (0 past lq and for a masked query row), and lane 0 sums the terms in row order (OrderedSum, RoundScore)
+// and writes pair p's score (query qi, document dj): the bits of MergeWarpRows and WriteRows<MT, true>, which
+// argmax launches keep, with one row per lane where WriteRows has a quad's leader take four through its general
+// branches (cosine, partials, argmax). The caller's launch is dot, one group (part.groups == 1, lq <= MT x 16).
+// Nsight Compute on the dealt kernel, 100 documents of 300 tokens, put a fifth of the SM's warp samples in the old
+// end; this one took that shape from 0.0093-0.0098 to 0.0086-0.0087 ms (benchmarks/results/gpu-dealt-h100.md,
+// fourth study).
+template <int MT, int NW>
+__device__ __forceinline__ void MergeWriteScore(const ForwardArgs& a, uint64_t p, uint64_t qi, uint64_t dj,
+                                                uint64_t qb, uint64_t lq, bool doc_nonempty,
+                                                const float (*s_v)[MT * 16], float* s_term) {
+  const int lane = threadIdx.x & 31;
+  if (lane < MT * 16) {
+    float v = s_v[0][lane];
+#pragma unroll
+    for (int w = 1; w < NW; ++w) v = fmaxf(v, s_v[w][lane]);
+    s_term[lane] = static_cast<uint64_t>(lane) < lq && a.q.Kept(qb + static_cast<uint64_t>(lane)) ? v : 0.0f;
+  }
+  __syncwarp();
+  if (lane == 0) *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? RoundScore(OrderedSum(s_term, lq)) : -INFINITY;
 }
 
 }  // namespace mscuda
