@@ -536,9 +536,9 @@ bool Selected(const std::string& only, const std::string& name) {
   return only.empty() || ("," + only + ",").find("," + name + ",") != std::string::npos;
 }
 
-// The SM clock a timed row's calls ran at (sm_clock.h), as JSON members for its line: 5 rounds of calls between
-// stamps, each round about half a millisecond of calls (at the row's median `ms`), 10 to 400 of them. A kernel that
-// takes its copy-only twin's cycles at a lower clock shows here, in the same run, by the SMs' own cycle counters.
+// The SM clock a timed row's calls ran at (sm_clock.h), as JSON members for its line: 5 rounds, each a pair of
+// stamps around a batch of the row's calls back to back, half a millisecond of them at the row's median `ms` but at
+// least 10 and at most 400. Also the batch's own time per call (sm_ns_per_call), which has no events between calls.
 std::string ClockOf(Backend& b, double ms, const std::function<void(int)>& fn) {
   const int calls = std::clamp(static_cast<int>(0.5 / std::max(ms, 1e-4)), 10, 400);
   SmClock c;
@@ -903,14 +903,19 @@ void ReadBandwidth(Backend& b) {
   SmClock idle;
   CHECK_CUDA(MeasureSmClock(b.stream, b.prop.multiProcessorCount, 5, 5,
                             [&](int) { CHECK_CUDA(LaunchSpin(100000, b.stream)); }, &idle));
+  // And the global timer's rate against the host's clock over a 50 ms spin (the MHz above are cycles per its ns).
+  double timer_over_host = 0;
+  CHECK_CUDA(TimerAgainstHost(b.stream, 50000000ull, &timer_over_host));
+  char timer[64];
+  std::snprintf(timer, sizeof(timer), "\"timer_over_host\": %.5f", timer_over_host);
+  const std::string idle_json = Members(idle.Json(), timer);
   std::printf("device read: %.1f GB/s (%s, %d blocks) %s\n", best, ReadVariantName(best_v), best_blocks, clock.c_str());
-  std::printf("idle SMs (one block spinning): %s\n", idle.Json().c_str());
+  std::printf("idle SMs (one block spinning): %s\n", idle_json.c_str());
   if (g_json) {
     std::fprintf(g_json, "{\"shape\": \"read\", \"mode\": \"read\", \"ms\": %.6f, \"bytes\": %.6e, \"variant\": \"%s\", \"blocks\": %d%s%s}\n",
                  bytes / best / 1e6, 1.0 * bytes, ReadVariantName(best_v), best_blocks, clock.empty() ? "" : ", ",
                  clock.c_str());
-    std::fprintf(g_json, "{\"shape\": \"sm-clock\", \"mode\": \"idle\", \"ms\": 0.1%s%s}\n",
-                 idle.Json().empty() ? "" : ", ", idle.Json().c_str());
+    std::fprintf(g_json, "{\"shape\": \"sm-clock\", \"mode\": \"idle\", \"ms\": 0.1, %s}\n", idle_json.c_str());
   }
   cudaFree(x);
   cudaFree(sink);

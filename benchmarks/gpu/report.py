@@ -252,28 +252,35 @@ def detail(bench, base, read_bw, cublas):
 
 def clock_table(bench):
     """The SM clock each timed row's calls ran at (gpu_bench's sm_* members, sm_clock.cu): each SM's cycle counter
-    against the global nanosecond timer over a batch of calls, the median SM. Beside each row, its time and its
-    cycles per call as fractions of the same-bytes read's: a kernel that takes the read's cycles at a lower clock
-    has a lower fraction by time than by cycles. Empty for runs that did not measure it."""
+    against the global nanosecond timer over batches of calls back to back, the median SM. Beside each row, its
+    time as a fraction of the same-bytes read's, by the events median (the %ceil column) and by the batches' own
+    time per call (no events between calls), and its SM cycles per call as a fraction of the read's: a memory-bound
+    row's cycles fall with its clock, so that last fraction is no clock-free measure of its work. Empty for runs
+    that did not measure it."""
     rows = [r for r in bench if "sm_mhz" in r and r.get("shape") not in ("read", "sm-clock")]
     if not rows:
         return []
     bmap = {(r.get("shape"), r.get("mode")): r for r in bench}
     read = next((r for r in bench if r.get("shape") == "read" and "sm_mhz" in r), None)
     idle = next((r for r in bench if r.get("shape") == "sm-clock" and "sm_mhz" in r), None)
+    timer = (", the global timer %.4f of the host's clock" % idle["timer_over_host"]
+             if idle and idle.get("timer_over_host") else "")
     out = ["", "SM clock of each row's calls, by the SMs' own cycle counters against the global timer (sm_clock.cu, "
-           "median SM; 2 GiB read %s MHz, SMs idle beside one spinning block %s MHz):" % (
-               fmt(read["sm_mhz"] if read else None, "%.0f"), fmt(idle["sm_mhz"] if idle else None, "%.0f")), "",
-           "| shape | row | ms | MHz | SMs' range | cycles/call | of the same-bytes read: by time | by cycles |",
-           "|---|---|---:|---:|---|---:|---:|---:|"]
+           "median SM; 2 GiB read %s MHz, SMs idle beside one spinning block %s MHz%s):" % (
+               fmt(read["sm_mhz"] if read else None, "%.0f"), fmt(idle["sm_mhz"] if idle else None, "%.0f"), timer),
+           "", "| shape | row | ms | batch us/call | MHz | SMs' range | cycles/call | of the same-bytes read: by events "
+           "| by batch time | by cycles |", "|---|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+
+    def frac(same, r, key):
+        return 100 * same[key] / r[key] if same and same.get(key) and r.get(key) else None
     for r in rows:
         same = bmap.get((r["shape"], "read-same-bytes"))
-        by_time = 100 * same["ms"] / r["ms"] if same and r.get("ms") else None
-        by_cycles = (100 * same["sm_cycles_per_call"] / r["sm_cycles_per_call"]
-                     if same and same.get("sm_cycles_per_call") and r.get("sm_cycles_per_call") else None)
-        out.append("| %s | %s | %s | %.0f | %.0f-%.0f | %.0f | %s | %s |" % (
-            r["shape"], r["mode"], fmt(r.get("ms")), r["sm_mhz"], r.get("sm_mhz_low", 0), r.get("sm_mhz_high", 0),
-            r.get("sm_cycles_per_call", 0), fmt(by_time, "%.0f%%"), fmt(by_cycles, "%.0f%%")))
+        ns = r.get("sm_ns_per_call")
+        out.append("| %s | %s | %s | %s | %.0f | %.0f-%.0f | %.0f | %s | %s | %s |" % (
+            r["shape"], r["mode"], fmt(r.get("ms")), fmt(ns / 1e3 if ns else None, "%.2f"), r["sm_mhz"],
+            r.get("sm_mhz_low", 0), r.get("sm_mhz_high", 0), r.get("sm_cycles_per_call", 0),
+            fmt(frac(same, r, "ms"), "%.0f%%"), fmt(frac(same, r, "sm_ns_per_call"), "%.0f%%"),
+            fmt(frac(same, r, "sm_cycles_per_call"), "%.0f%%")))
     return out
 
 

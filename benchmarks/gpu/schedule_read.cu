@@ -265,20 +265,32 @@ __global__ void __launch_bounds__(W * 32, 1) SpreadScheduleKernel(const ForwardA
   mscuda::CpAsyncWait<0>();
 }
 
-// The dealt kernel's tensor-core instructions on one 32-token step, without its fragments, fold or merge
-// (LaunchDealtScheduleRead's with_mma): MT x 4 tiles of 8 tokens, each a chain of dim / 16 mma.sync m16n8k16 (bf16,
-// f32 accumulators), as exact_dealt.cu issues them per step. A is a per-lane constant near 1 (in place of the query
-// fragments held in registers); B is the stage's word (the copied bytes, in place of the ldmatrix fragments), so
-// the instructions wait on the copy as the kernel's do.
+// The dealt kernel's tensor-core instructions on one 32-token step, without its ldmatrix fragments or merge
+// (LaunchDealtScheduleRead's with_mma), in FoldRingStep's order: per tile of 8 tokens, MT accumulators from zero,
+// 4 chunks of 32 dimensions x 2 mma.sync m16n8k16 each (bf16, f32; 8 per chain, as the ring's 256-byte rows always
+// take), then the scores-only fold (fmaxf of the tile into the row maxima): 64 mma per step for a 32-row query.
+// A is per-lane constants near 1 (in place of the query fragments the kernel holds in registers); B is the stage's
+// word (the copied bytes, in place of the ldmatrix fragments), so the instructions wait on the copy as the kernel's do.
 template <int MT>
-__device__ __forceinline__ void StepMma(float (&c)[MT * 4][4], uint32_t word, uint32_t dim, int lane) {
+__device__ __forceinline__ void StepMma(float (&best)[MT][2], uint32_t word, int lane) {
   const uint32_t a = 0x3F803F80u ^ (static_cast<uint32_t>(lane) << 4);
-#pragma unroll 1
-  for (uint32_t k = 0; k < dim / 16; ++k) {
-    const uint32_t b0 = word ^ (k << 7), b1 = word ^ (k << 9);
+  constexpr int kChunks = static_cast<int>(mscuda::kRingRowBytes) / 64;  // 32 dimensions each
 #pragma unroll
-    for (int t = 0; t < MT * 4; ++t) {
-      mscuda::Mma16<__nv_bfloat16>::Run(c[t], a ^ t, a ^ 0x10u, a ^ 0x20u, a ^ 0x30u, b0 ^ (t << 5), b1);
+  for (int u = 0; u < mscuda::kRingStep / 8; ++u) {
+    float acc[MT][4] = {};
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const uint32_t b = word ^ static_cast<uint32_t>((u * kChunks + c) << 7);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mscuda::Mma16<__nv_bfloat16>::Run(acc[mt], a ^ mt, a ^ 0x10u, a ^ 0x20u, a ^ 0x30u, b, b ^ 0x100u);
+        mscuda::Mma16<__nv_bfloat16>::Run(acc[mt], a ^ 0x40u, a ^ 0x50u, a ^ 0x60u, a ^ mt, b ^ 0x200u, b ^ 0x300u);
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      best[mt][0] = fmaxf(best[mt][0], fmaxf(acc[mt][0], acc[mt][1]));
+      best[mt][1] = fmaxf(best[mt][1], fmaxf(acc[mt][2], acc[mt][3]));
     }
   }
 }
@@ -291,7 +303,7 @@ __device__ __forceinline__ void StepMma(float (&c)[MT * 4][4], uint32_t word, ui
 // second barrier lets the next round reuse the slots: where the kernel merges its row maxima. Unlike the kernel it
 // copies no query (the kernel's query copy is one cp.async group ahead of the rings', and one more barrier), so it
 // is a slight ceiling for it. MMA_MT > 0 adds the kernel's tensor-core instructions for a query of up to 16 * MMA_MT
-// rows to every step (StepMma), and its accumulators' words to each document's word.
+// rows to every step (StepMma), and the row maxima's words to each document's word.
 template <int W, int S, int R, int MMA_MT>
 __global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardArgs a, uint64_t ld) {
   static_assert(R <= W, "each warp writes at most one document of a round");
@@ -323,17 +335,19 @@ __global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardAr
   for (int s = 0; s < S - 1; ++s) produce();
   uint32_t consumed = 0;
   uint64_t u = warp;
-  float c[MMA_MT > 0 ? MMA_MT * 4 : 1][4] = {};
   for (uint64_t i = 0; i < my_docs; ++i) {
     uint32_t acc = 0;
+    float best[MMA_MT > 0 ? MMA_MT : 1][2];
+#pragma unroll
+    for (auto& r : best) r[0] = r[1] = -INFINITY;
     for (; u < (i + 1) * spd; u += W) {
       const uint32_t word = ConsumeStep<S>(ring, consumed, produce, lane);
       acc ^= word;
-      if constexpr (MMA_MT > 0) StepMma<MMA_MT>(c, word, dim, lane);
+      if constexpr (MMA_MT > 0) StepMma<MMA_MT>(best, word, lane);
     }
     if constexpr (MMA_MT > 0) {
 #pragma unroll
-      for (int t = 0; t < MMA_MT * 4; ++t) acc ^= __float_as_uint(c[t][0] + c[t][1] + c[t][2] + c[t][3]);
+      for (auto& r : best) acc ^= __float_as_uint(r[0]) ^ __float_as_uint(r[1]);
     }
     const int slot = static_cast<int>(i % R);
     if (lane == 0) s_word[slot][warp] = acc;

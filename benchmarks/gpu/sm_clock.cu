@@ -6,6 +6,7 @@
 #include "sm_clock.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -18,7 +19,9 @@ struct Stamp {
   unsigned int pad;
 };
 
-constexpr int kStampsPerSm = 8;  // blocks per SM in a stamp launch, so that every SM gets at least one
+// Blocks per SM in a stamp launch. The hardware spreads them over the SMs, which in practice gives every SM some;
+// nothing guarantees it, so each row reports how many SMs its stamps reached (SmClock::sms).
+constexpr int kStampsPerSm = 8;
 
 __global__ void StampKernel(Stamp* out) {
   if (threadIdx.x != 0) return;
@@ -50,8 +53,8 @@ std::string SmClock::Json() const {
   char buf[200];
   std::snprintf(buf, sizeof(buf),
                 "\"sm_mhz\": %.1f, \"sm_mhz_low\": %.1f, \"sm_mhz_high\": %.1f, \"sm_cycles_per_call\": %.0f, "
-                "\"sm_clock_sms\": %d",
-                mhz, mhz_low, mhz_high, cycles_per_call, sms);
+                "\"sm_ns_per_call\": %.0f, \"sm_clock_sms\": %d",
+                mhz, mhz_low, mhz_high, cycles_per_call, ns_per_call, sms);
   return buf;
 }
 
@@ -64,11 +67,12 @@ cudaError_t MeasureSmClock(cudaStream_t stream, int sms, int rounds, int calls, 
   cudaError_t e = cudaMalloc(&dev, 2ull * blocks * sizeof(Stamp));
   if (e != cudaSuccess) return e;
   std::vector<Stamp> host(2ull * blocks);
-  std::vector<double> round_mhz, round_cycles;
+  std::vector<double> round_mhz, round_cycles, round_ns;
   double low = 0, high = 0;
   int fewest = 0;
   for (int r = 0; r < rounds && e == cudaSuccess; ++r) {
     StampKernel<<<blocks, 32, 0, stream>>>(dev);
+    if ((e = cudaGetLastError()) != cudaSuccess) break;
     for (int i = 0; i < calls; ++i) fn(i);
     StampKernel<<<blocks, 32, 0, stream>>>(dev + blocks);
     if ((e = cudaGetLastError()) != cudaSuccess) break;
@@ -86,12 +90,14 @@ cudaError_t MeasureSmClock(cudaStream_t stream, int sms, int rounds, int calls, 
       const Stamp& t = host[blocks + b];
       if (after[t.sm] == nullptr || t.ns < after[t.sm]->ns) after[t.sm] = &t;
     }
-    std::vector<double> mhz, cycles;
+    std::vector<double> mhz, cycles, ns;
     for (unsigned int sm = 0; sm <= top; ++sm) {
-      if (before[sm] == nullptr || after[sm] == nullptr || after[sm]->ns <= before[sm]->ns) continue;
-      const double c = static_cast<double>(after[sm]->cycles - before[sm]->cycles);
-      mhz.push_back(c / static_cast<double>(after[sm]->ns - before[sm]->ns) * 1e3);
+      const Stamp *b = before[sm], *f = after[sm];
+      if (b == nullptr || f == nullptr || f->ns <= b->ns || f->cycles <= b->cycles) continue;
+      const double c = static_cast<double>(f->cycles - b->cycles), t = static_cast<double>(f->ns - b->ns);
+      mhz.push_back(c / t * 1e3);
       cycles.push_back(c / calls);
+      ns.push_back(t / calls);
     }
     if (mhz.empty()) continue;
     const auto [lo, hi] = std::minmax_element(mhz.begin(), mhz.end());
@@ -100,11 +106,34 @@ cudaError_t MeasureSmClock(cudaStream_t stream, int sms, int rounds, int calls, 
     fewest = round_mhz.empty() ? static_cast<int>(mhz.size()) : std::min(fewest, static_cast<int>(mhz.size()));
     round_mhz.push_back(MedianOf(mhz));
     round_cycles.push_back(MedianOf(cycles));
+    round_ns.push_back(MedianOf(ns));
   }
   cudaFree(dev);
   if (e == cudaSuccess && !round_mhz.empty()) {
-    *out = SmClock{MedianOf(round_mhz), low, high, MedianOf(round_cycles), fewest};
+    *out = SmClock{MedianOf(round_mhz), low, high, MedianOf(round_cycles), MedianOf(round_ns), fewest};
   }
+  return e;
+}
+
+cudaError_t TimerAgainstHost(cudaStream_t stream, unsigned long long ns, double* ratio) {
+  *ratio = 0;
+  Stamp* dev = nullptr;
+  cudaError_t e = cudaMalloc(&dev, 2 * sizeof(Stamp));
+  if (e != cudaSuccess) return e;
+  Stamp host[2];
+  if ((e = cudaStreamSynchronize(stream)) == cudaSuccess) {
+    const auto t0 = std::chrono::steady_clock::now();
+    StampKernel<<<1, 32, 0, stream>>>(dev);
+    SpinKernel<<<1, 32, 0, stream>>>(ns);
+    StampKernel<<<1, 32, 0, stream>>>(dev + 1);
+    if ((e = cudaGetLastError()) == cudaSuccess && (e = cudaStreamSynchronize(stream)) == cudaSuccess) {
+      const double host_ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+      if ((e = cudaMemcpy(host, dev, sizeof(host), cudaMemcpyDeviceToHost)) == cudaSuccess && host[1].ns > host[0].ns) {
+        *ratio = static_cast<double>(host[1].ns - host[0].ns) / host_ns;
+      }
+    }
+  }
+  cudaFree(dev);
   return e;
 }
 

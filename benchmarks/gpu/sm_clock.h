@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The SM clock a row's launches actually ran at, measured inside the run (sm_clock.cu): each SM's cycle counter
 // (%clock64) against the GPU's nanosecond timer (%globaltimer), read by a stamp launch before and after a batch of
-// the row's calls on the same stream. nvidia-smi reports the clock the driver programmed; this is the rate the SMs'
-// cycles advanced at, so a kernel that takes its copy-only twin's cycles but more time shows it here.
+// the row's calls on the same stream: the rate the SMs' cycles advanced at while those calls ran. (On the H100,
+// nvidia-smi's clocks.sm, sampled every 20 ms, stayed at 1980 MHz while kernels issuing mma ran at 1.8 GHz by this
+// measure: benchmarks/results/gpu-clock-h100.md and gpu-h100.md.)
 #ifndef MAXSIM_BENCHMARKS_GPU_SM_CLOCK_H_
 #define MAXSIM_BENCHMARKS_GPU_SM_CLOCK_H_
 
@@ -16,7 +17,9 @@ struct SmClock {
   double mhz_low = 0;         // the slowest SM of any round
   double mhz_high = 0;        // the fastest SM of any round
   double cycles_per_call = 0; // median over rounds of the median SM's cycles between the stamps, per call
-  int sms = 0;                // SMs that both stamps reached, in the round with fewest
+  double ns_per_call = 0;     // the same for the global timer's nanoseconds: the calls' time, back to back
+  int sms = 0;                // SMs that both stamps reached, in the round with fewest (a row where it is under
+                              // the device's count leaves some SMs out of its medians)
   // The fields above as JSON members ("sm_mhz": ..., ...), for a benchmark row; empty when nothing was measured.
   std::string Json() const;
 };
@@ -30,5 +33,10 @@ cudaError_t MeasureSmClock(cudaStream_t stream, int sms, int rounds, int calls, 
 // One block that spins for `ns` nanoseconds (by %globaltimer) while the other SMs idle: MeasureSmClock around it
 // tells whether an idle SM's counter keeps the clock's pace (then gaps between launches count at full rate).
 cudaError_t LaunchSpin(unsigned long long ns, cudaStream_t stream);
+
+// The global timer against the host's steady clock: one block spins for `ns` nanoseconds between two stamps, and
+// *ratio is the timer's span over the host's span from before the launches to after the stream's synchronisation
+// (which also holds the launches' latency: about 0.1% of a 50 ms spin). Near 1: MHz by the timer are MHz.
+cudaError_t TimerAgainstHost(cudaStream_t stream, unsigned long long ns, double* ratio);
 
 #endif  // MAXSIM_BENCHMARKS_GPU_SM_CLOCK_H_

@@ -315,10 +315,9 @@ __device__ __forceinline__ void MergeWarpRows(const float (*s_v)[MT * 16], const
 // its term (0 past lq and for a masked query row), and lane 0 sums the terms in row order (OrderedSum, RoundScore)
 // and writes pair p's score (query qi, document dj): the bits of MergeWarpRows and WriteRows<MT, true>, which
 // argmax launches keep, with one row per lane where WriteRows has a quad's leader take four through its general
-// branches (cosine, partials, argmax). The caller's launch is dot, one group (part.groups == 1, lq <= MT x 16).
-// Nsight Compute on the dealt kernel, 100 documents of 300 tokens, put a fifth of the SM's warp samples in the old
-// end; this one took that shape from 0.0093-0.0098 to 0.0086-0.0087 ms (benchmarks/results/gpu-dealt-h100.md,
-// fourth study).
+// branches (cosine, partials, argmax), which is what the dealt kernel's and the grid's short documents pay for
+// (benchmarks/results/gpu-dealt-h100.md, fourth study; gpu-grid-end-h100.md). The caller's launch is dot, one group
+// (part.groups == 1, lq <= MT x 16).
 template <int MT, int NW>
 __device__ __forceinline__ void MergeWriteScore(const ForwardArgs& a, uint64_t p, uint64_t qi, uint64_t dj,
                                                 uint64_t qb, uint64_t lq, bool doc_nonempty,
