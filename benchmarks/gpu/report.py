@@ -271,13 +271,18 @@ def clock_table(bench):
            "", "| shape | row | ms | batch us/call | MHz | SMs' range | cycles/call | of the same-bytes read: by events "
            "| by batch time | by cycles |", "|---|---|---:|---:|---:|---|---:|---:|---:|---:|"]
 
+    # A row whose stamps reached fewer SMs than the others' (nothing guarantees every SM a stamp block) says so.
+    most = max(r.get("sm_clock_sms", 0) for r in rows)
+
     def frac(same, r, key):
         return 100 * same[key] / r[key] if same and same.get(key) and r.get(key) else None
     for r in rows:
         same = bmap.get((r["shape"], "read-same-bytes"))
         ns = r.get("sm_ns_per_call")
-        out.append("| %s | %s | %s | %s | %.0f | %.0f-%.0f | %.0f | %s | %s | %s |" % (
+        sms = r.get("sm_clock_sms", most)
+        out.append("| %s | %s | %s | %s | %.0f%s | %.0f-%.0f | %.0f | %s | %s | %s |" % (
             r["shape"], r["mode"], fmt(r.get("ms")), fmt(ns / 1e3 if ns else None, "%.2f"), r["sm_mhz"],
+            " (%d of %d SMs)" % (sms, most) if sms < most else "",
             r.get("sm_mhz_low", 0), r.get("sm_mhz_high", 0), r.get("sm_cycles_per_call", 0),
             fmt(frac(same, r, "ms"), "%.0f%%"), fmt(frac(same, r, "sm_ns_per_call"), "%.0f%%"),
             fmt(frac(same, r, "sm_cycles_per_call"), "%.0f%%")))
