@@ -14,7 +14,7 @@ set -uo pipefail
 source scripts/device/env.sh
 gpu_build maxsim_plugin_cuda maxsim_gpu_bench maxsim || exit 1
 S="$OUT/summary-gpu-clock.txt"
-gpu_summary_head 'CLOCK_[A-Z_]+' gpu-clock > "$S"
+gpu_summary_head 'CLOCK_[A-Z_]+|NCU_NAME_BASE' gpu-clock > "$S"
 B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
 D="$OUT/clock"
 mkdir -p "$D"

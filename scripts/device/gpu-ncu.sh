@@ -2,7 +2,9 @@
 # Full Nsight Compute profiles (a machine with an NVIDIA GPU), for the "what the profile shows" of docs/cuda.md.
 # Default: one kernel of one benchmark shape of maxsim_gpu_bench: NCU_SHAPE (default visual), NCU_KERNEL (a regex,
 # default ExactWgmma), NCU_SKIP (launches of that kernel skipped first: warm-up, default 3), NCU_COUNT (launches
-# profiled, default 1).
+# profiled, default 1), NCU_NAME_BASE (what the regex is matched against, ncu's --kernel-name-base: function by
+# default; mangled tells template instances apart, e.g. NCU_KERNEL=DealtScheduleKernelILi12ELi2ELi8ELi2E for the
+# dealt twin with the kernel's mma, as benchmarks/results/gpu-dealt-ncu-h100.json was profiled).
 # NCU_PEERS="IMPL:SHAPE ...": instead, each implementation's kernel on a shape as peers.py calls it (IMPL lik,
 # flash, flash-single or libmaxsim; the same tensors for all: peers.py's seed), one profile each (the first
 # launch after 5 warm-up calls; a timing pass of peers.py on those shapes first, which also fills Triton's
@@ -57,7 +59,7 @@ if [ -z "${NCU_PEERS:-}" ]; then
   shape=${NCU_SHAPE:-visual} kernel=${NCU_KERNEL:-ExactWgmma}
   R="$OUT/ncu-$shape"
   timeout 300 ncu --clock-control none --cache-control "${NCU_CACHE_CONTROL:-all}" --set full --import-source no \
-    -k "regex:$kernel" \
+    --kernel-name-base "${NCU_NAME_BASE:-function}" -k "regex:$kernel" \
     --launch-skip "${NCU_SKIP:-3}" --launch-count "${NCU_COUNT:-1}" -f -o "$R" "$B" --only "$shape" > "$R.log" 2>&1
   rc=$?
   echo "ncu --set full, $shape, kernel /$kernel/: rc $rc" >> "$S"
