@@ -1025,8 +1025,9 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
       twin(row, spread, spread_missed);
     }
     if (s.nd <= 32ull * static_cast<uint64_t>(sms)) {  // the dealt kernel's twin (its table of documents)
-      // Without and with the kernel's tensor-core instructions (read-dealt-schedule-mma: the copies, and the mma
-      // chains on the copied bytes, no fragments, fold or merge), each with the SM clock its calls ran at.
+      // Without and with the kernel's tensor-core instructions (read-dealt-schedule-mma: the copies, the mma chains
+      // on the copied bytes and the scores-only fold; no ldmatrix fragments, query copy or merges), each with the SM
+      // clock its calls ran at.
       for (const bool with_mma : {false, true}) {
         auto dealt = [&, with_mma](int i) {
           CHECK_CUDA(LaunchDealtScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, s.ld, sms, with_mma, b.stream));

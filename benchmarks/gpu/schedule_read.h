@@ -36,9 +36,10 @@ cudaError_t LaunchSpreadScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_
 // The dealt kernel's schedule (exact_dealt.cu: 12 warps x 2 stages): one block per SM (at most 32 documents each),
 // documents dealt to the blocks round-robin and each block's steps to its warps round-robin, the warps meeting at
 // block barriers at the end of every round of 8 documents (where the kernel merges its row maxima). One float per
-// document. with_mma adds the kernel's tensor-core instructions to every step (the mma.sync chains of a query of
-// max_lq rows at the launch's dim, on the copied bytes, no fold): whether issuing them, and the SM clock the GPU
-// then grants, is what the kernel's time over this twin's is.
+// document. with_mma adds the kernel's tensor-core instructions to every step (schedule_read.cu's StepMma: the
+// mma.sync chains of a query of max_lq rows in FoldRingStep's order, on the copied bytes, and the scores-only fold;
+// no ldmatrix fragments, query copy or merges): what issuing them, and the SM clock the GPU then runs at, adds to
+// this twin's time.
 cudaError_t LaunchDealtScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,
                                     bool with_mma, cudaStream_t stream);
 
