@@ -329,6 +329,7 @@ def main():
     ap.add_argument("--revision", help="the source revision (default: git describe)")
     ap.add_argument("--machine", help="a text file describing the machine (nvidia-smi, lscpu)")
     ap.add_argument("--brief", action="store_true", help="table 1 only")
+    ap.add_argument("--clock", action="store_true", help="the SM clock table only (gpu_bench's sm_* members)")
     ap.add_argument("--floor", help="api_floor_probe's JSON (the synchronous call's floors in plain CUDA)")
     args = ap.parse_args()
     if args.result:
@@ -356,7 +357,7 @@ def main():
         with open(args.combine, "w") as f:
             json.dump(res, f, indent=1)
             f.write("\n")
-    print(tables(bench, base, peers, ctx, args.brief, floor))
+    print("\n".join(clock_table(bench)[1:]) if args.clock else tables(bench, base, peers, ctx, args.brief, floor))
     return 0
 
 

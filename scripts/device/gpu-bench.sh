@@ -68,7 +68,7 @@ python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --baselines "$OUT
   --command "$(run_command 'PY_CUDA_[A-Z_]+' gpu-bench)" > "$OUT/gpu-report.md"
 {
   python3 benchmarks/gpu/report.py --result "$OUT/gpu-result.json" --brief
-  awk '/^SM clock/{p=1} p&&/^$/{if(++b==2)exit} p' "$OUT/gpu-report.md"  # the clock table (report.py)
+  python3 benchmarks/gpu/report.py --result "$OUT/gpu-result.json" --clock
   echo "bench rc $brc, baselines rc $prc, peers rc $pprc, floor probe rc $frc"
   [ -f "$OUT/sass-local.txt" ] && { echo "--- kernels with local-memory loads/stores in SASS: $(wc -l < "$OUT/sass-local.txt")"; head -n 8 "$OUT/sass-local.txt"; }
   [ -f "$OUT/gpu-variants.txt" ] && { echo "--- long-query exact kernel variants"; cat "$OUT/gpu-variants.txt"; }

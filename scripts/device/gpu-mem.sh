@@ -117,7 +117,7 @@ python3 benchmarks/gpu/report.py --bench "$OUT/gpu-bench.json" --peers "$OUT/pee
 {
   grep -E "^device read|^read variant" "$OUT/gpu-bench.txt"
   grep -E " (exact|read-same-bytes) " "$OUT/gpu-bench.txt" | cut -c1-100
-  awk '/^SM clock/{p=1} p&&/^$/{if(++b==2)exit} p' "$OUT/gpu-mem-report.md"  # the clock table (report.py)
+  python3 benchmarks/gpu/report.py --result "$OUT/gpu-mem-result.json" --clock
   grep -E "'kernel_ms'|error" "$OUT/peers.txt" | cut -c1-220
   [ -f "$OUT/triton-ptx.txt" ] && head -n 12 "$OUT/triton-ptx.txt"
   [ -f "$OUT/sass-local.txt" ] && echo "kernels with local memory in SASS: $(wc -l < "$OUT/sass-local.txt") $(grep -c Pipe "$OUT/sass-local.txt") of them ring kernels"
