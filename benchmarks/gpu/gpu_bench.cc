@@ -912,9 +912,10 @@ void ReadBandwidth(Backend& b) {
   std::printf("device read: %.1f GB/s (%s, %d blocks) %s\n", best, ReadVariantName(best_v), best_blocks, clock.c_str());
   std::printf("idle SMs (one block spinning): %s\n", idle_json.c_str());
   if (g_json) {
-    std::fprintf(g_json, "{\"shape\": \"read\", \"mode\": \"read\", \"ms\": %.6f, \"bytes\": %.6e, \"variant\": \"%s\", \"blocks\": %d%s%s}\n",
-                 bytes / best / 1e6, 1.0 * bytes, ReadVariantName(best_v), best_blocks, clock.empty() ? "" : ", ",
-                 clock.c_str());
+    const std::string read = Members(std::string("\"variant\": \"") + ReadVariantName(best_v) + "\", \"blocks\": " +
+                                         std::to_string(best_blocks), clock);
+    std::fprintf(g_json, "{\"shape\": \"read\", \"mode\": \"read\", \"ms\": %.6f, \"bytes\": %.6e, %s}\n", bytes / best / 1e6,
+                 1.0 * bytes, read.c_str());
     std::fprintf(g_json, "{\"shape\": \"sm-clock\", \"mode\": \"idle\", \"ms\": 0.1, %s}\n", idle_json.c_str());
   }
   cudaFree(x);
