@@ -19,7 +19,7 @@ gpu_build maxsim_gpu_bench maxsim_plugin_cuda maxsim || exit 1
 command -v ncu > /dev/null || { echo "gpu-ncu: ncu not found"; exit 1; }
 S="$OUT/summary-gpu-ncu.txt"
 : > "$S"
-# Per-SM activity spread and traffic, beside --set full.
+# Per-SM activity spread and traffic, beside --set full (both modes: ncu_compare.py reads them).
 EXTRA=sm__cycles_active.min,sm__cycles_active.max,sm__cycles_active.avg,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum
 
 # The pages of report $1 (.ncu-rep without the suffix) and its headline figures, appended to the summary.
@@ -58,8 +58,8 @@ if [ -z "${NCU_PEERS:-}" ]; then
   B="$BUILD/benchmarks/gpu/maxsim_gpu_bench"
   shape=${NCU_SHAPE:-visual} kernel=${NCU_KERNEL:-ExactWgmma}
   R="$OUT/ncu-$shape"
-  timeout 300 ncu --clock-control none --cache-control "${NCU_CACHE_CONTROL:-all}" --set full --import-source no \
-    --kernel-name-base "${NCU_NAME_BASE:-function}" -k "regex:$kernel" \
+  timeout 300 ncu --clock-control none --cache-control "${NCU_CACHE_CONTROL:-all}" --set full --metrics "$EXTRA" \
+    --import-source no --kernel-name-base "${NCU_NAME_BASE:-function}" -k "regex:$kernel" \
     --launch-skip "${NCU_SKIP:-3}" --launch-count "${NCU_COUNT:-1}" -f -o "$R" "$B" --only "$shape" > "$R.log" 2>&1
   rc=$?
   echo "ncu --set full, $shape, kernel /$kernel/: rc $rc" >> "$S"
