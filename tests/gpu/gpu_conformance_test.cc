@@ -1702,6 +1702,102 @@ TEST_F(Gpu, CoopAlwaysBelowTheRule) {
   ExpectCrossWarpTies(one, sides, trng, tnq, (12 * sms + tnq - 1) / tnq * devices + 13);
 }
 
+TEST_F(Gpu, ScoresOnlyEndsSumTheRowsInTokenOrder) {
+  // The dealt kernel's and the grid's scores-only ends (MergeWriteScore) sum a pair's row terms with
+  // WarpOrderedSum: a tree over the warp's lanes where the terms' exponents span at most 24 (then every partial sum is
+  // exact, so any order gives OrderedSum's double), else the chain in token order. Both must give the
+  // one-pair-per-warp kernel's bits (OrderedSum on one lane), packed and dense: query rows scaled by powers of two so
+  // that the terms' exponent fields span 0 to ~80 (around 24 on either side by document), negative and tiny row
+  // maxima (documents of 1-3 tokens), and rows in +- pairs over one-token documents, whose terms cancel to an exact
+  // zero. The host estimates each pair's span from the float64 similarity at the one-pair kernel's argmax and
+  // requires pairs well inside and well outside 24, so that both branches ran.
+  const ShardDevices dev = ContextDevices();
+  ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
+  const uint64_t sms = dev.max_sms, devices = dev.count;
+  ScopedEnv no_coop("MAXSIM_CUDA_NO_COOP", "1");
+  Context dealt = CudaContextWithEnv("MAXSIM_CUDA_EXPERIMENTAL", "dealt-always");
+  no_coop.Restore();
+  ScopedEnv no_batch("MAXSIM_CUDA_NO_BATCH", "1");
+  Context grid = CudaContextWithEnv("MAXSIM_CUDA_EXPERIMENTAL", "coop-always");
+  no_batch.Restore();
+  Context one = CudaContextWithEnv("MAXSIM_CUDA_NO_PIPE", "1");
+  std::vector<CoopSide> sides = {{&dealt, "dealt"}};
+  const char* nc = std::getenv("MAXSIM_CUDA_NO_COOP");
+  if (nc == nullptr || nc[0] == '\0' || std::strcmp(nc, "0") == 0) sides.push_back({&grid, "forced grid"});
+  // Documents per shard: 5 per SM, in the dealt kernel's range (at most 32) and past the grid's forcing floor (4).
+  const uint64_t nd = (5 * sms + 16) * devices + 7;
+  uint64_t inside = 0, outside = 0;  // pairs whose estimated span is <= 22 / >= 27
+  auto spans = [&](const TokenSets& q, const TokenSets& d, const Matrix& m) {
+    const uint64_t lq = q.length(0);
+    for (uint64_t j = 0; j < d.n_sets(); ++j) {
+      if (d.length(j) == 0) continue;
+      int hi = INT32_MIN, lo = INT32_MAX;
+      for (uint64_t r = 0; r < lq; ++r) {
+        const int32_t t = m.argmax[j * lq + r];
+        if (t < 0) continue;
+        const double v = RefSim(q, 0, r, d, j, static_cast<uint64_t>(t), MAXSIM_METRIC_DOT);
+        if (v == 0.0) continue;
+        int e = 0;
+        std::frexp(v, &e);
+        hi = std::max(hi, e);
+        lo = std::min(lo, e);
+      }
+      if (hi < lo) continue;
+      inside += hi - lo <= 22;
+      outside += hi - lo >= 27;
+    }
+  };
+  struct Case {
+    uint64_t lq, max_len;
+    std::vector<int> scale;  // row r is multiplied by 2^scale[r % size]
+  };
+  const Case cases[] = {{32, 400, {0}},
+                        {32, 400, {24, 0, 0, 0, 0, 0, 0, 0}},
+                        {29, 300, {0, 0, 22, 0, 0, -3, 0}},
+                        {16, 300, {-25, 0, 0, 0}},
+                        {32, 3, {40, -40, 0, 12}},
+                        {32, 400, {56, -56}}};
+  uint64_t salt = 260;
+  for (const Case& c : cases) {
+    auto rng = Rng(++salt);
+    TokenSets q = Generate(rng, Shape::kUnitGaussian, 1, c.lq, c.lq, 128);
+    for (uint64_t r = 0; r < c.lq; ++r) {
+      for (uint32_t k = 0; k < q.dim; ++k) q.values[r * q.dim + k] = std::ldexp(q.values[r * q.dim + k], c.scale[r % c.scale.size()]);
+    }
+    q.Encode(MAXSIM_BF16);
+    const TokenSets d = Encoded(Generate(rng, Shape::kClustered, nd, 0, c.max_len, 128), MAXSIM_BF16);
+    std::string scales;
+    for (int e : c.scale) scales += " " + std::to_string(e);
+    const std::string what = std::to_string(c.lq) + " query rows scaled by 2^(" + scales + " ), documents of 0-" +
+                             std::to_string(c.max_len) + " tokens";
+    const Packed pd = Packed::Pack(one, d.Dense());
+    ExpectCoopSidesAgree(one, sides, q, d, pd, DeviceSets(d), what,
+                         [&](const Matrix& m, const std::string& side) {
+                           if (side == what + " one pair per warp") spans(q, d, m);
+                         });
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(inside, 100u) << "pairs whose terms span at most 22 exponents (the tree)";
+  EXPECT_GT(outside, 100u) << "pairs whose terms span 27 exponents or more (the chain)";
+  // Rows in +- pairs over one-token documents: each pair of terms cancels exactly, the score is +0.
+  auto rng = Rng(270);
+  TokenSets q = Generate(rng, Shape::kUnitGaussian, 1, 32, 32, 128);
+  for (uint64_t r = 1; r < 32; r += 2) {
+    for (uint32_t k = 0; k < q.dim; ++k) q.values[r * q.dim + k] = -q.values[(r - 1) * q.dim + k];
+  }
+  q.Encode(MAXSIM_BF16);
+  const TokenSets d = Encoded(Generate(rng, Shape::kClustered, nd, 1, 1, 128), MAXSIM_BF16);
+  const Packed pq = Packed::Pack(one, q.Dense()), pd = Packed::Pack(one, d.Dense());
+  const std::vector<float> want = ScoreValues(one, pq, 1, pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+  for (uint64_t j = 0; j < nd; ++j) {
+    ASSERT_EQ(0u, (uint32_t)std::signbit(want[j]) + (want[j] != 0.0f)) << "document " << j << ": " << want[j];
+  }
+  for (const CoopSide& side : sides) {
+    ExpectSameBits(ScoreValues(*side.ctx, pq, 1, pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want,
+                   std::string("+- rows over one-token documents, ") + side.name);
+  }
+}
+
 // maxsim_backward's arguments; the candidate lists are passed for the candidates layout only.
 maxsim_backward_args BackwardCall(maxsim_layout layout, const int32_t* argmax, const float* grad, float* grad_q,
                                   float* grad_d, int deterministic, const std::vector<uint64_t>* off = nullptr,

@@ -361,6 +361,33 @@ __device__ __forceinline__ double OrderedSum(const float* t, uint64_t n) {
   return sum;
 }
 
+// OrderedSum's double, on every lane of a warp whose lane l holds term l (0.0f from lane n on; n <= 32, the same on
+// every lane), without OrderedSum's chain of n dependent additions where the terms allow it. If no term is
+// non-finite and the nonzero ones' exponent fields (subnormals counted as 1) span at most 24, every sum of any of
+// them is exact in double: each term is a multiple of the smallest ulp among them, 2^(lo - 150) for the smallest
+// field lo, and a sum of at most 32 is below 32 * 2^(hi - 126) = 2^(hi - 121) for the largest hi, so it is an integer
+// multiple of 2^(lo - 150) of at most 2^(hi - lo + 29) <= 2^53. Then OrderedSum's additions in token order round
+// nowhere either, and both give the exact sum: a tree over the lanes (five shuffles) gives OrderedSum's bits. The
+// final + 0.0 gives an exact zero OrderedSum's sign (its sum starts at +0.0, so it is never -0.0; the tree's is
+// when every term is -0.0). Otherwise the lanes add the terms in token order, as OrderedSum does. Ragged query
+// rows of real embeddings span a few exponents; the other branch is there for the adversarial ones.
+__device__ __forceinline__ double WarpOrderedSum(float term, uint32_t n) {
+  const uint32_t bits = __float_as_uint(term), field = (bits >> 23) & 0xFFu;
+  const bool zero = (bits << 1) == 0u;
+  const uint32_t e = field > 1u ? field : 1u;
+  const uint32_t hi = __reduce_max_sync(kFull, zero ? 0u : e);
+  const uint32_t lo = __reduce_min_sync(kFull, zero ? 255u : e);
+  if (hi < 255u && (hi <= lo || hi - lo <= 24u)) {  // hi <= lo: every term zero (hi 0) or one exponent field
+    double s = static_cast<double>(term);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+    return s + 0.0;
+  }
+  double sum = 0.0;
+  for (uint32_t r = 0; r < n; ++r) sum += static_cast<double>(__shfl_sync(kFull, term, static_cast<int>(r)));
+  return sum;
+}
+
 }  // namespace mscuda
 
 #endif  // MAXSIM_PLUGINS_CUDA_DEVICE_COMMON_CUH_

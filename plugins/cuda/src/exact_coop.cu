@@ -66,7 +66,7 @@ __device__ __forceinline__ void MergeAndWrite(const ForwardArgs& a, uint64_t p, 
   if (warp != 0 || !ARG) ReportCheck(a, best.chk);
   if (warp != 0) return;
   if constexpr (!ARG) {
-    MergeWriteScore<MT, NW>(a, p, qi, dj, qb, lq, ld > 0, s_v, s_term);
+    MergeWriteScore<MT, NW>(a, p, qi, dj, qb, lq, ld > 0, s_v);
   } else {
     Best<MT> m;
     m.chk = best.chk;

@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kDealtWarps * 32, 1) ExactTcDealtKernel(const 
     if (static_cast<uint32_t>(warp) <= slot) {
       const uint64_t dj = blockIdx.x + static_cast<uint64_t>(mine) * B;  // pair dj: query 0, document dj
       if constexpr (FOLD == 1) {
-        MergeWriteScore<MT, W>(a, dj, 0, dj, qb, lq, mine_len > 0, s_v[warp], s_term[warp]);
+        MergeWriteScore<MT, W>(a, dj, 0, dj, qb, lq, mine_len > 0, s_v[warp]);
       } else {
         Best<MT> m;  // chk 0: each warp reported its own above
         MergeWarpRows<MT, W>(s_v[warp], s_i[warp], m);

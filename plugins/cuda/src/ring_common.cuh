@@ -312,25 +312,26 @@ __device__ __forceinline__ void MergeWarpRows(const float (*s_v)[MT * 16], const
 
 // The end of a pair of a scores-only launch (FOLD 1) scored by NW warps, by one warp after the block's barrier: lane r
 // takes query row r's maximum over the NW warps' staged values (StageWarpRows<MT, false>: fmaxf in warp order) and
-// its term (0 past lq and for a masked query row), and lane 0 sums the terms in row order (OrderedSum, RoundScore)
-// and writes pair p's score (query qi, document dj): the bits of MergeWarpRows and WriteRows<MT, true>, which
-// argmax launches keep, with one row per lane where WriteRows has a quad's leader take four through its general
-// branches (cosine, partials, argmax), which is what the dealt kernel's and the grid's short documents pay for
-// (benchmarks/results/gpu-dealt-h100.md, fourth study; gpu-grid-end-h100.md). The caller's launch is dot, one group
-// (part.groups == 1, lq <= MT x 16).
+// its term (0 past lq and for a masked query row), the warp sums the terms (WarpOrderedSum: OrderedSum's bits) and
+// lane 0 writes pair p's score (query qi, document dj, RoundScore): the bits of MergeWarpRows and WriteRows<MT, true>,
+// which argmax launches keep, with one row per lane where WriteRows has a quad's leader take four through its
+// general branches (cosine, partials, argmax), which is what the dealt kernel's and the grid's short documents pay
+// for (benchmarks/results/gpu-dealt-h100.md, fourth study; gpu-grid-end-h100.md). The caller's launch is dot, one
+// group (part.groups == 1, lq <= MT x 16). Every lane of the warp calls it.
 template <int MT, int NW>
 __device__ __forceinline__ void MergeWriteScore(const ForwardArgs& a, uint64_t p, uint64_t qi, uint64_t dj,
                                                 uint64_t qb, uint64_t lq, bool doc_nonempty,
-                                                const float (*s_v)[MT * 16], float* s_term) {
+                                                const float (*s_v)[MT * 16]) {
   const int lane = threadIdx.x & 31;
+  float term = 0.0f;
   if (lane < MT * 16) {
     float v = s_v[0][lane];
 #pragma unroll
     for (int w = 1; w < NW; ++w) v = fmaxf(v, s_v[w][lane]);
-    s_term[lane] = static_cast<uint64_t>(lane) < lq && a.q.Kept(qb + static_cast<uint64_t>(lane)) ? v : 0.0f;
+    if (static_cast<uint64_t>(lane) < lq && a.q.Kept(qb + static_cast<uint64_t>(lane))) term = v;
   }
-  __syncwarp();
-  if (lane == 0) *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? RoundScore(OrderedSum(s_term, lq)) : -INFINITY;
+  const double sum = WarpOrderedSum(term, static_cast<uint32_t>(lq));
+  if (lane == 0) *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? RoundScore(sum) : -INFINITY;
 }
 
 }  // namespace mscuda
