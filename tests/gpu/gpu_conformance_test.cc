@@ -1798,6 +1798,84 @@ TEST_F(Gpu, ScoresOnlyEndsSumTheRowsInTokenOrder) {
   }
 }
 
+TEST_F(Gpu, LongQueryPairEndsSumTheRowsInTokenOrder) {
+  // The wgmma kernel's pair end for a query that one row group covers (65-128 rows here: FinishPair) sums the row
+  // terms with WarpOrderedSumOf: lanes add every 32nd term and meet in a tree where the terms' exponent fields span at
+  // most 29 - ceil(log2 lq) (22 for 128 terms), else lane 0 adds them in token order. Its scores must be the
+  // long-query mma.sync kernel's bits (MAXSIM_CUDA_WGMMA=0: the finalize kernel's chain in token order), packed and
+  // dense, with query rows scaled by powers of two on both sides of the span and rows in +- pairs over one-token
+  // documents (an exact zero). The host estimates each pair's span (float64 similarity at the mma.sync kernel's
+  // argmax) and requires pairs well inside and well outside it.
+  if (!Sm90("the wgmma kernel does not run here")) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+  Context gpu(Options("cuda"));
+  Context mma = CudaContextWithEnv("MAXSIM_CUDA_WGMMA", "0");
+  const ShardDevices dev = ContextDevices();
+  ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
+  const uint64_t nd = (2 * dev.max_sms + 5) * dev.count;
+  uint64_t inside = 0, outside = 0;  // pairs whose estimated span is <= 19 / >= 25
+  struct Case {
+    uint64_t lq, max_len;
+    std::vector<int> scale;  // row r is multiplied by 2^scale[r % size]
+    bool pm = false;         // rows in +- pairs, over one-token documents
+  };
+  const Case cases[] = {{128, 600, {0}},
+                        {128, 600, {22, 0, 0, 0, 0, 0, 0}},
+                        {100, 500, {0, -21, 0, 0, 0}},
+                        {65, 3, {40, -40, 0, 12}},
+                        {128, 600, {56, -56}},
+                        {128, 1, {0, 3, -5}, true}};
+  uint64_t salt = 280;
+  for (const Case& c : cases) {
+    auto rng = Rng(++salt);
+    TokenSets q = Generate(rng, Shape::kUnitGaussian, 1, c.lq, c.lq, 128);
+    for (uint64_t r = 0; r < c.lq; ++r) {
+      for (uint32_t k = 0; k < q.dim; ++k) {
+        float& v = q.values[r * q.dim + k];
+        v = c.pm && r % 2 == 1 ? -q.values[(r - 1) * q.dim + k] : std::ldexp(v, c.scale[r % c.scale.size()]);
+      }
+    }
+    q.Encode(MAXSIM_BF16);
+    const TokenSets d = Encoded(Generate(rng, Shape::kClustered, nd, c.pm ? 1 : 0, c.max_len, 128), MAXSIM_BF16);
+    std::string scales;
+    for (int e : c.scale) scales += " " + std::to_string(e);
+    const std::string what = std::to_string(c.lq) + " query rows scaled by 2^(" + scales + " )" +
+                             (c.pm ? " in +- pairs" : "") + ", documents of 0-" + std::to_string(c.max_len) + " tokens";
+    const Packed pq = Packed::Pack(gpu, q.Dense()), pd = Packed::Pack(gpu, d.Dense());
+    const std::vector<float> want = ScoreValues(mma, pq, 1, pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    ExpectSameBits(ScoreValues(gpu, pq, 1, pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), want, what + ": wgmma");
+    const DeviceSets dq(q), dd(d);
+    ExpectSameBits(DeviceScoreValues(gpu, dq, dd, MAXSIM_METRIC_DOT), want, what + ": wgmma, dense");
+    if (::testing::Test::HasFatalFailure()) return;
+    if (c.pm) {
+      for (uint64_t j = 0; j < nd; ++j) {
+        ASSERT_TRUE(want[j] == 0.0f && !std::signbit(want[j])) << what << ": document " << j << " scored " << want[j];
+      }
+      continue;
+    }
+    const Matrix m = ScoreMatrix(mma, pq, 1, q.rows(), pd, nd, MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT);
+    ExpectReference(q, d, MAXSIM_METRIC_DOT, m, what + ": mma.sync", 200);
+    ExpectSameBits(m.scores, want, what + ": mma.sync with argmax");
+    if (::testing::Test::HasFatalFailure()) return;
+    for (uint64_t j = 0; j < nd; ++j) {
+      int hi = INT32_MIN, lo = INT32_MAX;
+      for (uint64_t r = 0; r < c.lq && d.length(j) > 0; ++r) {
+        const int32_t t = m.argmax[j * c.lq + r];
+        const double v = t < 0 ? 0.0 : RefSim(q, 0, r, d, j, static_cast<uint64_t>(t), MAXSIM_METRIC_DOT);
+        if (v == 0.0) continue;
+        int e = 0;
+        std::frexp(v, &e);
+        hi = std::max(hi, e);
+        lo = std::min(lo, e);
+      }
+      if (hi < lo) continue;
+      inside += hi - lo <= 19;
+      outside += hi - lo >= 25;
+    }
+  }
+  EXPECT_GT(inside, 50u) << "pairs whose terms span at most 19 exponents (the tree)";
+  EXPECT_GT(outside, 50u) << "pairs whose terms span 25 exponents or more (the chain)";
+}
+
 // maxsim_backward's arguments; the candidate lists are passed for the candidates layout only.
 maxsim_backward_args BackwardCall(maxsim_layout layout, const int32_t* argmax, const float* grad, float* grad_q,
                                   float* grad_d, int deterministic, const std::vector<uint64_t>* off = nullptr,

@@ -361,31 +361,66 @@ __device__ __forceinline__ double OrderedSum(const float* t, uint64_t n) {
   return sum;
 }
 
-// OrderedSum's double, on every lane of a warp whose lane l holds term l (0.0f from lane n on; n <= 32, the same on
-// every lane), without OrderedSum's chain of n dependent additions where the terms allow it. If no term is
-// non-finite and the nonzero ones' exponent fields (subnormals counted as 1) span at most 24, every sum of any of
-// them is exact in double: each term is a multiple of the smallest ulp among them, 2^(lo - 150) for the smallest
-// field lo, and a sum of at most 32 is below 32 * 2^(hi - 126) = 2^(hi - 121) for the largest hi, so it is an integer
-// multiple of 2^(lo - 150) of at most 2^(hi - lo + 29) <= 2^53. Then OrderedSum's additions in token order round
-// nowhere either, and both give the exact sum: a tree over the lanes (five shuffles) gives OrderedSum's bits. The
-// final + 0.0 gives an exact zero OrderedSum's sign (its sum starts at +0.0, so it is never -0.0; the tree's is
-// when every term is -0.0). Otherwise the lanes add the terms in token order, as OrderedSum does. Ragged query
-// rows of real embeddings span a few exponents; the other branch is there for the adversarial ones.
-__device__ __forceinline__ double WarpOrderedSum(float term, uint32_t n) {
-  const uint32_t bits = __float_as_uint(term), field = (bits >> 23) & 0xFFu;
-  const bool zero = (bits << 1) == 0u;
-  const uint32_t e = field > 1u ? field : 1u;
-  const uint32_t hi = __reduce_max_sync(kFull, zero ? 0u : e);
-  const uint32_t lo = __reduce_min_sync(kFull, zero ? 255u : e);
-  if (hi < 255u && (hi <= lo || hi - lo <= 24u)) {  // hi <= lo: every term zero (hi 0) or one exponent field
-    double s = static_cast<double>(term);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
-    return s + 0.0;
+// Whether a warp's n terms (n >= 1, each lane holding some of them) can be summed in any order with OrderedSum's
+// result: no term is non-finite and the nonzero ones' exponent fields (subnormals counted as 1) span at most
+// 29 - ceil(log2 n) (24 for 32 terms, 22 for 128). Then every sum of any of them is exact in double: each term is a
+// multiple of the smallest ulp among them, 2^(lo - 150) for the smallest field lo, and a sum of at most n is below
+// n * 2^(hi - 126) for the largest hi, so it is an integer multiple of 2^(lo - 150) of at most
+// 2^(ceil(log2 n) + hi - lo + 24) <= 2^53. OrderedSum's additions in token order then round nowhere either, and any
+// other order of additions gives the same exact sum. A lane adds each of its terms (Add); every lane asks Exact.
+struct TermSpan {
+  uint32_t hi = 0u, lo = 255u;  // this lane's largest and smallest field of a nonzero term
+  __device__ __forceinline__ void Add(float v) {
+    const uint32_t bits = __float_as_uint(v), field = (bits >> 23) & 0xFFu;
+    if ((bits << 1) == 0u) return;  // +-0
+    const uint32_t e = field > 1u ? field : 1u;
+    hi = hi > e ? hi : e;
+    lo = lo < e ? lo : e;
   }
+  __device__ __forceinline__ bool Exact(uint64_t n) const {
+    const uint32_t whi = __reduce_max_sync(kFull, hi), wlo = __reduce_min_sync(kFull, lo);
+    if (wlo == 255u && whi == 0u) return true;  // every term zero
+    if (whi == 255u) return false;              // a non-finite term
+    const int log2n = n <= 1 ? 0 : 64 - __clzll(static_cast<long long>(n - 1));
+    return static_cast<int>(whi) - static_cast<int>(wlo) <= 29 - log2n;
+  }
+};
+
+// The warp's sum of the lanes' exact partial sums s (TermSpan::Exact held): a tree over the lanes, then + 0.0,
+// which gives an exact zero OrderedSum's sign (its sum starts at +0.0, so it is never -0.0; the tree's is when every
+// term is -0.0).
+__device__ __forceinline__ double WarpTreeSum(double s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+  return s + 0.0;
+}
+
+// OrderedSum's double, on every lane of a warp whose lane l holds term l (0.0f from lane n on; n <= 32, the same on
+// every lane): the tree where TermSpan allows it (five shuffles, in place of a chain of n dependent additions),
+// else the terms in token order as OrderedSum adds them. Ragged query rows of real embeddings span a few exponents;
+// the chain is there for adversarial ones.
+__device__ __forceinline__ double WarpOrderedSum(float term, uint32_t n) {
+  TermSpan span;
+  span.Add(term);
+  if (span.Exact(n)) return WarpTreeSum(static_cast<double>(term));
   double sum = 0.0;
   for (uint32_t r = 0; r < n; ++r) sum += static_cast<double>(__shfl_sync(kFull, term, static_cast<int>(r)));
   return sum;
+}
+
+// OrderedSum(t, n)'s double on lane 0 of a warp (every lane calls it), for any n (t: shared memory): lane l adds
+// terms l, l + 32, ... and the lanes' sums meet in the tree where TermSpan allows it; else lane 0 runs OrderedSum.
+__device__ __forceinline__ double WarpOrderedSumOf(const float* t, uint64_t n) {
+  const uint32_t lane = threadIdx.x & 31u;
+  TermSpan span;
+  double s = 0.0;
+  for (uint64_t r = lane; r < n; r += 32) {
+    const float v = t[r];
+    span.Add(v);
+    s += static_cast<double>(v);
+  }
+  if (span.Exact(n)) return WarpTreeSum(s);
+  return lane == 0 ? OrderedSum(t, n) : 0.0;
 }
 
 }  // namespace mscuda

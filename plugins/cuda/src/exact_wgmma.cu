@@ -367,10 +367,11 @@ __device__ __forceinline__ void QuadMaxRows(const ForwardArgs& a, float (&run)[Q
   }
 }
 
-// The end of pair p for the threads that computed it (`bar` spans them all; `first` is one of them): the quad max
-// of each row's running maximum, then either the score (one group covers the query: these threads sum its rows
-// through s_term, two barriers) or this group's partial terms (finalize sums the groups and decides emptiness
-// from the mask). run[qs][h]: this lane's maximum of local row row0 + qs*64 + 8h (row0 = warp rows + g).
+// The end of pair p for the threads that computed it (`bar` spans them all; `first` is lane 0 of one of their
+// warps): the quad max of each row's running maximum, then either the score (one group covers the query: these
+// threads leave its rows' terms in s_term, and after two barriers the warp of `first` sums them, WarpOrderedSumOf)
+// or this group's partial terms (finalize sums the groups and decides emptiness from the mask). run[qs][h]: this
+// lane's maximum of local row row0 + qs*64 + 8h (row0 = warp rows + g).
 template <int QS, class Barrier>
 __device__ __forceinline__ void FinishPair(const ForwardArgs& a, const Barrier& bar, bool first, float* s_term,
                                            float (&run)[QS][2], uint32_t row0, uint32_t grp, uint32_t r0b,
@@ -396,9 +397,9 @@ __device__ __forceinline__ void FinishPair(const ForwardArgs& a, const Barrier& 
       }
     }
     bar.Sync();
-    if (first) {
-      const double sum = OrderedSum(s_term, lq);
-      *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? RoundScore(sum) : -INFINITY;
+    if (__any_sync(kFull, first)) {  // the warp of `first` sums the terms; lane 0, `first`, has the sum
+      const double sum = WarpOrderedSumOf(s_term, lq);
+      if (first) *a.pairs.ScorePtr(p, qi, dj) = doc_nonempty ? RoundScore(sum) : -INFINITY;
     }
   } else if (t == 0) {
 #pragma unroll
