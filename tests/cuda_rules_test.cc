@@ -4,9 +4,15 @@
 // kernel the measurements chose, so a change to a rule's numbers fails here before it reaches a benchmark.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
 
 #include "kernels.h"
+#include "ordered_sum.h"
 
 namespace {
 
@@ -210,6 +216,111 @@ TEST(CudaKernelRules, ScreeningRingNeedsADeviceThatGivesABlockItsSharedMemory) {
   EXPECT_FALSE(ScreenPipeApplies(sw, 1, 128, pairs, kH100Sms, 186 * 1024 - 1));
   EXPECT_TRUE(ScreenPipeApplies(sw, 1, 128, pairs, kH100Sms, 186 * 1024));
   EXPECT_FALSE(ScreenPipeApplies(sw, 1, 64, pairs, kH100Sms, 0));  // the device could not be asked
+}
+
+// The chain every score is (kernels.h): terms in token order, in double, from +0.0.
+double Chain(const std::vector<float>& t) {
+  double s = 0.0;
+  for (float v : t) s += static_cast<double>(v);
+  return s;
+}
+
+// WarpOrderedSumOf's order (device_common.cuh): lane l adds terms l, l + 32, ...; the lanes meet in a butterfly
+// tree; then + 0.0.
+double WarpOrder(const std::vector<float>& t) {
+  double lanes[32];
+  for (size_t l = 0; l < 32; ++l) {
+    lanes[l] = 0.0;
+    for (size_t r = l; r < t.size(); r += 32) lanes[l] += static_cast<double>(t[r]);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    double next[32];
+    for (int l = 0; l < 32; ++l) next[l] = lanes[l] + lanes[l ^ o];
+    std::memcpy(lanes, next, sizeof(lanes));
+  }
+  return lanes[0] + 0.0;
+}
+
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, 8) == 0; }
+
+// The largest field span ordered_sum.h's rule allows for n terms.
+int AllowedSpan(uint64_t n) {
+  int s = -1;
+  while (s < 254 && mscuda::OrderedSumAnyOrder(100 + s + 1, 100, n)) ++s;
+  return s;
+}
+
+TEST(CudaOrderedSum, TheRuleAllowsSpansThatKeepEverySumExact) {
+  // 29 - ceil(log2 n): 24 for the 32 rows of a warp's terms, 22 for a 128-row query.
+  EXPECT_EQ(AllowedSpan(1), 29);
+  EXPECT_EQ(AllowedSpan(2), 28);
+  EXPECT_EQ(AllowedSpan(32), 24);
+  EXPECT_EQ(AllowedSpan(33), 23);
+  EXPECT_EQ(AllowedSpan(128), 22);
+  EXPECT_EQ(AllowedSpan(1024), 19);
+  EXPECT_TRUE(mscuda::OrderedSumAnyOrder(0, 255, 32));     // every term zero
+  EXPECT_FALSE(mscuda::OrderedSumAnyOrder(255, 100, 32));  // a non-finite term
+  EXPECT_EQ(mscuda::OrderedSumField(0.0f), 0u);
+  EXPECT_EQ(mscuda::OrderedSumField(-0.0f), 0u);
+  EXPECT_EQ(mscuda::OrderedSumField(1.0f), 127u);
+  EXPECT_EQ(mscuda::OrderedSumField(1e-45f), 1u);  // subnormal: the ulp of field 1
+  EXPECT_EQ(mscuda::OrderedSumField(std::numeric_limits<float>::infinity()), 255u);
+  EXPECT_EQ(mscuda::OrderedSumField(std::numeric_limits<float>::quiet_NaN()), 255u);
+}
+
+TEST(CudaOrderedSum, AnyOrderGivesTheChainsBitsWhereTheRuleAllows) {
+  // Terms with random signs and mantissas at fields spread over up to the allowed span (both ends always present),
+  // some zeros of either sign, subnormals where the span starts at field 1; counts from 1 to 1024. Wherever the rule
+  // allows any order, WarpOrderedSumOf's order and a shuffled one must give the chain's bits; where it allows none
+  // (spans of 40 and more), the orders must be seen to differ, or this test could not tell a wrong rule.
+  std::mt19937_64 rng(20261128);
+  const uint64_t counts[] = {1, 2, 3, 7, 31, 32, 33, 64, 65, 100, 128, 129, 300, 1024};
+  uint64_t allowed = 0, differed_outside = 0;
+  for (int trial = 0; trial < 30000; ++trial) {
+    const uint64_t n = counts[rng() % (sizeof(counts) / sizeof(counts[0]))];
+    const bool outside = trial % 5 == 4;
+    const int limit = AllowedSpan(n);
+    const int span = outside ? 40 + static_cast<int>(rng() % 60) : limit - static_cast<int>(rng() % 3);
+    const uint32_t lo = rng() % 4 == 0 ? 1u : 1u + static_cast<uint32_t>(rng() % (254 - span));
+    std::vector<float> t(n);
+    uint32_t hi_seen = 0, lo_seen = 255;
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint32_t pick = static_cast<uint32_t>(rng() % 8);
+      uint32_t bits;
+      if (pick == 0) {
+        bits = static_cast<uint32_t>(rng() & 1) << 31;  // +-0
+      } else {
+        const uint32_t field = pick == 1 ? lo : pick == 2 ? lo + span : lo + static_cast<uint32_t>(rng() % (span + 1));
+        bits = (static_cast<uint32_t>(rng() & 1) << 31) | (field << 23) | static_cast<uint32_t>(rng() & 0x7FFFFF);
+        if (field == 1 && rng() % 3 == 0) bits &= 0x807FFFFFu;  // subnormal
+      }
+      std::memcpy(&t[i], &bits, 4);
+      const uint32_t e = mscuda::OrderedSumField(t[i]);
+      if (e != 0) {
+        hi_seen = std::max(hi_seen, e);
+        lo_seen = std::min(lo_seen, e);
+      }
+    }
+    const double chain = Chain(t);
+    std::vector<float> shuffled = t;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    const double warp = WarpOrder(t), any = Chain(shuffled) + 0.0;
+    const bool all_zero = hi_seen == 0;
+    const int seen = all_zero ? 0 : static_cast<int>(hi_seen) - static_cast<int>(lo_seen);
+    ASSERT_EQ(mscuda::OrderedSumAnyOrder(hi_seen, lo_seen, n), all_zero || seen <= limit)
+        << n << " terms, fields " << lo_seen << ".." << hi_seen;
+    if (all_zero || seen <= limit) {
+      ++allowed;
+      ASSERT_TRUE(SameBits(warp, chain)) << n << " terms, fields " << lo_seen << ".." << hi_seen << ": warp order "
+                                         << warp << " vs chain " << chain;
+      ASSERT_TRUE(SameBits(any, chain)) << n << " terms, fields " << lo_seen << ".." << hi_seen << ": shuffled "
+                                        << any << " vs chain " << chain;
+    } else if (seen >= 40) {
+      differed_outside += !SameBits(warp, chain) || !SameBits(any, chain);
+    }
+  }
+  EXPECT_GT(allowed, 20000u);
+  EXPECT_GT(differed_outside, 100u) << "orders that the rule refuses should give other bits now and then";
 }
 
 }  // namespace

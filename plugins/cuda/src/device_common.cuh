@@ -10,6 +10,7 @@
 #include <atomic>
 
 #include "kernels.h"
+#include "ordered_sum.h"
 
 namespace mscuda {
 
@@ -361,28 +362,19 @@ __device__ __forceinline__ double OrderedSum(const float* t, uint64_t n) {
   return sum;
 }
 
-// Whether a warp's n terms (n >= 1, each lane holding some of them) can be summed in any order with OrderedSum's
-// result: no term is non-finite and the nonzero ones' exponent fields (subnormals counted as 1) span at most
-// 29 - ceil(log2 n) (24 for 32 terms, 22 for 128). Then every sum of any of them is exact in double: each term is a
-// multiple of the smallest ulp among them, 2^(lo - 150) for the smallest field lo, and a sum of at most n is below
-// n * 2^(hi - 126) for the largest hi, so it is an integer multiple of 2^(lo - 150) of at most
-// 2^(ceil(log2 n) + hi - lo + 24) <= 2^53. OrderedSum's additions in token order then round nowhere either, and any
-// other order of additions gives the same exact sum. A lane adds each of its terms (Add); every lane asks Exact.
+// A warp's n terms (each lane holding some of them, n >= 1) and whether they may be added in any order with
+// OrderedSum's result (ordered_sum.h: no non-finite term, and the nonzero terms' exponent fields within
+// 29 - ceil(log2 n) of each other). A lane adds each of its terms (Add); every lane asks Exact.
 struct TermSpan {
-  uint32_t hi = 0u, lo = 255u;  // this lane's largest and smallest field of a nonzero term
+  uint32_t hi = 0u, lo = 255u;  // this lane's largest and smallest field of a nonzero term (OrderedSumField)
   __device__ __forceinline__ void Add(float v) {
-    const uint32_t bits = __float_as_uint(v), field = (bits >> 23) & 0xFFu;
-    if ((bits << 1) == 0u) return;  // +-0
-    const uint32_t e = field > 1u ? field : 1u;
+    const uint32_t e = OrderedSumField(v);
+    if (e == 0u) return;  // +-0
     hi = hi > e ? hi : e;
     lo = lo < e ? lo : e;
   }
   __device__ __forceinline__ bool Exact(uint64_t n) const {
-    const uint32_t whi = __reduce_max_sync(kFull, hi), wlo = __reduce_min_sync(kFull, lo);
-    if (wlo == 255u && whi == 0u) return true;  // every term zero
-    if (whi == 255u) return false;              // a non-finite term
-    const int log2n = n <= 1 ? 0 : 64 - __clzll(static_cast<long long>(n - 1));
-    return static_cast<int>(whi) - static_cast<int>(wlo) <= 29 - log2n;
+    return OrderedSumAnyOrder(__reduce_max_sync(kFull, hi), __reduce_min_sync(kFull, lo), n);
   }
 };
 
