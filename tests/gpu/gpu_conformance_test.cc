@@ -1702,6 +1702,25 @@ TEST_F(Gpu, CoopAlwaysBelowTheRule) {
   ExpectCrossWarpTies(one, sides, trng, tnq, (12 * sms + tnq - 1) / tnq * devices + 13);
 }
 
+// The span of binary exponents of one-query pair (0, j)'s nonzero row terms, estimated on the host from the float64
+// similarity at m's argmax (m: a one-query matrix with argmax); -1 for an empty document or no nonzero term. Within
+// a unit or two of the span of the kernels' f32 terms' exponent fields, which is what ordered_sum.h's rule reads.
+int EstimatedTermSpan(const TokenSets& q, const TokenSets& d, const Matrix& m, uint64_t j) {
+  const uint64_t lq = q.length(0);
+  int hi = INT32_MIN, lo = INT32_MAX;
+  for (uint64_t r = 0; r < lq && d.length(j) > 0; ++r) {
+    const int32_t t = m.argmax[j * lq + r];
+    if (t < 0) continue;
+    const double v = RefSim(q, 0, r, d, j, static_cast<uint64_t>(t), MAXSIM_METRIC_DOT);
+    if (v == 0.0) continue;
+    int e = 0;
+    std::frexp(v, &e);
+    hi = std::max(hi, e);
+    lo = std::min(lo, e);
+  }
+  return hi < lo ? -1 : hi - lo;
+}
+
 TEST_F(Gpu, ScoresOnlyEndsSumTheRowsInTokenOrder) {
   // The dealt kernel's and the grid's scores-only ends (MergeWriteScore) sum a pair's row terms with
   // WarpOrderedSum: a tree over the warp's lanes where the terms' exponents span at most 24 (then every partial sum is
@@ -1728,23 +1747,10 @@ TEST_F(Gpu, ScoresOnlyEndsSumTheRowsInTokenOrder) {
   const uint64_t nd = (5 * sms + 16) * devices + 7;
   uint64_t inside = 0, outside = 0;  // pairs whose estimated span is <= 22 / >= 27
   auto spans = [&](const TokenSets& q, const TokenSets& d, const Matrix& m) {
-    const uint64_t lq = q.length(0);
     for (uint64_t j = 0; j < d.n_sets(); ++j) {
-      if (d.length(j) == 0) continue;
-      int hi = INT32_MIN, lo = INT32_MAX;
-      for (uint64_t r = 0; r < lq; ++r) {
-        const int32_t t = m.argmax[j * lq + r];
-        if (t < 0) continue;
-        const double v = RefSim(q, 0, r, d, j, static_cast<uint64_t>(t), MAXSIM_METRIC_DOT);
-        if (v == 0.0) continue;
-        int e = 0;
-        std::frexp(v, &e);
-        hi = std::max(hi, e);
-        lo = std::min(lo, e);
-      }
-      if (hi < lo) continue;
-      inside += hi - lo <= 22;
-      outside += hi - lo >= 27;
+      const int span = EstimatedTermSpan(q, d, m, j);
+      inside += span >= 0 && span <= 22;
+      outside += span >= 27;
     }
   };
   struct Case {
@@ -1857,19 +1863,9 @@ TEST_F(Gpu, LongQueryPairEndsSumTheRowsInTokenOrder) {
     ExpectSameBits(m.scores, want, what + ": mma.sync with argmax");
     if (::testing::Test::HasFatalFailure()) return;
     for (uint64_t j = 0; j < nd; ++j) {
-      int hi = INT32_MIN, lo = INT32_MAX;
-      for (uint64_t r = 0; r < c.lq && d.length(j) > 0; ++r) {
-        const int32_t t = m.argmax[j * c.lq + r];
-        const double v = t < 0 ? 0.0 : RefSim(q, 0, r, d, j, static_cast<uint64_t>(t), MAXSIM_METRIC_DOT);
-        if (v == 0.0) continue;
-        int e = 0;
-        std::frexp(v, &e);
-        hi = std::max(hi, e);
-        lo = std::min(lo, e);
-      }
-      if (hi < lo) continue;
-      inside += hi - lo <= 19;
-      outside += hi - lo >= 25;
+      const int span = EstimatedTermSpan(q, d, m, j);
+      inside += span >= 0 && span <= 19;
+      outside += span >= 25;
     }
   }
   EXPECT_GT(inside, 50u) << "pairs whose terms span at most 19 exponents (the tree)";
