@@ -268,11 +268,33 @@ TEST(CudaOrderedSum, TheRuleAllowsSpansThatKeepEverySumExact) {
   EXPECT_EQ(mscuda::OrderedSumField(std::numeric_limits<float>::quiet_NaN()), 255u);
 }
 
+TEST(CudaOrderedSum, TheRulesLimitIsTightForPowersOfTwo) {
+  // n - 2 terms of the largest mantissa at field hi, then two of one ulp at field lo: at the rule's span their chain
+  // and WarpOrderedSumOf's order give the same bits; one field more and they do not. So a rule loosened by one
+  // field would pass a set whose sum depends on the order, and one tightened by one would refuse a set it could
+  // take: the limit is the arithmetic's, not only the formula's.
+  for (uint64_t n : {32u, 128u, 1024u}) {
+    for (int extra : {0, 1}) {
+      const int span = AllowedSpan(n) + extra;
+      const uint32_t lo = 60, hi = lo + static_cast<uint32_t>(span);
+      const uint32_t big_bits = (hi << 23) | 0x7FFFFFu, tiny_bits = (lo << 23) | 1u;
+      float big, tiny;
+      std::memcpy(&big, &big_bits, 4);
+      std::memcpy(&tiny, &tiny_bits, 4);
+      std::vector<float> t(n, big);
+      t[n - 2] = t[n - 1] = tiny;
+      EXPECT_EQ(mscuda::OrderedSumAnyOrder(hi, lo, n), extra == 0) << n << " terms, span " << span;
+      EXPECT_EQ(SameBits(WarpOrder(t), Chain(t)), extra == 0) << n << " terms, span " << span;
+    }
+  }
+}
+
 TEST(CudaOrderedSum, AnyOrderGivesTheChainsBitsWhereTheRuleAllows) {
-  // Terms with random signs and mantissas at fields spread over up to the allowed span (both ends always present),
-  // some zeros of either sign, subnormals where the span starts at field 1; counts from 1 to 1024. Wherever the rule
-  // allows any order, WarpOrderedSumOf's order and a shuffled one must give the chain's bits; where it allows none
-  // (spans of 40 and more), the orders must be seen to differ, or this test could not tell a wrong rule.
+  // 24,000 sets of terms with random signs and mantissas at fields spread over the allowed span or up to two fields
+  // less (both ends present unless the set is small), some zeros of either sign, subnormals where the span starts at
+  // field 1; counts from 1 to 1024. Wherever the rule allows any order, WarpOrderedSumOf's order and a shuffled one
+  // must give the chain's bits. 6,000 more span 40-99 fields: the rule refuses them, and their orders must be seen to
+  // differ now and then, or the comparison could not tell a wrong rule.
   std::mt19937_64 rng(20261128);
   const uint64_t counts[] = {1, 2, 3, 7, 31, 32, 33, 64, 65, 100, 128, 129, 300, 1024};
   uint64_t allowed = 0, differed_outside = 0;

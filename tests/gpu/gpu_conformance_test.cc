@@ -1702,6 +1702,63 @@ TEST_F(Gpu, CoopAlwaysBelowTheRule) {
   ExpectCrossWarpTies(one, sides, trng, tnq, (12 * sms + tnq - 1) / tnq * devices + 13);
 }
 
+// One query of lq rows (bf16) with one nonzero dimension per row over nd one-token documents, so that each row term is
+// one product of two bf16 values, exact in f32, and the host knows every term and the token-order chain's score
+// bits (`want`). Rows 0, 1 and 2 are 2^50 a e_k, b e_j and -2^50 a e_k: in token order b's low bits are lost against
+// 2^50 a and what is left after the cancellation is b rounded to a multiple of 2^50 a's ulp, where a tree that
+// cancels rows 0 and 2 first keeps b whole; so a kernel that took the tree where the rule refuses it (the terms span
+// some 50 exponents) gives other bits. Rows 3.. are random (some zero).
+struct ChainOracle {
+  TokenSets q, d;
+  std::vector<float> want;
+};
+ChainOracle MakeChainOracle(std::mt19937_64& rng, uint64_t lq, uint64_t nd) {
+  ChainOracle o;
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const uint32_t dim = 128;
+  o.q.dim = o.d.dim = dim;
+  o.q.offsets = {0, lq};
+  o.q.values.assign(lq * dim, 0.0f);
+  const uint32_t k = static_cast<uint32_t>(rng() % dim), j = (k + 1 + static_cast<uint32_t>(rng() % (dim - 1))) % dim;
+  const float a = std::ldexp(1.0f + static_cast<float>(rng() % 128) / 128.0f, 50);
+  o.q.values[0 * dim + k] = a;
+  if (lq > 1) o.q.values[1 * dim + j] = g(rng);
+  if (lq > 2) o.q.values[2 * dim + k] = -a;
+  for (uint64_t r = 3; r < lq; ++r) {
+    if (rng() % 5 != 0) o.q.values[r * dim + rng() % dim] = g(rng);
+  }
+  o.q.Encode(MAXSIM_BF16);
+  o.d.offsets.resize(nd + 1);
+  for (uint64_t t = 0; t <= nd; ++t) o.d.offsets[t] = t;
+  o.d.values.resize(nd * dim);
+  for (float& v : o.d.values) v = g(rng);
+  o.d.Encode(MAXSIM_BF16);
+  o.want.resize(nd);
+  for (uint64_t t = 0; t < nd; ++t) {
+    double sum = 0.0;
+    for (uint64_t r = 0; r < lq; ++r) {
+      float term = 0.0f;  // the row's one product (exact in f32), or +0 for a zero row
+      for (uint32_t c = 0; c < dim; ++c) {
+        if (o.q.values[r * dim + c] != 0.0f) term = o.q.values[r * dim + c] * o.d.values[t * dim + c];
+      }
+      sum += static_cast<double>(term);
+    }
+    o.want[t] = static_cast<float>(sum);
+  }
+  return o;
+}
+
+// Each context's scores of the oracle's query over its documents, packed, must be the chain's bits.
+void ExpectChainBits(const std::vector<std::pair<Context*, std::string>>& ctxs, const ChainOracle& o,
+                     const std::string& what) {
+  for (const auto& [ctx, name] : ctxs) {
+    const Packed pq = Packed::Pack(*ctx, o.q.Dense()), pd = Packed::Pack(*ctx, o.d.Dense());
+    ExpectSameBits(ScoreValues(*ctx, pq, 1, pd, o.d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), o.want,
+                   what + ", " + name + ": the token-order chain's bits (host)");
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // The span of binary exponents of one-query pair (0, j)'s nonzero row terms, estimated on the host from the float64
 // similarity at m's argmax (m: a one-query matrix with argmax); -1 for an empty document or no nonzero term. Within
 // a unit or two of the span of the kernels' f32 terms' exponent fields, which is what ordered_sum.h's rule reads.
@@ -1723,13 +1780,16 @@ int EstimatedTermSpan(const TokenSets& q, const TokenSets& d, const Matrix& m, u
 
 TEST_F(Gpu, ScoresOnlyEndsSumTheRowsInTokenOrder) {
   // The dealt kernel's and the grid's scores-only ends (MergeWriteScore) sum a pair's row terms with
-  // WarpOrderedSum: a tree over the warp's lanes where the terms' exponents span at most 24 (then every partial sum is
-  // exact, so any order gives OrderedSum's double), else the chain in token order. Both must give the
-  // one-pair-per-warp kernel's bits (OrderedSum on one lane), packed and dense: query rows scaled by powers of two so
-  // that the terms' exponent fields span 0 to ~80 (around 24 on either side by document), negative and tiny row
-  // maxima (documents of 1-3 tokens), and rows in +- pairs over one-token documents, whose terms cancel to an exact
-  // zero. The host estimates each pair's span from the float64 similarity at the one-pair kernel's argmax and
-  // requires pairs well inside and well outside 24, so that both branches ran.
+  // WarpOrderedSum: a tree over the warp's lanes where ordered_sum.h's rule allows it (the terms' exponent fields
+  // within 29 - ceil(log2 lq): 24 for 32 rows, 25 for 16; then every partial sum is exact, so any order gives
+  // OrderedSum's double), else the chain in token order. Both must give the one-pair-per-warp kernel's bits
+  // (OrderedSum on one lane), packed and dense: query rows scaled by powers of two so that the terms' exponent
+  // fields span 0 to about 112 (around the rule's limit on either side by document), negative and tiny row maxima
+  // (documents of 1-3 tokens), and rows in +- pairs over one-token documents, whose terms cancel to an exact zero.
+  // The host estimates each pair's span from the float64 similarity at the one-pair kernel's argmax and requires
+  // pairs well inside and well outside the limit. Scores rounded to f32 hide most differences between sums in
+  // double, so the host also computes the chain's bits where it knows every term (MakeChainOracle), with terms
+  // whose tree sum would give other f32 bits.
   const ShardDevices dev = ContextDevices();
   ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
   const uint64_t sms = dev.max_sms, devices = dev.count;
@@ -1785,6 +1845,16 @@ TEST_F(Gpu, ScoresOnlyEndsSumTheRowsInTokenOrder) {
   }
   EXPECT_GT(inside, 100u) << "pairs whose terms span at most 22 exponents (the tree)";
   EXPECT_GT(outside, 100u) << "pairs whose terms span 27 exponents or more (the chain)";
+  // The host's chain: terms spanning some 50 exponents, whose tree sum would differ.
+  {
+    auto orng = Rng(275);
+    std::vector<std::pair<Context*, std::string>> ctxs = {{&one, "one pair per warp"}};
+    for (const CoopSide& side : sides) ctxs.push_back({side.ctx, side.name});
+    for (uint64_t lq : {32ull, 29ull, 16ull, 3ull}) {
+      ExpectChainBits(ctxs, MakeChainOracle(orng, lq, nd), std::to_string(lq) + " rows of one product each");
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
   // Rows in +- pairs over one-token documents: each pair of terms cancels exactly, the score is +0.
   auto rng = Rng(270);
   TokenSets q = Generate(rng, Shape::kUnitGaussian, 1, 32, 32, 128);
@@ -1811,7 +1881,8 @@ TEST_F(Gpu, LongQueryPairEndsSumTheRowsInTokenOrder) {
   // long-query mma.sync kernel's bits (MAXSIM_CUDA_WGMMA=0: the finalize kernel's chain in token order), packed and
   // dense, with query rows scaled by powers of two on both sides of the span and rows in +- pairs over one-token
   // documents (an exact zero). The host estimates each pair's span (float64 similarity at the mma.sync kernel's
-  // argmax) and requires pairs well inside and well outside it.
+  // argmax) and requires pairs well inside and well outside it; and the host's chain bits where it knows every term
+  // (MakeChainOracle), for both kernels.
   if (!Sm90("the wgmma kernel does not run here")) GTEST_SKIP() << "the wgmma kernel needs sm_90";
   Context gpu(Options("cuda"));
   Context mma = CudaContextWithEnv("MAXSIM_CUDA_WGMMA", "0");
@@ -1867,6 +1938,13 @@ TEST_F(Gpu, LongQueryPairEndsSumTheRowsInTokenOrder) {
       inside += span >= 0 && span <= 19;
       outside += span >= 25;
     }
+  }
+  // The host's chain: terms spanning some 50 exponents, whose tree sum would differ.
+  auto orng = Rng(290);
+  for (uint64_t lq : {128ull, 100ull, 65ull}) {
+    ExpectChainBits({{&gpu, "wgmma"}, {&mma, "mma.sync"}}, MakeChainOracle(orng, lq, nd),
+                    std::to_string(lq) + " rows of one product each");
+    if (::testing::Test::HasFatalFailure()) return;
   }
   EXPECT_GT(inside, 50u) << "pairs whose terms span at most 19 exponents (the tree)";
   EXPECT_GT(outside, 50u) << "pairs whose terms span 25 exponents or more (the chain)";
