@@ -1002,7 +1002,14 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
   auto ring = [&](int i) {
     CHECK_CUDA(LaunchRingScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, sms, b.stream));
   };
-  auto grid = [&](int i) { CHECK_CUDA(LaunchGridScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, b.stream)); };
+  auto grid = [&](int i) {
+    CHECK_CUDA(LaunchGridScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, false, b.stream));
+  };
+  // The grid's twin with the kernel's tensor-core instructions (read-grid-schedule-mma: the copies, the mma chains on
+  // the copied bytes and the scores-only fold; no ldmatrix fragments, query fragments or merges).
+  auto grid_mma = [&](int i) {
+    CHECK_CUDA(LaunchGridScheduleRead(args[static_cast<size_t>(i) % n], q.max_len, true, b.stream));
+  };
   const std::string ring_missed = missed([&] { ring(0); }), grid_missed = missed([&] { grid(0); });
   // A twin's row: its time, and the SM clock its calls ran at.
   auto twin = [&](const char* row, const std::function<void(int)>& fn, const std::string& pairs_missed) {
@@ -1011,6 +1018,7 @@ void ScheduleReads(Backend& b, const Shape& s, const DeviceQueries& q, const std
   };
   twin("read-ring-schedule", ring, ring_missed);
   twin("read-grid-schedule", grid, grid_missed);
+  twin("read-grid-schedule-mma", grid_mma, missed([&] { grid_mma(0); }));
   // On one-query shapes, schedules no kernel runs, as ceilings for one: the launch's steps dealt out round-robin to
   // all warps (with and without the global-memory merges a kernel on it would need), or in balanced contiguous
   // ranges; and the dealt kernel's schedule (exact_dealt.cu, 12 warps x 2 stages), where its table of documents

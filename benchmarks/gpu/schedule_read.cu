@@ -138,6 +138,36 @@ __global__ void __launch_bounds__(W * 32, 1) RingScheduleKernel(const ForwardArg
   mscuda::CpAsyncWait<0>();
 }
 
+// The ring kernels' tensor-core instructions on one 32-token step, without their ldmatrix fragments or merges (the
+// with_mma twins: LaunchDealtScheduleRead's and LaunchGridScheduleRead's), in FoldRingStep's order: per tile of 8 tokens, MT accumulators from zero,
+// 4 chunks of 32 dimensions x 2 mma.sync m16n8k16 each (bf16, f32; 8 per chain, as the ring's 256-byte rows always
+// take), then the scores-only fold (fmaxf of the tile into the row maxima): 64 mma per step for a 32-row query.
+// A is per-lane constants near 1 (in place of the query fragments the kernel holds in registers); B is the stage's
+// word (the copied bytes, in place of the ldmatrix fragments), so the instructions wait on the copy as the kernel's do.
+template <int MT>
+__device__ __forceinline__ void StepMma(float (&best)[MT][2], uint32_t word, int lane) {
+  const uint32_t a = 0x3F803F80u ^ (static_cast<uint32_t>(lane) << 4);
+  constexpr int kChunks = static_cast<int>(mscuda::kRingRowBytes) / 64;  // 32 dimensions each
+#pragma unroll
+  for (int u = 0; u < mscuda::kRingStep / 8; ++u) {
+    float acc[MT][4] = {};
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const uint32_t b = word ^ static_cast<uint32_t>((u * kChunks + c) << 7);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mscuda::Mma16<__nv_bfloat16>::Run(acc[mt], a ^ mt, a ^ 0x10u, a ^ 0x20u, a ^ 0x30u, b, b ^ 0x100u);
+        mscuda::Mma16<__nv_bfloat16>::Run(acc[mt], a ^ 0x40u, a ^ 0x50u, a ^ 0x60u, a ^ mt, b ^ 0x200u, b ^ 0x300u);
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      best[mt][0] = fmaxf(best[mt][0], fmaxf(acc[mt][0], acc[mt][1]));
+      best[mt][1] = fmaxf(best[mt][1], fmaxf(acc[mt][2], acc[mt][3]));
+    }
+  }
+}
+
 // StageQuery's reads of the query (exact_coop.cu): rows into `qbuf` in the ring's layout, two block barriers;
 // returns one word per lane of it in place of the ldmatrix fragments.
 template <int MT, int NW>
@@ -149,7 +179,8 @@ __device__ __forceinline__ uint32_t StageQueryWord(const ForwardArgs& a, uint64_
   return w;
 }
 
-template <int MT, int CW, int S, int BPS>
+// MMA_MT > 0: StepMma on every step for a query of up to 16 * MMA_MT rows, its row maxima's words into the pair's.
+template <int MT, int CW, int S, int BPS, int MMA_MT>
 __global__ void __launch_bounds__(CW * 32, BPS) GridScheduleKernel(const ForwardArgs a) {
   extern __shared__ __align__(128) uint8_t grid_smem[];
   __shared__ uint32_t s_acc[CW];
@@ -179,10 +210,19 @@ __global__ void __launch_bounds__(CW * 32, BPS) GridScheduleKernel(const Forward
   for (int s = 0; s < S - 1; ++s) produce();
   uint32_t acc = StageQueryWord<MT, CW>(a, qb, lq, smem0 + (S - 1) * kRingStageBytes);
   uint32_t consumed = 0;
+  float best[MMA_MT > 0 ? MMA_MT : 1][2];
+#pragma unroll
+  for (auto& r : best) r[0] = r[1] = -INFINITY;
   for (uint64_t base = static_cast<uint64_t>(warp) * kRingStep; base < ld; base += CW * kRingStep) {
-    acc ^= ConsumeStep<S>(ring, consumed, produce, lane);
+    const uint32_t word = ConsumeStep<S>(ring, consumed, produce, lane);
+    acc ^= word;
+    if constexpr (MMA_MT > 0) StepMma<MMA_MT>(best, word, lane);
   }
   mscuda::CpAsyncWait<0>();
+  if constexpr (MMA_MT > 0) {
+#pragma unroll
+    for (auto& r : best) acc ^= __float_as_uint(r[0]) ^ __float_as_uint(r[1]);
+  }
   if (lane == 0) s_acc[warp] = acc;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -263,36 +303,6 @@ __global__ void __launch_bounds__(W * 32, 1) SpreadScheduleKernel(const ForwardA
     }
   }
   mscuda::CpAsyncWait<0>();
-}
-
-// The dealt kernel's tensor-core instructions on one 32-token step, without its ldmatrix fragments or merge
-// (LaunchDealtScheduleRead's with_mma), in FoldRingStep's order: per tile of 8 tokens, MT accumulators from zero,
-// 4 chunks of 32 dimensions x 2 mma.sync m16n8k16 each (bf16, f32; 8 per chain, as the ring's 256-byte rows always
-// take), then the scores-only fold (fmaxf of the tile into the row maxima): 64 mma per step for a 32-row query.
-// A is per-lane constants near 1 (in place of the query fragments the kernel holds in registers); B is the stage's
-// word (the copied bytes, in place of the ldmatrix fragments), so the instructions wait on the copy as the kernel's do.
-template <int MT>
-__device__ __forceinline__ void StepMma(float (&best)[MT][2], uint32_t word, int lane) {
-  const uint32_t a = 0x3F803F80u ^ (static_cast<uint32_t>(lane) << 4);
-  constexpr int kChunks = static_cast<int>(mscuda::kRingRowBytes) / 64;  // 32 dimensions each
-#pragma unroll
-  for (int u = 0; u < mscuda::kRingStep / 8; ++u) {
-    float acc[MT][4] = {};
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const uint32_t b = word ^ static_cast<uint32_t>((u * kChunks + c) << 7);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        mscuda::Mma16<__nv_bfloat16>::Run(acc[mt], a ^ mt, a ^ 0x10u, a ^ 0x20u, a ^ 0x30u, b, b ^ 0x100u);
-        mscuda::Mma16<__nv_bfloat16>::Run(acc[mt], a ^ 0x40u, a ^ 0x50u, a ^ 0x60u, a ^ mt, b ^ 0x200u, b ^ 0x300u);
-      }
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      best[mt][0] = fmaxf(best[mt][0], fmaxf(acc[mt][0], acc[mt][1]));
-      best[mt][1] = fmaxf(best[mt][1], fmaxf(acc[mt][2], acc[mt][3]));
-    }
-  }
 }
 
 // LaunchDealtScheduleRead's kernel (schedule_read.h): the dealt kernel's schedule (exact_dealt.cu: W warps x S
@@ -419,9 +429,9 @@ cudaError_t LaunchRing(const ForwardArgs& a, int sms, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <int MT>
+template <int MT, int MMA_MT>
 cudaError_t LaunchGrid(const ForwardArgs& a, cudaStream_t stream) {
-  constexpr auto kernel = &GridScheduleKernel<MT, kGridWarps, kGridStages, kGridPerSm>;
+  constexpr auto kernel = &GridScheduleKernel<MT, kGridWarps, kGridStages, kGridPerSm, MMA_MT>;
   constexpr int smem = kGridWarps * kGridStages * kRingStageBytes;
   const cudaError_t e = mscuda::AllowDynamicSmemOnce<kernel>(smem);
   if (e != cudaSuccess) return e;
@@ -452,9 +462,10 @@ cudaError_t LaunchRingScheduleRead(const ForwardArgs& a, uint64_t max_lq, int sm
   return max_lq <= 16 ? LaunchRing<1>(a, sms, stream) : LaunchRing<2>(a, sms, stream);
 }
 
-cudaError_t LaunchGridScheduleRead(const ForwardArgs& a, uint64_t max_lq, cudaStream_t stream) {
+cudaError_t LaunchGridScheduleRead(const ForwardArgs& a, uint64_t max_lq, bool with_mma, cudaStream_t stream) {
   if (!ScheduleReadApplies(a, max_lq)) return cudaErrorInvalidValue;
-  return max_lq <= 16 ? LaunchGrid<1>(a, stream) : LaunchGrid<2>(a, stream);
+  if (max_lq <= 16) return with_mma ? LaunchGrid<1, 1>(a, stream) : LaunchGrid<1, 0>(a, stream);
+  return with_mma ? LaunchGrid<2, 2>(a, stream) : LaunchGrid<2, 0>(a, stream);
 }
 
 namespace {

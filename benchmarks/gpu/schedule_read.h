@@ -20,8 +20,10 @@ const char* ExactScheduleName(const mscuda::ForwardArgs& a, uint64_t max_lq, int
 // ExactTcPipeKernel's schedule (exact.cu, 8 warps x 3 stages, one block per SM): `sms` blocks, each warp a
 // contiguous range of pairs. One float per pair goes to a.pairs.scores (not a score).
 cudaError_t LaunchRingScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, int sms, cudaStream_t stream);
-// ExactTcCoopKernel's schedule (exact_coop.cu, 4 warps x 2 stages, 3 blocks per SM): one block per pair.
-cudaError_t LaunchGridScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, cudaStream_t stream);
+// ExactTcCoopKernel's schedule (exact_coop.cu, 4 warps x 2 stages, 3 blocks per SM): one block per pair. with_mma
+// adds the kernel's tensor-core instructions to every step, as LaunchDealtScheduleRead's does (below).
+cudaError_t LaunchGridScheduleRead(const mscuda::ForwardArgs& a, uint64_t max_lq, bool with_mma,
+                                   cudaStream_t stream);
 // Schedules that no kernel runs (ceilings for one): the ring's warps and stages over a one-query launch whose
 // documents all have `doc_rows` rows (the caller's word for it), the launch's steps dealt out by `deal`:
 //  kCyclic       step k to warp k % W, so that at any moment the warps read one contiguous stretch of the corpus,
