@@ -139,9 +139,10 @@ __global__ void __launch_bounds__(W * 32, 1) RingScheduleKernel(const ForwardArg
 }
 
 // The ring kernels' tensor-core instructions on one 32-token step, without their ldmatrix fragments or merges (the
-// with_mma twins: LaunchDealtScheduleRead's and LaunchGridScheduleRead's), in FoldRingStep's order: per tile of 8 tokens, MT accumulators from zero,
-// 4 chunks of 32 dimensions x 2 mma.sync m16n8k16 each (bf16, f32; 8 per chain, as the ring's 256-byte rows always
-// take), then the scores-only fold (fmaxf of the tile into the row maxima): 64 mma per step for a 32-row query.
+// with_mma twins: LaunchDealtScheduleRead's and LaunchGridScheduleRead's), in FoldRingStep's order: per tile of 8
+// tokens, MT accumulators from zero, 4 chunks of 32 dimensions x 2 mma.sync m16n8k16 each (bf16, f32; 8 per chain, as
+// the ring's 256-byte rows always take), then the scores-only fold (fmaxf of the tile into the row maxima): 64 mma
+// per step for a 32-row query.
 // A is per-lane constants near 1 (in place of the query fragments the kernel holds in registers); B is the stage's
 // word (the copied bytes, in place of the ldmatrix fragments), so the instructions wait on the copy as the kernel's do.
 template <int MT>
@@ -168,6 +169,28 @@ __device__ __forceinline__ void StepMma(float (&best)[MT][2], uint32_t word, int
   }
 }
 
+// A with_mma twin's row maxima over one pair's (or document's) steps: StepMma on each step's word, and the maxima's
+// words for the pair's word, so that the instructions are not dead code. MMA_MT 0: nothing (the copy-only twins).
+template <int MMA_MT>
+struct MmaFold {
+  float best[MMA_MT > 0 ? MMA_MT : 1][2];
+  __device__ MmaFold() {
+#pragma unroll
+    for (auto& r : best) r[0] = r[1] = -INFINITY;
+  }
+  __device__ __forceinline__ void Step(uint32_t word, int lane) {
+    if constexpr (MMA_MT > 0) StepMma<MMA_MT>(best, word, lane);
+  }
+  __device__ __forceinline__ uint32_t Word() const {
+    uint32_t w = 0;
+    if constexpr (MMA_MT > 0) {
+#pragma unroll
+      for (const auto& r : best) w ^= __float_as_uint(r[0]) ^ __float_as_uint(r[1]);
+    }
+    return w;
+  }
+};
+
 // StageQuery's reads of the query (exact_coop.cu): rows into `qbuf` in the ring's layout, two block barriers;
 // returns one word per lane of it in place of the ldmatrix fragments.
 template <int MT, int NW>
@@ -179,7 +202,7 @@ __device__ __forceinline__ uint32_t StageQueryWord(const ForwardArgs& a, uint64_
   return w;
 }
 
-// MMA_MT > 0: StepMma on every step for a query of up to 16 * MMA_MT rows, its row maxima's words into the pair's.
+// MMA_MT > 0: StepMma on every step for a query of up to 16 * MMA_MT rows (MmaFold).
 template <int MT, int CW, int S, int BPS, int MMA_MT>
 __global__ void __launch_bounds__(CW * 32, BPS) GridScheduleKernel(const ForwardArgs a) {
   extern __shared__ __align__(128) uint8_t grid_smem[];
@@ -210,19 +233,14 @@ __global__ void __launch_bounds__(CW * 32, BPS) GridScheduleKernel(const Forward
   for (int s = 0; s < S - 1; ++s) produce();
   uint32_t acc = StageQueryWord<MT, CW>(a, qb, lq, smem0 + (S - 1) * kRingStageBytes);
   uint32_t consumed = 0;
-  float best[MMA_MT > 0 ? MMA_MT : 1][2];
-#pragma unroll
-  for (auto& r : best) r[0] = r[1] = -INFINITY;
+  MmaFold<MMA_MT> fold;
   for (uint64_t base = static_cast<uint64_t>(warp) * kRingStep; base < ld; base += CW * kRingStep) {
     const uint32_t word = ConsumeStep<S>(ring, consumed, produce, lane);
     acc ^= word;
-    if constexpr (MMA_MT > 0) StepMma<MMA_MT>(best, word, lane);
+    fold.Step(word, lane);
   }
   mscuda::CpAsyncWait<0>();
-  if constexpr (MMA_MT > 0) {
-#pragma unroll
-    for (auto& r : best) acc ^= __float_as_uint(r[0]) ^ __float_as_uint(r[1]);
-  }
+  acc ^= fold.Word();
   if (lane == 0) s_acc[warp] = acc;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -313,7 +331,7 @@ __global__ void __launch_bounds__(W * 32, 1) SpreadScheduleKernel(const ForwardA
 // second barrier lets the next round reuse the slots: where the kernel merges its row maxima. Unlike the kernel it
 // copies no query (the kernel's query copy is one cp.async group ahead of the rings', and one more barrier), so it
 // is a slight ceiling for it. MMA_MT > 0 adds the kernel's tensor-core instructions for a query of up to 16 * MMA_MT
-// rows to every step (StepMma), and the row maxima's words to each document's word.
+// rows to every step (MmaFold).
 template <int W, int S, int R, int MMA_MT>
 __global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardArgs a, uint64_t ld) {
   static_assert(R <= W, "each warp writes at most one document of a round");
@@ -347,18 +365,13 @@ __global__ void __launch_bounds__(W * 32, 1) DealtScheduleKernel(const ForwardAr
   uint64_t u = warp;
   for (uint64_t i = 0; i < my_docs; ++i) {
     uint32_t acc = 0;
-    float best[MMA_MT > 0 ? MMA_MT : 1][2];
-#pragma unroll
-    for (auto& r : best) r[0] = r[1] = -INFINITY;
+    MmaFold<MMA_MT> fold;
     for (; u < (i + 1) * spd; u += W) {
       const uint32_t word = ConsumeStep<S>(ring, consumed, produce, lane);
       acc ^= word;
-      if constexpr (MMA_MT > 0) StepMma<MMA_MT>(best, word, lane);
+      fold.Step(word, lane);
     }
-    if constexpr (MMA_MT > 0) {
-#pragma unroll
-      for (auto& r : best) acc ^= __float_as_uint(r[0]) ^ __float_as_uint(r[1]);
-    }
+    acc ^= fold.Word();
     const int slot = static_cast<int>(i % R);
     if (lane == 0) s_word[slot][warp] = acc;
     if (slot != R - 1 && i + 1 != my_docs) continue;
@@ -486,7 +499,8 @@ cudaError_t LaunchDealtScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint6
     return cudaErrorInvalidValue;
   }
   if (!with_mma) return LaunchDealtSchedule<0>(a, doc_rows, sms, stream);
-  return max_lq <= 16 ? LaunchDealtSchedule<1>(a, doc_rows, sms, stream) : LaunchDealtSchedule<2>(a, doc_rows, sms, stream);
+  return max_lq <= 16 ? LaunchDealtSchedule<1>(a, doc_rows, sms, stream)
+                      : LaunchDealtSchedule<2>(a, doc_rows, sms, stream);
 }
 
 cudaError_t LaunchSpreadScheduleRead(const ForwardArgs& a, uint64_t max_lq, uint64_t doc_rows, int sms,

@@ -1749,12 +1749,11 @@ ChainOracle MakeChainOracle(std::mt19937_64& rng, uint64_t lq, uint64_t nd) {
 }
 
 // Each context's scores of the oracle's query over its documents, packed, must be the chain's bits.
-void ExpectChainBits(const std::vector<std::pair<Context*, std::string>>& ctxs, const ChainOracle& o,
-                     const std::string& what) {
-  for (const auto& [ctx, name] : ctxs) {
-    const Packed pq = Packed::Pack(*ctx, o.q.Dense()), pd = Packed::Pack(*ctx, o.d.Dense());
-    ExpectSameBits(ScoreValues(*ctx, pq, 1, pd, o.d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), o.want,
-                   what + ", " + name + ": the token-order chain's bits (host)");
+void ExpectChainBits(const std::vector<CoopSide>& ctxs, const ChainOracle& o, const std::string& what) {
+  for (const CoopSide& c : ctxs) {
+    const Packed pq = Packed::Pack(*c.ctx, o.q.Dense()), pd = Packed::Pack(*c.ctx, o.d.Dense());
+    ExpectSameBits(ScoreValues(*c.ctx, pq, 1, pd, o.d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), o.want,
+                   what + ", " + c.name + ": the token-order chain's bits (host)");
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
@@ -1848,8 +1847,8 @@ TEST_F(Gpu, ScoresOnlyEndsSumTheRowsInTokenOrder) {
   // The host's chain: terms spanning some 50 exponents, whose tree sum would differ.
   {
     auto orng = Rng(275);
-    std::vector<std::pair<Context*, std::string>> ctxs = {{&one, "one pair per warp"}};
-    for (const CoopSide& side : sides) ctxs.push_back({side.ctx, side.name});
+    std::vector<CoopSide> ctxs = sides;
+    ctxs.push_back({&one, "one pair per warp"});
     for (uint64_t lq : {32ull, 29ull, 16ull, 3ull}) {
       ExpectChainBits(ctxs, MakeChainOracle(orng, lq, nd), std::to_string(lq) + " rows of one product each");
       if (::testing::Test::HasFatalFailure()) return;

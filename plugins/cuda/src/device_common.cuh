@@ -362,8 +362,8 @@ __device__ __forceinline__ double OrderedSum(const float* t, uint64_t n) {
   return sum;
 }
 
-// A warp's n terms (each lane holding some of them; n = 0: none, any order) and whether they may be added in any order with
-// OrderedSum's result (ordered_sum.h: no non-finite term, and the nonzero terms' exponent fields within
+// A warp's n terms (each lane holding some of them; n = 0: none, any order) and whether they may be added in any
+// order with OrderedSum's result (ordered_sum.h: no non-finite term, and the nonzero terms' exponent fields within
 // 29 - ceil(log2 n) of each other). A lane adds each of its terms (Add); every lane asks Exact.
 struct TermSpan {
   uint32_t hi = 0u, lo = 255u;  // this lane's largest and smallest field of a nonzero term (OrderedSumField)
