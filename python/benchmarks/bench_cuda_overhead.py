@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--profile", action="store_true", help="cProfile the timed calls; print the top functions")
     ap.add_argument("--pieces", action="store_true", help="also time the pieces of a call one by one")
+    ap.add_argument("--train", action="store_true", help="also the training step's phases and its host timeline")
     ap.add_argument("--out", default=None, help="write the medians (JSON) here")
     args = ap.parse_args()
     import torch
@@ -97,6 +98,8 @@ def main() -> None:
             print("\n".join(l for l in s.getvalue().splitlines() if l.strip())[:6000])
     if args.pieces:
         rows += pieces(torch, maxsim, mtorch, q, d1k, tq, td, grad)
+    if args.train:
+        rows += train_phases(torch, maxsim, mtorch, tq, td, grad)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
@@ -184,6 +187,69 @@ def pieces(torch, maxsim, mtorch, q, d1k, tq, td, grad):
         us = per_call(fn)
         rows.append({"piece": name, "us": us})
         print(f"  {us:8.2f}  {name}")
+    return rows
+
+
+def train_phases(torch, maxsim, mtorch, tq, td, grad, n=300):
+    """The autograd training step (train-64) in phases, each followed by torch.cuda.synchronize() (median us), beside
+    autograd's own floor (a Function whose forward and backward only allocate their outputs), then PyTorch's
+    profiler over 20 steps: host ops and CUDA runtime calls by self CPU time."""
+    from maxsim import _api
+
+    class Null(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, Q, D):
+            return torch.empty((Q.shape[0], D.shape[0]), dtype=torch.float32, device=Q.device)
+
+        @staticmethod
+        def backward(ctx, g):
+            return torch.empty(tq.shape, dtype=tq.dtype, device=tq.device), torch.empty(td.shape, dtype=td.dtype,
+                                                                                        device=td.device)
+
+    ql, dl = tq.detach(), td.detach()
+    s0, a0 = _api.scores(ql, dl, return_argmax=True)
+    g = grad.float().contiguous()
+    phases = {"forward (maxsim.torch.maxsim)": [], "backward (s.backward)": [], "step": [],
+              "autograd floor: Null forward": [], "autograd floor: Null backward": [],
+              "_api.scores + argmax": [], "_api.backward": [], "_api.backward stream-ordered": [],
+              "dQ, dD fp32 -> bf16": [], "torch.cuda.synchronize() alone": []}
+    gq32, gd32 = torch.empty(tq.shape, device=tq.device), torch.empty(td.shape, device=td.device)
+
+    def clock(name, fn):
+        t0 = time.perf_counter()
+        r = fn()
+        torch.cuda.synchronize()
+        phases[name].append((time.perf_counter() - t0) * 1e6)
+        return r
+
+    for it in range(n + 20):
+        s = clock("forward (maxsim.torch.maxsim)", lambda: mtorch.maxsim(tq, td, deterministic=False))
+        clock("backward (s.backward)", lambda: s.backward(grad))
+        clock("step", lambda: mtorch.maxsim(tq, td, deterministic=False).backward(grad))
+        s = clock("autograd floor: Null forward", lambda: Null.apply(tq, td))
+        clock("autograd floor: Null backward", lambda: s.backward(grad))
+        clock("_api.scores + argmax", lambda: _api.scores(ql, dl, return_argmax=True))
+        clock("_api.backward", lambda: _api.backward(ql, dl, a0, g, deterministic=False))
+        clock("_api.backward stream-ordered", lambda: _api.backward(ql, dl, a0, g, deterministic=False,
+                                                                    stream_ordered=True))
+        clock("dQ, dD fp32 -> bf16", lambda: (gq32.to(torch.bfloat16), gd32.to(torch.bfloat16)))
+        clock("torch.cuda.synchronize() alone", lambda: None)
+        if it < 20:
+            for v in phases.values():
+                v.clear()
+    print(f"== train-64 phases, us (median of {n}; each followed by torch.cuda.synchronize())")
+    rows = []
+    for name, v in phases.items():
+        us = statistics.median(v)
+        rows.append({"train_phase": name, "us": us})
+        print(f"  {us:8.1f}  {name}")
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for _ in range(20):
+            mtorch.maxsim(tq, td, deterministic=False).backward(grad)
+            torch.cuda.synchronize()
+    print("== train-64 step under PyTorch's profiler (20 steps): by self CPU time")
+    print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=28, max_name_column_width=60))
     return rows
 
 
