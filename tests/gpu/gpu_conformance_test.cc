@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../plugins/cuda/src/ordered_sum.h"
 #include "maxsim/maxsim.hpp"
 #include "test_util.h"
 
@@ -1702,57 +1703,81 @@ TEST_F(Gpu, CoopAlwaysBelowTheRule) {
   ExpectCrossWarpTies(one, sides, trng, tnq, (12 * sms + tnq - 1) / tnq * devices + 13);
 }
 
-// One query of lq rows (bf16) with one nonzero dimension per row over nd one-token documents, so that each row term is
-// one product of two bf16 values, exact in f32, and the host knows every term and the token-order chain's score
-// bits (`want`). Rows 0, 1 and 2 are 2^50 a e_k, b e_j and -2^50 a e_k: in token order b's low bits are lost against
-// 2^50 a and what is left after the cancellation is b rounded to a multiple of 2^50 a's ulp, where a tree that
-// cancels rows 0 and 2 first keeps b whole; so a kernel that took the tree where the rule refuses it (the terms span
-// some 50 exponents) gives other bits. Rows 3.. are random (some zero).
+// nq queries of lq rows (bf16) with one nonzero dimension per row over nd one-token documents, so that each row term
+// is one product of two bf16 values, exact in f32, and the host knows every term and the token-order chain's score
+// bits (`want`, query-major) and the terms' exponent fields (`inside`: the pairs where ordered_sum.h's rule lets any
+// order give the chain's double). spread: rows 0, 1 and 2 are 2^50 a e_k, b e_j and -2^50 a e_k: in token order b's
+// low bits are lost against 2^50 a and what is left after the cancellation is b rounded to a multiple of 2^50 a's
+// ulp, where a tree that cancels rows 0 and 2 first keeps b whole; so a kernel that took the tree where the rule
+// refuses it (the terms span some 50 exponents) gives other bits. The other rows are random (some zero): Gaussian
+// values; without spread, rows 0-2 too and every value +-[0.5, 2), so that the terms span at most 4 exponents and
+// every pair with a nonzero term falls inside the rule however long the query.
 struct ChainOracle {
   TokenSets q, d;
   std::vector<float> want;
+  uint64_t inside = 0;
 };
-ChainOracle MakeChainOracle(std::mt19937_64& rng, uint64_t lq, uint64_t nd) {
+ChainOracle MakeChainOracle(std::mt19937_64& rng, uint64_t lq, uint64_t nd, uint64_t nq = 1, bool spread = true) {
   ChainOracle o;
-  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  auto g = [&]() {
+    if (spread) return gauss(rng);
+    const float m = std::ldexp(1.0f + static_cast<float>(rng() % 256) / 256.0f, -static_cast<int>(rng() % 2));
+    return rng() % 2 ? m : -m;
+  };
   const uint32_t dim = 128;
   o.q.dim = o.d.dim = dim;
-  o.q.offsets = {0, lq};
-  o.q.values.assign(lq * dim, 0.0f);
-  const uint32_t k = static_cast<uint32_t>(rng() % dim), j = (k + 1 + static_cast<uint32_t>(rng() % (dim - 1))) % dim;
-  const float a = std::ldexp(1.0f + static_cast<float>(rng() % 128) / 128.0f, 50);
-  o.q.values[0 * dim + k] = a;
-  if (lq > 1) o.q.values[1 * dim + j] = g(rng);
-  if (lq > 2) o.q.values[2 * dim + k] = -a;
-  for (uint64_t r = 3; r < lq; ++r) {
-    if (rng() % 5 != 0) o.q.values[r * dim + rng() % dim] = g(rng);
+  o.q.offsets.resize(nq + 1);
+  for (uint64_t i = 0; i <= nq; ++i) o.q.offsets[i] = i * lq;
+  o.q.values.assign(nq * lq * dim, 0.0f);
+  for (uint64_t i = 0; i < nq; ++i) {
+    float* qv = o.q.values.data() + i * lq * dim;
+    uint64_t r = 0;
+    if (spread) {
+      const uint32_t k = static_cast<uint32_t>(rng() % dim), j = (k + 1 + static_cast<uint32_t>(rng() % (dim - 1))) % dim;
+      const float a = std::ldexp(1.0f + static_cast<float>(rng() % 128) / 128.0f, 50);
+      qv[0 * dim + k] = a;
+      if (lq > 1) qv[1 * dim + j] = g();
+      if (lq > 2) qv[2 * dim + k] = -a;
+      r = 3;
+    }
+    for (; r < lq; ++r) {
+      if (rng() % 5 != 0) qv[r * dim + rng() % dim] = g();
+    }
   }
   o.q.Encode(MAXSIM_BF16);
   o.d.offsets.resize(nd + 1);
   for (uint64_t t = 0; t <= nd; ++t) o.d.offsets[t] = t;
   o.d.values.resize(nd * dim);
-  for (float& v : o.d.values) v = g(rng);
+  for (float& v : o.d.values) v = g();
   o.d.Encode(MAXSIM_BF16);
-  o.want.resize(nd);
-  for (uint64_t t = 0; t < nd; ++t) {
-    double sum = 0.0;
-    for (uint64_t r = 0; r < lq; ++r) {
-      float term = 0.0f;  // the row's one product (exact in f32), or +0 for a zero row
-      for (uint32_t c = 0; c < dim; ++c) {
-        if (o.q.values[r * dim + c] != 0.0f) term = o.q.values[r * dim + c] * o.d.values[t * dim + c];
+  o.want.resize(nq * nd);
+  for (uint64_t i = 0; i < nq; ++i) {
+    const float* qv = o.q.values.data() + i * lq * dim;
+    for (uint64_t t = 0; t < nd; ++t) {
+      double sum = 0.0;
+      uint32_t hi = 0, lo = 255;
+      for (uint64_t r = 0; r < lq; ++r) {
+        float term = 0.0f;  // the row's one product (exact in f32), or +0 for a zero row
+        for (uint32_t c = 0; c < dim; ++c) {
+          if (qv[r * dim + c] != 0.0f) term = qv[r * dim + c] * o.d.values[t * dim + c];
+        }
+        sum += static_cast<double>(term);
+        const uint32_t e = mscuda::OrderedSumField(term);
+        if (e != 0) hi = std::max(hi, e), lo = std::min(lo, e);
       }
-      sum += static_cast<double>(term);
+      o.want[i * nd + t] = static_cast<float>(sum);
+      o.inside += mscuda::OrderedSumAnyOrder(hi, lo, lq);
     }
-    o.want[t] = static_cast<float>(sum);
   }
   return o;
 }
 
-// Each context's scores of the oracle's query over its documents, packed, must be the chain's bits.
+// Each context's scores of the oracle's queries over its documents, packed, must be the chain's bits.
 void ExpectChainBits(const std::vector<CoopSide>& ctxs, const ChainOracle& o, const std::string& what) {
   for (const CoopSide& c : ctxs) {
     const Packed pq = Packed::Pack(*c.ctx, o.q.Dense()), pd = Packed::Pack(*c.ctx, o.d.Dense());
-    ExpectSameBits(ScoreValues(*c.ctx, pq, 1, pd, o.d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), o.want,
+    ExpectSameBits(ScoreValues(*c.ctx, pq, o.q.n_sets(), pd, o.d.n_sets(), MAXSIM_METRIC_DOT, MAXSIM_MODE_EXACT), o.want,
                    what + ", " + c.name + ": the token-order chain's bits (host)");
     if (::testing::Test::HasFatalFailure()) return;
   }
@@ -1947,6 +1972,41 @@ TEST_F(Gpu, LongQueryPairEndsSumTheRowsInTokenOrder) {
   }
   EXPECT_GT(inside, 50u) << "pairs whose terms span at most 19 exponents (the tree)";
   EXPECT_GT(outside, 50u) << "pairs whose terms span 25 exponents or more (the chain)";
+}
+
+TEST_F(Gpu, FinalizeSumsTheRowsInTokenOrder) {
+  // FinalizeKernel sums a pair's row terms from the partial results after the kernels that leave them there: the
+  // wgmma pair kernel for queries of several row groups (over 128 rows), the wgmma batch kernel (several queries of
+  // at most 128 rows, scores only) and the long-query mma.sync kernel (MAXSIM_CUDA_WGMMA=0, over 32 rows). Its lanes
+  // add every 32nd term and meet in a tree where the terms' exponent fields span at most 29 - ceil(log2 lq), else
+  // every lane runs the chain in token order. On rows of one product each over one-token documents the host knows
+  // every term: every pair's score must be the host chain's bits, with the terms spread over some 50 exponents (the
+  // chain) and over at most 4 (the tree: the host counts the pairs inside the rule).
+  Context gpu(Options("cuda"));
+  Context mma = CudaContextWithEnv("MAXSIM_CUDA_WGMMA", "0");
+  const ShardDevices dev = ContextDevices();
+  ASSERT_GT(dev.max_sms, 0u) << "cannot read the SM count of the devices in MAXSIM_CUDA_DEVICES / MAXSIM_CUDA_DEVICE";
+  const uint64_t nd = (dev.max_sms + 7) * dev.count;
+  const std::vector<CoopSide> ctxs = {{&gpu, "default kernels"}, {&mma, "mma.sync"}};
+  struct Case {
+    uint64_t lq, nq;
+  };
+  // 1024 and 300 rows: the pair kernels with 4 and 2 row groups (2 and 3 chunks of eight loads a lane, and a tail);
+  // 4 x 100 and 8 x 32 rows: the batch kernel on sm_90 (the pair kernels elsewhere); 33 rows: one term past a chunk.
+  const Case cases[] = {{1024, 1}, {300, 1}, {100, 4}, {32, 8}, {33, 2}};
+  auto rng = Rng(310);
+  uint64_t inside = 0, pairs = 0;
+  for (const Case& c : cases) {
+    for (bool spread : {true, false}) {
+      const ChainOracle o = MakeChainOracle(rng, c.lq, nd, c.nq, spread);
+      ExpectChainBits(ctxs, o, std::to_string(c.nq) + " x " + std::to_string(c.lq) + " rows of one product each" +
+                                  (spread ? ", spread over 50 exponents" : ""));
+      if (::testing::Test::HasFatalFailure()) return;
+      if (!spread) inside += o.inside, pairs += c.nq * nd;
+      if (spread) EXPECT_EQ(o.inside, 0u) << c.lq << " rows: every spread pair is outside the rule";
+    }
+  }
+  EXPECT_GT(inside, pairs * 9 / 10) << "pairs inside the rule (the tree), of " << pairs;
 }
 
 // maxsim_backward's arguments; the candidate lists are passed for the candidates layout only.

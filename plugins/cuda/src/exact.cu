@@ -661,19 +661,42 @@ __global__ void FinalizeKernel(const ForwardArgs a) {
       nonempty = __any_sync(kFull, any);
     }
     const uint64_t slot0 = p * a.part.groups * a.part.group_rows;
-    // The row terms in token order, summed in double by every lane (the same chain of additions as the in-kernel
-    // sums and the CPU). Rows past lq count as +0.0, which changes no sum: the sum starts at +0 and can never be
-    // -0, and x + 0 == x for every other x. So every chunk is a full, unrolled 32: its shuffles do not wait on the
-    // chain, and the next chunk's load is in flight meanwhile. (The loop over a variable count that this
-    // replaces waited on each shuffle: 45 us for the visual shape's 1000 pairs of 1024 rows, 10% of the call.)
+    // The pair's score is its row terms summed in double in token order (OrderedSum, the CPU). Lane l first adds
+    // terms l, l + 32, ... (eight loads in flight), noting their exponent fields (TermSpan); where ordered_sum.h's
+    // rule holds, every order of addition gives the token-order double, so the lanes' sums meet in a tree
+    // (WarpTreeSum). Else every lane runs the chain in token order: rows past lq count as +0.0, which changes no sum
+    // (the sum starts at +0 and can never be -0, and x + 0 == x for every other x), so every chunk is a full,
+    // unrolled 32 whose shuffles do not wait on the chain, with the next chunk's load in flight meanwhile.
     const float* term = a.part.term + slot0;
-    double sum = 0.0;
-    float v = lane < lq ? term[lane] : 0.0f;
-    for (uint64_t s0 = 0; s0 < lq; s0 += 32) {
-      const float next = s0 + 32 + lane < lq ? term[s0 + 32 + lane] : 0.0f;
+    TermSpan span;
+    double part = 0.0;
+    uint64_t r = lane;
+    for (; r + 7 * 32 < lq; r += 8 * 32) {
+      float v[8];
 #pragma unroll
-      for (int k = 0; k < 32; ++k) sum += static_cast<double>(__shfl_sync(kFull, v, k));
-      v = next;
+      for (int k = 0; k < 8; ++k) v[k] = term[r + 32 * k];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        span.Add(v[k]);
+        part += static_cast<double>(v[k]);
+      }
+    }
+    for (; r < lq; r += 32) {
+      const float v = term[r];
+      span.Add(v);
+      part += static_cast<double>(v);
+    }
+    double sum = 0.0;
+    if (span.Exact(lq)) {
+      sum = WarpTreeSum(part);
+    } else {
+      float v = lane < lq ? term[lane] : 0.0f;
+      for (uint64_t s0 = 0; s0 < lq; s0 += 32) {
+        const float next = s0 + 32 + lane < lq ? term[s0 + 32 + lane] : 0.0f;
+#pragma unroll
+        for (int k = 0; k < 32; ++k) sum += static_cast<double>(__shfl_sync(kFull, v, k));
+        v = next;
+      }
     }
     if (lane == 0) *a.pairs.ScorePtr(p, qi, dj) = nonempty ? RoundScore(sum) : -INFINITY;
     int32_t* am = a.pairs.ArgmaxPtr(p, qi, dj, qb - a.q.Begin(0), lq);
