@@ -1722,7 +1722,9 @@ ChainOracle MakeChainOracle(std::mt19937_64& rng, uint64_t lq, uint64_t nd, uint
   std::normal_distribution<float> gauss(0.0f, 1.0f);
   auto g = [&]() {
     if (spread) return gauss(rng);
-    const float m = std::ldexp(1.0f + static_cast<float>(rng() % 256) / 256.0f, -static_cast<int>(rng() % 2));
+    const float mantissa = 1.0f + static_cast<float>(rng() % 256) / 256.0f;
+    const int scale = -static_cast<int>(rng() % 2);
+    const float m = std::ldexp(mantissa, scale);
     return rng() % 2 ? m : -m;
   };
   const uint32_t dim = 128;
@@ -1902,7 +1904,7 @@ TEST_F(Gpu, LongQueryPairEndsSumTheRowsInTokenOrder) {
   // The wgmma kernel's pair end for a query that one row group covers (65-128 rows here: FinishPair) sums the row
   // terms with WarpOrderedSumOf: lanes add every 32nd term and meet in a tree where the terms' exponent fields span at
   // most 29 - ceil(log2 lq) (22 for 128 terms), else lane 0 adds them in token order. Its scores must be the
-  // long-query mma.sync kernel's bits (MAXSIM_CUDA_WGMMA=0: the finalize kernel's chain in token order), packed and
+  // long-query mma.sync kernel's bits (MAXSIM_CUDA_WGMMA=0: one thread's OrderedSum in token order), packed and
   // dense, with query rows scaled by powers of two on both sides of the span and rows in +- pairs over one-token
   // documents (an exact zero). The host estimates each pair's span (float64 similarity at the mma.sync kernel's
   // argmax) and requires pairs well inside and well outside it; and the host's chain bits where it knows every term
@@ -1976,8 +1978,8 @@ TEST_F(Gpu, LongQueryPairEndsSumTheRowsInTokenOrder) {
 
 TEST_F(Gpu, FinalizeSumsTheRowsInTokenOrder) {
   // FinalizeKernel sums a pair's row terms from the partial results after the kernels that leave them there: the
-  // wgmma pair kernel for queries of several row groups (over 128 rows), the wgmma batch kernel (several queries of
-  // at most 128 rows, scores only) and the long-query mma.sync kernel (MAXSIM_CUDA_WGMMA=0, over 32 rows). Its lanes
+  // wgmma pair kernel for queries of several 256-row groups, the wgmma batch kernel (several queries of at most 128
+  // rows, scores only) and the long-query mma.sync kernel (MAXSIM_CUDA_WGMMA=0) with several row groups. Its lanes
   // add every 32nd term and meet in a tree where the terms' exponent fields span at most 29 - ceil(log2 lq), else
   // every lane runs the chain in token order. On rows of one product each over one-token documents the host knows
   // every term: every pair's score must be the host chain's bits, with the terms spread over some 50 exponents (the
@@ -1991,9 +1993,10 @@ TEST_F(Gpu, FinalizeSumsTheRowsInTokenOrder) {
   struct Case {
     uint64_t lq, nq;
   };
-  // 1024 and 300 rows: the pair kernels with 4 and 2 row groups (2 and 3 chunks of eight loads a lane, and a tail);
-  // 4 x 100 and 8 x 32 rows: the batch kernel on sm_90 (the pair kernels elsewhere); 33 rows: one term past a chunk.
-  const Case cases[] = {{1024, 1}, {300, 1}, {100, 4}, {32, 8}, {33, 2}};
+  // 1024, 1000 and 300 rows: both pair kernels with 4, 4 and 2 row groups; Finalize's lanes take 4 chunks of eight
+  // loads each (1024), 4 on lanes 0-7 and 3 and a tail on the others (1000), one chunk and a tail (300). 4 x 100,
+  // 8 x 32 and 2 x 33 rows: the batch kernel on sm_90 (in-kernel sums elsewhere and with mma.sync), tails only.
+  const Case cases[] = {{1024, 1}, {1000, 1}, {300, 1}, {100, 4}, {32, 8}, {33, 2}};
   auto rng = Rng(310);
   uint64_t inside = 0, pairs = 0;
   for (const Case& c : cases) {
